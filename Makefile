@@ -1,0 +1,26 @@
+# Two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Both create .venv when missing and install the project; running them again skips set-up.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# CPU wheel of PyTorch on this machine; a GPU user installs a CUDA torch first (see README).
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q "$(TORCH_SPEC)" -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/simforcing demo --out runs/demo
+
+test: $(STAMP)
+	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf runs

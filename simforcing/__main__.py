@@ -1,0 +1,5 @@
+import sys
+
+from simforcing.cli import main
+
+sys.exit(main())

@@ -1,0 +1,465 @@
+"""Typed configuration: nested dataclasses, the three presets and command-line overrides.
+
+    cfg = load_config("demo", ["--train.lr=3e-5", "--model.num_layers", "2"])
+
+Every field can be overridden as ``--section.field=value`` (or ``--section.field value``). Unknown fields and
+ill-typed values raise :class:`ConfigError` naming the field. ``cfg.validate()`` checks cross-field constraints
+(frame count ``1 + 4L``, resolution divisible by the VAE stride × patch, probabilities in [0, 1], ...) before any
+work starts. Data paths never have defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+
+# Training methods (SPEC §3, §4, §6). Each is a step function in simforcing/methods.py and a preset here.
+METHOD_NAMES = ("sim_pretrain", "sft", "joint_fm", "value_distill", "motion_distill", "simforcing")
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, ill-typed or inconsistent. The message names the field."""
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Sections
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataConfig:
+    root: Optional[str] = None  # dataset folder (no default: always given by the user)
+    frames: int = 21  # F frames per window, must be 1 + 4L (VAE temporal stride)
+    frame_stride: int = 1  # steps between kept frames (InternData-A1: 4 -> 129-step window)
+    height: int = 224
+    width: int = 320
+    action_dim: int = 7
+    state_dim: int = 7
+    windows_per_episode: int = 30  # random windows per trajectory per epoch
+    fixed_window: bool = False  # True: one fixed window per trajectory ("no trajectory augmentation")
+    text_max_tokens: int = 128
+    text_cache: Optional[str] = None  # folder of cached instruction embeddings (default: ROOT/text_cache)
+    latent_cache: Optional[str] = None  # folder written by `simforcing data encode` (optional)
+    skip_bad: bool = False  # skip malformed episodes (one log line each, counted) instead of stopping
+    num_workers: int = 0
+    sim_background: str = "black"  # what sim frames show outside the arm: "black" or "R,G,B" in 0..255
+
+    @property
+    def window_steps(self) -> int:
+        """Raw time steps covered by one window (Bridge 21, InternData-A1 129)."""
+        return (self.frames - 1) * self.frame_stride + 1
+
+    @property
+    def actions_per_window(self) -> int:
+        """All actions inside the window are kept: (F - 1) * stride (Bridge 20, InternData-A1 128)."""
+        return (self.frames - 1) * self.frame_stride
+
+
+@dataclass
+class VAEConfig:
+    kind: str = "wan"  # "wan" (diffusers AutoencoderKLWan from `path`) or "demo" (small linear VAE fitted on frames)
+    path: Optional[str] = None  # local folder of the Wan2.2 VAE (diffusers layout) or of the fitted demo VAE
+    latent_channels: int = 48
+    spatial_stride: int = 16
+    temporal_stride: int = 4
+
+
+@dataclass
+class ModelConfig:
+    # video expert (Wan2.2-TI2V-5B sizes; diffusers WanTransformer3DModel names)
+    patch_size: tuple = (1, 2, 2)
+    num_attention_heads: int = 24
+    attention_head_dim: int = 128
+    ffn_dim: int = 14336
+    freq_dim: int = 256
+    text_dim: int = 4096
+    num_layers: int = 30
+    eps: float = 1e-6
+    cross_attn_norm: bool = True
+    qk_norm: str = "rms_norm_across_heads"
+    rope_max_seq_len: int = 1024
+    # action expert
+    action_hidden: int = 1024
+    action_ffn_dim: int = 4096
+    use_action_expert: bool = True
+    # parameterisation: "velocity" (Wan2.2) or "x0" (predict the clean latent, returned as a velocity)
+    parameterization: str = "velocity"
+    tau_min: float = 0.05  # x0 parameterisation: u = (z(tau) - x0) / max(tau, tau_min)
+    first_frame_skip: bool = False  # x0 parameterisation: zero-initialised gated skip from z_0 ("copy" at init)
+    gradient_checkpointing: bool = False
+    weights: Optional[str] = None  # local Wan2.2-TI2V-5B transformer weights (diffusers folder or original file)
+    action_expert_weights: Optional[str] = None  # output of `simforcing model init-action-expert`
+    vae: VAEConfig = field(default_factory=VAEConfig)
+    text_encoder: Optional[str] = None  # local umT5 folder (transformers); None -> seeded small T5 (demo only)
+
+    @property
+    def dim(self) -> int:
+        return self.num_attention_heads * self.attention_head_dim
+
+
+@dataclass
+class FlowConfig:
+    shift: float = 5.0
+    num_train_timesteps: int = 1000
+    t_sampling: str = "discrete"  # "discrete" (1,000 levels, diffusers) or "continuous" (authors' code)
+    loss_weighting: str = "gaussian_bump"  # "uniform" or "gaussian_bump" (authors' code)
+
+
+@dataclass
+class ConditioningConfig:
+    p: float = 0.7  # condition-retention probability of the gate g ~ Bernoulli(p)
+    corrupt_prob: float = 0.4
+    alpha_min: float = 0.5
+    alpha_max: float = 0.9
+    sigma_min: float = 0.1
+    sigma_max: float = 0.3
+    action_dropout: float = 0.1  # stage 1: actions of this fraction of samples dropped
+
+
+@dataclass
+class LossConfig:
+    fm_real: float = 0.5
+    fm_sim: float = 0.05
+    md_real: float = 0.25
+    md_sim: float = 0.025
+    value_real: float = 0.25  # value_distill only: ||z_hat^r - sg(z_hat^s)||^2
+    value_sim: float = 0.025
+
+
+@dataclass
+class TrainConfig:
+    method: str = "simforcing"
+    lr: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 1e-2
+    warmup_frac: float = 0.05
+    grad_clip: float = 1.0
+    epochs: int = 20
+    max_steps: Optional[int] = None  # stop after this many optimizer steps (overrides epochs when set)
+    batch_size: int = 1  # per GPU
+    seed: int = 42
+    mixed_precision: str = "bf16"  # "bf16" (autocast where the device supports it) or "no"
+    ckpt_every: int = 500
+    keep_last: int = 3
+    log_every: int = 10
+    device: str = "auto"  # "auto", "cpu", "cuda"
+
+
+@dataclass
+class SampleConfig:
+    n_sim: int = 1  # N_s Euler steps of the simulation rollout
+    n_real: int = 10  # N_r Euler steps of the real rollout
+    w: float = 0.6  # simulation-guidance CFG weight
+    mask_mode: str = "mask-file"  # "mask-file", "sam3", "paired-sim"
+    sam3_path: Optional[str] = None
+    seed: int = 0
+
+
+@dataclass
+class EvalConfig:
+    num_samples: int = 100
+    include_first_frame: bool = False  # the given first frame is excluded from every metric by default
+    lpips_weights: Optional[str] = None
+    inception_weights: Optional[str] = None
+    i3d_weights: Optional[str] = None
+
+
+@dataclass
+class Config:
+    preset: str = "bridge"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    conditioning: ConditioningConfig = field(default_factory=ConditioningConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    # -- derived sizes ------------------------------------------------------------------------------------------------
+    @property
+    def latent_frames(self) -> int:
+        """L + 1 latent frames for F = 1 + 4L frames."""
+        return (self.data.frames - 1) // self.model.vae.temporal_stride + 1
+
+    @property
+    def latent_hw(self) -> tuple[int, int]:
+        s = self.model.vae.spatial_stride
+        return self.data.height // s, self.data.width // s
+
+    @property
+    def tokens_per_latent_frame(self) -> int:
+        h, w = self.latent_hw
+        return (h // self.model.patch_size[1]) * (w // self.model.patch_size[2])
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def save(self, path: str | Path) -> None:
+        from simforcing.utils import atomic_write_text
+
+        atomic_write_text(Path(path), self.to_json() + "\n")
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> "Config":
+        return _from_dict(cls, d, source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Config":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"{path}: cannot read the config ({e}); expected the JSON written by a run") from e
+        return cls.from_dict(d, source=str(path))
+
+    def validate(self) -> "Config":
+        """Cross-field checks; raises ConfigError naming the field, the value and what is allowed."""
+        d, m, v = self.data, self.model, self.model.vae
+        _check(d.frames >= 1 + v.temporal_stride and (d.frames - 1) % v.temporal_stride == 0, "data.frames",
+               d.frames, f"1 + {v.temporal_stride}·L with L >= 1 (e.g. 5, 9, 21, 33)")
+        _check(d.frame_stride >= 1, "data.frame_stride", d.frame_stride, "an integer >= 1")
+        step = v.spatial_stride * m.patch_size[1]
+        _check(d.height > 0 and d.height % step == 0, "data.height", d.height,
+               f"a positive multiple of {step} (VAE spatial stride {v.spatial_stride} × patch {m.patch_size[1]})")
+        step_w = v.spatial_stride * m.patch_size[2]
+        _check(d.width > 0 and d.width % step_w == 0, "data.width", d.width,
+               f"a positive multiple of {step_w} (VAE spatial stride {v.spatial_stride} × patch {m.patch_size[2]})")
+        _check(d.windows_per_episode >= 1, "data.windows_per_episode", d.windows_per_episode, "an integer >= 1")
+        _check(d.action_dim >= 1 and d.state_dim >= 1, "data.action_dim", d.action_dim, "positive dimensions")
+        _check(v.kind in ("wan", "demo"), "model.vae.kind", v.kind, "'wan' or 'demo'")
+        _check(m.parameterization in ("velocity", "x0"), "model.parameterization", m.parameterization,
+               "'velocity' or 'x0'")
+        _check(len(m.patch_size) == 3, "model.patch_size", m.patch_size, "three integers (t, h, w)")
+        _check(m.num_attention_heads > 0 and m.attention_head_dim > 0, "model.num_attention_heads",
+               m.num_attention_heads, "positive")
+        _check(m.num_layers >= 1, "model.num_layers", m.num_layers, "an integer >= 1")
+        _check(self.flow.shift > 0, "flow.shift", self.flow.shift, "a positive number")
+        _check(self.flow.t_sampling in ("discrete", "continuous"), "flow.t_sampling", self.flow.t_sampling,
+               "'discrete' or 'continuous'")
+        _check(self.flow.loss_weighting in ("uniform", "gaussian_bump"), "flow.loss_weighting",
+               self.flow.loss_weighting, "'uniform' or 'gaussian_bump'")
+        c = self.conditioning
+        for name in ("p", "corrupt_prob", "action_dropout"):
+            val = getattr(c, name)
+            _check(0.0 <= val <= 1.0, f"conditioning.{name}", val, "a probability in [0, 1]")
+        _check(0 <= c.alpha_min <= c.alpha_max <= 1, "conditioning.alpha_min", (c.alpha_min, c.alpha_max),
+               "0 <= alpha_min <= alpha_max <= 1")
+        _check(0 <= c.sigma_min <= c.sigma_max, "conditioning.sigma_min", (c.sigma_min, c.sigma_max),
+               "0 <= sigma_min <= sigma_max")
+        for f in dataclasses.fields(self.loss):
+            _check(getattr(self.loss, f.name) >= 0, f"loss.{f.name}", getattr(self.loss, f.name), ">= 0")
+        t = self.train
+        _check(t.lr > 0, "train.lr", t.lr, "a positive learning rate (paper: 1e-4)")
+        _check(0 <= t.warmup_frac < 1, "train.warmup_frac", t.warmup_frac, "in [0, 1)")
+        _check(t.batch_size >= 1, "train.batch_size", t.batch_size, "an integer >= 1")
+        _check(t.epochs >= 1, "train.epochs", t.epochs, "an integer >= 1")
+        _check(t.max_steps is None or t.max_steps >= 1, "train.max_steps", t.max_steps, "None or >= 1")
+        _check(t.mixed_precision in ("bf16", "no"), "train.mixed_precision", t.mixed_precision, "'bf16' or 'no'")
+        _check(t.device in ("auto", "cpu", "cuda"), "train.device", t.device, "'auto', 'cpu' or 'cuda'")
+        _check(t.keep_last >= 1, "train.keep_last", t.keep_last, "an integer >= 1")
+        _check(t.ckpt_every >= 1, "train.ckpt_every", t.ckpt_every, "an integer >= 1")
+        _check(t.method in METHOD_NAMES, "train.method", t.method, "one of " + ", ".join(METHOD_NAMES))
+        s = self.sample
+        _check(s.n_sim >= 1 and s.n_real >= 1, "sample.n_real", (s.n_sim, s.n_real), "step counts >= 1")
+        _check(0.0 <= s.w, "sample.w", s.w, "a guidance weight >= 0 (paper: 0, 0.3, 0.6, 1)")
+        _check(s.mask_mode in ("mask-file", "sam3", "paired-sim"), "sample.mask_mode", s.mask_mode,
+               "'mask-file', 'sam3' or 'paired-sim'")
+        parse_color(d.sim_background, "data.sim_background")
+        return self
+
+
+def parse_color(value: str, field_name: str = "data.sim_background") -> tuple[int, int, int]:
+    """'black' -> (0, 0, 0); 'R,G,B' -> ints in 0..255."""
+    if value == "black":
+        return (0, 0, 0)
+    try:
+        rgb = tuple(int(x) for x in value.split(","))
+    except ValueError:
+        rgb = ()
+    if len(rgb) != 3 or not all(0 <= x <= 255 for x in rgb):
+        raise ConfigError(f"{field_name}: got {value!r}; expected 'black' or 'R,G,B' with integers in 0..255")
+    return rgb  # type: ignore[return-value]
+
+
+def _check(ok: bool, name: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: got {value!r}; expected {allowed}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Presets
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _bridge() -> Config:
+    """Bridge (SPEC §1, §7): 21 frames at 224×320, 20 actions, Wan2.2-TI2V-5B."""
+    return Config(preset="bridge")
+
+
+def _interndata_a1() -> Config:
+    """InternData-A1: a 129-step window, every 4th frame -> 33 frames, all 128 actions."""
+    cfg = Config(preset="interndata_a1")
+    cfg.data.frames = 33
+    cfg.data.frame_stride = 4
+    return cfg
+
+
+def _demo() -> Config:
+    """The laptop preset: the embedded synthetic benchmark, a small linear VAE and a tiny model on CPU.
+
+    Choices that differ from the paper (all config fields, see README "Demo preset"):
+    clean-latent parameterisation with a zero-initialised first-frame skip (a tiny velocity model gives speckled
+    samples), loss weights (1, 0.5, 0.5, 0.25), uniform loss weighting, continuous t, fp32.
+    """
+    cfg = Config(preset="demo")
+    d = cfg.data
+    d.frames, d.height, d.width = 9, 32, 48
+    d.windows_per_episode = 8
+    d.text_max_tokens = 16
+    d.sim_background = "black"
+    m = cfg.model
+    m.vae = VAEConfig(kind="demo", path=None, latent_channels=48, spatial_stride=4, temporal_stride=4)
+    m.num_attention_heads, m.attention_head_dim = 4, 32
+    m.ffn_dim, m.freq_dim, m.text_dim, m.num_layers = 512, 64, 64, 4
+    m.action_hidden, m.action_ffn_dim = 64, 256
+    m.rope_max_seq_len = 64
+    m.parameterization = "x0"
+    m.first_frame_skip = True
+    cfg.flow.t_sampling = "continuous"
+    cfg.flow.loss_weighting = "uniform"
+    cfg.loss = LossConfig(fm_real=1.0, fm_sim=0.5, md_real=0.5, md_sim=0.25, value_real=0.5, value_sim=0.25)
+    t = cfg.train
+    t.lr, t.batch_size, t.epochs, t.max_steps = 1e-3, 8, 1000, 600
+    t.mixed_precision, t.device = "no", "cpu"
+    t.ckpt_every, t.log_every, t.keep_last = 200, 10, 2
+    cfg.eval.num_samples = 16
+    cfg.sample.n_real = 10
+    return cfg
+
+
+PRESETS = {"demo": _demo, "bridge": _bridge, "interndata_a1": _interndata_a1}
+
+
+def preset(name: str) -> Config:
+    if name not in PRESETS:
+        raise ConfigError(f"--preset: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+    return PRESETS[name]()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Overrides
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def parse_overrides(args: list[str]) -> dict[str, str]:
+    """['--train.lr=3e-5', '--model.num_layers', '2'] -> {'train.lr': '3e-5', 'model.num_layers': '2'}."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("--") or "." not in a.split("=", 1)[0]:
+            raise ConfigError(f"unrecognised argument {a!r}; config overrides look like --section.field=value")
+        key = a[2:]
+        if "=" in key:
+            key, val = key.split("=", 1)
+        else:
+            if i + 1 >= len(args):
+                raise ConfigError(f"--{key}: missing value")
+            i += 1
+            val = args[i]
+        out[key] = val
+        i += 1
+    return out
+
+
+def apply_overrides(cfg: Config, overrides: dict[str, Any]) -> Config:
+    """Set dotted fields (strings are parsed by the field's type). Unknown fields raise ConfigError."""
+    for key, raw in overrides.items():
+        parts = key.split(".")
+        obj: Any = cfg
+        for j, p in enumerate(parts):
+            if not dataclasses.is_dataclass(obj):
+                raise ConfigError(f"--{key}: {'.'.join(parts[:j])} is not a section")
+            names = {f.name: f for f in dataclasses.fields(obj)}
+            if p not in names:
+                where = ".".join(parts[:j]) or "config"
+                raise ConfigError(f"--{key}: unknown field {p!r} in {where}; known: {', '.join(sorted(names))}")
+            if j == len(parts) - 1:
+                hints = typing.get_type_hints(type(obj))
+                setattr(obj, p, _coerce(raw, hints[p], key))
+            else:
+                obj = getattr(obj, p)
+    return cfg
+
+
+def _coerce(raw: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Union:  # Optional[X]
+        inner = [a for a in args if a is not type(None)]
+        if raw is None or (isinstance(raw, str) and raw.lower() in ("none", "null")):
+            return None
+        return _coerce(raw, inner[0], key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"--{key}: expected a section (mapping), got {raw!r}")
+        return _from_dict(tp, raw, key)
+    try:
+        if tp is bool:
+            if isinstance(raw, bool):
+                return raw
+            s = str(raw).lower()
+            if s in ("1", "true", "yes", "on"):
+                return True
+            if s in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if tp is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError(raw)
+            return int(raw) if not isinstance(raw, str) else int(raw, 10)
+        if tp is float:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return float(raw)
+        if tp is str:
+            if not isinstance(raw, str):
+                raise ValueError(raw)
+            return raw
+        if tp is tuple or origin is tuple:
+            if isinstance(raw, str):
+                raw = [int(x) for x in raw.strip("()[] ").split(",")]
+            return tuple(int(x) for x in raw)
+    except (TypeError, ValueError):
+        name = getattr(tp, "__name__", str(tp))
+        raise ConfigError(f"--{key}: cannot read {raw!r} as {name}") from None
+    return raw
+
+
+def _from_dict(cls: Any, d: dict, source: str) -> Any:
+    obj = cls()
+    names = {f.name for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for k, v in d.items():
+        if k not in names:
+            raise ConfigError(f"{source}: unknown field {k!r} in {cls.__name__}; known: {', '.join(sorted(names))}")
+        setattr(obj, k, _coerce(v, hints[k], f"{source}:{k}" if source == "config" else k))
+    return obj
+
+
+def load_config(preset_name: str, overrides: list[str] | dict | None = None) -> Config:
+    cfg = preset(preset_name)
+    if overrides:
+        ov = parse_overrides(overrides) if isinstance(overrides, list) else overrides
+        apply_overrides(cfg, ov)
+    return cfg
