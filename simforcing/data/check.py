@@ -1,0 +1,398 @@
+"""Dataset validation: ``simforcing data check DIR [--skip-bad] [--preset P]`` and the checks the dataset reuses.
+
+Every problem is a DataError with a distinct ``kind`` naming the episode, the file, the field and what was expected:
+
+    dataset level (never skipped)   missing_meta, unreadable_meta, bad_meta, missing_stats, bad_stats,
+                                    missing_text_cache, bad_text_embedding (cache text_dim), empty_split
+    episode level (--skip-bad)      unknown_episode (in splits.json, not in episodes.jsonl), duplicate_episode,
+                                    unpaired_episode (train/val episode with has_real False),
+                                    missing_video, unreadable_video, truncated_video (fewer frames than `length`),
+                                    length_mismatch (more frames than `length`), frame_count_mismatch (sim vs real),
+                                    resolution_mismatch (sim vs real), bad_resolution (cannot be centre-cropped),
+                                    bad_layout, missing_file, unreadable_file, missing_field (npz column),
+                                    bad_action_shape (not (T-1, action_dim)), bad_state_shape (not (T, state_dim)),
+                                    video_shorter_than_actions, non_finite (NaN/inf), bad_arm_mask (not (T, H, W)),
+                                    missing_text_embedding, bad_text_embedding
+
+``check_dataset`` decodes every video (thorough); ``PairedWindowDataset`` runs the same ``validate_episode`` with
+``decode=False`` (container headers only) so that building a dataset stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from simforcing.config import PRESETS, Config
+from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, meta_dir, read_episode_videos, read_episodes,
+                                    read_info, read_lowdim, read_splits, read_stats)
+from simforcing.data.text_cache import cache_dir, embedding_path, has_embedding, load_embedding, read_cache_info
+
+log = logging.getLogger("simforcing.data")
+
+MIN_CROP_FRACTION = 0.25  # the centre crop must keep at least this fraction of the source along each axis
+PAIRED_SPLITS = ("train", "val")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Small readers
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def probe_video(path: Path, episode: str | None = None) -> tuple[int, int, int]:
+    """(frames, height, width) from the container header; decodes only when the header has no frame count."""
+    import av
+
+    if not path.exists():
+        raise DataError("video file is missing", episode, path, kind="missing_video")
+    try:
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            n, h, w = stream.frames, stream.codec_context.height, stream.codec_context.width
+            if n <= 0:
+                n = sum(1 for _ in container.decode(video=0))
+    except (av.error.FFmpegError, ValueError, IndexError, OSError) as e:
+        raise DataError(f"video cannot be opened ({type(e).__name__}: {e})", episode, path,
+                        kind="unreadable_video") from e
+    if n <= 0:
+        raise DataError("video has no frames", episode, path, kind="unreadable_video")
+    return n, h, w
+
+
+def npz_field_shape(path: Path, name: str, episode: str | None = None) -> tuple[int, ...]:
+    """Shape of one array of an .npz from its header, without reading the data."""
+    from numpy.lib import format as npformat
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if name + ".npy" not in zf.namelist():
+                found = sorted(n[:-4] for n in zf.namelist())
+                raise DataError(f"field {name!r} is missing (found {found})", episode, path, kind="missing_field")
+            with zf.open(name + ".npy") as f:
+                version = npformat.read_magic(f)
+                read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+                shape, _, _ = read(f)
+    except DataError:
+        raise
+    except Exception as e:  # BadZipFile, ValueError, OSError
+        raise DataError(f"cannot read ({type(e).__name__}: {e})", episode, path, kind="unreadable_file") from e
+    return tuple(shape)
+
+
+def crop_keep_fraction(h: int, w: int, height: int, width: int) -> float:
+    """Fraction of the source kept along the cropped axis by resize-to-cover + centre crop to (height, width)."""
+    scale = max(height / h, width / w)
+    return min(height / (h * scale), width / (w * scale))
+
+
+def check_resolution(h: int, w: int, height: int, width: int, episode: str | None, path: Path) -> None:
+    """Reject a degenerate source: under 2 px on a side, or a centre crop keeping < 25 % of an axis."""
+    if h < 2 or w < 2:
+        raise DataError(f"resolution {h}x{w} is degenerate; expected at least 2x2", episode, path,
+                        kind="bad_resolution")
+    keep = crop_keep_fraction(h, w, height, width)
+    if keep < MIN_CROP_FRACTION:
+        raise DataError(f"resolution {h}x{w} (H x W) cannot be centre-cropped to {height}x{width} (data.height x "
+                        f"data.width): the crop would keep {keep:.0%} of an axis, expected >= "
+                        f"{MIN_CROP_FRACTION:.0%}", episode, path, kind="bad_resolution")
+
+
+def check_text_cache(cache: Path, cfg: Config) -> dict:
+    """The cache's info.json must exist and match model.text_dim (DataError kind bad_text_embedding otherwise)."""
+    info = read_cache_info(cache)
+    if info.get("text_dim") != cfg.model.text_dim:
+        raise DataError(f"field text_dim is {info.get('text_dim')!r}; expected {cfg.model.text_dim} (model.text_dim); "
+                        f"re-run `simforcing data embed-text` with this preset", path=cache / "info.json",
+                        kind="bad_text_embedding")
+    return info
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# One episode
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EpisodeSummary:
+    episode_id: str
+    length: int
+    height: int
+    width: int
+    has_real: bool
+    has_mask: bool
+    action_min: np.ndarray
+    action_max: np.ndarray
+    state_min: np.ndarray
+    state_max: np.ndarray
+
+
+def _video_shapes(root: Path, info: dict, ep: EpisodeInfo, decode: bool) -> dict[str, tuple[int, int, int, Path]]:
+    """{"sim": (frames, h, w, path), "real": ...} for the videos this episode has."""
+    d = episode_dir(root, ep.episode_id)
+    layout = info.get("video_layout", "separate")
+    if layout not in ("separate", "side_by_side"):
+        raise DataError(f"field video_layout is {layout!r}; expected 'separate' or 'side_by_side'",
+                        path=meta_dir(root) / "info.json", kind="bad_meta")
+    if decode:
+        sim, real = read_episode_videos(root, info, ep)
+        paths = ((d / "pair.mp4",) * 2) if (layout == "side_by_side" and ep.has_real) else (d / "sim.mp4",
+                                                                                             d / "real.mp4")
+        out = {"sim": (*sim.shape[:3], paths[0])}
+        if real is not None:
+            out["real"] = (*real.shape[:3], paths[1])
+        return out
+    if layout == "side_by_side" and ep.has_real:
+        n, h, w = probe_video(d / "pair.mp4", ep.episode_id)
+        if w % 2:
+            raise DataError(f"side-by-side video width {w} is odd; expected 2·W", ep.episode_id, d / "pair.mp4",
+                            kind="bad_layout")
+        return {"sim": (n, h, w // 2, d / "pair.mp4"), "real": (n, h, w // 2, d / "pair.mp4")}
+    out = {"sim": (*probe_video(d / "sim.mp4", ep.episode_id), d / "sim.mp4")}
+    if ep.has_real:
+        out["real"] = (*probe_video(d / "real.mp4", ep.episode_id), d / "real.mp4")
+    return out
+
+
+def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config, need_real: bool,
+                     decode: bool = False, text_cache: Path | None = None) -> EpisodeSummary:
+    """Every per-episode check; raises the first DataError found. ``decode``: decode the videos fully."""
+    root = Path(root)
+    eid, d = ep.episode_id, episode_dir(root, ep.episode_id)
+    if need_real and not ep.has_real:
+        raise DataError("has_real is false but this split needs paired sim/real videos", eid,
+                        meta_dir(root) / "episodes.jsonl", kind="unpaired_episode")
+    vids = _video_shapes(root, info, ep, decode)
+    n, h, w, vpath = vids["sim"]
+    if "real" in vids:
+        rn, rh, rw, rpath = vids["real"]
+        if rn != n:
+            raise DataError(f"real video has {rn} frames but the sim video has {n}; expected equal counts", eid, rpath,
+                            kind="frame_count_mismatch")
+        if (rh, rw) != (h, w):
+            raise DataError(f"real resolution {rh}x{rw} differs from sim resolution {h}x{w}", eid, rpath,
+                            kind="resolution_mismatch")
+    if n < ep.length:
+        raise DataError(f"video has {n} frames; expected {ep.length} (field length in episodes.jsonl)", eid, vpath,
+                        kind="truncated_video")
+    if n > ep.length:
+        raise DataError(f"video has {n} frames but field length in episodes.jsonl is {ep.length}", eid, vpath,
+                        kind="length_mismatch")
+    check_resolution(h, w, cfg.data.height, cfg.data.width, eid, vpath)
+
+    lowdim = d / "lowdim.npz"
+    actions, states = read_lowdim(root, eid)
+    A, S = cfg.data.action_dim, cfg.data.state_dim
+    if actions.ndim != 2 or actions.shape[1] != A:
+        raise DataError(f"field actions has shape {actions.shape}; expected ({n - 1}, {A}) (T-1, data.action_dim)",
+                        eid, lowdim, kind="bad_action_shape")
+    if states.ndim != 2 or states.shape[1] != S:
+        raise DataError(f"field states has shape {states.shape}; expected ({n}, {S}) (T, data.state_dim)", eid,
+                        lowdim, kind="bad_state_shape")
+    if actions.shape[0] > n - 1:
+        raise DataError(f"field actions has {actions.shape[0]} rows but the videos have only {n} frames "
+                        f"({n - 1} transitions)", eid, lowdim, kind="video_shorter_than_actions")
+    if actions.shape[0] != ep.length - 1:
+        raise DataError(f"field actions has shape {actions.shape}; expected ({ep.length - 1}, {A}) (T-1 transitions)",
+                        eid, lowdim, kind="bad_action_shape")
+    if states.shape[0] != ep.length:
+        raise DataError(f"field states has shape {states.shape}; expected ({ep.length}, {S}) (T frames)", eid,
+                        lowdim, kind="bad_state_shape")
+    for name, x in (("actions", actions), ("states", states)):
+        bad = ~np.isfinite(x)
+        if bad.any():
+            row, col = map(int, np.argwhere(bad)[0])
+            raise DataError(f"field {name} holds {int(bad.sum())} NaN/inf values (first at [{row}, {col}])", eid,
+                            lowdim, kind="non_finite")
+
+    mask_path = d / "arm_mask.npz"
+    has_mask = ep.has_real and mask_path.exists()
+    if has_mask:
+        shape = npz_field_shape(mask_path, "mask", eid)
+        if shape != (n, h, w):
+            raise DataError(f"field mask has shape {shape}; expected ({n}, {h}, {w}) (T, H, W of the real video)", eid,
+                            mask_path, kind="bad_arm_mask")
+
+    cache = text_cache if text_cache is not None else cache_dir(root, cfg.data.text_cache)
+    if decode:
+        load_embedding(cache, ep.instruction, cfg.data.text_max_tokens, cfg.model.text_dim, eid)
+    elif not has_embedding(cache, ep.instruction):
+        raise DataError(f"instruction {ep.instruction!r} has no cached embedding; run `simforcing data embed-text`",
+                        eid, embedding_path(cache, ep.instruction), kind="missing_text_embedding")
+    return EpisodeSummary(eid, ep.length, h, w, ep.has_real, has_mask, actions.min(0), actions.max(0), states.min(0),
+                          states.max(0))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Dataset-level checks
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def episode_id_counts(root: str | Path) -> dict[str, int]:
+    """How often each id appears in episodes.jsonl (read_episodes keeps only the last copy)."""
+    counts: dict[str, int] = {}
+    for line in (meta_dir(root) / "episodes.jsonl").read_text().splitlines():
+        if line.strip():
+            eid = str(json.loads(line)["episode_id"])
+            counts[eid] = counts.get(eid, 0) + 1
+    return counts
+
+
+def resolve_split_episodes(root: str | Path, splits: tuple[str, ...] | list[str]
+                           ) -> tuple[list[tuple[str, str]], dict[str, EpisodeInfo], list[DataError]]:
+    """([(split, id)] in order, the episode index, [DataError for unknown/duplicate ids]) for ``splits``."""
+    root = Path(root)
+    episodes = read_episodes(root)
+    counts = episode_id_counts(root)
+    all_splits = read_splits(root)
+    where: dict[str, list[str]] = {}
+    for s, ids in all_splits.items():
+        for eid in ids:
+            where.setdefault(eid, []).append(s)
+    index_path, splits_path = meta_dir(root) / "episodes.jsonl", meta_dir(root) / "splits.json"
+    order, problems, seen = [], [], set()
+    for s in splits:
+        if s not in all_splits:
+            raise DataError(f"split {s!r} is unknown; expected one of {list(all_splits)}", path=splits_path,
+                            kind="bad_meta")
+        for eid in all_splits[s]:
+            if eid in seen:
+                continue
+            seen.add(eid)
+            if eid not in episodes:
+                problems.append(DataError(f"listed in split {s!r} but absent from episodes.jsonl", eid, splits_path,
+                                          kind="unknown_episode"))
+            elif counts.get(eid, 0) > 1:
+                problems.append(DataError(f"episode id appears {counts[eid]} times; expected once", eid, index_path,
+                                          kind="duplicate_episode"))
+            elif len(where[eid]) > 1:
+                problems.append(DataError(f"episode id is listed {len(where[eid])} times in splits "
+                                          f"{where[eid]}; expected once", eid, splits_path, kind="duplicate_episode"))
+            else:
+                order.append((s, eid))
+    return order, episodes, problems
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The report
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckReport:
+    root: str
+    preset: str
+    splits: dict = field(default_factory=dict)  # split -> {"episodes", "frames", "paired", "masks"}
+    windows: dict = field(default_factory=dict)  # preset -> {"window_steps", "windows", "too_short"}
+    action_range: tuple = ((), ())
+    state_range: tuple = ((), ())
+    resolutions: dict = field(default_factory=dict)  # "HxW" -> episodes
+    text_coverage: tuple = (0, 0)  # (instructions with an embedding, distinct instructions)
+    skipped: list = field(default_factory=list)  # (episode, kind, message)
+
+    @property
+    def ok(self) -> bool:
+        return not self.skipped
+
+    def format(self) -> str:
+        lines = [f"dataset {self.root} (checked with preset {self.preset})"]
+        for s, v in self.splits.items():
+            lines.append(f"  {s:<9} {v['episodes']:>6} episodes  {v['frames']:>8} frames  {v['paired']:>6} paired  "
+                         f"{v['masks']:>6} with arm masks")
+        lines.append("  resolutions: " + ", ".join(f"{k} ({v} episodes)" for k, v in self.resolutions.items()))
+        for name, v in self.windows.items():
+            lines.append(f"  preset {name:<14} window {v['window_steps']:>4} steps: {v['windows']:>8} distinct "
+                         f"windows, {v['too_short']} episodes too short")
+        fmt = lambda xs: "[" + ", ".join(f"{x:.4g}" for x in xs) + "]"  # noqa: E731
+        lines.append(f"  actions min {fmt(self.action_range[0])}\n          max {fmt(self.action_range[1])}")
+        lines.append(f"  states  min {fmt(self.state_range[0])}\n          max {fmt(self.state_range[1])}")
+        lines.append(f"  text cache: {self.text_coverage[0]}/{self.text_coverage[1]} instructions embedded")
+        for eid, kind, msg in self.skipped:
+            lines.append(f"  skipped [{kind}] {msg}")
+        lines.append("dataset OK" if self.ok else f"{len(self.skipped)} bad episodes skipped; the rest is OK")
+        return "\n".join(lines)
+
+
+def check_dataset(root: str | Path, cfg: Config, skip_bad: bool = False) -> CheckReport:
+    """Validate every episode of every split (videos decoded). Raises the first DataError unless ``skip_bad``."""
+    root = Path(root)
+    info = read_info(root)
+    stats = read_stats(root)
+    from simforcing.data.stats import Normalizer
+
+    Normalizer(stats).check_dims(cfg.data.action_dim, cfg.data.state_dim, str(meta_dir(root) / "stats.json"))
+    cache = cache_dir(root, cfg.data.text_cache)
+    check_text_cache(cache, cfg)
+    order, episodes, problems = resolve_split_episodes(root, ("train", "val", "sim_pool"))
+    report = CheckReport(str(root), cfg.preset)
+
+    def bad(e: DataError) -> None:
+        if not skip_bad:
+            raise e
+        log.warning("skipping episode %s [%s]: %s", e.episode, e.kind, e)
+        report.skipped.append((e.episode, e.kind, str(e)))
+
+    for e in problems:
+        bad(e)
+    good: list[tuple[str, EpisodeSummary]] = []
+    for split, eid in order:
+        try:
+            good.append((split, validate_episode(root, info, episodes[eid], cfg, split in PAIRED_SPLITS,
+                                                 decode=True, text_cache=cache)))
+        except DataError as e:
+            bad(e)
+    if not good:
+        raise DataError("no valid episode in splits train, val, sim_pool", path=meta_dir(root) / "splits.json",
+                        kind="empty_split")
+    for s in ("train", "val", "sim_pool"):
+        eps = [g for sp, g in good if sp == s]
+        report.splits[s] = {"episodes": len(eps), "frames": sum(g.length for g in eps),
+                            "paired": sum(g.has_real for g in eps), "masks": sum(g.has_mask for g in eps)}
+    for g in (g for _, g in good):
+        key = f"{g.height}x{g.width}"
+        report.resolutions[key] = report.resolutions.get(key, 0) + 1
+    for name, make in PRESETS.items():
+        ws = make().data.window_steps
+        report.windows[name] = {"window_steps": ws, "windows": sum(max(0, g.length - ws + 1) for _, g in good),
+                                "too_short": sum(g.length < ws for _, g in good)}
+    report.action_range = (np.min([g.action_min for _, g in good], 0).tolist(),
+                           np.max([g.action_max for _, g in good], 0).tolist())
+    report.state_range = (np.min([g.state_min for _, g in good], 0).tolist(),
+                          np.max([g.state_max for _, g in good], 0).tolist())
+    instructions = {episodes[eid].instruction for _, eid in order}
+    report.text_coverage = (sum(has_embedding(cache, t) for t in instructions), len(instructions))
+    return report
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Command
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from simforcing.cli import add_config_args
+
+    parser.add_argument("root", metavar="DIR", help="dataset folder")
+    parser.add_argument("--skip-bad", action="store_true", help="skip and count bad episodes instead of stopping")
+    add_config_args(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from simforcing.cli import config_from_args, dry_run
+
+    cfg = config_from_args(args)
+    if args.dry_run:
+        return dry_run(cfg)
+    try:
+        report = check_dataset(args.root, cfg, skip_bad=args.skip_bad or cfg.data.skip_bad)
+    except DataError as e:
+        print(f"simforcing data check: [{e.kind}] {e}", file=sys.stderr)
+        return 1
+    print(report.format())
+    return 0

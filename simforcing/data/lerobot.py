@@ -1,0 +1,320 @@
+"""Import paired sim/real LeRobot v3.0 datasets into the simforcing format (pyarrow + PyAV; no `lerobot` package).
+
+    simforcing data import-lerobot --sim SIM_DIR --real REAL_DIR --out OUT [--sim-camera KEY] [--real-camera KEY]
+        [--action-key action] [--state-key observation.state] [--val-fraction 0.1]
+
+LeRobot v3.0 layout read here:
+    meta/info.json                        codebase_version "v3.0", fps, features {key: {dtype, shape}}, data_path and
+                                          video_path templates ("data/chunk-{chunk_index:03d}/file-{file_index:03d}
+                                          .parquet", "videos/{video_key}/chunk-{chunk_index:03d}/file-...mp4")
+    meta/episodes/chunk-*/file-*.parquet  one row per episode: episode_index, length, tasks, data/chunk_index,
+                                          data/file_index, dataset_from_index, dataset_to_index,
+                                          videos/<key>/{chunk_index, file_index, from_timestamp, to_timestamp}
+    meta/tasks.parquet                    task_index + the task string (pandas index column "task")
+    data/...parquet                       many episodes per file: index, episode_index, frame_index, timestamp,
+                                          task_index, action, observation.state
+    videos/<key>/...mp4                   many episodes concatenated (AV1); an episode's frames are those with
+                                          from_timestamp <= t < to_timestamp (half a frame of tolerance)
+
+Pairing: sim and real episodes with the same episode_index form a paired episode; sim episodes without a real
+partner go to ``sim_pool`` (sim-only); real episodes without a sim partner are skipped with a warning. Paired
+episodes are split into train/val (a seeded permutation; ``--val-fraction``). LeRobot stores one action per frame
+(T rows); our format stores transitions, so the first T-1 actions are kept (the last one leads out of the episode).
+Actions and states come from the real dataset (``--lowdim-from sim`` to change that). Both videos are written at the
+real camera's resolution (rounded down to even) or ``--height/--width``; a sim camera of another size gets the same
+aspect-preserving resize + centre crop as training. Then meta/stats.json is computed; fill the text cache with
+``simforcing data embed-text OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simforcing.config import ConfigError, parse_color
+from simforcing.data.format import DataError, EpisodeInfo, write_episode, write_meta
+
+log = logging.getLogger("simforcing.data")
+
+
+@dataclass
+class LeRobotEpisode:
+    index: int
+    length: int
+    task: str
+    data_file: Path
+    video_file: Path
+    from_ts: float
+    to_ts: float
+
+
+def _read_table(path: Path, what: str):
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        raise DataError(f"{what} is missing", path=path, kind="missing_file")
+    try:
+        return pq.read_table(path)
+    except Exception as e:  # pyarrow.ArrowInvalid, OSError
+        raise DataError(f"{what} cannot be read ({type(e).__name__}: {e})", path=path, kind="unreadable_file") from e
+
+
+def _column_2d(table, name: str, path: Path) -> np.ndarray:
+    """A list/fixed-size-list (or scalar) column -> float32 (N, D)."""
+    import pyarrow as pa
+
+    if name not in table.column_names:
+        raise DataError(f"column {name!r} is missing (found {table.column_names})", path=path, kind="missing_field")
+    col = table.column(name).combine_chunks()
+    n = len(col)
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type):
+        flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
+        if n and flat.size % n:
+            raise DataError(f"column {name!r} has rows of different lengths", path=path, kind="bad_meta")
+        return flat.reshape(n, -1 if n else 0)
+    return col.to_numpy(zero_copy_only=False).astype(np.float32).reshape(n, 1)
+
+
+class LeRobotV3:
+    """Read access to one LeRobot v3.0 dataset folder: episodes, per-episode lowdim, per-episode camera frames."""
+
+    def __init__(self, root: str | Path, camera: str | None = None, action_key: str = "action",
+                 state_key: str = "observation.state"):
+        self.root = Path(root)
+        info_path = self.root / "meta" / "info.json"
+        if not info_path.exists():
+            raise DataError("LeRobot info is missing; expected a LeRobot v3.0 dataset folder", path=info_path,
+                            kind="missing_meta")
+        try:
+            self.info = json.loads(info_path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise DataError(f"cannot read ({e})", path=info_path, kind="unreadable_meta") from e
+        version = str(self.info.get("codebase_version", ""))
+        if not version.startswith("v3."):
+            raise DataError(f"field codebase_version is {version!r}; expected 'v3.0' (convert older datasets with "
+                            f"lerobot's v2.1 -> v3.0 script)", path=info_path, kind="bad_meta")
+        self.fps = float(self.info["fps"])
+        features = self.info.get("features", {})
+        videos = sorted(k for k, f in features.items() if f.get("dtype") == "video")
+        for key, flag in ((action_key, "--action-key"), (state_key, "--state-key")):
+            if key not in features:
+                raise DataError(f"feature {key!r} ({flag}) is not in features {sorted(features)}", path=info_path,
+                                kind="missing_field")
+        if camera is None:
+            if len(videos) != 1:
+                raise DataError(f"{len(videos)} video features {videos}; choose one with --sim-camera/--real-camera",
+                                path=info_path, kind="missing_field")
+            camera = videos[0]
+        elif camera not in videos:
+            raise DataError(f"camera {camera!r} is not a video feature; found {videos}", path=info_path,
+                            kind="missing_field")
+        self.camera, self.action_key, self.state_key = camera, action_key, state_key
+        self.tasks = self._read_tasks()
+        self.episodes = self._read_episodes()
+        self._table_cache: tuple[Path, object] | None = None
+
+    def _read_tasks(self) -> dict[int, str]:
+        path = self.root / "meta" / "tasks.parquet"
+        table = _read_table(path, "task table")
+        names = table.column_names
+        text_col = next((c for c in ("task", "__index_level_0__") if c in names), None)
+        if text_col is None or "task_index" not in names:
+            raise DataError(f"expected columns task_index and task; found {names}", path=path, kind="missing_field")
+        return dict(zip(table.column("task_index").to_pylist(), map(str, table.column(text_col).to_pylist())))
+
+    def _read_episodes(self) -> dict[int, LeRobotEpisode]:
+        files = sorted((self.root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+        if not files:
+            raise DataError("no episode metadata files", path=self.root / "meta" / "episodes", kind="missing_meta")
+        cam = f"videos/{self.camera}/"
+        needed = ["episode_index", "length", "data/chunk_index", "data/file_index", cam + "chunk_index",
+                  cam + "file_index", cam + "from_timestamp", cam + "to_timestamp"]
+        out: dict[int, LeRobotEpisode] = {}
+        for f in files:
+            rows = _read_table(f, "episode metadata")
+            missing = [c for c in needed if c not in rows.column_names]
+            if missing:
+                raise DataError(f"columns {missing} are missing", path=f, kind="missing_field")
+            for r in rows.select([c for c in needed + ["tasks"] if c in rows.column_names]).to_pylist():
+                ep = int(r["episode_index"])
+                tasks = r.get("tasks") or []
+                out[ep] = LeRobotEpisode(
+                    index=ep, length=int(r["length"]), task=str(tasks[0]) if tasks else "",
+                    data_file=self.root / self.info["data_path"].format(chunk_index=r["data/chunk_index"],
+                                                                        file_index=r["data/file_index"]),
+                    video_file=self.root / self.info["video_path"].format(
+                        video_key=self.camera, chunk_index=r[cam + "chunk_index"], file_index=r[cam + "file_index"]),
+                    from_ts=float(r[cam + "from_timestamp"]), to_ts=float(r[cam + "to_timestamp"]))
+        return out
+
+    def _data_table(self, path: Path):
+        if self._table_cache is None or self._table_cache[0] != path:
+            self._table_cache = (path, _read_table(path, "episode data"))
+        return self._table_cache[1]
+
+    def lowdim(self, ep: LeRobotEpisode) -> tuple[np.ndarray, np.ndarray, str]:
+        """(actions (T, A), states (T, S), task) of one episode, rows ordered by frame_index."""
+        import pyarrow.compute as pc
+
+        table = self._data_table(ep.data_file)
+        for c in ("episode_index", "frame_index"):
+            if c not in table.column_names:
+                raise DataError(f"column {c!r} is missing", str(ep.index), ep.data_file, kind="missing_field")
+        rows = table.filter(pc.equal(table.column("episode_index"), ep.index))
+        rows = rows.take(pc.sort_indices(rows, sort_keys=[("frame_index", "ascending")]))
+        if rows.num_rows != ep.length:
+            raise DataError(f"{rows.num_rows} data rows for episode_index {ep.index}; expected length {ep.length}",
+                            str(ep.index), ep.data_file, kind="truncated_data")
+        task = ep.task
+        if not task and "task_index" in rows.column_names and rows.num_rows:
+            task = self.tasks.get(rows.column("task_index")[0].as_py(), "")
+        return (_column_2d(rows, self.action_key, ep.data_file), _column_2d(rows, self.state_key, ep.data_file),
+                task)
+
+    def frames(self, ep: LeRobotEpisode) -> np.ndarray:
+        """uint8 (T, H, W, 3): the frames of the episode's video file with from_ts <= t < to_ts."""
+        import av
+
+        if not ep.video_file.exists():
+            raise DataError("video file is missing", str(ep.index), ep.video_file, kind="missing_video")
+        tol = 0.5 / self.fps
+        frames = []
+        try:
+            with av.open(str(ep.video_file)) as container:
+                stream = container.streams.video[0]
+                if ep.from_ts > 0:
+                    container.seek(int(max(0.0, ep.from_ts - tol) / stream.time_base), stream=stream)
+                for fr in container.decode(stream):
+                    t = fr.time if fr.time is not None else len(frames) / self.fps
+                    if t < ep.from_ts - tol:
+                        continue
+                    if t >= ep.to_ts - tol or len(frames) == ep.length:
+                        break
+                    frames.append(fr.to_ndarray(format="rgb24"))
+        except (av.error.FFmpegError, ValueError, OSError) as e:
+            raise DataError(f"video cannot be decoded ({type(e).__name__}: {e})", str(ep.index), ep.video_file,
+                            kind="unreadable_video") from e
+        if len(frames) != ep.length:
+            raise DataError(f"{len(frames)} frames between {ep.from_ts:.3f}s and {ep.to_ts:.3f}s; expected length "
+                            f"{ep.length}", str(ep.index), ep.video_file, kind="truncated_video")
+        return np.stack(frames)
+
+
+def _fit(frames: np.ndarray, height: int, width: int) -> np.ndarray:
+    """uint8 (T, h, w, 3) -> (T, height, width, 3) with the training transform (resize to cover + centre crop)."""
+    if frames.shape[1:3] == (height, width):
+        return frames
+    from simforcing.data.paired import frames_to_target
+
+    return frames_to_target(frames, height, width).permute(1, 2, 3, 0).numpy()  # (3,T,H,W) -> (T,H,W,3)
+
+
+def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, sim_camera: str | None = None,
+                   real_camera: str | None = None, action_key: str = "action", state_key: str = "observation.state",
+                   val_fraction: float = 0.1, seed: int = 0, height: int | None = None, width: int | None = None,
+                   lowdim_from: str = "real", sim_background: str = "black", progress: bool = True) -> dict:
+    """Convert a sim and a real LeRobot v3.0 dataset into one paired dataset at ``out``; returns a summary dict."""
+    from tqdm import tqdm
+
+    from simforcing.data.stats import write_stats
+
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"--val-fraction: got {val_fraction}; expected a fraction in [0, 1)")
+    if lowdim_from not in ("real", "sim"):
+        raise ValueError(f"--lowdim-from: got {lowdim_from!r}; expected 'real' or 'sim'")
+    parse_color(sim_background, "--sim-background")
+    sim = LeRobotV3(sim_dir, sim_camera, action_key, state_key)
+    real = LeRobotV3(real_dir, real_camera, action_key, state_key)
+    paired = sorted(set(sim.episodes) & set(real.episodes))
+    sim_only = sorted(set(sim.episodes) - set(real.episodes))
+    real_only = sorted(set(real.episodes) - set(sim.episodes))
+    for ep in real_only:
+        log.warning("real episode %d has no simulation partner in %s; skipped", ep, sim.root)
+    if not paired:
+        raise DataError(f"no episode_index is shared by {sim.root} and {real.root}", kind="empty_split")
+    if height is None or width is None:
+        shape = real.info["features"][real.camera].get("shape", [])
+        h, w = (int(shape[0]), int(shape[1])) if len(shape) == 3 else real.frames(real.episodes[paired[0]]).shape[1:3]
+        height, width = height or h - h % 2, width or w - w % 2
+    out = Path(out)
+    episodes, splits = [], {"train": [], "val": [], "sim_pool": []}
+    rng = np.random.default_rng(seed)
+    n_val = int(round(len(paired) * val_fraction)) if len(paired) > 1 else 0
+    val_set = {paired[i] for i in rng.permutation(len(paired))[:n_val]}
+    for idx in tqdm(paired + sim_only, desc="import-lerobot", disable=not progress):
+        s_ep = sim.episodes[idx]
+        r_ep = real.episodes.get(idx)
+        eid = f"ep{idx:06d}"
+        if r_ep is not None and r_ep.length != s_ep.length:
+            raise DataError(f"sim has {s_ep.length} frames ({s_ep.video_file}) but real has {r_ep.length}; paired "
+                            f"episodes must have equal lengths", eid, r_ep.video_file, kind="frame_count_mismatch")
+        src, src_ep = (real, r_ep) if (lowdim_from == "real" and r_ep is not None) else (sim, s_ep)
+        actions, states, task = src.lowdim(src_ep)
+        T = s_ep.length
+        sim_frames = _fit(sim.frames(s_ep), height, width)
+        real_frames = _fit(real.frames(r_ep), height, width) if r_ep is not None else None
+        write_episode(out, eid, sim_frames, real_frames, actions[:T - 1], states[:T], layout="separate",
+                      fps=int(round(real.fps)))
+        episodes.append(EpisodeInfo(eid, T, task, r_ep is not None))
+        split = "sim_pool" if r_ep is None else ("val" if idx in val_set else "train")
+        splits[split].append(eid)
+    info = {"fps": int(round(real.fps)), "height": height, "width": width, "action_dim": int(actions.shape[1]),
+            "state_dim": int(states.shape[1]), "video_layout": "separate", "sim_background": sim_background,
+            "source": "lerobot-v3.0", "lerobot": {"sim": str(sim.root), "real": str(real.root),
+                                                  "sim_camera": sim.camera, "real_camera": real.camera,
+                                                  "action_key": action_key, "state_key": state_key,
+                                                  "lowdim_from": lowdim_from, "skipped_real_only": real_only}}
+    write_meta(out, info, episodes, splits)
+    write_stats(out)
+    return {"out": str(out), **{k: len(v) for k, v in splits.items()}, "skipped_real_only": real_only,
+            "height": height, "width": width}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Command
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sim", required=True, help="simulation LeRobot v3.0 dataset folder")
+    parser.add_argument("--real", required=True, help="real LeRobot v3.0 dataset folder")
+    parser.add_argument("--out", required=True, help="output dataset folder (simforcing format)")
+    parser.add_argument("--sim-camera", default=None, help="video feature of the sim dataset (default: the only one)")
+    parser.add_argument("--real-camera", default=None, help="video feature of the real dataset (default: the only one)")
+    parser.add_argument("--action-key", default="action")
+    parser.add_argument("--state-key", default="observation.state")
+    parser.add_argument("--val-fraction", type=float, default=0.1, help="fraction of paired episodes put in val")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
+    parser.add_argument("--height", type=int, default=None, help="stored height (default: the real camera's)")
+    parser.add_argument("--width", type=int, default=None, help="stored width (default: the real camera's)")
+    parser.add_argument("--lowdim-from", choices=("real", "sim"), default="real",
+                        help="dataset whose actions/states are kept")
+    parser.add_argument("--sim-background", default="black", help="what sim frames show outside the arm")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.overrides:
+        print(f"simforcing data import-lerobot: unrecognised arguments {args.overrides}", file=sys.stderr)
+        return 2
+    try:
+        summary = import_lerobot(args.sim, args.real, args.out, args.sim_camera, args.real_camera, args.action_key,
+                                 args.state_key, args.val_fraction, args.seed, args.height, args.width,
+                                 args.lowdim_from, args.sim_background)
+    except DataError as e:
+        print(f"simforcing data import-lerobot: [{e.kind}] {e}", file=sys.stderr)
+        return 1
+    except (ValueError, ConfigError) as e:
+        print(f"simforcing data import-lerobot: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {summary['out']}: {summary['train']} train, {summary['val']} val, {summary['sim_pool']} sim-only "
+          f"episodes at {summary['height']}x{summary['width']}; statistics in meta/stats.json")
+    if summary["skipped_real_only"]:
+        print(f"skipped {len(summary['skipped_real_only'])} real episodes without a sim partner")
+    print(f"next: simforcing data embed-text {summary['out']}")
+    return 0
