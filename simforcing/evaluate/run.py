@@ -1,0 +1,194 @@
+"""`simforcing evaluate`: metrics and latency of a checkpoint (or a baseline) on the first K windows of a split.
+
+    simforcing evaluate --ckpt RUN --data DIR --split val --num-samples K --out OUT [--sample.w=0.6 ...]
+    simforcing evaluate --baseline copy-first|vae-recon --preset demo --data DIR --out OUT [--model.vae.path=...]
+
+Samples: window i is the dataset's fixed window (``data.fixed_window``) of the i-th episode of the split, i < K; sample
+i uses the generator seeded from (sample.seed, i) — every method, checkpoint and sampler setting sees the same windows,
+first frames and noise. Each sample is generated alone (batch 1), so latency is per sample (evaluate.latency).
+Writes OUT/eval.json and OUT/eval.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from simforcing.config import Config, ConfigError
+from simforcing.evaluate.latency import summarize_latency
+from simforcing.sample import (BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler,
+                               collate_one, eval_dataset, load_run, merge_run_config, sample_generator, to_device)
+from simforcing.utils import atomic_write_json, atomic_write_text, resolve_device
+
+METRIC_KEYS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
+
+
+def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.device,
+                     sim_cache: Optional[dict] = None, progress: bool = False, desc: str = "evaluate") -> dict:
+    """Run ``sampler`` on samples 0..K−1 of ``ds`` and score them against the real videos.
+
+    ``sim_cache``: {(i, n_sim): SimRollout} shared between calls of one sweep (a guided sampler with w > 0 reuses the
+    simulation rollout of sample i and charges its time). Returns the metrics dict (psnr, ssim, psnr_arm, lpips, fid,
+    fvd, *_reason), ``per_sample`` (psnr, ssim, psnr_arm, latency_s, forwards, episode_id, start), ``latency`` and
+    ``num_samples``.
+    """
+    from simforcing.evaluate.metrics import MetricAccumulator
+
+    k = min(int(num_samples), len(ds))
+    if k < 1:
+        raise ConfigError(f"eval.num_samples: got {num_samples} with {len(ds)} windows in the split; expected >= 1")
+    acc = MetricAccumulator(cfg, device)
+    lat, fwd, eps, starts, phases = [], [], [], [], []
+    guided = isinstance(sampler, GuidedSampler)
+    it = range(k)
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(it, desc=desc, leave=False)
+    for i in it:
+        batch = to_device(collate_one(ds[i]), device)
+        gen = sample_generator(cfg, i)
+        if guided:
+            key = (i, sampler.n_sim)
+            reuse = sim_cache.get(key) if (sim_cache is not None and sampler.w != 0) else None
+            res = sampler(batch, gen, reuse_sim=reuse)
+            if sim_cache is not None and res.sim is not None and reuse is None:
+                sim_cache[key] = res.sim
+        else:
+            res = sampler(batch, gen)
+        masks = batch["arm_mask"] if bool(torch.as_tensor(batch["has_arm_mask"]).all()) else None
+        acc.update(res.real_video, batch["real"], masks)
+        lat.append(res.latency)
+        phases.append(res.timings)
+        fwd.append(res.forwards)
+        eps.append(batch["episode_id"][0])
+        starts.append(int(batch["start"][0]))
+    out = acc.compute()
+    per = dict(out.get("per_sample") or {})
+    per.update({"latency_s": lat, "forwards": fwd, "episode_id": eps, "start": starts})
+    out["per_sample"] = per
+    out["num_samples"] = k
+    out["latency"] = summarize_latency(lat, warmup=1)
+    out["latency_s"] = out["latency"]["mean_s"]
+    timed = phases[1:] if len(phases) > 1 else phases
+    out["latency_phases_s"] = {name: statistics.fmean(p.get(name, 0.0) for p in timed)
+                               for name in sorted({n for p in timed for n in p})}
+    out["forwards_per_sample"] = fwd[0] if fwd else 0
+    return out
+
+
+def build_sampler(cfg: Config, baseline: Optional[str], model=None, vae=None, device="cpu"):
+    """The sampler of an evaluation: the guided sampler (needs model + vae) or a baseline."""
+    if baseline is None:
+        return GuidedSampler(model, vae, cfg)
+    if baseline == "copy-first":
+        return CopyFirstSampler()
+    if baseline == "vae-recon":
+        if vae is None:
+            from simforcing.models.vae import load_vae
+
+            vae = load_vae(cfg, device)
+        return VaeReconSampler(vae, device)
+    raise ConfigError(f"--baseline: got {baseline!r}; expected one of {', '.join(BASELINES)}")
+
+
+def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Optional[Config], split: str,
+                 num_samples: Optional[int], out_dir: str | Path, baseline: Optional[str] = None,
+                 step: Optional[int] = None, device: Optional[str | torch.device] = None,
+                 progress: bool = True) -> dict:
+    """Evaluate a run's checkpoint (or a baseline) and write ``out_dir/eval.json`` + ``eval.md``; returns the dict.
+
+    ``cfg`` supplies data/sample/eval settings (the run's own config when None); the network, VAE and flow settings
+    come from the run. Baselines need no run: ``cfg`` then must name the VAE (vae-recon).
+    """
+    if run_dir is None and cfg is None:
+        raise ConfigError("evaluate: give a run folder (--ckpt) or a config (--preset/--config) for a baseline")
+    if run_dir is None and baseline is None:
+        raise ConfigError(f"evaluate: --ckpt is required unless --baseline is one of {', '.join(BASELINES)}")
+    dev = torch.device(device) if device is not None else resolve_device((cfg.train.device if cfg else "auto"))
+    meta: dict = {}
+    model = vae = None
+    if run_dir is not None and baseline is None:
+        cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
+    elif run_dir is not None:
+        cfg = merge_run_config(Config.load(Path(run_dir) / "config.json"), cfg)
+    cfg = copy.deepcopy(cfg)
+    num_samples = cfg.eval.num_samples if num_samples is None else int(num_samples)
+    sampler = build_sampler(cfg, baseline, model, vae, dev)
+    ds = eval_dataset(cfg, data_root, split, meta.get("stats") if isinstance(meta, dict) else None)
+    res = evaluate_sampler(sampler, ds, cfg, num_samples, dev, progress=progress,
+                           desc=f"evaluate {baseline or Path(run_dir).name}")
+    res.update({"split": split, "data": str(data_root), "requested_samples": num_samples, "baseline": baseline,
+                "sampler": sampler.settings(), "device": str(dev),
+                "include_first_frame": cfg.eval.include_first_frame,
+                "checkpoint": None if run_dir is None or baseline else
+                {"run": str(run_dir), "step": meta.get("step"), "path": meta.get("path")}})
+    if baseline is None:
+        res.update({k: res["sampler"][k] for k in ("n_sim", "n_real", "w", "mask_mode", "seed")})
+    out = Path(out_dir)
+    atomic_write_json(out / "eval.json", res)
+    atomic_write_text(out / "eval.md", eval_markdown(res, run_dir))
+    return res
+
+
+def _fmt(v, nd=3) -> str:
+    return "—" if v is None else f"{v:.{nd}f}"
+
+
+def eval_markdown(res: dict, run_dir=None) -> str:
+    """A short report: one metrics row, the reasons of metrics not computed, settings and latency."""
+    name = res.get("baseline") or (str(run_dir) if run_dir else "?")
+    lines = [f"# Evaluation: {name}", "",
+             f"{res['num_samples']} windows of split `{res['split']}` ({res['data']}), first frame "
+             f"{'included' if res.get('include_first_frame') else 'excluded'}.", "",
+             "| PSNR ↑ | SSIM ↑ | arm PSNR ↑ | LPIPS ↓ | FID ↓ | FVD ↓ | latency s/sample | forwards/sample |",
+             "|---|---|---|---|---|---|---|---|",
+             f"| {_fmt(res.get('psnr'), 2)} | {_fmt(res.get('ssim'), 4)} | {_fmt(res.get('psnr_arm'), 2)} | "
+             f"{_fmt(res.get('lpips'), 4)} | {_fmt(res.get('fid'), 2)} | {_fmt(res.get('fvd'), 2)} | "
+             f"{_fmt(res.get('latency_s'), 4)} | {res.get('forwards_per_sample')} |", ""]
+    reasons = [f"- {k}: {res[k + '_reason']}" for k in METRIC_KEYS if res.get(k) is None and res.get(k + "_reason")]
+    if reasons:
+        lines += ["Not computed:", *reasons, ""]
+    lines += [f"Sampler: `{res['sampler']}`", ""]
+    lat = res["latency"]
+    lines += [f"Latency: mean {_fmt(lat['mean_s'], 4)} s over {lat['num_timed']} sample(s) "
+              f"({lat['warmup_excluded']} warm-up excluded{'; ' + lat['note'] if lat.get('note') else ''}); "
+              "phases: " + ", ".join(f"{k} {v:.4f} s" for k, v in res["latency_phases_s"].items()), ""]
+    if res.get("checkpoint"):
+        lines += [f"Checkpoint: {res['checkpoint']}", ""]
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from simforcing.cli import add_config_args
+
+    parser.add_argument("--ckpt", default=None, help="training run folder (required unless --baseline)")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest valid one)")
+    parser.add_argument("--data", required=True, help="dataset folder")
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--num-samples", type=int, default=None, help="K windows (default: eval.num_samples)")
+    parser.add_argument("--out", required=True, help="output folder for eval.json and eval.md")
+    parser.add_argument("--baseline", choices=BASELINES, default=None)
+    parser.add_argument("--device", default=None, help="auto | cpu | cuda (default: train.device)")
+    add_config_args(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from simforcing.cli import config_from_args, dry_run
+    from simforcing.sample import config_for_run
+
+    cfg = config_for_run(args) if args.ckpt else config_from_args(args)
+    if args.dry_run:
+        return dry_run(cfg)
+    device = resolve_device(args.device) if args.device else None
+    res = evaluate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, baseline=args.baseline,
+                       step=args.step, device=device)
+    print(f"PSNR {_fmt(res['psnr'], 2)} dB | SSIM {_fmt(res['ssim'], 4)} | arm PSNR {_fmt(res.get('psnr_arm'), 2)} | "
+          f"LPIPS {_fmt(res.get('lpips'), 4)} | FID {_fmt(res.get('fid'), 2)} | FVD {_fmt(res.get('fvd'), 2)} | "
+          f"{_fmt(res['latency_s'], 4)} s/sample over {res['num_samples']} samples -> {Path(args.out) / 'eval.json'}")
+    return 0

@@ -1,0 +1,259 @@
+"""Sampler sweeps (paper App. Tab. A1–A4) -> JSON, markdown tables in the paper's layout and a heatmap PNG.
+
+    simforcing sweep cfg   --ckpts RUN_p0 RUN_p03 RUN_p07 RUN_p1 --data DIR [--w 0 0.3 0.6 1] [--num-samples K]
+    simforcing sweep steps --ckpt RUN --data DIR [--n-sim 1 5 10 20] [--n-real 1 5 10 20] [--w 0 0.3 0.6 1]
+
+`sweep cfg` (Tab. A1): rows = the condition-retention probability p each checkpoint was trained with (read from the
+run's config), columns = the guidance weight w; PSNR / SSIM. `sweep steps` (Tab. A2 PSNR, A3 SSIM, A4 latency):
+rows = (N_s, N_r), columns = w.
+
+All configurations see the same windows and the same noise per sample (evaluate.run). Reuse, stated in the outputs:
+- within one checkpoint, the simulation rollout of sample i with N_s steps is computed once and shared by every N_r and
+  w > 0 that needs it; each configuration's latency still includes that rollout's measured time;
+- w = 0 runs no simulation, so its predictions do not depend on N_s: it is evaluated once per N_r (at the first N_s)
+  and copied to the other N_s rows (``reused_from`` names the source). Its latency has no simulation cost — unlike
+  the paper's implementation, which ran the unused simulation at w = 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+from simforcing.config import Config, ConfigError
+from simforcing.evaluate.run import evaluate_sampler
+from simforcing.sample import GuidedSampler, eval_dataset, load_run
+from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, resolve_device
+
+PAPER_W = (0.0, 0.3, 0.6, 1.0)
+PAPER_STEPS = (1, 5, 10, 20)
+_KEEP = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd", "latency_s", "latency_phases_s", "forwards_per_sample",
+         "num_samples")
+
+
+def _row(res: dict, **settings) -> dict:
+    out = {**settings, **{k: res.get(k) for k in _KEEP}}
+    out["per_sample_psnr"] = (res.get("per_sample") or {}).get("psnr")
+    return out
+
+
+def _device(cfg: Optional[Config], device) -> torch.device:
+    return torch.device(device) if device is not None else resolve_device(cfg.train.device if cfg else "auto")
+
+
+def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config] = None,
+                n_sim: Sequence[int] = PAPER_STEPS, n_real: Sequence[int] = PAPER_STEPS, ws: Sequence[float] = PAPER_W,
+                num_samples: Optional[int] = None, out_dir: str | Path = "sweep_steps", split: str = "val",
+                device=None, step: Optional[int] = None, progress: bool = True) -> dict:
+    """Tab. A2–A4 for one checkpoint. Writes OUT/sweep_steps.json, OUT/sweep_steps.md, OUT/sweep_steps.png.
+
+    Returns {"configs": [one row per (n_sim, n_real, w)], "table_md", "tables", "heatmap", "json", "notes"}.
+    """
+    dev = _device(cfg, device)
+    cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
+    k = cfg.eval.num_samples if num_samples is None else int(num_samples)
+    ds = eval_dataset(cfg, data_root, split, meta.get("stats"))
+    rows: list[dict] = []
+    w0: dict[int, dict] = {}  # n_real -> the evaluated w = 0 row
+    masker = None
+    for ns in n_sim:
+        cache: dict = {}  # (sample, n_sim) -> SimRollout, shared by every n_real and w of this n_sim
+        for nr in n_real:
+            for w in ws:
+                if float(w) == 0.0 and nr in w0:
+                    rows.append({**w0[nr], "n_sim": ns, "reused_from": {"n_sim": w0[nr]["n_sim"], "n_real": nr}})
+                    continue
+                sampler = GuidedSampler(model, vae, cfg, ns, nr, w, masker=masker)
+                masker = masker or sampler.masker
+                res = evaluate_sampler(sampler, ds, cfg, k, dev, sim_cache=cache, progress=progress,
+                                       desc=f"N_s={ns} N_r={nr} w={w:g}")
+                row = _row(res, n_sim=ns, n_real=nr, w=float(w), reused_from=None)
+                if float(w) == 0.0:
+                    w0[nr] = row
+                rows.append(row)
+    out = Path(out_dir)
+    keys = [(ns, nr) for ns in n_sim for nr in n_real]
+    tables = {metric: _grid(rows, keys, ws, lambda r: (r["n_sim"], r["n_real"]), metric)
+              for metric in ("psnr", "ssim", "latency_s")}
+    heads = ("N_s", "N_r")
+    md = "\n\n".join([
+        _table_md("Tab. A2 — PSNR (dB) ↑", heads, keys, ws, tables["psnr"], 3),
+        _table_md("Tab. A3 — SSIM ↑", heads, keys, ws, tables["ssim"], 4),
+        _table_md("Tab. A4 — latency (s/sample) ↓", heads, keys, ws, tables["latency_s"], 4)])
+    notes = ["w = 0 rows: predictions are invariant to N_s (no simulation rollout runs); evaluated at the first N_s and "
+             "reused for the others (see reused_from); their latency has no simulation cost.",
+             "Simulation rollouts are shared across N_r and w > 0 of one N_s; each configuration's latency includes "
+             "the full measured simulation time.",
+             "Latency: mean over samples after the first (warm-up) of each configuration; includes first-frame "
+             "encoding, simulation, real generation and decoding."]
+    md += "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    png = out / "sweep_steps.png"
+    labels = [f"({a},{b})" for a, b in keys]
+    heatmap(png, tables, labels, [f"{w:g}" for w in ws], "(N_s, N_r)",
+            {"psnr": "PSNR (dB)", "ssim": "SSIM", "latency_s": "latency (s)"})
+    result = {"run": str(run_dir), "checkpoint_step": meta.get("step"), "split": split, "num_samples": k,
+              "n_sim": list(n_sim), "n_real": list(n_real), "w": [float(w) for w in ws],
+              "mask_mode": cfg.sample.mask_mode, "seed": cfg.sample.seed, "configs": rows, "tables": tables,
+              "table_md": md, "heatmap": str(png), "json": str(out / "sweep_steps.json"), "notes": notes}
+    atomic_write_json(out / "sweep_steps.json", result)
+    atomic_write_text(out / "sweep_steps.md", md)
+    return result
+
+
+def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Optional[Config] = None,
+              ws: Sequence[float] = PAPER_W, num_samples: Optional[int] = None, out_dir: str | Path = "sweep_cfg",
+              split: str = "val", device=None, progress: bool = True) -> dict:
+    """Tab. A1: checkpoints trained with different p × guidance weights w. Writes OUT/sweep_cfg.{json,md,png}.
+
+    p is read from each run's config (conditioning.p); each checkpoint runs its own simulation rollouts (at
+    sample.n_sim), shared across its w > 0.
+    """
+    if not run_dirs:
+        raise ConfigError("sweep cfg: --ckpts needs at least one run folder")
+    dev = _device(cfg, device)
+    rows: list[dict] = []
+    keys: list[tuple] = []
+    k = None
+    for run_dir in run_dirs:
+        run_cfg = Config.load(Path(run_dir) / "config.json")
+        c, model, vae, meta = load_run(run_dir, copy.deepcopy(cfg) if cfg is not None else None, dev)
+        p = float(run_cfg.conditioning.p)
+        key = (p, Path(run_dir).name)
+        keys.append(key)
+        k = c.eval.num_samples if num_samples is None else int(num_samples)
+        ds = eval_dataset(c, data_root, split, meta.get("stats"))
+        cache: dict = {}
+        masker = None
+        for w in ws:
+            sampler = GuidedSampler(model, vae, c, w=w, masker=masker)
+            masker = masker or sampler.masker
+            res = evaluate_sampler(sampler, ds, c, k, dev, sim_cache=cache, progress=progress,
+                                   desc=f"p={p:g} w={w:g}")
+            rows.append(_row(res, p=p, run=str(run_dir), w=float(w), n_sim=sampler.n_sim, n_real=sampler.n_real,
+                             checkpoint_step=meta.get("step")))
+        del model, vae
+    dup = len({p for p, _ in keys}) < len(keys)
+    labels = [f"p={p:g}" + (f" ({name})" if dup else "") for p, name in keys]
+    tables = {m: _grid(rows, keys, ws, lambda r: (r["p"], Path(r["run"]).name), m) for m in ("psnr", "ssim")}
+    cells = [[_pair(a, b) for a, b in zip(ra, rb)] for ra, rb in zip(tables["psnr"], tables["ssim"])]
+    md = _table_md("Tab. A1 — PSNR (dB) / SSIM by training p (rows) and guidance w (columns)", ("p",),
+                   [(lab,) for lab in labels], ws, cells, None)
+    out = Path(out_dir)
+    png = out / "sweep_cfg.png"
+    heatmap(png, tables, labels, [f"{w:g}" for w in ws], "training p", {"psnr": "PSNR (dB)", "ssim": "SSIM"})
+    result = {"runs": [str(r) for r in run_dirs], "split": split, "num_samples": k, "w": [float(w) for w in ws],
+              "configs": rows, "tables": tables, "row_labels": labels, "table_md": md, "heatmap": str(png),
+              "json": str(out / "sweep_cfg.json")}
+    atomic_write_json(out / "sweep_cfg.json", result)
+    atomic_write_text(out / "sweep_cfg.md", md + "\n")
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Tables and heatmaps
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _grid(rows: list[dict], keys: list[tuple], ws: Sequence[float], key_of, metric: str) -> list[list]:
+    """Rows in ``keys`` order × columns in ``ws`` order of ``metric`` (None where missing)."""
+    at = {(key_of(r), float(r["w"])): r.get(metric) for r in rows}
+    return [[at.get((key, float(w))) for w in ws] for key in keys]
+
+
+def _pair(a, b) -> str:
+    return "—" if a is None or b is None else f"{a:.3f} / {b:.4f}"
+
+
+def _table_md(title: str, heads: Sequence[str], keys: Sequence[tuple], ws: Sequence[float], grid: list[list],
+              nd: Optional[int]) -> str:
+    """A markdown table: one column per row-key field, then one column per w."""
+    lines = [f"**{title}**", "", "| " + " | ".join(heads) + " | " + " | ".join(f"w = {w:g}" for w in ws) + " |",
+             "|" + "---|" * (len(heads) + len(ws))]
+    for key, vals in zip(keys, grid):
+        if nd is None:
+            cells = [str(v) for v in vals]
+        else:
+            cells = ["—" if v is None else f"{v:.{nd}f}" for v in vals]
+        lines.append("| " + " | ".join(str(x) for x in key) + " | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def heatmap(path: str | Path, tables: dict, row_labels: Sequence[str], col_labels: Sequence[str], row_title: str,
+            titles: dict) -> None:
+    """One panel per metric (rows × columns, values written in the cells), saved as a PNG (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    n = len(titles)
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n + 1, 0.45 * len(row_labels) + 1.6), squeeze=False)
+    for ax, (metric, title) in zip(axes[0], titles.items()):
+        grid = np.array([[np.nan if v is None else v for v in row] for row in tables[metric]], dtype=float)
+        cmap = "viridis_r" if metric.startswith("latency") else "viridis"
+        im = ax.imshow(grid, cmap=cmap, aspect="auto")
+        ax.set_xticks(range(len(col_labels)), col_labels)
+        ax.set_yticks(range(len(row_labels)), row_labels)
+        ax.set_xlabel("w")
+        ax.set_ylabel(row_title)
+        ax.set_title(title)
+        for i in range(grid.shape[0]):
+            for j in range(grid.shape[1]):
+                if np.isfinite(grid[i, j]):
+                    r, g, b, _ = im.cmap(im.norm(grid[i, j]))
+                    ink = "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"  # readable on the cell colour
+                    ax.text(j, i, f"{grid[i, j]:.3g}", ha="center", va="center", color=ink, fontsize=7)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110))
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Commands
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_arguments_for(words: tuple, parser: argparse.ArgumentParser) -> None:
+    from simforcing.cli import add_config_args
+
+    if words == ("sweep", "cfg"):
+        parser.add_argument("--ckpts", nargs="+", required=True, help="runs trained with different conditioning.p")
+    else:
+        parser.add_argument("--ckpt", required=True, help="training run folder")
+        parser.add_argument("--n-sim", type=int, nargs="+", default=list(PAPER_STEPS))
+        parser.add_argument("--n-real", type=int, nargs="+", default=list(PAPER_STEPS))
+    parser.add_argument("--w", type=float, nargs="+", default=list(PAPER_W))
+    parser.add_argument("--data", required=True, help="dataset folder")
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--num-samples", type=int, default=None, help="K windows (default: eval.num_samples)")
+    parser.add_argument("--out", default=None, help="output folder (default: sweep_cfg / sweep_steps)")
+    parser.add_argument("--device", default=None, help="auto | cpu | cuda (default: train.device)")
+    add_config_args(parser)
+
+
+def run_for(words: tuple, args: argparse.Namespace) -> int:
+    from simforcing.cli import dry_run
+    from simforcing.sample import config_for_run
+
+    first = args.ckpts[0] if words == ("sweep", "cfg") else args.ckpt
+    args.ckpt = first
+    cfg = config_for_run(args)  # the first run's config + overrides (data/sample/eval sections are used)
+    if args.dry_run:
+        return dry_run(cfg)
+    device = resolve_device(args.device) if args.device else None
+    if words == ("sweep", "cfg"):
+        res = sweep_cfg(args.ckpts, args.data, cfg, ws=args.w, num_samples=args.num_samples,
+                        out_dir=args.out or "sweep_cfg", split=args.split, device=device)
+    else:
+        res = sweep_steps(args.ckpt, args.data, cfg, n_sim=args.n_sim, n_real=args.n_real, ws=args.w,
+                          num_samples=args.num_samples, out_dir=args.out or "sweep_steps", split=args.split,
+                          device=device)
+    print(res["table_md"])
+    print(f"-> {res['json']}, {res['heatmap']}")
+    return 0

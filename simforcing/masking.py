@@ -1,0 +1,143 @@
+"""First-frame masking (SPEC §5 step 1): turn the real first frame into a simulation-style first frame x^s_0.
+
+The simulation videos show the robot arm alone on a flat background. At inference the real first frame is made to look
+like that: keep the arm pixels, fill everything else with the simulation background
+(``parse_color(cfg.data.sim_background)``). The result is VAE-encoded (F = 1) to z^s_0, the start of the simulation
+rollout. Three modes, ``cfg.sample.mask_mode``:
+
+| mode         | arm mask comes from                                                   |
+|--------------|-----------------------------------------------------------------------|
+| `mask-file`  | the dataset's stored real-frame arm masks (`arm_mask.npz`; the synthetic benchmark's exact masks) |
+| `sam3`       | SAM3 (transformers `Sam3Model` from the local folder `sample.sam3_path`) prompted with "robot arm" |
+| `paired-sim` | no mask: the dataset's paired *simulation* first frame is used as x^s_0, as the authors' code does |
+
+`paired-sim` is not a masking method: it reads the simulator's own first frame, which is only available for paired data.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Callable, Optional
+
+import torch
+
+from simforcing.config import Config, ConfigError, parse_color
+from simforcing.data.format import DataError
+
+MASK_MODES = ("mask-file", "sam3", "paired-sim")
+
+# frames (B, 3, H, W) in [-1, 1] -> arm masks (B, H, W) bool
+Segmenter = Callable[[torch.Tensor], torch.Tensor]
+
+
+def background_pixels(rgb: tuple[int, int, int], device=None, dtype=torch.float32) -> torch.Tensor:
+    """An 'R,G,B' colour in 0..255 as a (1, 3, 1, 1) tensor in [-1, 1]."""
+    return (torch.tensor(rgb, device=device, dtype=dtype) / 127.5 - 1.0).view(1, 3, 1, 1)
+
+
+def compose_masked_frame(frame: torch.Tensor, mask: torch.Tensor, rgb: tuple[int, int, int]) -> torch.Tensor:
+    """Keep the arm, fill the rest with the simulation background.
+
+    frame (B, 3, H, W) in [-1, 1]; mask (B, H, W) bool (True = arm) -> (B, 3, H, W).
+    """
+    if frame.ndim != 4 or frame.shape[1] != 3:
+        raise ValueError(f"frame must be (B, 3, H, W), got {tuple(frame.shape)}")
+    b, _, h, w = frame.shape
+    if tuple(mask.shape) != (b, h, w):
+        raise ValueError(f"arm mask must be (B, H, W) = {(b, h, w)} to match the frame, got {tuple(mask.shape)}")
+    bg = background_pixels(rgb, frame.device, frame.dtype)
+    return torch.where(mask.to(frame.device, torch.bool)[:, None], frame, bg)
+
+
+class Sam3Segmenter:
+    """SAM3 arm segmentation with a text prompt (transformers' `Sam3Model` + `Sam3Processor`, local weights only).
+
+    ``__call__(frames (B, 3, H, W) in [-1, 1]) -> (B, H, W) bool``: the union of all instances SAM3 finds for the
+    prompt with score > ``score_threshold`` (mask probabilities binarised at ``mask_threshold``), at frame size.
+    SAM3's image processor needs torchvision, which the CPU install does not have: install the ``sam3`` extra.
+    """
+
+    def __init__(self, path: Optional[str], device: str | torch.device = "cpu", prompt: str = "robot arm",
+                 score_threshold: float = 0.5, mask_threshold: float = 0.5):
+        if not path:
+            raise ConfigError("sample.sam3_path: got None; sample.mask_mode='sam3' needs a local folder with the "
+                              "SAM3 weights and processor (transformers layout), e.g. --sample.sam3_path=/models/sam3")
+        if importlib.util.find_spec("torchvision") is None:
+            raise ImportError(
+                "sample.mask_mode='sam3' needs torchvision (SAM3's image processor and box ops use it), which is not "
+                "installed; install the `sam3` extra on a GPU machine (pip install -e '.[sam3]'), or choose "
+                "--sample.mask_mode=mask-file / paired-sim. Weights are read from sample.sam3_path="
+                f"{path!r}.")
+        from transformers import Sam3Model, Sam3Processor
+
+        try:
+            self.processor = Sam3Processor.from_pretrained(path, local_files_only=True)
+            self.model = Sam3Model.from_pretrained(path, local_files_only=True).to(device).eval()
+        except OSError as e:
+            raise ConfigError(f"sample.sam3_path: cannot load SAM3 from {path!r} ({e}); expected a local folder "
+                              "with config.json, weights and processor files") from e
+        self.device = torch.device(device)
+        self.prompt, self.score_threshold, self.mask_threshold = prompt, score_threshold, mask_threshold
+
+    @torch.no_grad()
+    def __call__(self, frames: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = frames.shape
+        images = [f for f in frames_to_uint8(frames)]  # B × (H, W, 3) uint8
+        inputs = self.processor(images=images, text=[self.prompt] * b, return_tensors="pt").to(self.device)
+        outputs = self.model(**inputs)
+        results = self.processor.post_process_instance_segmentation(
+            outputs, threshold=self.score_threshold, mask_threshold=self.mask_threshold, target_sizes=[(h, w)] * b)
+        masks = torch.zeros(b, h, w, dtype=torch.bool)
+        for i, r in enumerate(results):
+            if len(r["masks"]):
+                masks[i] = r["masks"].bool().any(dim=0).cpu()  # union of instances, (H, W)
+        return masks.to(frames.device)
+
+
+def frames_to_uint8(frames: torch.Tensor):
+    """(B, 3, H, W) in [-1, 1] -> numpy uint8 (B, H, W, 3)."""
+    x = ((frames.detach().float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return x.permute(0, 2, 3, 1).cpu().numpy()
+
+
+class FirstFrameMasker:
+    """Builds x^s_0 (B, 3, H, W) from a batch of paired windows, by ``mode`` (see the module docstring).
+
+    ``__call__(batch) -> (masked_frame (B, 3, H, W), arm_mask (B, H, W) bool or None)``; the batch holds ``real``
+    (B, 3, F, H, W), and ``arm_mask`` (B, F, H, W) + ``has_arm_mask`` (B,) for `mask-file`, ``sim`` for `paired-sim`.
+    """
+
+    def __init__(self, mode: str, background: tuple[int, int, int], segmenter: Optional[Segmenter] = None):
+        if mode not in MASK_MODES:
+            raise ConfigError(f"sample.mask_mode: got {mode!r}; expected one of {', '.join(MASK_MODES)}")
+        self.mode, self.background, self.segmenter = mode, background, segmenter
+
+    @classmethod
+    def from_config(cls, cfg: Config, device: str | torch.device = "cpu",
+                    segmenter: Optional[Segmenter] = None) -> "FirstFrameMasker":
+        """The SAM3 model is loaded here (once) unless a ``segmenter`` is given."""
+        mode = cfg.sample.mask_mode
+        if mode == "sam3" and segmenter is None:
+            segmenter = Sam3Segmenter(cfg.sample.sam3_path, device)
+        return cls(mode, parse_color(cfg.data.sim_background, "data.sim_background"), segmenter)
+
+    def __call__(self, batch: dict) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        if self.mode == "paired-sim":
+            if "sim" not in batch:
+                raise DataError("sample.mask_mode='paired-sim' needs the paired sim video in the batch (key 'sim'); "
+                                "load the dataset with domains ('sim', 'real')", kind="missing_sim")
+            return batch["sim"][:, :, 0], None
+        frame = batch["real"][:, :, 0]  # (B, 3, H, W)
+        if self.mode == "mask-file":
+            has = torch.as_tensor(batch.get("has_arm_mask", False)).reshape(-1)
+            if "arm_mask" not in batch or not bool(has.all()):
+                eps = batch.get("episode_id", "?")
+                raise DataError(f"sample.mask_mode='mask-file' needs stored arm masks (episodes/<id>/arm_mask.npz), "
+                                f"but episode(s) {eps} have none; use --sample.mask_mode=sam3 or paired-sim",
+                                kind="missing_arm_mask")
+            mask = batch["arm_mask"][:, 0].bool()  # (B, H, W): the first frame's mask
+        else:
+            if self.segmenter is None:
+                raise ConfigError("sample.mask_mode='sam3' needs a segmenter (set sample.sam3_path)")
+            mask = self.segmenter(frame).bool()
+        return compose_masked_frame(frame, mask, self.background), mask

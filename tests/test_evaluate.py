@@ -1,0 +1,133 @@
+"""`simforcing evaluate`: eval.json schema, deterministic sample selection, baselines against a computation written
+here, the CLI, and the latency protocol."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from simforcing.evaluate.latency import Stopwatch, summarize_latency
+from simforcing.evaluate.run import evaluate_run
+from test_sample import make_data, make_run, tiny_cfg
+
+METRICS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("eval")
+    data = make_data(tmp / "data", num_val=3)
+    cfg = make_run(tmp / "run", data, tmp / "vae")
+    return tmp, data, cfg
+
+
+def test_eval_json_schema(world):
+    tmp, data, cfg = world
+    res = evaluate_run(tmp / "run", data, None, "val", 3, tmp / "ev", progress=False)
+    on_disk = json.loads((tmp / "ev" / "eval.json").read_text())
+    assert on_disk["psnr"] == pytest.approx(res["psnr"])
+    for k in METRICS:  # a number, or null with its reason
+        assert k in on_disk
+        assert isinstance(on_disk[k], float) or (on_disk[k] is None and on_disk[f"{k}_reason"])
+    assert isinstance(on_disk["psnr"], float) and isinstance(on_disk["ssim"], float)
+    assert isinstance(on_disk["psnr_arm"], float)  # the tiny dataset stores arm masks
+    assert on_disk["lpips"] is None and "lpips_reason" in on_disk  # no weights configured
+    per = on_disk["per_sample"]
+    assert len(per["psnr"]) == len(per["ssim"]) == len(per["latency_s"]) == 3
+    assert per["episode_id"] == ["val_000", "val_001", "val_002"] and per["start"] == [2, 2, 2]  # centre windows
+    assert np.mean(per["psnr"]) == pytest.approx(on_disk["psnr"])
+    s = cfg.sample
+    assert (on_disk["n_sim"], on_disk["n_real"], on_disk["w"], on_disk["mask_mode"], on_disk["seed"]) == \
+        (s.n_sim, s.n_real, s.w, s.mask_mode, s.seed)
+    assert on_disk["num_samples"] == 3 and on_disk["forwards_per_sample"] == s.n_sim + 2 * s.n_real
+    lat = on_disk["latency"]
+    assert lat["warmup_excluded"] == 1 and lat["num_timed"] == 2
+    assert on_disk["latency_s"] == pytest.approx(np.mean(per["latency_s"][1:]))
+    assert set(on_disk["latency_phases_s"]) == {"encode_first_frame", "simulation", "real", "decode"}
+    assert on_disk["checkpoint"]["step"] == 1 and on_disk["checkpoint"]["path"].endswith("step_000001")
+    md = (tmp / "ev" / "eval.md").read_text()
+    assert "| PSNR ↑ |" in md and "Not computed:" in md and "warm-up excluded" in md
+
+
+def test_evaluation_is_deterministic_and_all_methods_see_the_same_samples(world):
+    tmp, data, cfg = world
+    a = evaluate_run(tmp / "run", data, None, "val", 2, tmp / "ev_a", progress=False)
+    b = evaluate_run(tmp / "run", data, None, "val", 2, tmp / "ev_b", progress=False)
+    c = evaluate_run(None, data, cfg, "val", 2, tmp / "ev_c", baseline="copy-first", progress=False)
+    assert a["per_sample"]["psnr"] == b["per_sample"]["psnr"]
+    assert a["per_sample"]["episode_id"] == c["per_sample"]["episode_id"]
+    assert a["per_sample"]["start"] == c["per_sample"]["start"]
+
+
+def _psnr_ref(pred: torch.Tensor, gt: torch.Tensor) -> float:
+    """Per-frame PSNR over frames 1..F−1 in [0, 1], averaged (the metrics protocol), in numpy."""
+    p, g = (pred.numpy() + 1) / 2, (gt.numpy() + 1) / 2  # (3, F, H, W)
+    vals = [10 * math.log10(1.0 / np.mean((p[:, t] - g[:, t]) ** 2)) for t in range(1, p.shape[1])]
+    return float(np.mean(vals))
+
+
+def test_baselines_against_a_direct_computation(world):
+    from simforcing.models.vae import DemoVAE
+    from simforcing.sample import collate_one, eval_dataset
+
+    tmp, data, cfg = world
+    copy = evaluate_run(None, data, cfg, "val", 2, tmp / "copy", baseline="copy-first", progress=False)
+    rec = evaluate_run(None, data, cfg, "val", 2, tmp / "rec", baseline="vae-recon", progress=False)
+    ds = eval_dataset(cfg, data, "val")
+    vae = DemoVAE.load(cfg.model.vae.path)
+    for i in range(2):
+        real = collate_one(ds[i])["real"]  # (1, 3, F, H, W)
+        first = real[:, :, :1].expand_as(real)
+        assert copy["per_sample"]["psnr"][i] == pytest.approx(_psnr_ref(first[0], real[0]), abs=1e-4)
+        recon = vae.decode(vae.encode(real)).clamp(-1, 1)
+        assert rec["per_sample"]["psnr"][i] == pytest.approx(_psnr_ref(recon[0], real[0]), abs=1e-4)
+    assert copy["baseline"] == "copy-first" and copy["forwards_per_sample"] == 0 and copy["checkpoint"] is None
+    assert rec["psnr"] > copy["psnr"]  # the ceiling is above the floor on this data
+
+
+def test_evaluate_cli(world, capsys):
+    from simforcing.cli import main
+
+    tmp, data, cfg = world
+    rc = main(["evaluate", "--ckpt", str(tmp / "run"), "--data", str(data), "--num-samples", "2", "--out",
+               str(tmp / "cli"), "--device", "cpu", "--sample.w=1.0", "--sample.n_real=2"])
+    assert rc == 0 and "dB" in capsys.readouterr().out
+    res = json.loads((tmp / "cli" / "eval.json").read_text())
+    assert res["w"] == 1.0 and res["n_real"] == 2 and res["forwards_per_sample"] == cfg.sample.n_sim + 2
+    rc = main(["evaluate", "--data", str(data), "--out", str(tmp / "cli2"), "--num-samples", "1"])
+    assert rc == 2 and "--ckpt is required" in capsys.readouterr().err
+    rc = main(["evaluate", "--ckpt", str(tmp / "run"), "--data", str(data), "--out", str(tmp / "cli3"),
+               "--data.frames=13"])
+    assert rc == 2 and "data.frames" in capsys.readouterr().err  # the checkpoint's network was built for 9
+
+
+def test_latency_summary_excludes_the_warmup():
+    s = summarize_latency([5.0, 1.0, 2.0, 3.0])
+    assert s["mean_s"] == 2.0 and s["num_timed"] == 3 and s["warmup_excluded"] == 1
+    one = summarize_latency([4.0])
+    assert one["mean_s"] == 4.0 and one["warmup_excluded"] == 0 and "could not be excluded" in one["note"]
+    sw = Stopwatch("cpu")
+    with sw.phase("a"):
+        sum(range(1000))
+    sw.add("a", 1.0)
+    assert sw.times["a"] > 1.0 and sw.total == sw.times["a"]
+
+
+def test_baseline_needs_a_known_name(world):
+    from simforcing.config import ConfigError
+
+    tmp, data, _ = world
+    with pytest.raises(ConfigError, match="--baseline"):
+        evaluate_run(None, data, tiny_cfg(), "val", 1, tmp / "x", baseline="oracle", progress=False)

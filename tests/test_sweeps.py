@@ -1,0 +1,92 @@
+"""Sweeps: outputs exist with the paper's table shapes, w = 0 reuse across N_s, simulation reuse is exact, latency
+charges every configuration its own simulation, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from simforcing.config import Config
+from simforcing.evaluate.run import evaluate_run
+from simforcing.evaluate.sweeps import sweep_cfg, sweep_steps
+from test_sample import make_data, make_run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sweep")
+    data = make_data(tmp / "data", num_val=2)
+    make_run(tmp / "run_p03", data, tmp / "vae", seed=0, conditioning__p=0.3)
+    make_run(tmp / "run_p07", data, tmp / "vae", seed=1, conditioning__p=0.7)
+    return tmp, data
+
+
+def test_sweep_steps_tables_reuse_and_latency(world):
+    tmp, data = world
+    res = sweep_steps(tmp / "run_p07", data, None, n_sim=(1, 2), n_real=(1, 2), ws=(0.0, 0.6, 1.0), num_samples=2,
+                      out_dir=tmp / "steps", progress=False)
+    for name in ("sweep_steps.json", "sweep_steps.md", "sweep_steps.png"):
+        assert (tmp / "steps" / name).stat().st_size > 0
+    assert len(res["configs"]) == 2 * 2 * 3
+    for metric in ("psnr", "ssim", "latency_s"):  # rows (N_s, N_r), columns w
+        grid = res["tables"][metric]
+        assert len(grid) == 4 and all(len(r) == 3 and all(v is not None for v in r) for r in grid)
+    md = (tmp / "steps" / "sweep_steps.md").read_text()
+    assert md.count("| N_s | N_r | w = 0 | w = 0.6 | w = 1 |") == 3  # Tab. A2, A3, A4
+    assert "invariant to N_s" in md
+    rows = {(r["n_sim"], r["n_real"], r["w"]): r for r in res["configs"]}
+    for nr in (1, 2):  # w = 0: evaluated at N_s = 1, reused for N_s = 2
+        a, b = rows[(1, nr, 0.0)], rows[(2, nr, 0.0)]
+        assert a["reused_from"] is None and b["reused_from"] == {"n_sim": 1, "n_real": nr}
+        assert a["psnr"] == b["psnr"] and a["forwards_per_sample"] == nr
+        for ns in (1, 2):
+            assert rows[(ns, nr, 1.0)]["forwards_per_sample"] == ns + nr
+            assert rows[(ns, nr, 0.6)]["forwards_per_sample"] == ns + 2 * nr
+    # every w > 0 configuration is charged a simulation rollout (N_r = 2 reuses the N_r = 1 rollouts); w = 0 none
+    for nr in (1, 2):
+        assert rows[(2, nr, 1.0)]["latency_phases_s"]["simulation"] > 0
+        assert "simulation" not in rows[(2, nr, 0.0)]["latency_phases_s"]
+    # the shared simulation rollout gives exactly what a fresh evaluation of that configuration gives
+    cfg = Config.load(tmp / "run_p07" / "config.json")
+    cfg.sample.n_sim, cfg.sample.n_real, cfg.sample.w = 2, 2, 0.6
+    fresh = evaluate_run(tmp / "run_p07", data, cfg, "val", 2, tmp / "fresh", progress=False)
+    assert fresh["per_sample"]["psnr"] == pytest.approx(rows[(2, 2, 0.6)]["per_sample_psnr"], abs=1e-6)
+    saved = json.loads((tmp / "steps" / "sweep_steps.json").read_text())
+    assert saved["tables"]["psnr"] == res["tables"]["psnr"]
+
+
+def test_sweep_cfg_rows_p_columns_w(world):
+    tmp, data = world
+    res = sweep_cfg([tmp / "run_p03", tmp / "run_p07"], data, None, ws=(0.0, 1.0), num_samples=2,
+                    out_dir=tmp / "cfg", progress=False)
+    for name in ("sweep_cfg.json", "sweep_cfg.md", "sweep_cfg.png"):
+        assert (tmp / "cfg" / name).stat().st_size > 0
+    assert res["row_labels"] == ["p=0.3", "p=0.7"]  # read from each run's config
+    assert [len(r) for r in res["tables"]["psnr"]] == [2, 2] and len(res["tables"]["ssim"]) == 2
+    md = res["table_md"]
+    assert "| p | w = 0 | w = 1 |" in md and md.count("\n| p=0.") == 2 and " / " in md
+    # different checkpoints give different predictions
+    assert res["tables"]["psnr"][0][1] != res["tables"]["psnr"][1][1]
+
+
+def test_sweep_cli(world, capsys):
+    from simforcing.cli import main
+
+    tmp, data = world
+    rc = main(["sweep", "steps", "--ckpt", str(tmp / "run_p03"), "--data", str(data), "--n-sim", "1",
+               "--n-real", "1", "--w", "0", "1", "--num-samples", "1", "--out", str(tmp / "cli"), "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "Tab. A2" in out and (tmp / "cli" / "sweep_steps.png").exists()
+    rc = main(["sweep", "cfg", "--ckpts", str(tmp / "run_p03"), "--data", str(data), "--w", "0",
+               "--num-samples", "1", "--out", str(tmp / "cli_cfg"), "--device", "cpu"])
+    assert rc == 0 and json.loads((tmp / "cli_cfg" / "sweep_cfg.json").read_text())["row_labels"] == ["p=0.3"]
