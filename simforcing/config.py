@@ -325,10 +325,10 @@ def _demo() -> Config:
     d = cfg.data
     d.frames, d.height, d.width = 9, 32, 48
     d.windows_per_episode = 8
-    d.text_max_tokens = 16
+    d.text_max_tokens = 64
     d.sim_background = "black"
     m = cfg.model
-    m.vae = VAEConfig(kind="demo", path=None, latent_channels=48, spatial_stride=4, temporal_stride=4)
+    m.vae = VAEConfig(kind="demo", path=None, latent_channels=64, spatial_stride=4, temporal_stride=4)  # K = 16
     m.num_attention_heads, m.attention_head_dim = 4, 32
     m.ffn_dim, m.freq_dim, m.text_dim, m.num_layers = 512, 64, 64, 4
     m.action_hidden, m.action_ffn_dim = 64, 256
