@@ -1,0 +1,267 @@
+"""The world model: Wan2.2-TI2V video expert + action expert as one mixture of transformers (SPEC §4, §4b).
+
+Public entry (DESIGN.md "The network")::
+
+    u_hat = model(z_t, tau, z0, actions, state0, text, text_mask=None,
+                  cond=None, gate=None, cond_feats=None, action_keep=None)
+
+Inside, the video expert sees the FULL latent ``x = [z0; z_t]`` (B, C, L+1, h, w) with Wan2.2-TI2V per-token
+timesteps (first-latent-frame tokens 0, future tokens 1000·τ); the output keeps the future frames. The initial proprio
+state becomes one extra text-context token ``state_embed(state0)`` (Linear state_dim → text_dim) appended to ``text``
+for both experts' cross-attention (and to ``text_mask`` as True). When ``text_mask`` is given, cross-attention ignores
+padding tokens (Wan itself attends its zero padding; our text cache pads to ``data.text_max_tokens``).
+
+Parameter layout (FSDP2 shards each entry of ``model.layers``, then the root):
+``video.*`` (patch embedding, time/text embedding, head), ``action.*`` (action input, its time/text embedding),
+``state_embed.*``, ``layers.{i}.video.*`` (a Wan block, diffusers names), ``layers.{i}.action.*``,
+``layers.{i}.cond_proj.*`` (P_i, a Conv3d with kernel = stride = patch, zero at init).
+
+Attention modes (``model.attention_mode``, see ``mot.py``): "world_model" (default), "bidirectional" (plain Wan2.2,
+no mask — for parity checks), "policy_unconditional", "policy_video_action".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+from simforcing.config import Config, ConfigError
+from simforcing.models import mot
+from simforcing.models.action_expert import ActionStem, KVBlock, action_block
+from simforcing.models.video_dit import DiTBlock, Rope, VideoStem, sequence_rope, video_rope
+
+
+@dataclass
+class LayerInputs:
+    """Everything a layer needs besides the two hidden streams (shared by all layers of one forward)."""
+
+    tproj_v: torch.Tensor  # (B, S, 6, dim) video adaLN projection
+    ctx_v: torch.Tensor  # (B, M, dim) text context at video width
+    rope_v: Rope
+    attn_mask: Optional[torch.Tensor]  # (B or 1, 1, N, N) bool or None
+    ctx_mask: Optional[torch.Tensor]  # (B, 1, 1, M) bool or None
+    tproj_a: Optional[torch.Tensor] = None  # (B, 1, 6, action_hidden)
+    ctx_a: Optional[torch.Tensor] = None  # (B, M, action_hidden)
+    rope_a: Optional[Rope] = None
+    cond: Optional[torch.Tensor] = None  # (B, C, L+1, h, w) simulation latent
+    gate: Optional[torch.Tensor] = None  # (B,) float
+
+
+class MoTLayer(nn.Module):
+    """One layer: the video block, the action block (optional; a K/V-only block in the last layer) and P_j."""
+
+    def __init__(self, video: DiTBlock, action: Optional[nn.Module], cond_proj: nn.Conv3d):
+        super().__init__()
+        self.video = video
+        self.action = action
+        self.cond_proj = cond_proj
+
+    def condition_feature(self, cond: torch.Tensor) -> torch.Tensor:
+        """P_j(c): cond (B, C, F, H, W) -> (B, N_video, dim), the video token layout."""
+        return self.cond_proj(cond.to(self.cond_proj.weight.dtype)).flatten(2).transpose(1, 2)
+
+    def forward(self, hv: torch.Tensor, ha: Optional[torch.Tensor], inp: LayerInputs,
+                cond_feat: Optional[torch.Tensor] = None):
+        """hv (B, Nv, dim), ha (B, A, action_hidden) or None -> the same two streams after this layer."""
+        mod_v = self.video.modulation(inp.tproj_v)
+        streams = [self.video.qkv(hv, mod_v, inp.rope_v)]  # [(q, k, v)], each (B, N, H, D)
+        use_action = ha is not None and self.action is not None
+        if use_action:
+            mod_a = self.action.modulation(inp.tproj_a)
+            streams.append(self.action.qkv(ha, mod_a, inp.rope_a))
+        qs, ks, vs = zip(*streams)
+        outs = mot.joint_attention(qs, ks, vs, inp.attn_mask)  # [video out, action out or None]
+        if inp.gate is not None and cond_feat is None and inp.cond is not None:
+            cond_feat = self.condition_feature(inp.cond)
+        hv = self.video.finish(hv, outs[0], mod_v, inp.ctx_v, inp.ctx_mask, cond_feat, inp.gate)
+        if use_action and outs[1] is not None:
+            ha = self.action.finish(ha, outs[1], mod_a, inp.ctx_a, inp.ctx_mask)
+        return hv, ha
+
+
+class WorldModel(nn.Module):
+    """û = F_θ(z_t, τ, z0, actions, state0, text, c, g) — see the module docstring and DESIGN.md."""
+
+    def __init__(self, cfg: Config, attention_mode: str = "world_model"):
+        super().__init__()
+        m, d = cfg.model, cfg.data
+        if m.qk_norm != "rms_norm_across_heads":
+            raise ConfigError(f"model.qk_norm: got {m.qk_norm!r}; expected 'rms_norm_across_heads' (Wan2.2)")
+        if tuple(m.patch_size)[0] != 1:
+            raise ConfigError(f"model.patch_size: got {m.patch_size}; expected temporal patch 1 (Wan2.2-TI2V), so "
+                              "the first latent frame keeps its own tokens")
+        if attention_mode not in mot.MASK_MODES:
+            raise ConfigError(f"attention_mode: got {attention_mode!r}; expected one of {', '.join(mot.MASK_MODES)}")
+        self.attention_mode = attention_mode
+        self.parameterization = m.parameterization
+        self.tau_min = float(m.tau_min)
+        self.first_frame_skip = bool(m.first_frame_skip)
+        self.gradient_checkpointing = bool(m.gradient_checkpointing)
+        self.patch_size = tuple(m.patch_size)
+        self.head_dim = m.attention_head_dim
+        self.rope_max_seq_len = m.rope_max_seq_len
+        self.latent_channels = m.vae.latent_channels
+        self.use_action_expert = bool(m.use_action_expert)
+        dim = m.dim
+        self.video = VideoStem(m.vae.latent_channels, dim, self.patch_size, m.freq_dim, m.text_dim, m.eps)
+        self.action = ActionStem(d.action_dim, m.action_hidden, m.freq_dim, m.text_dim, with_text=m.num_layers > 1) \
+            if m.use_action_expert else None
+        self.state_embed = nn.Linear(d.state_dim, m.text_dim)
+        self.layers = nn.ModuleList([
+            MoTLayer(DiTBlock(dim, m.ffn_dim, m.num_attention_heads, m.attention_head_dim, m.num_attention_heads,
+                              m.eps, m.cross_attn_norm),
+                     action_block(m, last=i == m.num_layers - 1) if m.use_action_expert else None,
+                     nn.Conv3d(m.vae.latent_channels, dim, kernel_size=self.patch_size, stride=self.patch_size))
+            for i in range(m.num_layers)])
+        self._rope_cache: dict = {}
+
+    # -- initialisation ------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def initialize_weights(self) -> "WorldModel":
+        """Every parameter, Wan's init (works after ``to_empty`` on a meta-built model).
+
+        Linear: xavier-uniform weight, zero bias; patch embedding: xavier on the flattened kernel; time and text
+        embedders: normal(0, 0.02); adaLN tables: randn / sqrt(width); norms: ones/zeros; the output head
+        ``video.proj_out``: zero (so ``x0`` + ``first_frame_skip`` starts as "copy the first latent frame"); every
+        P_j (``layers.*.cond_proj``): weight and bias zero, so at init the condition changes nothing.
+        """
+        for mod in self.modules():
+            if isinstance(mod, nn.Linear):
+                nn.init.xavier_uniform_(mod.weight)
+                if mod.bias is not None:
+                    nn.init.zeros_(mod.bias)
+            elif isinstance(mod, (nn.LayerNorm, nn.RMSNorm)):
+                mod.reset_parameters()
+            elif isinstance(mod, nn.Conv3d):
+                mod.reset_parameters()
+                nn.init.xavier_uniform_(mod.weight.view(mod.weight.shape[0], -1))
+            elif isinstance(mod, (DiTBlock, KVBlock)):
+                mod.scale_shift_table.copy_(torch.randn_like(mod.scale_shift_table) / mod.dim**0.5)
+        for emb in [self.video.condition_embedder] + ([self.action.condition_embedder] if self.action else []):
+            for sub in (emb.time_embedder, emb.text_embedder):
+                for lin in sub.modules() if sub is not None else ():
+                    if isinstance(lin, nn.Linear):
+                        nn.init.normal_(lin.weight, std=0.02)
+        table = self.video.scale_shift_table
+        table.copy_(torch.randn_like(table) / table.shape[-1] ** 0.5)
+        nn.init.zeros_(self.video.proj_out.weight)
+        nn.init.zeros_(self.video.proj_out.bias)
+        for layer in self.layers:
+            nn.init.zeros_(layer.cond_proj.weight)
+            nn.init.zeros_(layer.cond_proj.bias)
+        return self
+
+    # -- conditioning --------------------------------------------------------------------------------------------
+    def condition_features(self, cond: torch.Tensor) -> list[torch.Tensor]:
+        """All P_j(c) once: cond (B, C, L+1, h, w) -> list of (B, N_video, dim), one per layer.
+
+        For a sampler that reuses them across steps; call it on an unsharded model (FSDP shards P_j with its layer).
+        """
+        return [layer.condition_feature(cond) for layer in self.layers]
+
+    # -- the network --------------------------------------------------------------------------------------------------
+    def _rope(self, key: tuple, make) -> Rope:
+        if key not in self._rope_cache:
+            self._rope_cache[key] = make()
+        return self._rope_cache[key]
+
+    def backbone(self, x: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor,
+                 context_mask: Optional[torch.Tensor] = None, actions: Optional[torch.Tensor] = None,
+                 attn_mask: Optional[torch.Tensor] | str = "auto", cond: Optional[torch.Tensor] = None,
+                 gate: Optional[torch.Tensor] = None, cond_feats: Optional[list] = None,
+                 action_keep: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The raw network on the full latent, Wan-style.
+
+        x (B, C, F, H, W) all latent frames; timestep (B,) or (B, S) in Wan units [0, 1000] (S groups of
+        frame-major tokens, e.g. S = F frames or S = N tokens); context (B, M, text_dim) (state token already
+        appended); context_mask (B, M) bool or None; actions (B, A, action_dim) or None (no action tokens);
+        attn_mask "auto" (built from ``attention_mode``), None (full attention) or a (B|1, 1, N, N) bool tensor.
+        Returns the head output (B, C, F, H, W) in float32.
+        """
+        b, _, f, h, w = x.shape
+        pt, ph, pw = self.patch_size
+        if f % pt or h % ph or w % pw:
+            raise ValueError(f"latent (F, H, W) = {(f, h, w)} is not divisible by model.patch_size {self.patch_size}")
+        grid = (f // pt, h // ph, w // pw)
+        dtype = self.video.patch_embedding.weight.dtype
+        hv = self.video.patchify(x.to(dtype))  # (B, Nv, dim)
+        n_video, n_first = hv.shape[1], grid[1] * grid[2]
+        temb, tproj_v, ctx_v = self.video.embed(timestep.to(x.device), context.to(dtype))
+        rope_v = self._rope(("v", grid, x.device), lambda: video_rope(*grid, self.head_dim, self.rope_max_seq_len,
+                                                                       x.device))
+        ha = tproj_a = ctx_a = rope_a = None
+        if actions is not None and self.action is not None:
+            ha, tproj_a, ctx_a = self.action.embed(actions, context.to(dtype))  # (B, A, action_hidden)
+            rope_a = self._rope(("a", actions.shape[1], x.device),
+                                lambda: sequence_rope(actions.shape[1], self.head_dim, x.device))
+        n_action = 0 if ha is None else ha.shape[1]
+        if isinstance(attn_mask, str):
+            if attn_mask != "auto":
+                raise ValueError(f"attn_mask: got {attn_mask!r}; expected 'auto', None or a bool tensor")
+            attn_mask = mot.build_mask(self.attention_mode, n_first, n_video, n_action,
+                                       action_keep if n_action else None, device=x.device)
+        ctx_mask = None if context_mask is None else context_mask.to(torch.bool).view(b, 1, 1, -1)
+        if cond is not None and cond.shape != x.shape:
+            raise ValueError(f"cond: expected shape {tuple(x.shape)} (B, C, L+1, h, w) like the full latent; "
+                             f"got {tuple(cond.shape)}")
+        if cond_feats is not None and len(cond_feats) != len(self.layers):
+            raise ValueError(f"cond_feats: expected {len(self.layers)} tensors (one per layer); got {len(cond_feats)}")
+        use_cond = gate is not None and (cond is not None or cond_feats is not None)
+        inp = LayerInputs(tproj_v, ctx_v, rope_v, attn_mask, ctx_mask, tproj_a, ctx_a, rope_a,
+                          cond if use_cond and cond_feats is None else None, gate if use_cond else None)
+        for j, layer in enumerate(self.layers):
+            feat = cond_feats[j] if use_cond and cond_feats is not None else None
+            if self.gradient_checkpointing and torch.is_grad_enabled():
+                hv, ha = checkpoint(layer, hv, ha, inp, feat, use_reentrant=False)
+            else:
+                hv, ha = layer(hv, ha, inp, feat)
+        return self.video.head(hv, temb, grid).float()
+
+    def forward(self, z_t: torch.Tensor, tau: torch.Tensor, z0: torch.Tensor, actions: Optional[torch.Tensor],
+                state0: Optional[torch.Tensor], text: torch.Tensor, text_mask: Optional[torch.Tensor] = None,
+                cond: Optional[torch.Tensor] = None, gate: Optional[torch.Tensor] = None,
+                cond_feats: Optional[list] = None, action_keep: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Velocity û (B, C, L, h, w) float32. Shapes and semantics: DESIGN.md "The network".
+
+        ``actions=None`` runs without action tokens; ``state0=None`` appends no state token."""
+        if z0.shape[2] != 1 or z0.shape[:2] != z_t.shape[:2] or z0.shape[3:] != z_t.shape[3:]:
+            raise ValueError(f"z0: expected (B, C, 1, h, w) matching z_t {tuple(z_t.shape)}; got {tuple(z0.shape)}")
+        b, lat = z_t.shape[0], z_t.shape[2]
+        tau = tau.to(device=z_t.device, dtype=torch.float32).reshape(b)
+        x = torch.cat([z0.to(z_t.dtype), z_t], dim=2)  # (B, C, L+1, h, w)
+        timestep = torch.cat([torch.zeros(b, 1, device=z_t.device), (1000.0 * tau)[:, None].expand(b, lat)], 1)
+        context, ctx_mask = text, text_mask
+        if state0 is not None:  # the proprio state is one more (always attended) text token
+            tok = self.state_embed(state0.to(self.state_embed.weight.dtype))[:, None]  # (B, 1, text_dim)
+            context = torch.cat([text.to(tok.dtype), tok], dim=1)  # (B, M+1, text_dim)
+            if text_mask is not None:
+                ones = torch.ones(b, 1, dtype=torch.bool, device=text_mask.device)
+                ctx_mask = torch.cat([text_mask.to(torch.bool), ones], dim=1)  # (B, M+1)
+        if gate is not None:
+            gate = gate.to(device=z_t.device, dtype=torch.float32).reshape(b)
+        out = self.backbone(x, timestep, context, ctx_mask, actions, "auto", cond, gate, cond_feats, action_keep)
+        head = out[:, :, 1:]  # (B, C, L, h, w) future frames
+        if self.parameterization == "velocity":
+            return head
+        x_hat = z0.float() + head if self.first_frame_skip else head  # z0 broadcasts over the L future frames
+        return (z_t.float() - x_hat) / tau.clamp(min=self.tau_min).view(b, 1, 1, 1, 1)
+
+
+def build_world_model(cfg: Config, device="cpu", meta: bool = False) -> WorldModel:
+    """Build the world model for ``cfg``.
+
+    meta=False: parameters on ``device``, initialised by :meth:`WorldModel.initialize_weights`.
+    meta=True: on the meta device, uninitialised (for counting, or for ``to_empty(device=...)`` then
+    ``initialize_weights()`` / weight loading, e.g. before FSDP2 sharding). Pretrained weights are not loaded here:
+    see ``simforcing.models.weights.load_configured_weights``.
+    """
+    if meta:
+        with torch.device("meta"):
+            return WorldModel(cfg)
+    with torch.device(device):
+        model = WorldModel(cfg)
+    return model.initialize_weights()
