@@ -1,0 +1,366 @@
+"""`simforcing data synth`: simulate scripted episodes in MuJoCo and write the paired sim/real dataset.
+
+    simforcing data synth data/synth                 # the demo set: 20 train + 16 val paired, 300 sim-only
+    simforcing data synth /tmp/tiny --quick          # a tiny set for a smoke test
+
+Each episode is simulated once (the real scene: arm, table, objects) and rendered twice per frame from one
+per-episode camera pose: **sim** = the arm's digital twin alone on black; **real** = the full scene with its own
+lights, shadows and textures plus Gaussian sensor noise, with an exact arm mask from MuJoCo's segmentation render.
+Episode i draws everything from ``SeedSequence([seed, i])`` (i counts train, then val, then sim_pool), so a seed fixes
+the dataset and the worker count does not change it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402  (after MUJOCO_GL is set)
+
+from simforcing.data.format import EpisodeInfo, write_episode, write_meta  # noqa: E402
+from simforcing.data.synthetic.motions import ArmController, mat_to_rpy, script_motion  # noqa: E402
+from simforcing.data.synthetic.scene import (  # noqa: E402
+    ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, SERVO_GAINS, TIMESTEP, CameraPose,
+    paint_textures, real_xml, sample_appearance, sample_camera, sample_objects, sim_xml)
+
+FPS = 10
+SUBSTEPS = round(1.0 / (FPS * TIMESTEP))  # physics steps per video frame (100)
+SIM_BACKGROUND = "black"
+LEAD = np.array([kv / kp for kp, kv in SERVO_GAINS])  # s: velocity feed-forward cancels the servos' damping lag
+GENERATOR_VERSION = 1
+
+
+@dataclass
+class Episode:
+    """One simulated episode. Videos uint8 (T, H, W, 3); ``real``/``arm_mask`` are None for sim-only episodes."""
+
+    instruction: str
+    kind: str
+    sim: np.ndarray
+    real: np.ndarray | None
+    arm_mask: np.ndarray | None  # uint8 (T, H, W), 1 = arm visible in the real frame
+    actions: np.ndarray  # float32 (T-1, 7)
+    states: np.ndarray  # float32 (T, 7): ee position, ee roll-pitch-yaw, gripper opening in [0, 1]
+    object_xyz: np.ndarray  # float32 (T, n_objects, 3): object positions (not written; for checks)
+    object_names: list[str]  # "<colour> <shape>" of task objects, "distractor" otherwise
+
+
+class TwinRenderer:
+    """The arm's digital twin and one offscreen renderer, built once per process and reused for every episode."""
+
+    def __init__(self, height: int, width: int):
+        self.model = mujoco.MjModel.from_xml_string(sim_xml())
+        self.data = mujoco.MjData(self.model)
+        self.renderer = mujoco.Renderer(self.model, height, width)
+        self.qadr = np.array([int(self.model.joint(j).qposadr[0]) for j in ARM_JOINTS + FINGER_JOINTS])
+
+    def render(self, q: np.ndarray, camera) -> np.ndarray:
+        """q (8,): arm + finger joint positions -> uint8 (H, W, 3)."""
+        self.data.qpos[self.qadr] = q
+        mujoco.mj_forward(self.model, self.data)
+        self.renderer.update_scene(self.data, camera=camera)
+        return self.renderer.render().copy()
+
+    def close(self) -> None:
+        self.renderer.close()
+
+
+class RealRenderer:
+    """Colour + arm-mask renders of one episode's real model (its textures are uploaded on construction)."""
+
+    def __init__(self, model, height: int, width: int):
+        self.renderer = mujoco.Renderer(model, height, width)
+        names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) or "" for g in range(model.ngeom)]
+        self.arm_geoms = np.array([g for g, n in enumerate(names) if n.startswith(ARM_GEOM_PREFIX)])
+
+    def render(self, data, camera) -> tuple[np.ndarray, np.ndarray]:
+        """-> (rgb uint8 (H, W, 3), mask uint8 (H, W)): the mask marks pixels whose front-most geom is the arm's."""
+        r = self.renderer
+        r.update_scene(data, camera=camera)
+        rgb = r.render().copy()
+        r.enable_segmentation_rendering()
+        r.update_scene(data, camera=camera)
+        seg = r.render()  # (H, W, 2): object id, object type
+        r.disable_segmentation_rendering()
+        mask = (seg[..., 1] == mujoco.mjtObj.mjOBJ_GEOM) & np.isin(seg[..., 0], self.arm_geoms)
+        return rgb, mask.astype(np.uint8)
+
+    def close(self) -> None:
+        self.renderer.close()
+
+
+class EpisodePhysics:
+    """One episode's real scene in MuJoCo, its scripted motion and the servo loop that executes it.
+
+    ``advance(t)`` runs the physics from frame t−1 to frame t: IK for the commanded target of frame t, then
+    ``SUBSTEPS`` physics steps while the joint setpoints move linearly from the last solution to the new one.
+    """
+
+    def __init__(self, seed: int, index: int, length: int):
+        if length < 2:
+            raise ValueError(f"length: got {length}; an episode needs at least 2 frames (1 action)")
+        scene_rng, motion_rng, self.noise_rng = (np.random.default_rng(s)
+                                                 for s in np.random.SeedSequence([seed, index]).spawn(3))
+        self.objects = sample_objects(scene_rng)
+        look = sample_appearance(scene_rng)
+        self.camera: CameraPose = sample_camera(scene_rng)
+        start_pos = scene_rng.uniform([0.28, -0.12, 0.18], [0.38, 0.12, 0.26])
+        start_yaw = float(scene_rng.uniform(-0.4, 0.4))
+        self.model = m = mujoco.MjModel.from_xml_string(real_xml(self.objects, look))
+        paint_textures(m, scene_rng)
+        self.data = mujoco.MjData(m)
+        self.ctl = ArmController(m)
+        self.motion = script_motion(motion_rng, self.objects, start_pos, start_yaw, length)
+
+        self.site = int(mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, EE_SITE))
+        self.finger_adr = np.array([int(m.joint(j).qposadr[0]) for j in FINGER_JOINTS])
+        self.arm_act = np.array([int(m.actuator(f"a_{j}").id) for j in ARM_JOINTS])
+        self.finger_act = np.array([int(m.actuator(f"a_{j}").id) for j in FINGER_JOINTS])
+        self.twin_adr = np.concatenate([self.ctl.qadr, self.finger_adr])  # arm + finger joints, the twin's order
+        self.obj_adr = np.array([int(m.jnt_qposadr[m.body(o.name).jntadr[0]]) for o in self.objects])
+
+        self.q = self.ctl.solve(np.array(HOME_Q), self.motion.pos[0], self.motion.rpy[0], iters=300)
+        self.data.qpos[self.ctl.qadr] = self.data.ctrl[self.arm_act] = self.q
+        self.data.qpos[self.finger_adr] = self.data.ctrl[self.finger_act] = self.motion.grip[0] * FINGER_TRAVEL
+        mujoco.mj_forward(m, self.data)
+
+    def advance(self, t: int) -> None:
+        d, mo = self.data, self.motion
+        q_new = self.ctl.solve(self.q, mo.pos[t], mo.rpy[t])
+        qdot = (q_new - self.q) / (SUBSTEPS * TIMESTEP)
+        d.ctrl[self.finger_act] = mo.grip[t] * FINGER_TRAVEL
+        for s in range(1, SUBSTEPS + 1):
+            d.ctrl[self.arm_act] = self.q + (q_new - self.q) * (s / SUBSTEPS) + LEAD * qdot
+            mujoco.mj_step(self.model, d)
+        self.q = q_new
+
+    def state(self) -> np.ndarray:
+        """(7,): ee position, ee roll-pitch-yaw, gripper opening in [0, 1]."""
+        d = self.data
+        opening = float(d.qpos[self.finger_adr].sum()) / (2 * FINGER_TRAVEL)
+        return np.concatenate([d.site_xpos[self.site], mat_to_rpy(d.site_xmat[self.site]), [opening]])
+
+    def object_positions(self) -> np.ndarray:
+        """(n_objects, 3) free-body positions."""
+        return self.data.qpos[self.obj_adr[:, None] + np.arange(3)].copy()
+
+
+def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True) -> Episode:
+    """Simulate episode ``index`` of the dataset with ``seed``; render sim always, real + mask when ``paired``."""
+    ep = EpisodePhysics(seed, index, length)
+    camera = ep.camera.to_mjv()
+    real_r = RealRenderer(ep.model, twin.renderer.height, twin.renderer.width) if paired else None
+    sims, reals, masks, states, obj_xyz = [], [], [], [], []
+    try:
+        for t in range(length):
+            if t > 0:
+                ep.advance(t)
+            states.append(ep.state())
+            obj_xyz.append(ep.object_positions())
+            sims.append(twin.render(ep.data.qpos[ep.twin_adr], camera))
+            if real_r is not None:
+                rgb, mask = real_r.render(ep.data, camera)
+                reals.append(rgb)
+                masks.append(mask)
+    finally:
+        if real_r is not None:
+            real_r.close()
+
+    states_arr = np.asarray(states, np.float32)
+    if not np.all(np.isfinite(states_arr)):
+        raise RuntimeError(f"episode {index} (seed {seed}): the simulation diverged (non-finite states)")
+    real = None
+    if paired:
+        sigma = ep.noise_rng.uniform(1.5, 4.0)  # sensor noise, in 0..255 units
+        noisy = np.asarray(reals, np.float32) + ep.noise_rng.normal(0, sigma, size=(length, *reals[0].shape))
+        real = np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
+    return Episode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=np.stack(sims), real=real,
+                   arm_mask=np.stack(masks) if paired else None, actions=ep.motion.actions(), states=states_arr,
+                   object_xyz=np.asarray(obj_xyz, np.float32),
+                   object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects])
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The dataset
+# ----------------------------------------------------------------------------------------------------------------------
+
+_TWIN: TwinRenderer | None = None  # one per worker process
+
+
+def _init_worker(height: int, width: int) -> None:
+    global _TWIN
+    _TWIN = TwinRenderer(height, width)
+
+
+def _write_one(job: tuple) -> EpisodeInfo:
+    """Simulate one episode and write its files. job = (out, episode_id, index, paired, seed, length, layout)."""
+    out, episode_id, index, paired, seed, length, layout = job
+    assert _TWIN is not None, "_init_worker must run first"
+    ep = simulate_episode(seed, index, length, _TWIN, paired=paired)
+    write_episode(out, episode_id, ep.sim, ep.real, ep.actions, ep.states, ep.arm_mask, layout=layout, fps=FPS)
+    return EpisodeInfo(episode_id=episode_id, length=length, instruction=ep.instruction, has_real=paired)
+
+
+def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, height: int, width: int,
+                layout: str) -> None:
+    for name, v in (("num_train", num_train), ("num_val", num_val), ("num_sim_pool", num_sim_pool)):
+        if v < 0:
+            raise ValueError(f"{name}: got {v}; expected a count >= 0")
+    if num_train + num_val + num_sim_pool == 0:
+        raise ValueError("num_train + num_val + num_sim_pool is 0; expected at least one episode")
+    if length < 2:
+        raise ValueError(f"length: got {length}; expected >= 2 frames")
+    for name, v, most in (("height", height, 480), ("width", width, 640)):  # the models' offscreen buffer
+        if v <= 0 or v % 2 or v > most:
+            raise ValueError(f"{name}: got {v}; expected an even number of pixels in 2..{most} "
+                             "(H.264 needs even sizes)")
+    if layout not in ("separate", "side_by_side"):
+        raise ValueError(f"layout: got {layout!r}; expected 'separate' or 'side_by_side'")
+
+
+def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
+                     width: int, seed: int, layout: str = "separate", progress: bool = True,
+                     workers: int = 1, overwrite: bool = False) -> Path:
+    """Write the synthetic paired dataset to ``out`` (videos, lowdim, masks, meta). Returns ``out``.
+
+    Stats and the text cache are separate: see :func:`finalize_dataset`. ``workers`` > 1 simulates episodes in that
+    many processes; the output is identical whatever the count.
+    """
+    _check_args(num_train, num_val, num_sim_pool, length, height, width, layout)
+    out = Path(out)
+    if (out / "meta" / "info.json").exists() or (out / "episodes").exists():
+        if not overwrite:
+            raise FileExistsError(f"{out}: already holds a dataset (meta/ or episodes/); pass overwrite=True "
+                                  "(--overwrite) to replace it")
+        for sub in ("episodes", "meta", "text_cache"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+    plan = [("train", True)] * num_train + [("val", True)] * num_val + [("sim_pool", False)] * num_sim_pool
+    jobs = [(str(out), f"ep_{i:05d}", i, paired, seed, length, layout) for i, (_, paired) in enumerate(plan)]
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(jobs), desc="synth episodes", unit="ep", disable=not progress, file=sys.stderr)
+    infos: list[EpisodeInfo] = []
+    if workers <= 1:
+        _init_worker(height, width)
+        try:
+            for job in jobs:
+                infos.append(_write_one(job))
+                bar.update()
+        finally:
+            _close_twin()
+    else:  # spawned processes (no GL state inherited); each builds its own twin renderer
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                                 initargs=(height, width)) as pool:
+            for info in pool.map(_write_one, jobs, chunksize=1):
+                infos.append(info)
+                bar.update()
+    bar.close()
+
+    splits: dict[str, list[str]] = {"train": [], "val": [], "sim_pool": []}
+    for (split, _), info in zip(plan, infos):
+        splits[split].append(info.episode_id)
+    settings = {"version": GENERATOR_VERSION, "seed": seed, "num_train": num_train, "num_val": num_val,
+                "num_sim_pool": num_sim_pool, "length": length, "physics_timestep": TIMESTEP, "substeps": SUBSTEPS,
+                "mujoco": mujoco.__version__, "motions": ["reach", "push", "grasp"],
+                "episode_seed": "SeedSequence([seed, index]), index over train, val, sim_pool in order",
+                "state": "ee position (3), ee roll-pitch-yaw xyz (3), gripper opening 0..1 (1)",
+                "action": "target ee position delta (3), target roll-pitch-yaw delta (3), gripper command 0..1 (1)"}
+    info = {"fps": FPS, "height": height, "width": width, "action_dim": 7, "state_dim": 7, "video_layout": layout,
+            "sim_background": SIM_BACKGROUND, "source": "simforcing-synth", "synth": settings}
+    write_meta(out, info, infos, splits)
+    return out
+
+
+def _close_twin() -> None:
+    global _TWIN
+    if _TWIN is not None:
+        _TWIN.close()
+        _TWIN = None
+
+
+def finalize_dataset(out: str | Path) -> None:
+    """Min–max stats (train + sim_pool) and the demo text-embedding cache for a freshly generated dataset."""
+    from simforcing.config import load_config
+    from simforcing.data.stats import write_stats
+    from simforcing.models.text import embed_dataset
+
+    write_stats(out)
+    embed_dataset(out, load_config("demo"))
+
+
+def save_preview(root: str | Path, episode_id: str, path: str | Path, num_frames: int = 9, scale: int = 4) -> Path:
+    """A PNG strip of one paired episode: sim row over real row over mask row, ``num_frames`` evenly spaced."""
+    import imageio.v3 as iio
+
+    from simforcing.data.format import read_arm_mask, read_episode_videos, read_info
+
+    info = read_info(root)
+    sim, real = read_episode_videos(root, info, EpisodeInfo(episode_id, 0, "", True))
+    mask = read_arm_mask(root, episode_id)
+    if real is None or mask is None:
+        raise ValueError(f"episode {episode_id}: preview needs a paired episode with an arm mask")
+    idx = np.linspace(0, len(sim) - 1, min(num_frames, len(sim))).round().astype(int)
+    mask_rgb = np.repeat(mask[..., None] * 255, 3, axis=-1).astype(np.uint8)
+    rows = [np.concatenate(list(v[idx]), axis=1) for v in (sim, real, mask_rgb)]
+    img = np.concatenate(rows, axis=0).repeat(scale, axis=0).repeat(scale, axis=1)
+    iio.imwrite(path, img)
+    return Path(path)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", help="dataset folder to write")
+    parser.add_argument("--num-train", type=int, default=20, help="paired training episodes")
+    parser.add_argument("--num-val", type=int, default=16, help="paired validation episodes")
+    parser.add_argument("--num-sim-pool", type=int, default=300, help="sim-only episodes (stage 1)")
+    parser.add_argument("--length", type=int, default=33, help="frames per episode")
+    parser.add_argument("--height", type=int, default=32)
+    parser.add_argument("--width", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layout", choices=("separate", "side_by_side"), default="separate")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="simulation processes")
+    parser.add_argument("--quick", action="store_true", help="a tiny set: 2 train, 2 val, 4 sim-only, 17 frames")
+    parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
+    parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
+    parser.add_argument("--preview", default=None, help="also write a PNG strip of the first paired episode here")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "overrides", None):
+        print(f"simforcing data synth: unrecognised arguments {args.overrides}", file=sys.stderr)
+        return 2
+    counts = (2, 2, 4, 17) if args.quick else (args.num_train, args.num_val, args.num_sim_pool, args.length)
+    t0 = time.time()
+    try:
+        out = generate_dataset(args.out, num_train=counts[0], num_val=counts[1], num_sim_pool=counts[2],
+                               length=counts[3], height=args.height, width=args.width, seed=args.seed,
+                               layout=args.layout, progress=not args.no_progress, workers=args.workers,
+                               overwrite=args.overwrite)
+    except (ValueError, FileExistsError) as e:
+        print(f"simforcing data synth: {e}", file=sys.stderr)
+        return 2
+    if not args.no_finalize:
+        finalize_dataset(out)
+    if args.preview and counts[0] + counts[1] > 0:
+        save_preview(out, "ep_00000", args.preview)
+    print(f"wrote {sum(counts[:3])} episodes to {out} in {time.time() - t0:.1f} s")
+    return 0

@@ -1,0 +1,253 @@
+"""Scripted reach / push / grasp motions and the 7-D actions they command.
+
+A motion is a list of end-effector waypoints (position, gripper yaw, gripper opening, frames to get there), followed
+by random reaches once the task is done, so any episode length is filled with motion. The waypoints become one
+commanded target per frame (minimum-jerk interpolation plus noise); the actions are the differences between
+consecutive commanded targets:
+
+    action_t = [p*_{t+1} − p*_t (3), rpy*_{t+1} − rpy*_t (3), g*_{t+1} (1)]      t = 0 … T−2
+
+with p* the target position (m), rpy* the target roll-pitch-yaw (rad, extrinsic xyz of the ``ee`` site frame) and
+g* the commanded gripper opening in [0, 1] (1 = open). The controller tracks p*_{t+1} between frame t and t+1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simforcing.data.synthetic.scene import ARM_REACH, SHOULDER_Z, WRIST_ABOVE_EE, SceneObject
+
+# End-effector workspace (m, rad): targets are clipped into it, so the arm stays in view and reachable.
+WORKSPACE_LO = np.array([0.2, -0.36, 0.015])
+WORKSPACE_HI = np.array([0.6, 0.36, 0.34])
+YAW_LIMIT = 1.6
+TILT_LIMIT = 0.12  # |roll|, |pitch| of the commanded gripper
+KINDS = ("reach", "push", "grasp")
+
+# Push directions in the world frame, named as seen from the camera (in front of the robot, +x +y side).
+PUSH_DIRECTIONS = {
+    "to the left": np.array([0.0, -1.0]), "to the right": np.array([0.0, 1.0]),
+    "away from the robot": np.array([1.0, 0.0]), "toward the robot": np.array([-1.0, 0.0]),
+}
+
+
+@dataclass
+class Waypoint:
+    pos: np.ndarray  # (3,) target end-effector position
+    yaw: float  # gripper yaw about the vertical
+    grip: float  # commanded opening in [0, 1]
+    frames: int  # frames spent moving from the previous waypoint to this one
+
+
+@dataclass
+class Motion:
+    """Commanded targets for every frame: pos (T, 3), rpy (T, 3), grip (T,)."""
+
+    kind: str
+    instruction: str
+    pos: np.ndarray
+    rpy: np.ndarray
+    grip: np.ndarray
+
+    def actions(self) -> np.ndarray:
+        """(T−1, 7) float32: target deltas between consecutive frames + the next gripper command."""
+        return np.concatenate([np.diff(self.pos, axis=0), np.diff(self.rpy, axis=0), self.grip[1:, None]],
+                              axis=1).astype(np.float32)
+
+
+def _clip(p: np.ndarray) -> np.ndarray:
+    """Targets (..., 3) into the workspace box, then pulled in so the wrist stays within 92 % of the arm's reach."""
+    p = np.clip(p, WORKSPACE_LO, WORKSPACE_HI)
+    wrist = p + [0.0, 0.0, WRIST_ABOVE_EE - SHOULDER_Z]  # wrist relative to the shoulder joint
+    r = np.linalg.norm(wrist, axis=-1, keepdims=True)
+    scale = np.minimum(1.0, 0.92 * ARM_REACH / r)
+    return wrist * scale - [0.0, 0.0, WRIST_ABOVE_EE - SHOULDER_Z]
+
+
+def _grip_yaw(angle: float) -> float:
+    """A parallel gripper is symmetric under a half turn: pick the equivalent yaw inside ±π/2."""
+    return float((angle + np.pi / 2) % np.pi - np.pi / 2)
+
+
+def _frames(rng: np.random.Generator, lo: int, hi: int) -> int:
+    return int(rng.integers(lo, hi + 1))
+
+
+def _noisy(rng: np.random.Generator, p, sigma: float = 0.01) -> np.ndarray:
+    return _clip(np.asarray(p, np.float64) + rng.normal(0, sigma, 3))
+
+
+def _name(o: SceneObject) -> str:
+    return f"the {o.colour} {o.shape}"
+
+
+def _reach(rng, o: SceneObject, yaw0: float) -> tuple[str, list[Waypoint]]:
+    x, y = o.pos
+    yaw = _grip_yaw(o.yaw) if rng.random() < 0.5 else yaw0
+    near = 2 * o.height + rng.uniform(0.03, 0.06)
+    text = rng.choice(["reach toward {}", "move the gripper to {}", "reach for {}"]).format(_name(o))
+    return text, [
+        Waypoint(_noisy(rng, [x, y, near + 0.1]), yaw, 1.0, _frames(rng, 6, 8)),
+        Waypoint(_noisy(rng, [x, y, near], 0.005), yaw, 1.0, _frames(rng, 4, 5)),
+        Waypoint(_noisy(rng, [x, y, near + 0.02], 0.005), yaw, 0.6, _frames(rng, 2, 3)),
+        Waypoint(_noisy(rng, [x - 0.08, y * 0.6, 0.24], 0.03), yaw0, 1.0, _frames(rng, 6, 8)),
+    ]
+
+
+def _push(rng, o: SceneObject, yaw0: float) -> tuple[str, list[Waypoint]]:
+    p = np.array(o.pos)
+    ok = [k for k, d in PUSH_DIRECTIONS.items()
+          if np.all(p + 0.2 * d >= WORKSPACE_LO[:2] + 0.02) and np.all(p + 0.2 * d <= WORKSPACE_HI[:2] - 0.02)
+          and np.all(p - 0.1 * d >= WORKSPACE_LO[:2]) and np.all(p - 0.1 * d <= WORKSPACE_HI[:2])]
+    name = str(rng.choice(ok or list(PUSH_DIRECTIONS)))
+    d = PUSH_DIRECTIONS[name]
+    yaw = _grip_yaw(np.arctan2(d[1], d[0]))  # palm face (hand x) along the push
+    radius = max(o.size[:2]) if o.geom == "box" else o.size[0]
+    start = p - d * (radius + 0.045)
+    end = p + d * rng.uniform(0.1, 0.15)
+    z = max(0.02, o.height)
+    text = rng.choice(["push {} {}", "slide {} {}"]).format(_name(o), name)
+    return text, [
+        Waypoint(_noisy(rng, [*start, 0.12], 0.005), yaw, 0.0, _frames(rng, 6, 8)),  # closed fingers: a paddle
+        Waypoint(_clip(np.array([*start, z])), yaw, 0.0, _frames(rng, 4, 5)),
+        Waypoint(_clip(np.array([*end, z])), yaw, 0.0, _frames(rng, 7, 9)),
+        Waypoint(_noisy(rng, [*end, 0.16], 0.01), yaw, 1.0, _frames(rng, 4, 5)),
+    ]
+
+
+def _grasp(rng, o: SceneObject, yaw0: float) -> tuple[str, list[Waypoint]]:
+    x, y = o.pos
+    yaw = _grip_yaw(o.yaw)  # fingers close across the object's y side (its narrow side for a block)
+    z = max(0.018, o.height)
+    text = rng.choice(["pick up {}", "grasp {} and lift it", "lift {}"]).format(_name(o))
+    return text, [
+        Waypoint(_noisy(rng, [x, y, 0.13], 0.005), yaw, 1.0, _frames(rng, 6, 8)),
+        Waypoint(_clip(np.array([x, y, z])), yaw, 1.0, _frames(rng, 4, 5)),
+        Waypoint(_clip(np.array([x, y, z])), yaw, 0.0, 2),
+        Waypoint(_clip(np.array([x, y, 0.22])), yaw, 0.0, _frames(rng, 5, 6)),
+        Waypoint(_noisy(rng, [x - 0.05, -0.5 * y, 0.25], 0.04), yaw0, 0.0, _frames(rng, 5, 7)),
+    ]
+
+
+_PLANNERS = {"reach": _reach, "push": _push, "grasp": _grasp}
+_SHAPES_FOR = {"reach": ("block", "cube", "ball", "cylinder"), "push": ("block", "cube", "ball", "cylinder"),
+               "grasp": ("block", "cube", "cylinder")}
+
+
+def random_reach(rng: np.random.Generator, grip: float) -> Waypoint:
+    """A free move to a random point of the workspace (fills episodes longer than the task)."""
+    p = rng.uniform(WORKSPACE_LO + [0.02, 0.04, 0.06], WORKSPACE_HI - [0.02, 0.04, 0.0])
+    return Waypoint(p, float(rng.uniform(-1.0, 1.0)), float(rng.choice([grip, 1.0, 0.0])), _frames(rng, 5, 8))
+
+
+def _min_jerk(u: np.ndarray) -> np.ndarray:
+    return u ** 3 * (10 - 15 * u + 6 * u ** 2)
+
+
+def script_motion(rng: np.random.Generator, objects: list[SceneObject], start_pos: np.ndarray, start_yaw: float,
+                  length: int) -> Motion:
+    """Choose a task and a target among the task objects (named ones), then lay out T = ``length`` targets."""
+    kind = str(rng.choice(KINDS))
+    targets = [o for o in objects if o.colour and o.shape in _SHAPES_FOR[kind]]
+    if not targets:  # every task object has a shape this task cannot use: fall back to reaching
+        kind, targets = "reach", [o for o in objects if o.colour]
+    if not targets:
+        raise ValueError("script_motion: the scene has no named task object (SceneObject.colour is empty for all)")
+    target = targets[int(rng.integers(len(targets)))]
+    instruction, waypoints = _PLANNERS[kind](rng, target, start_yaw)
+
+    pos = [np.asarray(start_pos, np.float64)]
+    yaw, grip = [float(start_yaw)], [1.0]
+    queue = list(waypoints)
+    while len(pos) < length:
+        wp = queue.pop(0) if queue else random_reach(rng, grip[-1])
+        u = _min_jerk(np.arange(1, wp.frames + 1) / wp.frames)
+        p0, y0 = pos[-1], yaw[-1]
+        for k in range(wp.frames):
+            pos.append(p0 + (wp.pos - p0) * u[k])
+            yaw.append(y0 + (wp.yaw - y0) * u[k])
+            grip.append(wp.grip)
+    T = length
+    p = np.stack(pos[:T])
+    p[1:] = _clip(p[1:] + rng.normal(0, 0.002, size=(T - 1, 3)))  # tracking noise of a scripted operator
+    tilt = np.cumsum(rng.normal(0, 0.015, size=(T, 2)), axis=0)  # a slow random wobble of roll and pitch
+    tilt[0] = 0.0
+    rpy = np.concatenate([np.clip(tilt, -TILT_LIMIT, TILT_LIMIT),
+                          np.clip(np.array(yaw[:T]), -YAW_LIMIT, YAW_LIMIT)[:, None]], axis=1)
+    return Motion(kind=kind, instruction=str(instruction), pos=p, rpy=rpy, grip=np.array(grip[:T], np.float64))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Executing the commanded targets: differential inverse kinematics
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def rpy_to_mat(rpy: np.ndarray) -> np.ndarray:
+    """(3,) extrinsic x-y-z angles -> (3, 3) rotation matrix."""
+    from scipy.spatial.transform import Rotation
+
+    return Rotation.from_euler("xyz", rpy).as_matrix()
+
+
+def mat_to_rpy(mat: np.ndarray) -> np.ndarray:
+    from scipy.spatial.transform import Rotation
+
+    return Rotation.from_matrix(np.asarray(mat).reshape(3, 3)).as_euler("xyz")
+
+
+def rotvec(R: np.ndarray) -> np.ndarray:
+    """(3, 3) rotation (angle < π) -> (3,) axis·angle."""
+    v = np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])  # 2·sin(θ)·axis
+    s, c = 0.5 * np.linalg.norm(v), 0.5 * (np.trace(R) - 1.0)
+    theta = np.arctan2(s, c)
+    return 0.5 * v * (theta / s if s > 1e-12 else 1.0)
+
+
+class ArmController:
+    """Damped-least-squares IK on the ``ee`` site (Jacobian from mj_jacSite) over the 6 arm joints.
+
+    ``solve`` runs on a private kinematics-only copy of the model, so the physics state is never touched; the
+    result is the joint setpoint the position servos track. A small null-space pull toward ``HOME_Q`` keeps the
+    elbow up.
+    """
+
+    def __init__(self, model, damping: float = 0.02, rot_weight: float = 0.3):
+        import mujoco
+
+        from simforcing.data.synthetic.scene import ARM_JOINTS, EE_SITE, HOME_Q
+
+        self.mj, self.model, self.data = mujoco, model, mujoco.MjData(model)
+        joints = [model.joint(j) for j in ARM_JOINTS]
+        self.qadr = np.array([int(j.qposadr[0]) for j in joints])
+        self.dofadr = np.array([int(j.dofadr[0]) for j in joints])
+        self.lo, self.hi = (np.array([model.jnt_range[j.id][k] for j in joints]) for k in (0, 1))
+        self.site = int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, EE_SITE))
+        self.home = np.array(HOME_Q)
+        self.damping, self.rot_weight = damping, rot_weight
+        self._jacp, self._jacr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+
+    def solve(self, q: np.ndarray, pos: np.ndarray, rpy: np.ndarray, iters: int = 40,
+              tol: float = 1e-4) -> np.ndarray:
+        """Joint angles (6,) that put the site at ``pos`` (3,) with orientation ``rpy`` (3,), starting from q (6,)."""
+        mj, d = self.mj, self.data
+        q = np.clip(np.asarray(q, np.float64).copy(), self.lo, self.hi)
+        target = rpy_to_mat(rpy)
+        w = np.array([1, 1, 1] + [self.rot_weight] * 3)
+        for _ in range(iters):
+            d.qpos[self.qadr] = q
+            mj.mj_kinematics(self.model, d)
+            mj.mj_comPos(self.model, d)
+            cur = d.site_xmat[self.site].reshape(3, 3)
+            err = np.concatenate([pos - d.site_xpos[self.site], rotvec(target @ cur.T)])  # (6,) world frame
+            if np.abs(err[:3]).max() < tol and np.abs(err[3:]).max() < 10 * tol:
+                break
+            mj.mj_jacSite(self.model, d, self._jacp, self._jacr, self.site)
+            J = np.concatenate([self._jacp[:, self.dofadr], self._jacr[:, self.dofadr]]) * w[:, None]  # (6, 6)
+            JJt = J @ J.T + self.damping ** 2 * np.eye(6)
+            dq = J.T @ np.linalg.solve(JJt, err * w)
+            null = np.eye(6) - J.T @ np.linalg.solve(JJt, J)
+            dq += null @ (0.05 * (self.home - q))
+            q = np.clip(q + np.clip(dq, -0.3, 0.3), self.lo, self.hi)
+        return q

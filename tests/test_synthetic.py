@@ -1,0 +1,176 @@
+"""The embedded MuJoCo benchmark: format, determinism, sim/real pairing, arm masks, physics of the scripted motions."""
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import numpy as np
+import pytest
+from scipy.ndimage import binary_dilation
+
+from simforcing.data.format import (episode_dir, read_arm_mask, read_episode_videos, read_episodes, read_info,
+                                    read_lowdim, read_splits)
+from simforcing.data.synthetic.generate import (TwinRenderer, finalize_dataset, generate_dataset, save_preview,
+                                                simulate_episode)
+
+T, H, W = 12, 32, 48
+SIZES = dict(num_train=2, num_val=1, num_sim_pool=2, length=T, height=H, width=W)
+
+
+def _dilate(mask: np.ndarray, it: int = 1) -> np.ndarray:
+    """(T, H, W) bool -> dilated per frame."""
+    return np.stack([binary_dilation(m, iterations=it) for m in mask])
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return generate_dataset(tmp_path_factory.mktemp("synth") / "ds", seed=3, progress=False, **SIZES)
+
+
+@pytest.fixture(scope="module")
+def twin():
+    r = TwinRenderer(H, W)
+    yield r
+    r.close()
+
+
+def _paired(root):
+    info, eps = read_info(root), read_episodes(root)
+    for eid in read_splits(root)["train"] + read_splits(root)["val"]:
+        sim, real = read_episode_videos(root, info, eps[eid])
+        yield eid, sim, real, read_arm_mask(root, eid).astype(bool)
+
+
+def test_files_follow_the_format(dataset):
+    info = read_info(dataset)
+    assert (info["fps"], info["height"], info["width"], info["action_dim"], info["state_dim"]) == (10, H, W, 7, 7)
+    assert info["video_layout"] == "separate" and info["sim_background"] == "black"
+    assert info["source"] == "simforcing-synth" and info["synth"]["seed"] == 3
+    splits, eps = read_splits(dataset), read_episodes(dataset)
+    assert [len(splits[s]) for s in ("train", "val", "sim_pool")] == [2, 1, 2]
+    assert len(set(sum(splits.values(), []))) == 5
+    for split, ids in splits.items():
+        for eid in ids:
+            ep, d = eps[eid], episode_dir(dataset, eid)
+            assert ep.length == T and ep.has_real == (split != "sim_pool") and len(ep.instruction.split()) >= 3
+            assert (d / "real.mp4").exists() == ep.has_real and (d / "arm_mask.npz").exists() == ep.has_real
+            sim, real = read_episode_videos(dataset, info, ep)
+            assert sim.shape == (T, H, W, 3) and (real is None or real.shape == sim.shape)
+            actions, states = read_lowdim(dataset, eid)
+            assert actions.shape == (T - 1, 7) and states.shape == (T, 7)
+            assert actions.dtype == np.float32 and np.isfinite(actions).all() and np.isfinite(states).all()
+            assert np.all((states[:, 6] >= -0.01) & (states[:, 6] <= 1.01))  # gripper opening in [0, 1]
+
+
+def test_same_seed_same_dataset_whatever_the_worker_count(dataset, tmp_path, twin):
+    # episode i depends on (seed, i) only: the paired episodes of a set without sim pool equal the fixture's
+    again = generate_dataset(tmp_path / "again", seed=3, progress=False, workers=2,
+                             **{**SIZES, "num_val": 0, "num_sim_pool": 0})
+    info = read_info(dataset)
+    eps_a, eps_b = read_episodes(dataset), read_episodes(again)
+    assert list(eps_b) == ["ep_00000", "ep_00001"]
+    for eid in eps_b:
+        assert eps_a[eid] == eps_b[eid]
+        a, b = episode_dir(dataset, eid) / "lowdim.npz", episode_dir(again, eid) / "lowdim.npz"
+        assert a.read_bytes() == b.read_bytes()
+        for x, y in zip(read_episode_videos(dataset, info, eps_a[eid]), read_episode_videos(again, info, eps_b[eid])):
+            assert np.array_equal(x, y)
+        assert np.array_equal(read_arm_mask(dataset, eid), read_arm_mask(again, eid))
+    other = simulate_episode(4, 0, T, twin, paired=False)
+    assert not np.allclose(read_lowdim(dataset, "ep_00000")[0], other.actions)
+
+
+def test_sim_is_the_arm_on_black_at_the_real_arm_pixels(dataset):
+    for eid, sim, real, mask in _paired(dataset):
+        assert mask.sum(axis=(1, 2)).min() >= 20, f"{eid}: the arm must be visible in every frame"
+        arm_sim = sim.max(axis=-1) > 12  # (T, H, W): pixels the twin's arm covers
+        # every real arm pixel is a sim arm pixel (the mask can only lose pixels to occluding objects)
+        assert (arm_sim & mask).sum() >= 0.97 * mask.sum()
+        # and the sim arm lies on the real mask, up to anti-aliased edges and occlusions
+        assert (arm_sim & _dilate(mask)).sum() >= 0.9 * arm_sim.sum()
+        background = ~_dilate(arm_sim, 2)
+        assert sim[background].max() <= 3, f"{eid}: sim background must be flat black"
+        # the real frame shows a scene where the sim frame is black: table, wall, objects
+        diff = np.abs(real.astype(int) - sim.astype(int)).max(axis=-1)
+        assert diff[background].mean() > 30
+
+
+def test_real_frames_carry_sensor_noise_and_differ_per_episode(dataset):
+    frames = [real for _, _, real, _ in _paired(dataset)]
+    # neighbouring pixels of a smooth surface differ by noise: high-frequency energy of real > sim
+    noise = np.abs(np.diff(frames[0].astype(int), axis=2)).mean()
+    assert noise > 2.0
+    assert np.abs(frames[0].astype(int) - frames[1].astype(int)).mean() > 10  # different scenes and lighting
+
+
+def test_actions_drive_the_arm_and_it_moves(dataset):
+    for eid, sim, _, mask in _paired(dataset):
+        actions, states = read_lowdim(dataset, eid)
+        target = states[0, :3] + np.cumsum(actions[:, :3], axis=0)  # commanded ee positions of frames 1..T-1
+        err = np.linalg.norm(target - states[1:, :3], axis=1)
+        assert err.max() < 0.02, f"{eid}: the arm does not track the commanded targets (max error {err.max():.3f} m)"
+        assert np.linalg.norm(states[8, :3] - states[0, :3]) > 0.04  # substantial motion inside a 9-frame window
+        yaw_target = states[0, 5] + np.cumsum(actions[:, 5])
+        assert np.abs(yaw_target - states[1:, 5]).max() < 0.05
+        centroids = np.array([np.argwhere(m).mean(0) for m in mask])
+        assert np.linalg.norm(centroids - centroids[0], axis=1).max() > 1.0  # visible at 32x48 px
+
+
+def _first(twin, kind: str, length: int = 33, seed: int = 1):
+    """The first sim-only episode of ``seed`` whose scripted task is ``kind`` (the task does not depend on length)."""
+    for i in range(40):
+        if simulate_episode(seed, i, 2, twin, paired=False).kind == kind:
+            return simulate_episode(seed, i, length, twin, paired=False)
+    raise AssertionError(f"no {kind} episode among the first 40 of seed {seed}")
+
+
+def test_push_moves_the_named_object_by_contact(twin):
+    ep = _first(twin, "push")
+    k = next(i for i, n in enumerate(ep.object_names) if n in ep.instruction)
+    moved = np.linalg.norm(ep.object_xyz[-1, :, :2] - ep.object_xyz[0, :, :2], axis=1)
+    assert moved[k] > 0.05, f"{ep.instruction!r}: target moved {moved[k]:.3f} m"
+    assert ep.real is None and ep.arm_mask is None and ep.sim.shape == (33, H, W, 3)
+
+
+def test_grasp_closes_the_gripper(twin):
+    ep = _first(twin, "grasp")
+    assert ep.actions[:, 6].min() == 0.0 and ep.actions[:, 6].max() == 1.0
+    assert ep.states[:, 6].max() > 0.8 and ep.states[:, 6].min() < 0.7  # opens, then closes on the object
+
+
+def test_long_episodes_keep_moving(twin):
+    ep = simulate_episode(0, 7, 129, twin, paired=False)
+    assert ep.actions.shape == (128, 7) and np.isfinite(ep.states).all()
+    late = ep.states[96:, :3]
+    assert np.linalg.norm(late.max(0) - late.min(0)) > 0.1  # random reaches fill the episode after the task
+
+
+def test_finalize_then_check_and_preview(dataset, tmp_path):
+    from simforcing.config import load_config
+    from simforcing.data.check import check_dataset
+
+    finalize_dataset(dataset)
+    report = check_dataset(dataset, load_config("demo"))
+    assert report.splits["train"]["paired"] == 2 and report.splits["val"]["masks"] == 1
+    assert report.text_coverage[0] == report.text_coverage[1] > 0
+    png = save_preview(dataset, "ep_00000", tmp_path / "strip.png", num_frames=4, scale=2)
+    import imageio.v3 as iio
+
+    assert iio.imread(png).shape == (3 * H * 2, 4 * W * 2, 3)
+
+
+def test_cli_writes_refuses_to_overwrite_and_rejects_bad_sizes(tmp_path, capsys):
+    from simforcing.cli import main
+
+    args = ["data", "synth", str(tmp_path / "cli"), "--num-train", "1", "--num-val", "0", "--num-sim-pool", "1",
+            "--length", "5", "--workers", "1", "--no-finalize", "--no-progress"]
+    assert main(args) == 0
+    assert read_splits(tmp_path / "cli") == {"train": ["ep_00000"], "val": [], "sim_pool": ["ep_00001"]}
+    assert main(args) == 2 and "already holds a dataset" in capsys.readouterr().err
+    assert main(args + ["--overwrite", "--layout", "side_by_side"]) == 0  # the authors' [sim | real] layout
+    root = tmp_path / "cli"
+    assert (episode_dir(root, "ep_00000") / "pair.mp4").exists()
+    assert (episode_dir(root, "ep_00001") / "sim.mp4").exists()  # the sim-only episode keeps its own file
+    sim, real = read_episode_videos(root, read_info(root), read_episodes(root)["ep_00000"])
+    assert sim.shape == real.shape == (5, H, W, 3) and real.mean() > sim.mean() + 20  # halves not swapped
+    assert main(args + ["--overwrite", "--height", "31"]) == 2 and "height: got 31" in capsys.readouterr().err
