@@ -327,7 +327,8 @@ def save_preview(root: str | Path, episode_id: str, path: str | Path, num_frames
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out", help="dataset folder to write")
+    parser.add_argument("out", nargs="?", default=None, help="dataset folder to write (or --out)")
+    parser.add_argument("--out", dest="out_opt", default=None, help="dataset folder to write")
     parser.add_argument("--num-train", type=int, default=20, help="paired training episodes")
     parser.add_argument("--num-val", type=int, default=16, help="paired validation episodes")
     parser.add_argument("--num-sim-pool", type=int, default=300, help="sim-only episodes (stage 1)")
@@ -348,6 +349,10 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "overrides", None):
         print(f"simforcing data synth: unrecognised arguments {args.overrides}", file=sys.stderr)
         return 2
+    if (args.out is None) == (args.out_opt is None):
+        print("simforcing data synth: give the dataset folder once, as OUT or --out OUT", file=sys.stderr)
+        return 2
+    args.out = args.out or args.out_opt
     counts = (2, 2, 4, 17) if args.quick else (args.num_train, args.num_val, args.num_sim_pool, args.length)
     t0 = time.time()
     try:
