@@ -1,0 +1,368 @@
+"""Checkpoints: written atomically, verified on load, resumable, and readable by the sampler.
+
+    RUN/config.json                               the resolved config (written by the train loop first)
+    RUN/checkpoints/step_000123/
+        model.safetensors     student weights (single-process runs)
+        dcp/                  model + optimizer shards, torch.distributed.checkpoint (runs with world size > 1)
+        train_state.pt        optimizer (single process), LR scheduler, RNG states (torch, CUDA, numpy, python
+                              random) and the data position (epoch, batch position within the epoch); only tensors
+                              and primitive containers, so ``torch.load(weights_only=True)`` reads it
+        meta.json             {"format", "step", "epoch", "stats", "config_hash", "world_size", "time",
+                               "files": {relative path: sha256}}
+
+Writing: everything goes to ``checkpoints/.tmp-step_N``; each file is fsynced, then ``meta.json`` (holding the
+sha256 of every other file) is written last, the folder is renamed to ``step_N`` (``os.replace``, atomic) and the
+parent folder fsynced. A crash or a failed write (disk full) leaves at most a ``.tmp-*`` folder, removed by the next
+save; the previous checkpoints stay as they were. Only the last ``train.keep_last`` checkpoints are kept. "Latest" is
+found by scanning the ``step_*`` folders (no symlink).
+
+Loading (:func:`load_checkpoint`) checks every sha256 listed in meta.json: a truncated or bit-flipped file raises
+:class:`CheckpointError` naming it. :func:`find_resumable` walks back from the newest checkpoint to the newest valid
+one, warning about each damaged one it skips. :func:`load_model_from_run` gives the sampler and the evaluator
+``(cfg, model, meta)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from simforcing import parallel
+from simforcing.config import Config
+
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+STATE_FILE = "train_state.pt"
+META_FILE = "meta.json"
+SHARDED_DIR = "dcp"
+_PREFIX = "step_"
+_TMP_PREFIX = ".tmp-"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, damaged or could not be written. ``path`` names the file or folder."""
+
+    def __init__(self, message: str, path: str | Path | None = None):
+        self.path = str(path) if path is not None else None
+        super().__init__(f"{path}: {message}" if path is not None else message)
+
+
+@dataclass
+class Checkpoint:
+    """A verified checkpoint. ``model_state`` is None for sharded (DCP) checkpoints or when not requested."""
+
+    path: Path
+    step: int
+    meta: dict
+    model_state: dict[str, torch.Tensor] | None
+    train_state: dict | None
+
+    @property
+    def sharded(self) -> bool:
+        return bool(self.meta.get("sharded"))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Names, hashes, RNG
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def step_dir(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"{_PREFIX}{step:06d}"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """Finished checkpoints of a run as (step, folder), oldest first; temporary folders are ignored."""
+    root = Path(run_dir) / "checkpoints"
+    out = []
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.is_dir() and p.name.startswith(_PREFIX) and p.name[len(_PREFIX):].isdigit():
+                out.append((int(p.name[len(_PREFIX):]), p))
+    return sorted(out)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest finished checkpoint folder (not verified), or None."""
+    ckpts = list_checkpoints(run_dir)
+    return ckpts[-1][1] if ckpts else None
+
+
+def config_hash(cfg: Config) -> str:
+    return hashlib.sha256(cfg.to_json().encode()).hexdigest()[:16]
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def capture_rng() -> dict:
+    """Every global RNG as tensors / primitive containers (weights_only-loadable)."""
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "python": _to_lists(random.getstate()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    random.setstate(_to_tuples(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _to_lists(x: Any) -> Any:
+    return [_to_lists(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _to_tuples(x: Any) -> Any:
+    return tuple(_to_tuples(v) for v in x) if isinstance(x, list) else x
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _write_file(path: Path, write: Callable[[Path], None]) -> None:
+    """Write one checkpoint file through ``write(path)`` and fsync it (tests monkeypatch this to simulate ENOSPC)."""
+    write(path)
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Contiguous CPU copies (safetensors refuses shared storage, e.g. tied weights)."""
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+
+
+def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    scheduler: Any, rng_state: dict, data_state: dict, stats: dict | None, cfg: Config,
+                    on_partial: Callable[[], None] | None = None) -> Path:
+    """Write ``RUN/checkpoints/step_N`` atomically and keep the last ``cfg.train.keep_last``. Returns the folder.
+
+    With a process group of world size > 1 every rank must call this (model and optimizer go through DCP);
+    rank 0 writes the rest. ``on_partial`` is called once the weights are written and before the folder is
+    finalised (the fault-injection hook of the train loop). Raises CheckpointError when a write fails; the
+    previous checkpoints are then untouched.
+    """
+    run_dir = Path(run_dir)
+    final = step_dir(run_dir, step)
+    tmp = final.parent / f"{_TMP_PREFIX}{final.name}"
+    sharded = parallel.world_size() > 1
+    main = parallel.rank() == 0
+    error = None
+    if main:
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            for stale in final.parent.glob(f"{_TMP_PREFIX}*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            tmp.mkdir()
+        except OSError as e:
+            error = f"cannot create {tmp} ({e})"
+    error = parallel.broadcast_object(error)
+    if error is None:
+        try:
+            if sharded:
+                parallel.save_sharded(tmp / SHARDED_DIR, model, optimizer)
+            if main:
+                if not sharded:
+                    from safetensors.torch import save_file
+
+                    weights = _cpu_state(model)
+                    _write_file(tmp / WEIGHTS_FILE, lambda p: save_file(weights, str(p), metadata={"step": str(step)}))
+                if on_partial is not None:
+                    on_partial()
+                train_state = {"step": step, "scheduler": scheduler.state_dict(), "rng": rng_state,
+                               "data": dict(data_state)}
+                if not sharded:
+                    train_state["optimizer"] = optimizer.state_dict()
+                _write_file(tmp / STATE_FILE, lambda p: torch.save(train_state, p))
+                files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+                meta = {"format": FORMAT_VERSION, "step": step, "epoch": data_state.get("epoch"), "stats": stats,
+                        "config_hash": config_hash(cfg), "world_size": parallel.world_size(), "sharded": sharded,
+                        "time": time.time(), "files": files}
+                text = json.dumps(meta, indent=2) + "\n"
+                _write_file(tmp / META_FILE, lambda p: p.write_text(text))
+                _fsync_dir(tmp)
+                _replace_dir(tmp, final)
+                _fsync_dir(final.parent)
+                _prune(run_dir, cfg.train.keep_last)
+        except Exception as e:  # noqa: BLE001 - any failure must leave the previous checkpoint intact
+            error = f"writing checkpoint step {step} failed ({type(e).__name__}: {e})"
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
+    error = parallel.broadcast_object(error)
+    if error is not None:
+        prev = [p for s, p in list_checkpoints(run_dir) if s != step]
+        hint = f"; the previous checkpoint {prev[-1]} is untouched" if prev else ""
+        raise CheckpointError(error + hint, final)
+    return final
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` (a re-save of the same step) is moved away first."""
+    old = None
+    if final.exists():
+        old = final.parent / f"{_TMP_PREFIX}old-{final.name}"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _prune(run_dir: Path, keep_last: int) -> None:
+    ckpts = list_checkpoints(run_dir)
+    for _, path in ckpts[: max(0, len(ckpts) - keep_last)]:
+        doomed = path.parent / f"{_TMP_PREFIX}del-{path.name}"
+        os.replace(path, doomed)  # the rename is atomic; the slow delete happens after
+        shutil.rmtree(doomed, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def read_meta(path: str | Path) -> dict:
+    p = Path(path) / META_FILE
+    if not p.exists():
+        raise CheckpointError("meta.json is missing (an unfinished or foreign checkpoint folder)", p)
+    try:
+        meta = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"cannot read ({e})", p) from e
+    if not isinstance(meta, dict) or "files" not in meta or "step" not in meta:
+        raise CheckpointError("expected a JSON object with 'step' and 'files'", p)
+    return meta
+
+
+def verify_checkpoint(path: str | Path) -> dict:
+    """Check every file listed in meta.json against its sha256; returns meta. Raises CheckpointError naming the file."""
+    path = Path(path)
+    meta = read_meta(path)
+    for rel, digest in meta["files"].items():
+        f = path / rel
+        if not f.is_file():
+            raise CheckpointError("file listed in meta.json is missing", f)
+        if sha256_file(f) != digest:
+            raise CheckpointError(f"sha256 mismatch (expected {digest[:12]}…): the file is truncated or corrupted", f)
+    return meta
+
+
+def load_checkpoint(path: str | Path, weights: bool = True, train_state: bool = True) -> Checkpoint:
+    """Verify and read one checkpoint folder (``weights``: model.safetensors; ``train_state``: train_state.pt)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError("checkpoint folder does not exist", path)
+    meta = verify_checkpoint(path)
+    model_state = state = None
+    if weights and not meta.get("sharded"):
+        try:
+            model_state = load_file(str(path / WEIGHTS_FILE))
+        except (SafetensorError, OSError) as e:
+            raise CheckpointError(f"cannot read weights ({e})", path / WEIGHTS_FILE) from e
+    if train_state:
+        try:
+            state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - unpickling errors come in many types
+            raise CheckpointError(f"cannot read the training state ({type(e).__name__}: {e})",
+                                  path / STATE_FILE) from e
+    return Checkpoint(path, int(meta["step"]), meta, model_state, state)
+
+
+def find_resumable(run_dir: str | Path, weights: bool = True, train_state: bool = True) -> Checkpoint | None:
+    """The newest checkpoint that verifies; damaged newer ones are skipped with a warning. None when there is none."""
+    for _, path in reversed(list_checkpoints(run_dir)):
+        try:
+            return load_checkpoint(path, weights=weights, train_state=train_state)
+        except CheckpointError as e:
+            warnings.warn(f"checkpoint {path.name} is damaged ({e}); falling back to the previous checkpoint",
+                          stacklevel=2)
+    return None
+
+
+def load_model_state(ckpt: Checkpoint, model: torch.nn.Module) -> None:
+    """Copy a checkpoint's weights into an (unsharded) model, strictly; sharded checkpoints are read through DCP."""
+    state = ckpt.model_state
+    if state is None:
+        state = parallel.load_sharded_model_offline(ckpt.path / SHARDED_DIR, model)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # shape mismatches
+        raise CheckpointError(f"weights do not fit the model built from the config ({e})", ckpt.path) from e
+    if missing or unexpected:
+        raise CheckpointError(f"weights do not match the model: missing {sorted(missing)[:8]}, unexpected "
+                              f"{sorted(unexpected)[:8]} (was the config changed?)", ckpt.path)
+
+
+def load_model_from_run(run_dir: str | Path, device: str | torch.device = "cpu",
+                        step: int | None = None) -> tuple[Config, torch.nn.Module, dict]:
+    """(cfg, model in eval mode on ``device``, meta) from a run folder: the newest valid checkpoint, or ``step``.
+
+    ``meta`` is the checkpoint's meta.json plus ``path`` (the checkpoint folder); ``meta["stats"]`` holds the
+    action/state normalisation statistics the model was trained with.
+    """
+    run_dir = Path(run_dir)
+    cfg_path = run_dir / "config.json"
+    if not cfg_path.exists():
+        raise CheckpointError("config.json is missing; expected a run folder written by `simforcing pretrain/train`",
+                              cfg_path)
+    cfg = Config.load(cfg_path)
+    if step is None:
+        ckpt = find_resumable(run_dir, train_state=False)
+        if ckpt is None:
+            raise CheckpointError("no valid checkpoint in checkpoints/", run_dir)
+    else:
+        available = [s for s, _ in list_checkpoints(run_dir)]
+        if step not in available:
+            raise CheckpointError(f"no checkpoint for step {step}; available steps: {available}", run_dir)
+        ckpt = load_checkpoint(step_dir(run_dir, step), train_state=False)
+    from simforcing.models.world_model import build_world_model
+
+    model = build_world_model(cfg, device="cpu")
+    load_model_state(ckpt, model)
+    model.to(device).eval()
+    meta = dict(ckpt.meta, path=str(ckpt.path))
+    return cfg, model, meta

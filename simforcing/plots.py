@@ -1,0 +1,141 @@
+"""Loss curves from a run's ``metrics.jsonl`` (one JSON object per logged step), as a PNG.
+
+    plot_loss_curves("runs/x/metrics.jsonl", "runs/x/loss_curves.png")       # every loss term of one run
+    compare_runs({"sft": "runs/sft", "simforcing": "runs/sf"}, "cmp.png", key="fm_real")   # one term, many runs
+
+A loss term is any numeric field whose name is ``loss`` or a known term (fm_real, fm_sim, md_real, md_sim, value_real,
+value_sim); ``grad_norm`` and ``lr`` get their own panels. Curves are drawn raw (thin) and smoothed with an
+exponential moving average (thick); the y axis is logarithmic when every value is positive. matplotlib's Agg backend
+is used, so no display is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from simforcing.utils import read_jsonl
+
+LOSS_TERMS = ("loss", "fm_real", "fm_sim", "md_real", "md_sim", "value_real", "value_sim")
+SIDE_PANELS = ("grad_norm", "lr")
+
+
+def load_metrics(source: str | Path | Sequence[Mapping]) -> list[dict]:
+    """Records from a metrics.jsonl path, a run folder (RUN/metrics.jsonl) or an already-loaded list."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.is_dir():
+            path = path / "metrics.jsonl"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no metrics file; expected the metrics.jsonl a training run writes")
+        return read_jsonl(path)
+    return [dict(r) for r in source]
+
+
+def series(records: Iterable[Mapping], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one numeric field, skipping records without it or with a non-finite value."""
+    steps, values = [], []
+    for r in records:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and "step" in r:
+            steps.append(int(r["step"]))
+            values.append(float(v))
+    return steps, values
+
+
+def ema(values: Sequence[float], alpha: float | None = None) -> list[float]:
+    """Exponential moving average with bias correction (the first value is kept as is).
+
+    ``alpha`` defaults to 20 / len(values) clipped to [0.02, 1]: about 20 effective points whatever the run length.
+    """
+    if alpha is None:
+        alpha = min(1.0, max(0.02, 20.0 / max(1, len(values))))
+    out, acc, weight = [], 0.0, 0.0
+    for v in values:
+        acc = (1 - alpha) * acc + alpha * v
+        weight = (1 - alpha) * weight + alpha
+        out.append(acc / weight)
+    return out
+
+
+def _axes_grid(n: int):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.0 * rows), squeeze=False)
+    fig.subplots_adjust(left=0.08 if cols > 1 else 0.14, right=0.98, bottom=0.1 if rows > 1 else 0.16, top=0.88,
+                        wspace=0.28, hspace=0.45)
+    flat = [a for row in axes for a in row]
+    for a in flat[n:]:
+        a.set_visible(False)
+    return plt, fig, flat[:n]
+
+
+def _draw(ax, steps: list[int], values: list[float], label: str | None, smooth: bool = True) -> None:
+    """Raw values thin and their EMA thick (``smooth``), or the raw values alone; log y when all positive."""
+    if smooth:
+        line = ax.plot(steps, values, lw=0.6, alpha=0.35)[0]
+        ax.plot(steps, ema(values), lw=1.6, color=line.get_color(), label=label)
+    else:
+        ax.plot(steps, values, lw=1.4, label=label)
+    if smooth and values and min(values) > 0:
+        from matplotlib import ticker
+
+        ax.set_yscale("log")
+        # plain "0.01" labels: the default 10^x labels go through mathtext, slow for a per-run plot
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.grid(alpha=0.3)
+    ax.set_xlabel("step")
+
+
+def plot_loss_curves(source: str | Path | Sequence[Mapping], out_png: str | Path,
+                     keys: Sequence[str] | None = None, title: str | None = None) -> Path:
+    """One panel per loss term present (or per name in ``keys``), plus grad_norm and lr. Returns the PNG path."""
+    records = load_metrics(source)
+    if keys is None:
+        total = series(records, "loss")
+        keys = [k for k in (*LOSS_TERMS, *SIDE_PANELS) if series(records, k)[0]]
+        keys = [k for k in keys if k == "loss" or series(records, k) != total]  # a lone term equal to the total
+    if not keys:
+        raise ValueError(f"plot_loss_curves: no numeric field among {LOSS_TERMS + SIDE_PANELS} in {len(records)} "
+                         "records; expected metrics.jsonl lines like {\"step\": 1, \"loss\": 0.5, ...}")
+    plt, fig, axes = _axes_grid(len(keys))
+    for ax, key in zip(axes, keys):
+        steps, values = series(records, key)
+        _draw(ax, steps, values, None, smooth=key != "lr")
+        ax.set_title(key, fontsize=10)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png
+
+
+def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: str | Path,
+                 key: str = "loss", title: str | None = None) -> Path:
+    """One panel: field ``key`` of several runs (label -> run folder, metrics.jsonl or records)."""
+    plt, fig, (ax,) = _axes_grid(1)
+    drawn = 0
+    for label, src in runs.items():
+        steps, values = series(load_metrics(src), key)
+        if steps:
+            _draw(ax, steps, values, label)
+            drawn += 1
+    if not drawn:
+        plt.close(fig)
+        raise ValueError(f"compare_runs: no run has a numeric {key!r} field (runs: {', '.join(runs)})")
+    ax.set_title(title or key, fontsize=10)
+    ax.legend(fontsize=8)
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png

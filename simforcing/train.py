@@ -1,0 +1,707 @@
+"""Training: stage 1 ``simforcing pretrain`` and stage 2 ``simforcing train`` (SPEC §3, §4, §7).
+
+    simforcing pretrain --preset demo --data DIR --out RUN1 [--resume] [--section.field=value ...]
+    simforcing train --method simforcing --teacher RUN1 --data DIR --out RUN2 [--resume] [overrides]
+    torchrun --nproc_per_node=N -m simforcing train ...          (FSDP2, see simforcing.parallel)
+    train_run(cfg, out_dir, stage, teacher_run=None, resume=False, progress=True, method=None) -> dict
+
+Stage 1 trains the action-conditioned simulation world model with method ``sim_pretrain`` on the sim windows of
+splits train + sim_pool; it starts from Wan2.2 weights when ``model.weights`` is set (video expert; the action expert
+from ``model.action_expert_weights`` when set), else from the model's own init. Stage 2: config = the teacher run's
+config + ``method_preset(cfg, M)`` + overrides; the student starts from the teacher run's newest valid checkpoint and
+the teacher is a frozen copy of the same weights (never updated; built only when the method has a distillation
+term). Architecture fields that differ from the teacher's config are refused (ConfigError naming the field) before
+any work starts. Windows: split train, domains sim + real. Normalisation statistics come from the dataset in stage 1
+and from the teacher's checkpoint in stage 2; every checkpoint stores them.
+
+Each batch: pixels -> frozen VAE encode (no grad) -> latents ``z_sim``/``z_real``, or latents read from the cache
+when ``data.latent_cache`` is set (simforcing.data.latent_cache) -> the method's step function.
+
+Recipe (SPEC §7): AdamW(lr, betas (beta1, beta2), weight_decay) over the trainable parameters only, in two groups:
+weight decay on matrices/kernels (``ndim >= 2``), none on biases, norm weights and other vectors (``ndim < 2``, or a
+name containing "norm"); linear warm-up over ``warmup_frac`` of the total steps, then cosine decay to 0 (factor at
+update i (0-based): (i+1)/W while i < W, else ½(1 + cos(π (i−W)/(T−W)))); gradient clipping at ``train.grad_clip``
+(global norm; ≤ 0 disables clipping but the norm is still logged); bf16 autocast when ``train.mixed_precision`` is
+"bf16" (CUDA with bf16 support, or CPU autocast; the demo uses "no"); gradient checkpointing per layer from
+``model.gradient_checkpointing``; total steps = ``train.max_steps`` if set else epochs × ceil(windows / global batch);
+one optimizer update per batch; seeded from ``train.seed``.
+
+Randomness: the step function's generator is re-seeded at every step from (seed, step, rank), the data order of
+epoch e comes from (seed, e) (simforcing.parallel.GlobalBatchSampler) and the windows from (seed, e); the global
+RNGs (torch, CUDA, numpy, random) are saved in every checkpoint and restored on resume. So on CPU a run interrupted
+and resumed logs exactly the losses of an uninterrupted one.
+
+Run folder: ``config.json`` (written first), ``metrics.jsonl`` (per logged step: step, epoch, lr, every loss term,
+grad_norm, samples_per_s, time), ``tb/`` (TensorBoard), ``checkpoints/`` (simforcing.checkpoint), ``status.json``
+({"state": "running" | "finished" | "stopped" | "diverged" | "failed", "step", "reason"}), ``loss_curves.png`` at the
+end, and for stage 2 ``teacher.json`` (which teacher checkpoint was used; resume reuses it).
+
+Exit codes: 0 finished; 1 failed (data, checkpoint or other error; status "failed"); 2 config error; 3 diverged (a
+non-finite loss term or gradient norm: the message names the step and the term, no checkpoint is written after it, the
+last good checkpoint is untouched); 75 stopped by SIGTERM/SIGINT (the current step is finished, a checkpoint is
+written at it, status "stopped"; continue with ``--resume``).
+
+Fault injection for tests and debugging, read only by :meth:`FaultPlan.from_env`: ``SIMFORCING_FAULT`` holds
+comma-separated faults: ``nan_loss@N`` (the loss of step N becomes NaN), ``nan_batch@N`` (the latents of step N become
+NaN, so the method reports the first non-finite term), ``sleep@N:S`` (hold S seconds in the middle of step N, after
+backward and before the optimizer update, e.g. to SIGKILL or SIGTERM the run there) and ``ckpt_sleep@N:S`` (hold S
+seconds in the middle of writing checkpoint N, after the weights and before the folder is finalised).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import warnings
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from simforcing import parallel
+from simforcing.checkpoint import (CheckpointError, capture_rng, find_resumable, list_checkpoints, load_checkpoint,
+                                   load_model_state, restore_rng, save_checkpoint)
+from simforcing.config import METHOD_NAMES, Config, ConfigError
+from simforcing.utils import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl, seed_everything
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_STOPPED = 0, 1, 2, 3, 75
+STAGE2_METHODS = tuple(m for m in METHOD_NAMES if m != "sim_pretrain")
+# model fields that do not change the weights' shapes or meaning (everything else must match the teacher)
+_NON_ARCH_MODEL_FIELDS = ("gradient_checkpointing", "weights", "action_expert_weights", "text_encoder")
+_DISTILL_TERMS = ("md_real", "md_sim", "value_real", "value_sim")
+_BATCH_KEYS = ("sim", "real", "z_sim", "z_real", "actions", "state0", "text", "text_mask")  # what the steps read
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from any tuple of parts (stable across processes and platforms)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Signals and faults
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class StopFlag:
+    """SIGTERM/SIGINT set ``requested``; the loop finishes the current step, checkpoints and exits with 75."""
+
+    def __init__(self) -> None:
+        self.requested: Optional[str] = None
+        self._previous: dict = {}
+
+    def install(self) -> "StopFlag":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = signal.Signals(signum).name
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+
+@dataclasses.dataclass
+class FaultPlan:
+    """Faults from SIMFORCING_FAULT (see the module docstring); empty when the variable is unset."""
+
+    ENV = "SIMFORCING_FAULT"
+    nan_loss: set = dataclasses.field(default_factory=set)
+    nan_batch: set = dataclasses.field(default_factory=set)
+    sleep: dict = dataclasses.field(default_factory=dict)
+    ckpt_sleep: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls) -> "FaultPlan":
+        plan = cls()
+        spec = os.environ.get(cls.ENV, "").strip()
+        for item in filter(None, (s.strip() for s in spec.split(","))):
+            try:
+                kind, at = item.split("@", 1)
+                if kind in ("nan_loss", "nan_batch"):
+                    getattr(plan, kind).add(int(at))
+                elif kind in ("sleep", "ckpt_sleep"):
+                    step, seconds = at.split(":", 1)
+                    getattr(plan, kind)[int(step)] = float(seconds)
+                else:
+                    raise ValueError(kind)
+            except ValueError:
+                raise ConfigError(f"{cls.ENV}: cannot read {item!r}; expected nan_loss@STEP, nan_batch@STEP, "
+                                  "sleep@STEP:SECONDS or ckpt_sleep@STEP:SECONDS (comma-separated)") from None
+        return plan
+
+    @staticmethod
+    def hold(seconds: float, stop: Optional[StopFlag] = None, what: str = "") -> None:
+        """Sleep ``seconds`` (announced on stderr so a test can act), returning early on a stop request."""
+        print(f"SIMFORCING_FAULT: holding {what} for {seconds:g} s", file=sys.stderr, flush=True)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not (stop is not None and stop.requested):
+            time.sleep(0.02)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Recipe pieces
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Trainable parameters only: decay on ndim >= 2 (not norms), none on biases, norm weights and other vectors."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def lr_factor(i: int, total: int, warmup: int) -> float:
+    """Multiplier of the base lr at update i (0-based): linear warm-up over ``warmup`` updates, then cosine to 0."""
+    if i < warmup:
+        return (i + 1) / warmup
+    progress = (i - warmup) / max(1, total - warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def build_optimizer(model: torch.nn.Module, cfg: Config, total_steps: int):
+    t = cfg.train
+    opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2))
+    warmup = int(round(t.warmup_frac * total_steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_factor(i, total_steps, warmup))
+    return opt, sched
+
+
+def autocast_context(cfg: Config, device: torch.device):
+    if cfg.train.mixed_precision != "bf16":
+        return nullcontext()
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str) -> None:
+    """ConfigError naming the first architecture field where ``cfg`` differs from the teacher's config."""
+    pairs = []
+    for f in dataclasses.fields(cfg.model):
+        if f.name in _NON_ARCH_MODEL_FIELDS or f.name == "vae":
+            continue
+        pairs.append((f"model.{f.name}", getattr(teacher_cfg.model, f.name), getattr(cfg.model, f.name)))
+    for name in ("kind", "latent_channels", "spatial_stride", "temporal_stride"):
+        pairs.append((f"model.vae.{name}", getattr(teacher_cfg.model.vae, name), getattr(cfg.model.vae, name)))
+    for name in ("action_dim", "state_dim"):
+        pairs.append((f"data.{name}", getattr(teacher_cfg.data, name), getattr(cfg.data, name)))
+    for name, theirs, ours in pairs:
+        if tuple(theirs) != tuple(ours) if isinstance(theirs, (tuple, list)) else theirs != ours:
+            raise ConfigError(f"{name}: got {ours!r} but the teacher checkpoint {where} was trained with {theirs!r}; "
+                              "the student starts from the teacher's weights, so architecture fields must match")
+
+
+def config_diff(a: Config, b: Config) -> list[str]:
+    """Dotted names of the fields that differ between two configs."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    fa, fb = flat(json.loads(a.to_json())), flat(json.loads(b.to_json()))
+    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The run log: metrics.jsonl, TensorBoard, status.json
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class RunLog:
+    """Everything a run writes besides checkpoints (rank 0 only; other ranks get a silent instance)."""
+
+    def __init__(self, run_dir: Path, active: bool):
+        self.run_dir, self.active = run_dir, active
+        self.metrics = run_dir / "metrics.jsonl"
+        self._tb = None
+
+    def status(self, state: str, step: int, reason: str = "", **extra: Any) -> None:
+        if self.active:
+            atomic_write_json(self.run_dir / "status.json",
+                              {"state": state, "step": step, "reason": reason, "time": time.time(), **extra})
+
+    def truncate_after(self, step: int) -> float:
+        """Keep metrics of steps <= ``step`` (a resumed run re-logs later ones); returns the last kept ``time``."""
+        if not self.active or not self.metrics.exists():
+            return 0.0
+        kept = [r for r in read_jsonl(self.metrics) if int(r.get("step", 0)) <= step]
+        atomic_write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in kept))
+        return float(kept[-1].get("time", 0.0)) if kept else 0.0
+
+    def reset(self) -> None:
+        if self.active:
+            self.metrics.unlink(missing_ok=True)
+
+    def log(self, record: dict) -> None:
+        if not self.active:
+            return
+        append_jsonl(self.metrics, record)
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tb"), purge_step=record["step"])
+        for k, v in record.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self._tb.add_scalar(f"train/{k}", v, record["step"])
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def plot(self) -> Optional[Path]:
+        if not self.active or not self.metrics.exists() or not self.metrics.stat().st_size:
+            return None
+        from simforcing.plots import plot_loss_curves
+
+        try:
+            return plot_loss_curves(self.metrics, self.run_dir / "loss_curves.png", title=self.run_dir.name)
+        except ValueError:
+            return None
+
+
+class Diverged(Exception):
+    def __init__(self, step: int, term: str, value: float):
+        self.step, self.term, self.value = step, term, value
+        super().__init__(f"training diverged at step {step}: non-finite {term} ({value})")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The trainer
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class Trainer:
+    """One training run (stage "pretrain" or "train"); ``run()`` returns the result dict of :func:`train_run`.
+
+    After ``run()``, ``student``/``teacher`` hold the final models (the test of the frozen teacher reads them).
+    """
+
+    def __init__(self, cfg: Config, out_dir: str | Path, stage: str, teacher_run: str | Path | None = None,
+                 resume: bool = False, progress: bool = True):
+        if stage not in ("pretrain", "train"):
+            raise ValueError(f"stage: got {stage!r}; expected 'pretrain' or 'train'")
+        self.cfg, self.run_dir, self.stage = cfg, Path(out_dir), stage
+        self.teacher_run = Path(teacher_run) if teacher_run is not None else None
+        self.resume, self.progress = resume, progress
+        self.student: Optional[torch.nn.Module] = None
+        self.teacher: Optional[torch.nn.Module] = None
+        self.faults = FaultPlan.from_env()
+
+    # -- checks before any work ---------------------------------------------------------------------------------------
+    def _preflight(self) -> None:
+        cfg = self.cfg.validate()
+        if self.stage == "pretrain" and cfg.train.method != "sim_pretrain":
+            raise ConfigError(f"train.method: stage 1 trains 'sim_pretrain', got {cfg.train.method!r}")
+        if self.stage == "train" and cfg.train.method not in STAGE2_METHODS:
+            raise ConfigError(f"train.method: got {cfg.train.method!r}; stage 2 expects one of "
+                              f"{', '.join(STAGE2_METHODS)}")
+        if cfg.data.latent_cache is None and not cfg.data.root:
+            raise ConfigError("data.root: not set; pass --data DIR (or --data.latent_cache=CACHE)")
+        self.has_checkpoints = bool(list_checkpoints(self.run_dir))
+        if self.has_checkpoints and not self.resume:
+            raise ConfigError(f"--out: {self.run_dir} already holds checkpoints; pass --resume to continue it or "
+                              "choose another folder")
+        self.teacher_ckpt = None
+        if self.stage == "train":
+            self._resolve_teacher()
+
+    def _resolve_teacher(self) -> None:
+        recorded = self.run_dir / "teacher.json"
+        ckpt_path = None
+        if self.resume and recorded.exists():
+            rec = json.loads(recorded.read_text())
+            if self.teacher_run is None:
+                self.teacher_run = Path(rec["run"])
+            if Path(rec["checkpoint"]).is_dir():
+                ckpt_path = Path(rec["checkpoint"])
+        if self.teacher_run is None:
+            raise ConfigError("--teacher: stage 2 needs the stage-1 run folder (RUN1)")
+        teacher_cfg_path = self.teacher_run / "config.json"
+        if not teacher_cfg_path.exists():
+            raise ConfigError(f"--teacher: {teacher_cfg_path} is missing; expected a run folder of `simforcing "
+                              "pretrain`")
+        check_teacher_architecture(self.cfg, Config.load(teacher_cfg_path), str(self.teacher_run))
+        ckpt = load_checkpoint(ckpt_path, train_state=False) if ckpt_path else \
+            find_resumable(self.teacher_run, train_state=False)
+        if ckpt is None:
+            raise CheckpointError("no valid checkpoint to start stage 2 from", self.teacher_run / "checkpoints")
+        self.teacher_ckpt = ckpt
+
+    # -- setup ----------------------------------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        cfg = self.cfg
+        self.dist = parallel.init_distributed(cfg.train.device)
+        self.device = self.dist.device
+        self.log = RunLog(self.run_dir, self.dist.is_main)
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            old = self.run_dir / "config.json"
+            if self.resume and old.exists():
+                changed = config_diff(Config.load(old), cfg)
+                if changed:
+                    warnings.warn(f"resuming {self.run_dir} with changed config fields: {', '.join(changed)}",
+                                  stacklevel=3)
+            cfg.save(self.run_dir / "config.json")
+            if self.teacher_ckpt is not None:
+                atomic_write_json(self.run_dir / "teacher.json",
+                                  {"run": str(self.teacher_run.resolve()), "checkpoint": str(self.teacher_ckpt.path),
+                                   "step": self.teacher_ckpt.step})
+        self.log.status("running", 0, "setting up")
+        parallel.barrier()
+        seed_everything(cfg.train.seed)  # identical model init on every rank and in every run of this config
+        self._build_data()
+        self._build_models()
+        self.spe = -(-len(self.dataset) // (cfg.train.batch_size * self.dist.world_size))  # steps per epoch
+        self.total = cfg.train.max_steps if cfg.train.max_steps else cfg.train.epochs * self.spe
+        self.optimizer, self.scheduler = build_optimizer(self.student, cfg, self.total)
+        self.params = [p for p in self.student.parameters() if p.requires_grad]
+        from simforcing.methods import METHODS
+
+        self.step_fn = METHODS[cfg.train.method]
+        self.gen = torch.Generator(device=self.device)
+        self.start_step, self.time_offset = 0, 0.0
+        if self.resume:
+            self._restore()
+        else:
+            self.log.reset()
+
+    def _build_data(self) -> None:
+        cfg = self.cfg
+        splits, domains = (("train", "sim_pool"), ("sim",)) if self.stage == "pretrain" else \
+            (("train",), ("sim", "real"))
+        stats = self.teacher_ckpt.meta.get("stats") if self.teacher_ckpt is not None else None
+        self.vae = None
+        if cfg.data.latent_cache:
+            from simforcing.data.latent_cache import LatentWindowDataset
+
+            self.dataset = LatentWindowDataset(cfg, cfg.data.latent_cache, splits, domains, 0, stats)
+        else:
+            from simforcing.data.paired import PairedWindowDataset
+            from simforcing.models.vae import load_vae
+
+            self.dataset = PairedWindowDataset(cfg, cfg.data.root, splits, domains, 0, stats)
+            self.vae = load_vae(cfg, self.device)
+        self.stats = self.dataset.stats
+        self.domains = domains
+
+    def _build_models(self) -> None:
+        from simforcing.models.world_model import build_world_model
+
+        cfg = self.cfg
+        student = build_world_model(cfg, device="cpu")
+        if self.stage == "pretrain":
+            if not (self.resume and self.has_checkpoints):
+                _load_start_weights(student, cfg)
+        else:
+            load_model_state(self.teacher_ckpt, student)
+        teacher = None
+        if self.stage == "train" and any(getattr(cfg.loss, t) > 0 for t in _DISTILL_TERMS):
+            from simforcing.models.weights import frozen_copy
+
+            teacher = frozen_copy(student)
+        student.to(self.device).train()
+        self.student = parallel.parallelize(student, cfg, self.dist.mesh)
+        if teacher is not None:
+            teacher.to(self.device)
+            self.teacher = parallel.parallelize(teacher, cfg, self.dist.mesh, trainable=False)
+
+    def _restore(self) -> None:
+        if not self.has_checkpoints:
+            warnings.warn(f"--resume: no valid checkpoint in {self.run_dir / 'checkpoints'}; starting from step 0",
+                          stacklevel=3)
+            self.log.reset()
+            return
+        ckpt = find_resumable(self.run_dir, weights=self.dist.world_size == 1)
+        if ckpt is None:
+            raise CheckpointError("--resume: every checkpoint is damaged; nothing to resume from",
+                                  self.run_dir / "checkpoints")
+        if ckpt.sharded != (self.dist.world_size > 1):
+            raise CheckpointError(f"the checkpoint was written by {ckpt.meta.get('world_size')} process(es) and "
+                                  f"this run has {self.dist.world_size}; resume single-process runs in one process "
+                                  "and multi-process runs with torchrun", ckpt.path)
+        state = ckpt.train_state
+        if ckpt.sharded:
+            parallel.load_sharded(ckpt.path / "dcp", self.student, self.optimizer)
+        else:
+            load_model_state(ckpt, self.student)
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        restore_rng(state["rng"])
+        data = state["data"]
+        if data.get("windows") != len(self.dataset) or data.get("global_batch") != self._global_batch():
+            warnings.warn("resume: the number of windows or the global batch changed; the data order differs from "
+                          "the interrupted run", stacklevel=3)
+        self.start_step = ckpt.step
+        self.time_offset = self.log.truncate_after(ckpt.step)
+        if self.dist.is_main:
+            print(f"resuming {self.run_dir} from {ckpt.path.name} (step {ckpt.step})", flush=True)
+
+    def _global_batch(self) -> int:
+        return self.cfg.train.batch_size * self.dist.world_size
+
+    # -- the loop -------------------------------------------------------------------------------------------------------
+    def run(self) -> dict:
+        self._preflight()
+        stop = StopFlag().install()
+        self.stop = stop
+        try:
+            self._setup()
+            return self._loop()
+        except Exception as e:
+            if hasattr(self, "log"):
+                self.log.status("failed", getattr(self, "step", 0), f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            stop.restore()
+            if hasattr(self, "log"):
+                self.log.close()
+
+    def _loop(self) -> dict:
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        self.step = step = self.start_step
+        self.log.status("running", step)
+        bar = tqdm(total=self.total, initial=step, desc=f"{self.stage} {cfg.train.method}", dynamic_ncols=True,
+                   disable=not (self.progress and self.dist.is_main))
+        t_start = t_prev = time.perf_counter()
+        last_logs: dict = {}
+        state, reason, code = "finished", "", EXIT_OK
+        try:
+            while step < self.total and state == "finished":
+                epoch, pos = divmod(step, self.spe)
+                loader = self._loader(epoch, pos)
+                for batch in loader:
+                    lr = self.scheduler.get_last_lr()[0]
+                    logs, grad_norm = self._train_step(batch, step + 1)
+                    step = self.step = step + 1
+                    now = time.perf_counter()
+                    dt, t_prev = now - t_prev, now  # one iteration, data loading included
+                    bar.update(1)
+                    if step % cfg.train.log_every == 0 or step in (1, self.total):
+                        last_logs = self._log(step, lr, logs, grad_norm, dt, t_start)
+                        bar.set_postfix(loss=f"{logs.get('loss', float('nan')):.4g}")
+                    stopping = parallel.any_rank(self.stop.requested is not None, self.device)
+                    if step % cfg.train.ckpt_every == 0 or step == self.total or stopping:
+                        self._save(step)
+                    if step >= self.total:
+                        break
+                    if stopping:
+                        state, code = "stopped", EXIT_STOPPED
+                        reason = f"{self.stop.requested or 'signal on another rank'}: checkpoint written at step {step}"
+                        break
+        except Diverged as e:
+            state, code, reason = "diverged", EXIT_DIVERGED, str(e)
+            good = list_checkpoints(self.run_dir)
+            reason += f"; the last good checkpoint is {good[-1][1] if good else 'none'}"
+            print(f"simforcing {self.stage}: {reason}", file=sys.stderr, flush=True)
+        finally:
+            bar.close()
+        self.log.status(state, step, reason, exit_code=code, total_steps=self.total)
+        self.log.close()
+        plot = self.log.plot()
+        ckpts = [p for _, p in list_checkpoints(self.run_dir)]
+        return {"state": state, "step": step, "exit_code": code, "reason": reason, "run_dir": str(self.run_dir),
+                "checkpoint": str(ckpts[-1]) if ckpts else None, "total_steps": self.total, "last_logs": last_logs,
+                "loss_curves": str(plot) if plot else None}
+
+    def _loader(self, epoch: int, start: int):
+        self.dataset.set_epoch(epoch)
+        order_seed = derive_seed(self.cfg.train.seed, "order", epoch)
+        sampler = parallel.GlobalBatchSampler(len(self.dataset), self.cfg.train.batch_size, order_seed,
+                                              self.dist.rank, self.dist.world_size, start)
+        return torch.utils.data.DataLoader(self.dataset, batch_sampler=sampler, num_workers=self.cfg.data.num_workers,
+                                           generator=torch.Generator().manual_seed(order_seed & 0xFFFFFFFF),
+                                           pin_memory=self.device.type == "cuda")
+
+    def _latents(self, batch: dict, step: int) -> dict:
+        """Move to the device; pixels -> latents with the frozen VAE (no grad)."""
+        out = {k: batch[k].to(self.device, non_blocking=True) for k in _BATCH_KEYS if k in batch}
+        if self.vae is not None:
+            with torch.no_grad():
+                for d in self.domains:
+                    out[f"z_{d}"] = self.vae.encode(out.pop(d))  # (B, 3, F, H, W) -> (B, C, L+1, h, w)
+        if step in self.faults.nan_batch:
+            for d in self.domains:
+                out[f"z_{d}"] = torch.full_like(out[f"z_{d}"], float("nan"))
+        return out
+
+    def _train_step(self, batch: dict, step: int) -> tuple[dict, float]:
+        """One optimizer update; raises Diverged (on every rank) on a non-finite loss term or gradient norm."""
+        from simforcing.losses import NonFiniteLoss
+
+        z = self._latents(batch, step)
+        self.gen.manual_seed(derive_seed(self.cfg.train.seed, "step", step, self.dist.rank))
+        bad: Optional[tuple[str, float]] = None
+        loss, logs = None, {}
+        try:
+            with autocast_context(self.cfg, self.device):
+                loss, logs = self.step_fn(self.student, self.teacher, z, self.cfg, self.gen)
+            if step in self.faults.nan_loss:
+                loss = loss * float("nan")
+            if not torch.isfinite(loss.detach()).item():
+                raise NonFiniteLoss("loss", float(loss.detach()))
+        except NonFiniteLoss as e:
+            bad = (e.term, e.value)
+        if parallel.any_rank(bad is not None, self.device):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(step, *(bad or ("loss (on another rank)", float("nan"))))
+        loss.backward()
+        if step in self.faults.sleep:
+            FaultPlan.hold(self.faults.sleep[step], self.stop, f"step {step}")
+        grad_norm = parallel.clip_grad_norm(self.params, self.cfg.train.grad_clip)
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(step, "grad_norm", grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return logs, grad_norm
+
+    def _log(self, step: int, lr: float, logs: dict, grad_norm: float, dt: float, t_start: float) -> dict:
+        logs = parallel.all_reduce_mean({k: float(v) for k, v in logs.items()}, self.device)
+        record = {"step": step, "epoch": (step - 1) // self.spe, "lr": lr, **logs, "grad_norm": grad_norm,
+                  "samples_per_s": self._global_batch() / max(dt, 1e-9),
+                  "time": round(self.time_offset + time.perf_counter() - t_start, 4)}
+        self.log.log(record)
+        return record
+
+    def _save(self, step: int) -> Path:
+        epoch, pos = divmod(step, self.spe)
+        data_state = {"epoch": epoch, "position": pos, "steps_per_epoch": self.spe, "windows": len(self.dataset),
+                      "global_batch": self._global_batch()}
+        hold = self.faults.ckpt_sleep.get(step)
+        path = save_checkpoint(self.run_dir, step, self.student, self.optimizer, self.scheduler, capture_rng(),
+                               data_state, self.stats, self.cfg,
+                               on_partial=(lambda: FaultPlan.hold(hold, what=f"checkpoint {step}")) if hold else None)
+        self.log.status("running", step, f"checkpoint {path.name}")
+        return path
+
+
+def _load_start_weights(model: torch.nn.Module, cfg: Config) -> None:
+    """Stage 1 start: Wan2.2 video-expert weights (model.weights) and action-expert weights
+    (model.action_expert_weights) when configured; otherwise keep the model's own init (demo)."""
+    if cfg.model.weights or cfg.model.action_expert_weights:
+        from simforcing.models.weights import load_configured_weights
+
+        load_configured_weights(model, cfg)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Library entry and commands
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def train_run(cfg: Config, out_dir: str | Path, stage: str, teacher_run: str | Path | None = None,
+              resume: bool = False, progress: bool = True, method: str | None = None) -> dict:
+    """Run (or resume) one training stage; returns {"state", "step", "exit_code", "reason", "run_dir",
+    "checkpoint", "total_steps", "last_logs", "loss_curves"}.
+
+    stage "pretrain": the method is forced to sim_pretrain. stage "train": ``method`` (if given) is applied with
+    ``method_preset`` on a copy of ``cfg``; ``teacher_run`` is the stage-1 run folder (on resume it may be omitted:
+    teacher.json records it). Raises ConfigError, DataError or CheckpointError (status "failed" once the run folder
+    exists); divergence and stop requests are results (exit codes 3 and 75), not exceptions.
+    """
+    from simforcing.methods import method_preset
+
+    cfg = copy.deepcopy(cfg)
+    if stage == "pretrain":
+        method_preset(cfg, "sim_pretrain")
+    elif method is not None:
+        if method not in STAGE2_METHODS:
+            raise ConfigError(f"--method: got {method!r}; expected one of {', '.join(STAGE2_METHODS)}")
+        method_preset(cfg, method)
+    return Trainer(cfg, out_dir, stage, teacher_run, resume, progress).run()
+
+
+def add_arguments_for(words: tuple[str, ...], parser: argparse.ArgumentParser) -> None:
+    from simforcing.cli import add_config_args
+
+    if words == ("pretrain",):
+        add_config_args(parser)
+    else:
+        parser.add_argument("--method", required=True, choices=STAGE2_METHODS, help="stage-2 method")
+        parser.add_argument("--teacher", default=None, help="the stage-1 run folder (RUN1); optional with --resume")
+        parser.add_argument("--config", default=None, help="start from this config.json instead of RUN1's")
+        parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("--data", default=None, help="dataset folder (stage 2: default RUN1's data.root)")
+    parser.add_argument("--out", default=None, help="run folder to create (or to continue with --resume); required "
+                        "unless --dry-run")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint of --out")
+    parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+
+
+def resolve_config(words: tuple[str, ...], args: argparse.Namespace) -> Config:
+    """pretrain: preset/--config + overrides. train: RUN1's config (or --config, or RUN2's on --resume) +
+    method_preset + overrides. With --resume and an existing RUN/config.json, that config is the base."""
+    from simforcing.cli import config_from_args
+    from simforcing.methods import method_preset
+
+    out_cfg = Path(args.out or ".") / "config.json"
+    base = Config.load(out_cfg) if args.resume and args.out and out_cfg.exists() else None
+    if words == ("pretrain",):
+        if base is not None:
+            cfg = config_from_args(args, base=base, validate=False)
+        else:
+            cfg = config_from_args(args, validate=False)
+        method_preset(cfg, "sim_pretrain")
+    else:
+        if base is None:
+            if args.config:
+                base = Config.load(args.config)
+            elif args.teacher:
+                base = Config.load(Path(args.teacher) / "config.json")
+            else:
+                raise ConfigError("--teacher: stage 2 needs the stage-1 run folder (RUN1)")
+            method_preset(base, args.method)
+        elif base.train.method != args.method:
+            raise ConfigError(f"train.method: {args.out} was trained with {base.train.method!r}, not "
+                              f"{args.method!r}; resume it with the same --method")
+        cfg = config_from_args(args, base=base, validate=False)
+    if args.data:
+        cfg.data.root = args.data
+    return cfg.validate()
+
+
+def run_for(words: tuple[str, ...], args: argparse.Namespace) -> int:
+    from simforcing.cli import dry_run
+    from simforcing.data.format import DataError
+
+    cfg = resolve_config(words, args)
+    if args.dry_run:
+        return dry_run(cfg)
+    if not args.out:
+        raise ConfigError("--out: the run folder is required (e.g. --out runs/stage1)")
+    stage = "pretrain" if words == ("pretrain",) else "train"
+    try:
+        result = train_run(cfg, args.out, stage, getattr(args, "teacher", None), args.resume,
+                           progress=not args.no_progress)
+    except (DataError, CheckpointError) as e:
+        print(f"simforcing {stage}: {e}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    if result["state"] == "stopped":
+        print(f"simforcing {stage}: stopped at step {result['step']} ({result['reason']}); continue with --resume",
+              file=sys.stderr, flush=True)
+    elif result["state"] == "finished" and os.environ.get("RANK", "0") == "0":
+        print(f"simforcing {stage}: finished {result['step']} steps; checkpoint {result['checkpoint']}", flush=True)
+    return int(result["exit_code"])
