@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     if not (data_root / "meta" / "info.json").exists():
         timer.run("generate synthetic benchmark", generate_dataset, data_root, num_train=budget.num_train,
                   num_val=budget.num_val, num_sim_pool=budget.num_sim_pool, length=budget.length,
-                  height=cfg.data.height, width=cfg.data.width, seed=0)
+                  height=cfg.data.height, width=cfg.data.width, seed=0, workers=2,
+                  overwrite=True)
     else:
         print(f"reusing the synthetic benchmark in {data_root}")
     if not (data_root / "meta" / "stats.json").exists() or not (data_root / "text_cache" / "info.json").exists():
