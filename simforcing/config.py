@@ -47,6 +47,7 @@ class DataConfig:
     latent_cache: Optional[str] = None  # folder written by `simforcing data encode` (optional)
     skip_bad: bool = False  # skip malformed episodes (one log line each, counted) instead of stopping
     num_workers: int = 0
+    cache_episodes: int = 8  # decoded episodes kept in memory per process (LRU); the demo keeps all of them
     sim_background: str = "black"  # what sim frames show outside the arm: "black" or "R,G,B" in 0..255
 
     @property
@@ -325,6 +326,7 @@ def _demo() -> Config:
     d = cfg.data
     d.frames, d.height, d.width = 9, 32, 48
     d.windows_per_episode = 8
+    d.cache_episodes = 1024  # ~50 MB of 32×48 frames: every episode is decoded once
     d.text_max_tokens = 64
     d.sim_background = "black"
     m = cfg.model

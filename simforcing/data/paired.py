@@ -139,12 +139,12 @@ class PairedWindowDataset(torch.utils.data.Dataset):
 
     def __init__(self, cfg: Config, root: str | Path, splits: Sequence[str] = ("train",),
                  domains: Sequence[str] = ("sim", "real"), epoch: int = 0, stats: dict | None = None,
-                 cache_episodes: int = 8, validate: bool = True):
+                 cache_episodes: int | None = None, validate: bool = True):
         domains = tuple(domains)
         if not domains or any(d not in DOMAINS for d in domains):
             raise ValueError(f"domains: got {domains}; expected a non-empty subset of {DOMAINS}")
         self.cfg, self.root, self.splits, self.domains = cfg, Path(root), tuple(splits), domains
-        self.cache_episodes = max(1, int(cache_episodes))
+        self.cache_episodes = max(1, int(cfg.data.cache_episodes if cache_episodes is None else cache_episodes))
         d = cfg.data
         self.frames, self.stride, self.window_steps = d.frames, d.frame_stride, d.window_steps
         self.info = read_info(self.root)
