@@ -415,7 +415,7 @@ def _coerce(raw: Any, tp: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(raw, dict):
             raise ConfigError(f"--{key}: expected a section (mapping), got {raw!r}")
-        return _from_dict(tp, raw, key)
+        return _from_dict(tp, raw, key.lstrip("-"))
     try:
         if tp is bool:
             if isinstance(raw, bool):
@@ -444,7 +444,8 @@ def _coerce(raw: Any, tp: Any, key: str) -> Any:
             return tuple(int(x) for x in raw)
     except (TypeError, ValueError):
         name = getattr(tp, "__name__", str(tp))
-        raise ConfigError(f"--{key}: cannot read {raw!r} as {name}") from None
+        where = key if ":" in key else f"--{key}"
+        raise ConfigError(f"{where}: cannot read {raw!r} as {name}") from None
     return raw
 
 
@@ -455,7 +456,8 @@ def _from_dict(cls: Any, d: dict, source: str) -> Any:
     for k, v in d.items():
         if k not in names:
             raise ConfigError(f"{source}: unknown field {k!r} in {cls.__name__}; known: {', '.join(sorted(names))}")
-        setattr(obj, k, _coerce(v, hints[k], f"{source}:{k}" if source == "config" else k))
+        sub = f"{source}:{k}" if dataclasses.is_dataclass(hints[k]) else (f"{source}:{k}" if source != "config" else k)
+        setattr(obj, k, _coerce(v, hints[k], sub))
     return obj
 
 

@@ -72,7 +72,7 @@ class Sam3Segmenter:
 
         try:
             self.processor = Sam3Processor.from_pretrained(path, local_files_only=True)
-            self.model = Sam3Model.from_pretrained(path, local_files_only=True).to(device).eval()
+            self.model = Sam3Model.from_pretrained(path, local_files_only=True, use_safetensors=True).to(device).eval()
         except OSError as e:
             raise ConfigError(f"sample.sam3_path: cannot load SAM3 from {path!r} ({e}); expected a local folder "
                               "with config.json, weights and processor files") from e

@@ -604,7 +604,14 @@ def _load_start_weights(model: torch.nn.Module, cfg: Config) -> None:
     if cfg.model.weights or cfg.model.action_expert_weights:
         from simforcing.models.weights import load_configured_weights
 
-        load_configured_weights(model, cfg)
+        try:
+            load_configured_weights(model, cfg)
+        except (OSError, ValueError, KeyError, RuntimeError) as e:
+            field = "model.weights" if cfg.model.weights and str(cfg.model.weights) in str(e) else \
+                "model.weights / model.action_expert_weights"
+            raise ConfigError(f"{field}: cannot load the start weights ({type(e).__name__}: {e}); expected a "
+                              "diffusers transformer folder, an original Wan2.2 safetensors checkpoint, or the "
+                              "safetensors file written by `simforcing model init-action-expert`") from e
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -130,7 +130,8 @@ def pretrained_text_encoder(path: str | Path, max_tokens: int, device: str | tor
         if config.model_type not in classes:
             raise ConfigError(f"model.text_encoder: {model_dir / 'config.json'} has model_type "
                               f"{config.model_type!r}; expected 'umt5' or 't5'")
-        model = classes[config.model_type].from_pretrained(str(model_dir), local_files_only=True, dtype=dtype)
+        model = classes[config.model_type].from_pretrained(str(model_dir), local_files_only=True, dtype=dtype,
+                                                               use_safetensors=True)
         tokenizer = _load_tokenizer(tok_dir)
     except (OSError, ValueError) as e:
         if isinstance(e, ConfigError):

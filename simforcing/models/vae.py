@@ -120,7 +120,7 @@ class WanVAE(VideoVAE):
         low_mem = importlib.util.find_spec("accelerate") is not None  # without accelerate diffusers only warns
         try:
             vae = AutoencoderKLWan.from_pretrained(str(path), local_files_only=True, torch_dtype=dtype,
-                                                   low_cpu_mem_usage=low_mem)
+                                                   low_cpu_mem_usage=low_mem, use_safetensors=True)
         except (OSError, ValueError, RuntimeError) as e:
             raise ConfigError(f"model.vae.path: cannot load a diffusers AutoencoderKLWan from {path} "
                               f"({type(e).__name__}: {e}); expected a folder with config.json and "
