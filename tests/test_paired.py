@@ -167,9 +167,10 @@ def test_stats_argument_overrides_the_file(small, tmp_path):
 
 
 def test_text_is_padded_with_a_mask(small):
-    item = PairedWindowDataset(demo_cfg(), small)[0]
+    cfg = demo_cfg()
+    item = PairedWindowDataset(cfg, small)[0]
     n = int(item["text_mask"].sum())
-    assert item["text"].shape == (16, 64) and 3 <= n <= 8
+    assert item["text"].shape == (cfg.data.text_max_tokens, 64) and 3 <= n <= 8
     assert item["text"][:n].abs().sum() > 0 and item["text"][n:].abs().sum() == 0
 
 
