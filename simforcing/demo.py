@@ -133,8 +133,10 @@ def run(args: argparse.Namespace) -> int:
     s1cfg.train.method = "sim_pretrain"
     s1cfg.train.max_steps = budget.stage1_steps
     if not _finished(stage1, budget.stage1_steps):
-        timer.run("stage 1: simulation world model", train_run, s1cfg, stage1, stage="pretrain",
-                  resume=(stage1 / "checkpoints").exists())
+        res = timer.run("stage 1: simulation world model", train_run, s1cfg, stage1, stage="pretrain",
+                        resume=(stage1 / "checkpoints").exists())
+        if res["state"] != "finished":
+            return _stopped("stage 1", res)
     commands["stage1"] = (f"{exe} pretrain --preset demo --data {data_root} --out {stage1} "
                           f"--model.vae.path={vae_dir} --train.max_steps={budget.stage1_steps}")
 
@@ -160,8 +162,10 @@ def run(args: argparse.Namespace) -> int:
             m_cfg.train.seed = seed
             m_cfg.train.max_steps = budget.stage2_steps
             if not _finished(run_dir, budget.stage2_steps):
-                timer.run(f"stage 2: {tag}", train_run, m_cfg, run_dir, stage="train", teacher_run=stage1,
-                          method=method, resume=(run_dir / "checkpoints").exists())
+                res = timer.run(f"stage 2: {tag}", train_run, m_cfg, run_dir, stage="train", teacher_run=stage1,
+                                method=method, resume=(run_dir / "checkpoints").exists())
+                if res["state"] != "finished":
+                    return _stopped(f"stage 2 ({tag})", res)
             ev_dir = out / "eval" / tag
             res = timer.run(f"evaluate {tag}", evaluate_run, run_dir, data_root, ev_cfg, "val",
                             budget.eval_samples, ev_dir)
@@ -200,6 +204,13 @@ def run(args: argparse.Namespace) -> int:
     write_report(out, results, methods, videos)
     print("\n" + results["summary"]["line"])
     return 0
+
+
+def _stopped(stage: str, res: dict) -> int:
+    """A training stage that did not finish (stopped, diverged) ends the demo; run it again to resume."""
+    print(f"simforcing demo: {stage} ended as {res['state']!r} at step {res['step']} ({res.get('reason')}); "
+          f"run the same command again to resume", file=sys.stderr)
+    return int(res.get("exit_code") or 1)
 
 
 def _finished(run_dir: Path, steps: int) -> bool:
