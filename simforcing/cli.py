@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
-from pathlib import Path
 
 from simforcing.config import Config, ConfigError, load_config
 

@@ -16,7 +16,6 @@ import argparse
 import base64
 import copy
 import json
-import shlex
 import statistics
 import sys
 import time

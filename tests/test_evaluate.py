@@ -17,14 +17,6 @@ from test_sample import make_data, make_run, tiny_cfg
 METRICS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("eval")

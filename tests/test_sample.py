@@ -138,15 +138,6 @@ def args_of(batch):
     return batch["actions"], batch["state0"], batch["text"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models are fastest on one thread, and the suite shares 2 cores with other processes."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def setup():
     cfg = tiny_cfg()

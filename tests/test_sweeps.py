@@ -6,20 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from simforcing.config import Config
 from simforcing.evaluate.run import evaluate_run
 from simforcing.evaluate.sweeps import sweep_cfg, sweep_steps
 from test_sample import make_data, make_run
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
