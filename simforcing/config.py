@@ -108,7 +108,7 @@ class FlowConfig:
     shift: float = 5.0
     num_train_timesteps: int = 1000
     t_sampling: str = "discrete"  # "discrete" (1,000 levels, diffusers) or "continuous" (authors' code)
-    loss_weighting: str = "gaussian_bump"  # "uniform" or "gaussian_bump" (authors' code)
+    loss_weighting: str = "gaussian_bump"  # "uniform", "gaussian_bump" (authors' code) or "tau_squared" (x0 demo)
 
 
 @dataclass
@@ -247,8 +247,8 @@ class Config:
         _check(self.flow.shift > 0, "flow.shift", self.flow.shift, "a positive number")
         _check(self.flow.t_sampling in ("discrete", "continuous"), "flow.t_sampling", self.flow.t_sampling,
                "'discrete' or 'continuous'")
-        _check(self.flow.loss_weighting in ("uniform", "gaussian_bump"), "flow.loss_weighting",
-               self.flow.loss_weighting, "'uniform' or 'gaussian_bump'")
+        _check(self.flow.loss_weighting in ("uniform", "gaussian_bump", "tau_squared"), "flow.loss_weighting",
+               self.flow.loss_weighting, "'uniform', 'gaussian_bump' or 'tau_squared'")
         c = self.conditioning
         for name in ("p", "corrupt_prob", "action_dropout"):
             val = getattr(c, name)
@@ -320,7 +320,7 @@ def _demo() -> Config:
 
     Choices that differ from the paper (all config fields, see README "Demo preset"):
     clean-latent parameterisation with a zero-initialised first-frame skip (a tiny velocity model gives speckled
-    samples), loss weights (1, 0.5, 0.5, 0.25), uniform loss weighting, continuous t, fp32.
+    samples), loss weights (1, 0.5, 0.5, 0.25), τ² loss weighting (= clean-latent MSE), continuous t, fp32.
     """
     cfg = Config(preset="demo")
     d = cfg.data
@@ -338,7 +338,7 @@ def _demo() -> Config:
     m.parameterization = "x0"
     m.first_frame_skip = True
     cfg.flow.t_sampling = "continuous"
-    cfg.flow.loss_weighting = "uniform"
+    cfg.flow.loss_weighting = "tau_squared"  # clean-latent MSE: small-τ velocity errors would dominate otherwise
     cfg.loss = LossConfig(fm_real=1.0, fm_sim=0.5, md_real=0.5, md_sim=0.25, value_real=0.5, value_sim=0.25)
     t = cfg.train
     t.lr, t.batch_size, t.epochs, t.max_steps = 1e-3, 8, 1000, 600

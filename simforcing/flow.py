@@ -92,11 +92,20 @@ def loss_weight(t: torch.Tensor, flow_cfg: FlowConfig) -> torch.Tensor:
 
     "uniform": 1. "gaussian_bump": the DiffSynth-Studio/Wan training weight of the level nearest to the sample's
     shifted timestep N·τ (exact for discrete t; continuous t takes its nearest level, as that code's lookup does).
+    "tau_squared": τ² / mean(τ²) over the 1,000 levels. With the clean-latent parameterisation
+    (û = (z(τ) − x̂)/τ for τ ≥ τ_min) it turns ‖û − u‖² into ‖x̂ − z‖², so small-τ samples, whose velocity error is
+    amplified by 1/τ², do not dominate the gradient (the demo preset uses it).
     """
     if flow_cfg.loss_weighting == "uniform":
         return torch.ones_like(t, dtype=torch.float32)
+    if flow_cfg.loss_weighting == "tau_squared":
+        levels = torch.arange(1, flow_cfg.num_train_timesteps + 1, dtype=torch.float64) / flow_cfg.num_train_timesteps
+        norm = shift_time(levels, flow_cfg.shift).pow(2).mean()
+        tau = shift_time(t.detach().to(torch.float64), flow_cfg.shift)
+        return (tau.pow(2) / norm).to(dtype=torch.float32)
     if flow_cfg.loss_weighting != "gaussian_bump":
-        raise ValueError(f"flow.loss_weighting: got {flow_cfg.loss_weighting!r}; expected 'uniform' or 'gaussian_bump'")
+        raise ValueError(f"flow.loss_weighting: got {flow_cfg.loss_weighting!r}; expected 'uniform', "
+                         "'gaussian_bump' or 'tau_squared'")
     x, w = _bump_table(flow_cfg.num_train_timesteps, float(flow_cfg.shift))
     x_t = flow_cfg.num_train_timesteps * shift_time(t.detach().to("cpu", torch.float64), flow_cfg.shift)
     idx = (x_t[:, None] - x[None, :]).abs().argmin(dim=1)  # (B, N) -> (B,)

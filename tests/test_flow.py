@@ -129,3 +129,22 @@ def test_loss_weight_uniform_and_continuous_nearest_level():
     assert np.allclose(got.numpy(), want, atol=1e-6)
     with pytest.raises(ValueError, match="flow.loss_weighting"):
         flow.loss_weight(t, FlowConfig(loss_weighting="bogus"))
+
+
+def test_tau_squared_weight_turns_the_x0_velocity_loss_into_clean_latent_mse():
+    """With û = (z(τ) − x̂)/τ, τ²·‖û − u‖² = ‖x̂ − z‖² (independent check in float64), up to the constant norm."""
+    from simforcing.config import FlowConfig
+    from simforcing.flow import add_noise, loss_weight, shift_time, velocity_target
+
+    cfg = FlowConfig(loss_weighting="tau_squared", shift=5.0)
+    g = torch.Generator().manual_seed(0)
+    t = torch.rand(6, generator=g, dtype=torch.float64) * 0.9 + 0.1
+    tau = shift_time(t, cfg.shift)
+    z, eps, x0 = (torch.randn(6, 3, 2, generator=g, dtype=torch.float64) for _ in range(3))
+    zt = add_noise(z, eps, tau)
+    u_hat = (zt - x0) / tau[:, None, None]
+    lhs = loss_weight(t, cfg).double() * ((u_hat - velocity_target(z, eps)) ** 2).mean(dim=(1, 2))
+    levels = torch.arange(1, 1001, dtype=torch.float64) / 1000
+    norm = (5 * levels / (1 + 4 * levels)).pow(2).mean()
+    rhs = ((x0 - z) ** 2).mean(dim=(1, 2)) / norm
+    torch.testing.assert_close(lhs, rhs, rtol=1e-5, atol=1e-6)
