@@ -239,3 +239,15 @@ def corrupt(root: str | Path, episode_id: str, kind: str) -> None:
 def embedding_file(root: str | Path, instruction: str) -> Path:
     """Where the random embedding of ``instruction`` lives."""
     return embedding_path(Path(root) / "text_cache", instruction)
+
+
+# the file each corruption should be blamed on (a substring of the message)
+BLAMED_FILE = {
+    "missing_video": "real.mp4", "unreadable_video": "sim.mp4", "truncated_video": ".mp4", "length_mismatch": ".mp4",
+    "frame_count_mismatch": "real.mp4", "resolution_mismatch": "real.mp4", "bad_resolution": "sim.mp4",
+    "missing_file": "lowdim.npz", "unreadable_file": "lowdim.npz", "missing_field": "lowdim.npz",
+    "bad_action_shape": "lowdim.npz", "bad_state_shape": "lowdim.npz", "non_finite": "lowdim.npz",
+    "video_shorter_than_actions": "lowdim.npz", "missing_text_embedding": ".safetensors",
+    "bad_arm_mask": "arm_mask.npz", "unknown_episode": "splits.json", "duplicate_episode": "episodes.jsonl",
+    "unpaired_episode": "episodes.jsonl", "missing_stats": "stats.json", "bad_stats": "stats.json",
+}

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 import torch
-from datagen import CORRUPTIONS, DATASET_CORRUPTIONS, EPISODE_CORRUPTIONS, corrupt, make_dataset
+from datagen import BLAMED_FILE, CORRUPTIONS, DATASET_CORRUPTIONS, EPISODE_CORRUPTIONS, corrupt, make_dataset
 
 from simforcing.cli import main
 from simforcing.config import load_config
@@ -12,16 +12,6 @@ from simforcing.data.check import check_dataset
 from simforcing.data.format import DataError
 from simforcing.data.paired import PairedWindowDataset
 
-# the file each corruption should be blamed on (a substring of the message)
-BLAMED_FILE = {
-    "missing_video": "real.mp4", "unreadable_video": "sim.mp4", "truncated_video": ".mp4", "length_mismatch": ".mp4",
-    "frame_count_mismatch": "real.mp4", "resolution_mismatch": "real.mp4", "bad_resolution": "sim.mp4",
-    "missing_file": "lowdim.npz", "unreadable_file": "lowdim.npz", "missing_field": "lowdim.npz",
-    "bad_action_shape": "lowdim.npz", "bad_state_shape": "lowdim.npz", "non_finite": "lowdim.npz",
-    "video_shorter_than_actions": "lowdim.npz", "missing_text_embedding": ".safetensors",
-    "bad_arm_mask": "arm_mask.npz", "unknown_episode": "splits.json", "duplicate_episode": "episodes.jsonl",
-    "unpaired_episode": "episodes.jsonl", "missing_stats": "stats.json", "bad_stats": "stats.json",
-}
 VICTIM = "train_001"
 
 

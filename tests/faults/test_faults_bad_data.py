@@ -12,7 +12,7 @@ import logging
 import re
 
 import pytest
-from datagen import EPISODE_CORRUPTIONS, corrupt, make_dataset
+from datagen import BLAMED_FILE, EPISODE_CORRUPTIONS, corrupt, make_dataset
 from faultkit import pretrain_args, status, steps
 
 from simforcing.cli import main
@@ -21,16 +21,7 @@ pytestmark = pytest.mark.faults
 
 GOOD_TRAIN = 2
 KINDS = EPISODE_CORRUPTIONS  # 19 kinds, one victim each: train_002 ... train_020
-# the file each kind must be blamed on (a substring of its message)
-BLAMED = {
-    "missing_video": "real.mp4", "unreadable_video": "sim.mp4", "truncated_video": ".mp4", "length_mismatch": ".mp4",
-    "frame_count_mismatch": "real.mp4", "resolution_mismatch": "real.mp4", "bad_resolution": "sim.mp4",
-    "missing_file": "lowdim.npz", "unreadable_file": "lowdim.npz", "missing_field": "lowdim.npz",
-    "bad_action_shape": "lowdim.npz", "bad_state_shape": "lowdim.npz", "non_finite": "lowdim.npz",
-    "video_shorter_than_actions": "lowdim.npz", "missing_text_embedding": ".safetensors",
-    "bad_arm_mask": "arm_mask.npz", "unknown_episode": "splits.json", "duplicate_episode": "episodes.jsonl",
-    "unpaired_episode": "episodes.jsonl",
-}
+BLAMED = {k: BLAMED_FILE[k] for k in KINDS}  # the file each kind must be blamed on (a substring of its message)
 
 
 def victim(kind: str) -> str:
