@@ -1,0 +1,158 @@
+"""`simforcing bench`: the JSON schema, forward counts against the minimal ones, the reference loop's agreement and the
+measuring helpers. No timing is asserted (timings depend on the machine and its load)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from simforcing import bench
+from simforcing.cli import main
+from simforcing.config import load_config
+
+# --tiny with a 2-layer demo model keeps the whole command well under a minute on 2 cores
+TINY_ARGS = ["bench", "--tiny", "--model.num_layers=2"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    assert main(TINY_ARGS + ["--out", str(out)]) == 0
+    return out, json.loads(out.read_text())
+
+
+def test_schema_and_machine_info(tiny_run):
+    _, res = tiny_run
+    assert res["schema"] == bench.SCHEMA
+    for key in ("cpu_count", "torch", "torch_threads", "device_name", "load_average_start", "load_average_end"):
+        assert key in res["machine"], key
+    assert res["machine"]["torch"] == torch.__version__
+    assert res["settings"]["mode"] == "tiny" and res["settings"]["preset"] == "demo"
+    assert set(res["section_seconds"]) == set(bench.SECTIONS)
+    assert res["seconds"] > 0
+
+
+def test_sampler_forwards_are_minimal_and_match_the_reference(tiny_run):
+    _, res = tiny_run
+    s = res["sampler"]
+    assert s["forward_s"] > 0 and s["decode_s"] > 0 and s["pair_forward_s"] > 0
+    grid = {(r["n_sim"], r["n_real"], r["w"]) for r in s["configs"]}
+    assert grid == set(bench.TINY_GRID) and {w for _, _, w in grid} == {0.0, 0.6, 1.0}
+    for r in s["configs"]:
+        ns, nr, w = r["n_sim"], r["n_real"], r["w"]
+        expected = nr if w == 0 else (ns + nr if w == 1 else ns + 2 * nr)
+        assert r["minimal_forwards"] == expected
+        assert r["forwards"] == expected, r
+        assert r["reference_forwards"] == ns + 2 * nr
+        assert r["max_abs_diff_vs_reference"] < 1e-3, r  # same noise -> the same video as the plain loop
+        for sfx in ("", "_cpu"):  # medians of per-repetition ratios, on both clocks
+            assert len(r[f"ratio{sfx}_all"]) == len(r[f"speedup{sfx}_all"]) == s["repeats"]
+            assert r["ratio" + sfx] == pytest.approx(statistics.median(r[f"ratio{sfx}_all"]))
+            assert r["speedup" + sfx] == pytest.approx(statistics.median(r[f"speedup{sfx}_all"]))
+            assert r[f"ideal{sfx}_s"] == pytest.approx(expected * r[f"forward{sfx}_s"] + s[f"decode{sfx}_s"])
+        assert 0 < r["in_network_s"] <= r["latency_s"] * 1.01
+    assert res["targets"]["forwards_minimal"]["ok"] is True
+    for name in ("sampler_ratio", "speedup_everywhere"):
+        assert {"ok", "ok_cpu", "value", "value_cpu"} <= set(res["targets"][name])
+
+
+def test_train_step_counts_and_memory(tiny_run):
+    _, res = tiny_run
+    t = res["train"]
+    b = t["batch_size"]
+    sft, sf = t["methods"]["sft"], t["methods"]["simforcing"]
+    # SFT: one student forward of B; SimForcing: one teacher forward of B + one student forward of 2B
+    assert (sft["teacher_evals_per_step"], sft["student_evals_per_step"]) == (0, b)
+    assert (sf["teacher_evals_per_step"], sf["student_evals_per_step"]) == (b, 2 * b)
+    assert (sft["forward_units"], sf["forward_units"]) == (3, 7)
+    assert t["ideal_ratio"] == pytest.approx(7 / 3)
+    assert 0 < sft["peak_bytes"] < sf["peak_bytes"]  # two student passes keep twice the activations
+    assert t["ratio_fwd_bwd"] > 0 and t["ratio_fwd_bwd_cpu"] > 0 and t["ratio_step"] > 0
+    assert "train_ratio" in res["targets"]
+
+
+def test_data_throughput_counts_every_window(tiny_run):
+    _, res = tiny_run
+    d = res["data"]
+    windows = d["episodes"] * d["windows_per_episode"]
+    assert [r["workers"] for r in d["pixels"]] == [0, 1, 2]
+    assert [r["workers"] for r in d["latents"]] == [0, 1, 2]
+    for r in d["pixels"] + d["latents"]:
+        assert r["windows"] == windows and r["windows_per_s"] > 0
+    assert d["latent_encode"]["windows"] == windows
+
+
+def test_scaling_points_and_plot(tiny_run):
+    out, res = tiny_run
+    sc = res["scaling"]
+    pts = [p for p in sc["points"] if "forward_s" in p]
+    assert {p["sweep"] for p in pts} == {"frames", "resolution"}
+    for sweep in ("frames", "resolution"):
+        rows = [p for p in pts if p["sweep"] == sweep]
+        tokens = [p["tokens"] for p in rows]
+        assert tokens == sorted(tokens) and tokens[0] < tokens[-1]
+        shares = [p["attention_flop_share"] for p in rows]
+        assert shares[0] < shares[-1]  # the quadratic part grows with the sequence
+        assert all(p["peak_bytes"] > 0 for p in rows)
+    png = out.with_name(out.stem + "_scaling.png")
+    assert sc["plot"] == png.name
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gpu_section_is_skipped_without_cuda(tiny_run):
+    _, res = tiny_run
+    if not torch.cuda.is_available():
+        assert res["gpu"] == {"skipped": "no CUDA device"}
+
+
+def test_tables_are_markdown(tiny_run):
+    out, res = tiny_run
+    text = bench.format_tables(res)
+    assert out.with_suffix(".md").read_text().strip() == text.strip()  # written next to the JSON
+    assert "| N_s | N_r | w |" in text and "| sft |" in text and "| simforcing |" in text
+    assert "video decoding" in text and "latent cache" in text
+
+
+def test_grids():
+    assert {(1, 10, 0.0), (1, 10, 0.6), (1, 10, 1.0)} <= set(bench.QUICK_GRID)
+    assert len(set(bench.FULL_GRID)) == 64
+    assert {n for ns, nr, _ in bench.FULL_GRID for n in (ns, nr)} == {1, 5, 10, 20}
+    assert {w for _, _, w in bench.FULL_GRID} == {0.0, 0.3, 0.6, 1.0}
+
+
+def test_minimal_forwards():
+    assert bench.minimal_forwards(5, 20, 0.0) == 20
+    assert bench.minimal_forwards(5, 20, 1.0) == 25
+    assert bench.minimal_forwards(5, 20, 0.3) == 45
+
+
+def test_peak_bytes_sees_a_known_allocation():
+    n = 1 << 20  # 4 MiB of float32
+
+    def work():
+        x = torch.ones(n)
+        y = x * 2  # 8 MiB live at once
+        return float(y[0])
+
+    peak = bench.peak_bytes(work, torch.device("cpu"))
+    assert 8 * 2**20 <= peak < 16 * 2**20
+
+
+def test_gpu_measure_runs_on_cpu():
+    """The GPU section's code path on a 1-layer demo model (CPU, fp32): counts and derived rates are consistent."""
+    cfg = load_config("demo")
+    cfg.model.num_layers, cfg.train.batch_size = 1, 1
+    res = bench.gpu_measure(cfg.validate(), torch.device("cpu"), repeats=1, n_sim=2, n_real=3, w=0.6)
+    assert res["sample"]["forwards"] == 2 + 2 * 3
+    assert res["train"]["simforcing"]["step_s"] > 0 and res["train"]["sft"]["tokens_per_s"] > 0
+    assert res["peak_flops"] is None and res["train"]["sft"]["mfu"] is None
+    assert res["sample"]["tokens_per_s"] == pytest.approx(8 * res["tokens_per_sample"] / res["sample"]["seconds"])
+
+
+def test_bad_sections_is_a_config_error(tmp_path, capsys):
+    assert main(["bench", "--tiny", "--sections", "sampler,nope", "--out", str(tmp_path / "b.json")]) == 2
+    assert "--sections" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()
