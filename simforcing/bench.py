@@ -857,7 +857,7 @@ def gpu_measure(cfg: Config, device: torch.device, repeats: int, n_sim: int = 1,
         out["train"][m] = {"step_s": secs, "tokens_per_s": b * tokens / secs, "flops_per_s": flops / secs,
                            "mfu": flops / secs / peak if peak else None, "peak_bytes": mem}
     student.eval()
-    del teacher
+    teacher = None  # free the frozen copy before the sampling measurements
     lat = latent_batch(cfg, 1, device)
     ctx = {k: lat[k] for k in ("actions", "state0", "text", "text_mask")}
     z0 = lat["z_real"][:, :, :1]
