@@ -266,6 +266,9 @@ class LatentWindowDataset(torch.utils.data.Dataset):
         h = self._handles.get(number)
         if h is None:
             path = self.cache / self.index["shards"][number]["file"]
+            if not path.resolve().is_relative_to(self.cache.resolve()):
+                raise DataError("shard path in index.json points outside the cache folder", path=path,
+                                kind="bad_cache")
             try:
                 h = self._handles[number] = safe_open(str(path), framework="pt")
             except Exception as e:  # noqa: BLE001 - safetensors raises several error types
