@@ -58,6 +58,7 @@ import numpy as np
 import torch
 
 from simforcing.config import Config, ConfigError, load_config
+from simforcing.sample import CountingModel
 
 SCHEMA = "simforcing-bench/1"
 SECTIONS = ("sampler", "train", "data", "scaling", "gpu")
@@ -320,17 +321,6 @@ class ForwardClock:
     def remove(self) -> None:
         for h in self._hooks:
             h.remove()
-
-
-class CountingModel:
-    """Calls a network and counts per-sample evaluations (a forward over B samples counts B)."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.model, self.evals = model, 0
-
-    def __call__(self, z_t: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        self.evals += z_t.shape[0]
-        return self.model(z_t, *args, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

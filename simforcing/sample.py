@@ -106,7 +106,7 @@ def autocast_for(device: torch.device, cfg: Config):
     return contextlib.nullcontext()
 
 
-class _Counted:
+class CountingModel:
     """Calls the model and counts per-sample evaluations (a forward over 2B samples counts 2B)."""
 
     def __init__(self, model: torch.nn.Module):
@@ -117,7 +117,7 @@ class _Counted:
         return self.model(z_t, *args, **kwargs)
 
 
-def simulation_rollout(net: _Counted, z0_sim: torch.Tensor, ctx: dict, noise: torch.Tensor, n_sim: int,
+def simulation_rollout(net: CountingModel, z0_sim: torch.Tensor, ctx: dict, noise: torch.Tensor, n_sim: int,
                        shift: float) -> torch.Tensor:
     """N_s Euler steps from ε_s with no condition (gate None). z0_sim (B,C,1,h,w), noise (B,C,L,h,w) -> ẑ^s_{1:L}."""
     sched = euler_schedule(n_sim, shift).tolist()
@@ -130,7 +130,7 @@ def simulation_rollout(net: _Counted, z0_sim: torch.Tensor, ctx: dict, noise: to
     return z
 
 
-def real_rollout(net: _Counted, z0_real: torch.Tensor, ctx: dict, noise: torch.Tensor, n_real: int, shift: float,
+def real_rollout(net: CountingModel, z0_real: torch.Tensor, ctx: dict, noise: torch.Tensor, n_real: int, shift: float,
                  w: float, cond_feats: Optional[list] = None) -> torch.Tensor:
     """N_r Euler steps from ε_r with the guided velocity. cond_feats: P_j(c) per block, each (B, N_video, dim).
 
@@ -196,7 +196,7 @@ def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: 
     device = model_device(model)
     batch = to_device(batch, device)
     ctx = {k: batch.get(k) for k in ("actions", "state0", "text", "text_mask")}
-    net = _Counted(model)
+    net = CountingModel(model)
     sw = Stopwatch(device)
     num_future = cfg.latent_frames - 1
     amp = autocast_for(device, cfg)  # the network only; the VAE runs in its own precision
