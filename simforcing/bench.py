@@ -10,8 +10,10 @@ dataset are needed. Sections (``--sections``, all by default):
    + decode; one warm-up call excluded, median of the repeats, wall clock around the whole call), the per-sample
    network evaluations it ran (``forwards``) and the minimal ones (w = 0: N_r; w = 1: N_s + N_r; else N_s + 2·N_r),
    the median time of one single-sample forward (timed right before and after each call of that configuration),
-   and ``ratio = latency / (minimal × forward + decode)``. A batched
-   pair forward of 2 samples may cost less than 2 single forwards, so the ratio can be < 1. Beside it the same
+   and ``ratio = latency / (minimal × forward + decode)``. The forward is a plain ``model(...)`` call; the sampler's
+   steps are cheaper (the step context computes the text/action work once per batch, ``WorldModel.step_context``;
+   its cost and a step's cost are reported as ``step_context_s`` and ``forward_step_s``), and a batched pair forward
+   of 2 samples may cost less than 2 single forwards, so the ratio can be < 1. Beside it the same
    configuration through :func:`reference_sample`, a plain loop as the authors' code runs it (simulation rollout
    always, both CFG branches as two sequential forwards, P_j(c) recomputed in every forward), its latency, the
    speed-up of ours, and the largest pixel difference between the two outputs (same noise: they must agree). The
@@ -377,18 +379,23 @@ def reference_sample(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_si
 
 
 def _unit_costs(model, vae, batch: dict, lat: dict, single_forward: Callable, n: int, device: torch.device) -> dict:
-    """Median seconds (wall and CPU) of one single-sample forward (plain, conditioned), one pair forward (conditional +
-    unconditional rows, as the sampler batches them), P_j(c) for all blocks, the first-frame encode and the decode."""
+    """Median seconds (wall and CPU) of one single-sample forward (plain; as a rollout step, given the step context;
+    conditioned), one pair forward (conditional + unconditional rows, as the sampler batches them), P_j(c) for all
+    blocks, the step context (``WorldModel.step_context``), the first-frame encode and the decode."""
     z0, zt = lat["z_real"][:, :, :1], lat["z_real"][:, :, 1:]
     tau = torch.full((1,), 0.5, device=device)
     ctx = (lat["actions"], lat["state0"], lat["text"])
     with torch.no_grad():
+        static = model.step_context(*ctx, lat["text_mask"])
         feats = model.condition_features(lat["z_sim"])
         feats2 = [torch.cat([f, torch.zeros_like(f)]) for f in feats]  # (2, N_video, dim) each
         pair = [torch.cat([x, x]) for x in (zt, tau, z0, *ctx)]
         gate2 = torch.tensor([1.0, 0.0], device=device)
         times = {
             "forward": time_calls(single_forward, n, 3, device),
+            "forward_step": time_calls(lambda: model(zt, tau, z0, *ctx, text_mask=lat["text_mask"], static=static), n,
+                                       3, device),
+            "step_context": time_calls(lambda: model.step_context(*ctx, lat["text_mask"]), n, 3, device),
             "forward_conditioned": time_calls(lambda: model(zt, tau, z0, *ctx, text_mask=lat["text_mask"],
                                                             cond_feats=feats, gate=gate2[:1]), n, 3, device),
             "pair_forward": time_calls(lambda: model(*pair, text_mask=lat["text_mask"].repeat(2, 1),
@@ -478,8 +485,9 @@ def bench_sampler(cfg: Config, device: torch.device, opts: BenchOptions, log: Ca
         return reference_sample(model, vae, batch, cfg, n_sim, n_real, w, gen, masker)
 
     unit = _unit_costs(model, vae, batch, lat, single_forward, opts.forward_repeats, device)
-    log(f"sampler: one forward {unit['forward_s'] * 1e3:.2f} ms, pair forward {unit['pair_forward_s'] * 1e3:.2f} "
-        f"ms, decode {unit['decode_s'] * 1e3:.2f} ms")
+    log(f"sampler: one forward {unit['forward_s'] * 1e3:.2f} ms (as a rollout step {unit['forward_step_s'] * 1e3:.2f}"
+        f" ms; step context {unit['step_context_s'] * 1e3:.2f} ms once per rollout), pair forward "
+        f"{unit['pair_forward_s'] * 1e3:.2f} ms, decode {unit['decode_s'] * 1e3:.2f} ms")
     rows = []
     for n_sim, n_real, w in opts.grid:
         row = _sampler_row(n_sim, n_real, w, ours, reference, single_forward, clock, unit, opts.repeats, device)
@@ -950,8 +958,10 @@ def format_tables(results: dict) -> str:
               f"thread(s); preset {results['settings']['preset']}, mode {results['settings']['mode']}.", ""]
     s = results.get("sampler", {})
     if s.get("configs"):
-        lines += [f"Sampler (batch 1; one forward {_ms(s['forward_s'])} ms, pair forward {_ms(s['pair_forward_s'])}"
-                  f" ms, decode {_ms(s['decode_s'])} ms; medians of {s['repeats']} after 1 warm-up; ratio = latency / "
+        lines += [f"Sampler (batch 1; one forward {_ms(s['forward_s'])} ms — as a rollout step "
+                  f"{_ms(s['forward_step_s'])} ms after a step context of {_ms(s['step_context_s'])} ms per batch —, "
+                  f"pair forward {_ms(s['pair_forward_s'])} ms, decode {_ms(s['decode_s'])} ms; medians of "
+                  f"{s['repeats']} after 1 warm-up; ratio = latency / "
                   "(minimal forwards × one forward + decode); also on process CPU time):", "",
                   "| N_s | N_r | w | latency (ms) | forwards (= minimal) | ratio | ratio (CPU) | outside network "
                   "| reference (ms) | ref. forwards | speed-up | speed-up (CPU) |",

@@ -9,7 +9,11 @@
 No wasted work: w = 0 runs neither the simulation rollout nor the conditional branch (N_r forwards per sample); w = 1
 runs only the conditional branch (N_s + N_r); any other w runs both branches as ONE batched forward of 2B samples per
 step (N_s + 2·N_r per-sample evaluations). P_j(c) is computed once per sample (``model.condition_features``) and reused
-at every step. ``forwards`` counts per-sample network evaluations, measured from the calls actually made.
+at every step. Likewise everything a step's forward derives from (actions, state, text) alone — text embeddings and
+cross-attention keys/values, the attention mask, and the whole action stream (action tokens never attend to video
+tokens) — is computed once per batch (``WorldModel.step_context``), shared by the simulation and a w = 1 real
+rollout, so a rollout step costs less than a plain forward (skipped when only one forward would use it). ``forwards`` counts per-sample network evaluations,
+measured from the calls actually made.
 
 Noise: ε_r (the real rollout) is drawn from the generator first, then ε_s (simulation) — both always, so the real
 rollout of a sample sees the same noise whatever w, N_s or N_r, and a simulation rollout can be reused across
@@ -34,6 +38,7 @@ from simforcing.flow import euler_schedule, euler_step
 from simforcing.masking import FirstFrameMasker
 
 BASELINES = ("copy-first", "vae-recon")
+CONTEXT_KEYS = ("actions", "state0", "text", "text_mask")  # what a rollout's step context is built from
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -117,15 +122,27 @@ class CountingModel:
         return self.model(z_t, *args, **kwargs)
 
 
+def step_kwargs(model: torch.nn.Module, actions, state0, text, text_mask, uses: int) -> dict:
+    """``{"static": model.step_context(...)}`` — the text/action work of a rollout's forwards, done once — for a model
+    that offers it (the WorldModel) when ``uses`` >= 2 forwards will share it (for one forward it is only extra work);
+    ``{}`` otherwise, and for any other model with the forward signature."""
+    if uses < 2 or not hasattr(model, "step_context"):
+        return {}
+    return {"static": model.step_context(actions, state0, text, text_mask)}
+
+
 def simulation_rollout(net: CountingModel, z0_sim: torch.Tensor, ctx: dict, noise: torch.Tensor, n_sim: int,
                        shift: float) -> torch.Tensor:
-    """N_s Euler steps from ε_s with no condition (gate None). z0_sim (B,C,1,h,w), noise (B,C,L,h,w) -> ẑ^s_{1:L}."""
+    """N_s Euler steps from ε_s with no condition (gate None). z0_sim (B,C,1,h,w), noise (B,C,L,h,w) -> ẑ^s_{1:L}.
+    ctx: actions, state0, text, text_mask, and optionally "once" (:func:`step_kwargs` of them, built here if absent)."""
     sched = euler_schedule(n_sim, shift).tolist()
     b = noise.shape[0]
+    a, s0, txt, tm = ctx["actions"], ctx["state0"], ctx["text"], ctx["text_mask"]
+    once = ctx["once"] if "once" in ctx else step_kwargs(net.model, a, s0, txt, tm, uses=n_sim)
     z = noise
     for i in range(n_sim):
         tau = torch.full((b,), sched[i], device=z.device)
-        u = net(z, tau, z0_sim, ctx["actions"], ctx["state0"], ctx["text"], text_mask=ctx["text_mask"])
+        u = net(z, tau, z0_sim, a, s0, txt, text_mask=tm, **once)
         z = euler_step(z, u.float(), tau, torch.full((b,), sched[i + 1], device=z.device))
     return z
 
@@ -135,7 +152,8 @@ def real_rollout(net: CountingModel, z0_real: torch.Tensor, ctx: dict, noise: to
     """N_r Euler steps from ε_r with the guided velocity. cond_feats: P_j(c) per block, each (B, N_video, dim).
 
     w = 0: unconditional forwards only; w = 1: conditional only; else both halves in one forward of 2B samples
-    (rows [0, B) conditional with gate 1, rows [B, 2B) unconditional with gate 0 and zero features).
+    (rows [0, B) conditional with gate 1, rows [B, 2B) unconditional with gate 0 and zero features). The step context
+    is ctx["once"] when given (B samples), built here otherwise (and always for the 2B batch).
     """
     sched = euler_schedule(n_real, shift).tolist()
     b = noise.shape[0]
@@ -149,17 +167,20 @@ def real_rollout(net: CountingModel, z0_real: torch.Tensor, ctx: dict, noise: to
         tm_2 = torch.cat([tm, tm]) if tm is not None else None
         feats_2 = [torch.cat([f, torch.zeros_like(f)]) for f in cond_feats]
         gate_2 = torch.cat([torch.ones(b, device=dev), torch.zeros(b, device=dev)])
+        once = step_kwargs(net.model, a_2, s0_2, txt_2, tm_2, uses=n_real)
+    else:
+        once = ctx["once"] if "once" in ctx else step_kwargs(net.model, a, s0, txt, tm, uses=n_real)
     z = noise
     for i in range(n_real):
         tau = torch.full((b,), sched[i], device=dev)
         if w == 0.0:
-            u = net(z, tau, z0_real, a, s0, txt, text_mask=tm)
+            u = net(z, tau, z0_real, a, s0, txt, text_mask=tm, **once)
         elif w == 1.0:
             u = net(z, tau, z0_real, a, s0, txt, text_mask=tm, cond_feats=cond_feats,
-                    gate=torch.ones(b, device=dev))
+                    gate=torch.ones(b, device=dev), **once)
         else:
             u2 = net(torch.cat([z, z]), torch.cat([tau, tau]), z0_2, a_2, s0_2, txt_2, text_mask=tm_2,
-                     cond_feats=feats_2, gate=gate_2)  # (2B, C, L, h, w)
+                     cond_feats=feats_2, gate=gate_2, **once)  # (2B, C, L, h, w)
             u = guided_velocity(u2[:b].float(), u2[b:].float(), w)
         z = euler_step(z, u.float(), tau, torch.full((b,), sched[i + 1], device=dev))
     return z
@@ -195,7 +216,7 @@ def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: 
         raise ConfigError(f"sample: got n_sim={n_sim}, n_real={n_real}, w={w}; expected step counts >= 1 and w >= 0")
     device = model_device(model)
     batch = to_device(batch, device)
-    ctx = {k: batch.get(k) for k in ("actions", "state0", "text", "text_mask")}
+    ctx = {k: batch.get(k) for k in CONTEXT_KEYS}
     net = CountingModel(model)
     sw = Stopwatch(device)
     num_future = cfg.latent_frames - 1
@@ -215,6 +236,8 @@ def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: 
             masked, _ = masker(batch)
             z0_sim = vae.encode(masked[:, :, None]).float()  # (B, C, 1, h, w)
             with amp:
+                uses = n_sim + (n_real if w == 1.0 else 0)  # a w = 1 real rollout shares it
+                ctx["once"] = step_kwargs(model, *(ctx[k] for k in CONTEXT_KEYS), uses=uses)
                 zs = simulation_rollout(net, z0_sim, ctx, eps_s, n_sim, cfg.flow.shift)
             c = torch.cat([z0_sim, zs], dim=2)  # (B, C, L+1, h, w)
         sim = SimRollout(c, masked, n_sim, sw.times["simulation"], net.evals // z0_real.shape[0])

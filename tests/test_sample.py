@@ -82,12 +82,12 @@ def random_batch(cfg, b: int = 2, seed: int = 0) -> dict:
 
 
 class Counting(nn.Module):
-    """Wraps a model: counts forward calls, per-sample evaluations, and condition_features rows."""
+    """Wraps a model: counts forward calls, per-sample evaluations, condition_features rows and step contexts."""
 
     def __init__(self, inner: nn.Module):
         super().__init__()
         self.inner = inner
-        self.calls, self.rows, self.feature_calls, self.feature_rows = 0, 0, 0, 0
+        self.calls, self.rows, self.feature_calls, self.feature_rows, self.context_calls = 0, 0, 0, 0, 0
         self.gates: list = []
 
     def forward(self, z_t, *args, **kwargs):
@@ -100,6 +100,10 @@ class Counting(nn.Module):
         self.feature_calls += 1
         self.feature_rows += cond.shape[0]
         return self.inner.condition_features(cond)
+
+    def step_context(self, *args, **kwargs):
+        self.context_calls += 1
+        return self.inner.step_context(*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -225,6 +229,9 @@ def test_forward_count_over_a_grid(setup):
                 assert net.rows == 2 * want, (n_sim, n_real, w)  # B = 2 samples
                 assert net.calls == (n_real if w == 0 else n_sim + n_real)  # both branches in one call
                 assert net.feature_calls == (0 if w == 0 else 1) and net.feature_rows == (0 if w == 0 else 2)
+                # the text/action work: once per batch (B; + 2B for a CFG pair), when >= 2 forwards share it
+                want_ctx = {0.0: int(n_real >= 2), 1.0: 1}.get(w, int(n_sim >= 2) + int(n_real >= 2))
+                assert net.context_calls == want_ctx, (n_sim, n_real, w)
 
 
 @torch.no_grad()

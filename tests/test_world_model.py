@@ -253,3 +253,63 @@ def test_bad_shapes_are_named(cfg):
         model(**batch, cond=torch.randn(2, 16, 2, 8, 12), gate=torch.ones(2))
     with pytest.raises(ValueError, match="z0"):
         model(**dict(batch, z0=batch["z_t"]))
+
+
+# -- the step-invariant context of a rollout ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["full", "no_mask_no_state", "no_action_expert", "three_layers", "policy_mode",
+                                     "bidirectional"])
+def test_step_context_gives_the_plain_forward(variant):
+    extra = {"no_action_expert": {"model__use_action_expert": "false"},
+             "three_layers": {"model__num_layers": "3"}}.get(variant, {})
+    cfg = _cfg(**extra)
+    model = _model(cfg)
+    model.attention_mode = {"policy_mode": "policy_video_action", "bidirectional": "bidirectional"}.get(
+        variant, "world_model")
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.cond_proj.weight.normal_(0, 0.1)
+    batch = _batch(cfg)
+    if variant == "no_mask_no_state":
+        batch.update(text_mask=None, state0=None)
+    cond = torch.randn(2, 16, cfg.latent_frames, *cfg.latent_hw)
+    ctx = {k: batch[k] for k in ("actions", "state0", "text", "text_mask")}
+    # the world-model mask keeps action tokens off video tokens: the action stream is run once, alone (its attention
+    # over the action tokens only rounds differently); otherwise the action expert runs per step as in a plain forward
+    precomputed = variant in ("full", "no_mask_no_state", "three_layers")
+
+    def same(a, b):
+        if precomputed:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        else:
+            assert torch.equal(a, b)
+
+    with torch.no_grad():
+        static = model.step_context(**ctx)
+        feats = model.condition_features(cond)
+        for tau in (torch.tensor([0.9, 0.3]), torch.tensor([0.05, 0.5])):  # several steps reuse one context
+            step = dict(batch, tau=tau)
+            same(model(**step, static=static), model(**step))
+            gate = torch.tensor([1.0, 0.0])
+            same(model(**step, cond_feats=feats, gate=gate, static=static), model(**step, cond_feats=feats, gate=gate))
+            keep = torch.tensor([True, False])  # per-sample action dropout: video rows of sample 1 see no action
+            same(model(**step, action_keep=keep, static=static), model(**step, action_keep=keep))
+    n_kv = sum(kv_a is not None for _, kv_a in static.cross_kv)
+    expected = 0 if variant == "no_action_expert" else cfg.model.num_layers - 1  # the last action block has no cross
+    assert len(static.cross_kv) == cfg.model.num_layers and n_kv == expected
+    assert (static.action_kv is not None) == precomputed
+    if precomputed:
+        assert len(static.action_kv) == cfg.model.num_layers
+    assert len(static.masks) == 1  # built by the first step (None: no mask), then reused
+
+
+def test_step_context_under_autocast_and_for_other_tensors(cfg):
+    model = _model(cfg)
+    batch = _batch(cfg)
+    ctx = {k: batch[k] for k in ("actions", "state0", "text", "text_mask")}
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        static = model.step_context(**ctx)
+        assert torch.equal(model(**batch, static=static), model(**batch))
+    with pytest.raises(ValueError, match="step_context"):  # the same values in other tensors: refused, not guessed
+        model(**dict(batch, text=batch["text"].clone()), static=static)

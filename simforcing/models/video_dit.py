@@ -154,9 +154,19 @@ class Attention(nn.Module):
         """o (B, N, H, D) -> (B, N, dim)."""
         return self.to_out[0](o.flatten(2))
 
-    def cross(self, x: torch.Tensor, context: torch.Tensor, context_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        """Cross-attention x (B, N, dim) -> context (B, M, dim); context_mask (B, 1, 1, M) bool or None."""
-        q, k, v = self.qkv(x, context)
+    def cross_kv(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of a cross-attention: context (B, M, dim) -> k, v (B, M, H, D). They depend on the text
+        context alone, so a sampler computes them once per rollout (``WorldModel.step_context``)."""
+        v = self.to_v(context).unflatten(2, (self.heads, -1))
+        k = _rms_fp32(self.norm_k, self.to_k(context)).type_as(v).unflatten(2, (self.heads, -1))
+        return k, v
+
+    def cross(self, x: torch.Tensor, context: Optional[torch.Tensor], context_mask: Optional[torch.Tensor],
+              kv: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+        """Cross-attention x (B, N, dim) -> context (B, M, dim); context_mask (B, 1, 1, M) bool or None.
+        ``kv``: this context's precomputed :meth:`cross_kv` (then ``context`` is not read)."""
+        k, v = self.cross_kv(context) if kv is None else kv
+        q = _rms_fp32(self.norm_q, self.to_q(x)).type_as(v).unflatten(2, (self.heads, -1))
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                            attn_mask=context_mask)  # (B, H, N, D)
         return self.out(o.transpose(1, 2).type_as(q))
@@ -198,13 +208,15 @@ class DiTBlock(nn.Module):
 
     def finish(self, h: torch.Tensor, attn: torch.Tensor, mod: tuple, context: torch.Tensor,
                context_mask: Optional[torch.Tensor], cond_feat: Optional[torch.Tensor] = None,
-               gate: Optional[torch.Tensor] = None) -> torch.Tensor:
+               gate: Optional[torch.Tensor] = None,
+               cross_kv: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
         """Rest of the block. h (B, N, dim); attn (B, N, H, D) joint-attention output for this stream;
         context (B, M, dim); cond_feat (B, N, dim) = P_j(c) and gate (B,) float: ``h += gate·P_j(c)`` after the
-        cross-attention, before the FFN (skipped entirely when either is None). Returns (B, N, dim)."""
+        cross-attention, before the FFN (skipped entirely when either is None); cross_kv: the cross-attention's
+        keys/values of ``context`` if already computed. Returns (B, N, dim)."""
         h = gated_add(h, self.attn1.out(attn), mod[2])
         x = self.norm2(h.float()).type_as(h)
-        h = h + self.attn2.cross(x, context, context_mask)
+        h = h + self.attn2.cross(x, context, context_mask, cross_kv)
         if cond_feat is not None and gate is not None:
             g = gate.to(torch.float32).view(-1, 1, 1)  # (B, 1, 1)
             # torch.where, not a bare product: a gate-0 sample adds exact zeros even if P_j(c) is inf/NaN
@@ -239,11 +251,22 @@ class VideoStem(nn.Module):
         """timestep (B,) or (B, S) in Wan units [0, 1000]; context (B, M, text_dim).
 
         Returns temb (B, S, dim), tproj (B, S, 6, dim) (S = 1 for a (B,) timestep), context (B, M, dim)."""
-        b = timestep.shape[0]
-        ts = timestep.reshape(b, -1)  # (B, S)
-        s = ts.shape[1]
-        temb, tproj, ctx, _ = self.condition_embedder(ts.flatten(), context, timestep_seq_len=s)
-        return temb, tproj.unflatten(2, (6, -1)), ctx  # (B, S, dim), (B, S, 6, dim), (B, M, dim)
+        temb, tproj = self.embed_time(timestep, context.dtype)
+        return temb, tproj, self.embed_text(context)
+
+    def embed_time(self, timestep: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The time half of diffusers' ``WanTimeTextImageEmbedding``: timestep (B,) or (B, S) -> temb (B, S, dim) in
+        ``dtype`` (the context's, as diffusers casts it), tproj (B, S, 6, dim)."""
+        emb = self.condition_embedder
+        ts = timestep.reshape(timestep.shape[0], -1)  # (B, S)
+        t = emb.timesteps_proj(ts.flatten()).unflatten(0, ts.shape)  # (B, S, freq_dim)
+        t = t.to(emb.time_embedder.linear_1.weight.dtype)
+        temb = emb.time_embedder(t).to(dtype)
+        return temb, emb.time_proj(emb.act_fn(temb)).unflatten(2, (6, -1))
+
+    def embed_text(self, context: torch.Tensor) -> torch.Tensor:
+        """The text half: context (B, M, text_dim) -> (B, M, dim)."""
+        return self.condition_embedder.text_embedder(context)
 
     def head(self, h: torch.Tensor, temb: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
         """h (B, N, dim), temb (B, S, dim), grid (F', H', W') post-patch -> (B, C, F, H, W)."""

@@ -51,6 +51,45 @@ class LayerInputs:
     gate: Optional[torch.Tensor] = None  # (B,) float
 
 
+@dataclass
+class ContextParts:
+    """What a forward derives from the context (text + state token, actions) alone, not from z_t or τ."""
+
+    ctx_v: torch.Tensor  # (B, M, dim) text context at video width
+    ctx_mask: Optional[torch.Tensor]  # (B, 1, 1, M) bool or None
+    ha: Optional[torch.Tensor] = None  # (B, A, action_hidden) action tokens entering layer 0
+    tproj_a: Optional[torch.Tensor] = None  # (B, 1, 6, action_hidden) action adaLN projection (timestep 0)
+    ctx_a: Optional[torch.Tensor] = None  # (B, M, action_hidden)
+    rope_a: Optional[Rope] = None
+
+
+@dataclass
+class StepContext:
+    """The step-invariant part of a rollout, computed once by :meth:`WorldModel.step_context` and passed to every
+    forward of that rollout (``model(..., static=ctx)``): the state token and text/action embeddings, each layer's
+    cross-attention keys/values of the text context (video and action expert), the attention mask, and — in the
+    world-model attention mode, where action tokens never attend to video tokens, so the whole action stream depends
+    on (actions, state, text) alone — every layer's action keys/values: the action expert runs once per rollout
+    instead of once per step. A forward given it returns what a plain forward returns (bit for bit without the
+    precomputed action stream; to float rounding with it, as its attention runs over the action tokens alone).
+
+    ``sources`` are the (actions, state0, text, text_mask) tensors it was built from: a forward checks that it is
+    called with the very same tensors (identity), so a context cannot be reused for another batch by mistake.
+    """
+
+    sources: tuple
+    parts: ContextParts
+    cross_kv: list  # per layer: (video (k, v), action (k, v) or None), each (B, M, H, D)
+    action_kv: Optional[list]  # per layer: the action stream's (k, v) (B, A, H, D); None: the stream sees video
+    masks: dict  # (n_first, n_video, n_action) -> attention mask (built on first use)
+
+    def check(self, actions, state0, text, text_mask) -> None:
+        if any(a is not b for a, b in zip(self.sources, (actions, state0, text, text_mask))):
+            raise ValueError("static: this StepContext was built from other (actions, state0, text, text_mask) "
+                             "tensors; build one per batch with model.step_context(actions, state0, text, text_mask) "
+                             "and pass those same tensors to every forward that uses it")
+
+
 class MoTLayer(nn.Module):
     """One layer: the video block, the action block (optional; a K/V-only block in the last layer) and P_j."""
 
@@ -64,22 +103,46 @@ class MoTLayer(nn.Module):
         """P_j(c): cond (B, C, F, H, W) -> (B, N_video, dim), the video token layout."""
         return self.cond_proj(cond.to(self.cond_proj.weight.dtype)).flatten(2).transpose(1, 2)
 
+    def cross_kv(self, parts: ContextParts) -> tuple:
+        """This layer's cross-attention keys/values of the context: (video (k, v), action (k, v) or None)."""
+        kv_a = None
+        if parts.ctx_a is not None and isinstance(self.action, DiTBlock):  # the last (K/V-only) block has none
+            kv_a = self.action.attn2.cross_kv(parts.ctx_a)
+        return self.video.attn2.cross_kv(parts.ctx_v), kv_a
+
+    def action_stream(self, ha: torch.Tensor, parts: ContextParts, kv_a: Optional[tuple]):
+        """This layer's action block run alone — valid when action tokens attend to action tokens only (the
+        world-model mask): ha (B, A, action_hidden) -> (k, v) (B, A, H, D) for the video queries of the joint
+        attention, and the action stream after this layer (None after the last, K/V-only block)."""
+        mod_a = self.action.modulation(parts.tproj_a)
+        q, k, v = self.action.qkv(ha, mod_a, parts.rope_a)
+        if q is None:
+            return (k, v), None
+        o = mot.joint_attention([q], [k], [v], None)[0]  # action -> action, all allowed
+        return (k, v), self.action.finish(ha, o, mod_a, parts.ctx_a, parts.ctx_mask, cross_kv=kv_a)
+
     def forward(self, hv: torch.Tensor, ha: Optional[torch.Tensor], inp: LayerInputs,
-                cond_feat: Optional[torch.Tensor] = None):
-        """hv (B, Nv, dim), ha (B, A, action_hidden) or None -> the same two streams after this layer."""
+                cond_feat: Optional[torch.Tensor] = None, cross_kv: Optional[tuple] = None,
+                action_kv: Optional[tuple] = None):
+        """hv (B, Nv, dim), ha (B, A, action_hidden) or None -> the same two streams after this layer.
+        cross_kv: :meth:`cross_kv` of this forward's context, if already computed (a StepContext); action_kv: the
+        action keys/values of this layer from :meth:`action_stream` (then ``ha`` is None and stays None)."""
+        kv_v, kv_a = cross_kv if cross_kv is not None else (None, None)
         mod_v = self.video.modulation(inp.tproj_v)
         streams = [self.video.qkv(hv, mod_v, inp.rope_v)]  # [(q, k, v)], each (B, N, H, D)
         use_action = ha is not None and self.action is not None
-        if use_action:
+        if action_kv is not None:
+            streams.append((None, *action_kv))
+        elif use_action:
             mod_a = self.action.modulation(inp.tproj_a)
             streams.append(self.action.qkv(ha, mod_a, inp.rope_a))
         qs, ks, vs = zip(*streams)
         outs = mot.joint_attention(qs, ks, vs, inp.attn_mask)  # [video out, action out or None]
         if inp.gate is not None and cond_feat is None and inp.cond is not None:
             cond_feat = self.condition_feature(inp.cond)
-        hv = self.video.finish(hv, outs[0], mod_v, inp.ctx_v, inp.ctx_mask, cond_feat, inp.gate)
+        hv = self.video.finish(hv, outs[0], mod_v, inp.ctx_v, inp.ctx_mask, cond_feat, inp.gate, kv_v)
         if use_action and outs[1] is not None:
-            ha = self.action.finish(ha, outs[1], mod_a, inp.ctx_a, inp.ctx_mask)
+            ha = self.action.finish(ha, outs[1], mod_a, inp.ctx_a, inp.ctx_mask, cross_kv=kv_a)
         return hv, ha
 
 
@@ -169,17 +232,32 @@ class WorldModel(nn.Module):
             self._rope_cache[key] = make()
         return self._rope_cache[key]
 
-    def backbone(self, x: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor,
+    def context_parts(self, context: torch.Tensor, context_mask: Optional[torch.Tensor],
+                      actions: Optional[torch.Tensor]) -> ContextParts:
+        """The step-invariant embeddings of one forward: context (B, M, text_dim) (state token already appended),
+        context_mask (B, M) bool or None, actions (B, A, action_dim) or None."""
+        dtype = self.video.patch_embedding.weight.dtype
+        b, device = context.shape[0], context.device
+        parts = ContextParts(self.video.embed_text(context.to(dtype)),
+                             None if context_mask is None else context_mask.to(torch.bool).view(b, 1, 1, -1))
+        if actions is not None and self.action is not None:
+            parts.ha, parts.tproj_a, parts.ctx_a = self.action.embed(actions, context.to(dtype))
+            parts.rope_a = self._rope(("a", actions.shape[1], device),
+                                      lambda: sequence_rope(actions.shape[1], self.head_dim, device))
+        return parts
+
+    def backbone(self, x: torch.Tensor, timestep: torch.Tensor, context: Optional[torch.Tensor],
                  context_mask: Optional[torch.Tensor] = None, actions: Optional[torch.Tensor] = None,
                  attn_mask: Optional[torch.Tensor] | str = "auto", cond: Optional[torch.Tensor] = None,
                  gate: Optional[torch.Tensor] = None, cond_feats: Optional[list] = None,
-                 action_keep: Optional[torch.Tensor] = None) -> torch.Tensor:
+                 action_keep: Optional[torch.Tensor] = None, static: Optional[StepContext] = None) -> torch.Tensor:
         """The raw network on the full latent, Wan-style.
 
         x (B, C, F, H, W) all latent frames; timestep (B,) or (B, S) in Wan units [0, 1000] (S groups of
         frame-major tokens, e.g. S = F frames or S = N tokens); context (B, M, text_dim) (state token already
         appended); context_mask (B, M) bool or None; actions (B, A, action_dim) or None (no action tokens);
-        attn_mask "auto" (built from ``attention_mode``), None (full attention) or a (B|1, 1, N, N) bool tensor.
+        attn_mask "auto" (built from ``attention_mode``), None (full attention) or a (B|1, 1, N, N) bool tensor;
+        static: a :class:`StepContext` of this context (then context, context_mask and actions are not read).
         Returns the head output (B, C, F, H, W) in float32.
         """
         b, _, f, h, w = x.shape
@@ -190,60 +268,97 @@ class WorldModel(nn.Module):
         dtype = self.video.patch_embedding.weight.dtype
         hv = self.video.patchify(x.to(dtype))  # (B, Nv, dim)
         n_video, n_first = hv.shape[1], grid[1] * grid[2]
-        temb, tproj_v, ctx_v = self.video.embed(timestep.to(x.device), context.to(dtype))
+        parts = static.parts if static is not None else self.context_parts(context, context_mask, actions)
+        temb, tproj_v = self.video.embed_time(timestep.to(x.device), dtype)  # diffusers: the context's dtype
         rope_v = self._rope(("v", grid, x.device), lambda: video_rope(*grid, self.head_dim, self.rope_max_seq_len,
                                                                        x.device))
-        ha = tproj_a = ctx_a = rope_a = None
-        if actions is not None and self.action is not None:
-            ha, tproj_a, ctx_a = self.action.embed(actions, context.to(dtype))  # (B, A, action_hidden)
-            rope_a = self._rope(("a", actions.shape[1], x.device),
-                                lambda: sequence_rope(actions.shape[1], self.head_dim, x.device))
-        n_action = 0 if ha is None else ha.shape[1]
+        n_action = 0 if parts.ha is None else parts.ha.shape[1]
         if isinstance(attn_mask, str):
             if attn_mask != "auto":
                 raise ValueError(f"attn_mask: got {attn_mask!r}; expected 'auto', None or a bool tensor")
-            attn_mask = mot.build_mask(self.attention_mode, n_first, n_video, n_action,
-                                       action_keep if n_action else None, device=x.device)
-        ctx_mask = None if context_mask is None else context_mask.to(torch.bool).view(b, 1, 1, -1)
+            key = (n_first, n_video, n_action)
+            if static is not None and action_keep is None and key in static.masks:
+                attn_mask = static.masks[key]
+            else:
+                attn_mask = mot.build_mask(self.attention_mode, n_first, n_video, n_action,
+                                           action_keep if n_action else None, device=x.device)
+                if static is not None and action_keep is None:
+                    static.masks[key] = attn_mask
         if cond is not None and cond.shape != x.shape:
             raise ValueError(f"cond: expected shape {tuple(x.shape)} (B, C, L+1, h, w) like the full latent; "
                              f"got {tuple(cond.shape)}")
         if cond_feats is not None and len(cond_feats) != len(self.layers):
             raise ValueError(f"cond_feats: expected {len(self.layers)} tensors (one per layer); got {len(cond_feats)}")
         use_cond = gate is not None and (cond is not None or cond_feats is not None)
-        inp = LayerInputs(tproj_v, ctx_v, rope_v, attn_mask, ctx_mask, tproj_a, ctx_a, rope_a,
-                          cond if use_cond and cond_feats is None else None, gate if use_cond else None)
+        inp = LayerInputs(tproj_v, parts.ctx_v, rope_v, attn_mask, parts.ctx_mask, parts.tproj_a, parts.ctx_a,
+                          parts.rope_a, cond if use_cond and cond_feats is None else None, gate if use_cond else None)
+        action_kv = static.action_kv if static is not None else None
+        ha = parts.ha if action_kv is None else None
         for j, layer in enumerate(self.layers):
             feat = cond_feats[j] if use_cond and cond_feats is not None else None
+            kv = static.cross_kv[j] if static is not None else None
+            akv = action_kv[j] if action_kv is not None else None
             if self.gradient_checkpointing and torch.is_grad_enabled():
-                hv, ha = checkpoint(layer, hv, ha, inp, feat, use_reentrant=False)
+                hv, ha = checkpoint(layer, hv, ha, inp, feat, kv, akv, use_reentrant=False)
             else:
-                hv, ha = layer(hv, ha, inp, feat)
+                hv, ha = layer(hv, ha, inp, feat, kv, akv)
         return self.video.head(hv, temb, grid).float()
+
+    def _with_state(self, text: torch.Tensor, text_mask: Optional[torch.Tensor], state0: Optional[torch.Tensor]):
+        """Append the proprio state token: -> context (B, M+1, text_dim), mask (B, M+1) bool (or M and as given
+        when ``state0`` is None)."""
+        if state0 is None:
+            return text, text_mask
+        b = text.shape[0]
+        tok = self.state_embed(state0.to(self.state_embed.weight.dtype))[:, None]  # (B, 1, text_dim)
+        context = torch.cat([text.to(tok.dtype), tok], dim=1)  # (B, M+1, text_dim)
+        if text_mask is None:
+            return context, None
+        ones = torch.ones(b, 1, dtype=torch.bool, device=text_mask.device)
+        return context, torch.cat([text_mask.to(torch.bool), ones], dim=1)  # (B, M+1)
+
+    def step_context(self, actions: Optional[torch.Tensor], state0: Optional[torch.Tensor], text: torch.Tensor,
+                     text_mask: Optional[torch.Tensor] = None) -> StepContext:
+        """Everything of a forward that depends only on (actions, state0, text, text_mask): call it once per rollout
+        (under the rollout's no_grad/autocast) and pass ``static=`` to each step's forward. Like
+        :meth:`condition_features`, call it on an unsharded model. Memory: per layer the text keys and values,
+        (B, M, dim) twice for the video expert (+ the action expert's, at its width), and the action keys/values
+        (B, A, heads·head_dim) twice."""
+        context, ctx_mask = self._with_state(text, text_mask, state0)
+        parts = self.context_parts(context, ctx_mask, actions)
+        cross_kv = [layer.cross_kv(parts) for layer in self.layers]
+        action_kv = None
+        if parts.ha is not None and self.attention_mode == "world_model":  # action rows see action columns only
+            action_kv, ha = [], parts.ha
+            for layer, (_, kv_a) in zip(self.layers, cross_kv):
+                kv, ha = layer.action_stream(ha, parts, kv_a)
+                action_kv.append(kv)
+        return StepContext((actions, state0, text, text_mask), parts, cross_kv, action_kv, {})
 
     def forward(self, z_t: torch.Tensor, tau: torch.Tensor, z0: torch.Tensor, actions: Optional[torch.Tensor],
                 state0: Optional[torch.Tensor], text: torch.Tensor, text_mask: Optional[torch.Tensor] = None,
                 cond: Optional[torch.Tensor] = None, gate: Optional[torch.Tensor] = None,
-                cond_feats: Optional[list] = None, action_keep: Optional[torch.Tensor] = None) -> torch.Tensor:
+                cond_feats: Optional[list] = None, action_keep: Optional[torch.Tensor] = None,
+                static: Optional[StepContext] = None) -> torch.Tensor:
         """Velocity û (B, C, L, h, w) float32. Shapes and semantics: DESIGN.md "The network".
 
-        ``actions=None`` runs without action tokens; ``state0=None`` appends no state token."""
+        ``actions=None`` runs without action tokens; ``state0=None`` appends no state token; ``static``: the
+        :meth:`step_context` of these same (actions, state0, text, text_mask) tensors (same result, less work)."""
         if z0.shape[2] != 1 or z0.shape[:2] != z_t.shape[:2] or z0.shape[3:] != z_t.shape[3:]:
             raise ValueError(f"z0: expected (B, C, 1, h, w) matching z_t {tuple(z_t.shape)}; got {tuple(z0.shape)}")
         b, lat = z_t.shape[0], z_t.shape[2]
         tau = tau.to(device=z_t.device, dtype=torch.float32).reshape(b)
         x = torch.cat([z0.to(z_t.dtype), z_t], dim=2)  # (B, C, L+1, h, w)
         timestep = torch.cat([torch.zeros(b, 1, device=z_t.device), (1000.0 * tau)[:, None].expand(b, lat)], 1)
-        context, ctx_mask = text, text_mask
-        if state0 is not None:  # the proprio state is one more (always attended) text token
-            tok = self.state_embed(state0.to(self.state_embed.weight.dtype))[:, None]  # (B, 1, text_dim)
-            context = torch.cat([text.to(tok.dtype), tok], dim=1)  # (B, M+1, text_dim)
-            if text_mask is not None:
-                ones = torch.ones(b, 1, dtype=torch.bool, device=text_mask.device)
-                ctx_mask = torch.cat([text_mask.to(torch.bool), ones], dim=1)  # (B, M+1)
+        if static is not None:
+            static.check(actions, state0, text, text_mask)
+            context = ctx_mask = None
+        else:
+            context, ctx_mask = self._with_state(text, text_mask, state0)
         if gate is not None:
             gate = gate.to(device=z_t.device, dtype=torch.float32).reshape(b)
-        out = self.backbone(x, timestep, context, ctx_mask, actions, "auto", cond, gate, cond_feats, action_keep)
+        out = self.backbone(x, timestep, context, ctx_mask, actions, "auto", cond, gate, cond_feats, action_keep,
+                            static)
         head = out[:, :, 1:]  # (B, C, L, h, w) future frames
         if self.parameterization == "velocity":
             return head
