@@ -120,8 +120,8 @@ def synchronize(device: torch.device) -> None:
 @dataclass
 class Times:
     """Seconds of repeated calls: wall clock and this process's CPU time (all its threads). On a CPU device with one
-    torch thread the CPU time is the work done, nearly unaffected by other processes loading the machine; on CUDA only
-    the wall clock means anything."""
+    torch thread the CPU time is the work done, nearly unaffected by other processes loading the machine (not by the
+    host slowing the whole VM down); on CUDA only the wall clock means anything."""
 
     wall: list = field(default_factory=list)
     cpu: list = field(default_factory=list)
@@ -150,11 +150,21 @@ def time_call(fn: Callable[[], object], device: torch.device, into: Optional[Tim
 
 def time_calls(fn: Callable[[], object], repeats: int, warmup: int, device: torch.device) -> Times:
     """Times of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls."""
+    return time_round_robin({"fn": fn}, repeats, warmup, device)["fn"]
+
+
+def time_round_robin(fns: dict[str, Callable[[], object]], repeats: int, warmup: int,
+                     device: torch.device) -> dict[str, Times]:
+    """Times of ``repeats`` rounds that call every function once, in turn, after ``warmup`` untimed rounds: each
+    function is timed over the same stretch of time, so their medians compare even while the machine's speed drifts
+    (on this VM the same forward takes 13 ms for some seconds and 23 ms for the next, in CPU time too)."""
     for _ in range(warmup):
-        fn()
-    times = Times()
+        for fn in fns.values():
+            fn()
+    times = {k: Times() for k in fns}
     for _ in range(repeats):
-        time_call(fn, device, times)
+        for k, fn in fns.items():
+            time_call(fn, device, times[k])
     return times
 
 
@@ -391,19 +401,18 @@ def _unit_costs(model, vae, batch: dict, lat: dict, single_forward: Callable, n:
         feats2 = [torch.cat([f, torch.zeros_like(f)]) for f in feats]  # (2, N_video, dim) each
         pair = [torch.cat([x, x]) for x in (zt, tau, z0, *ctx)]
         gate2 = torch.tensor([1.0, 0.0], device=device)
-        times = {
-            "forward": time_calls(single_forward, n, 3, device),
-            "forward_step": time_calls(lambda: model(zt, tau, z0, *ctx, text_mask=lat["text_mask"], static=static), n,
-                                       3, device),
-            "step_context": time_calls(lambda: model.step_context(*ctx, lat["text_mask"]), n, 3, device),
-            "forward_conditioned": time_calls(lambda: model(zt, tau, z0, *ctx, text_mask=lat["text_mask"],
-                                                            cond_feats=feats, gate=gate2[:1]), n, 3, device),
-            "pair_forward": time_calls(lambda: model(*pair, text_mask=lat["text_mask"].repeat(2, 1),
-                                                     cond_feats=feats2, gate=gate2), n, 3, device),
-            "condition_features": time_calls(lambda: model.condition_features(lat["z_sim"]), n, 3, device),
-            "encode_first_frame": time_calls(lambda: vae.encode(batch["real"][:, :, :1]), n, 3, device),
-            "decode": time_calls(lambda: vae.decode(lat["z_real"]), n, 3, device),
-        }
+        times = time_round_robin({
+            "forward": single_forward,
+            "forward_step": lambda: model(zt, tau, z0, *ctx, text_mask=lat["text_mask"], static=static),
+            "step_context": lambda: model.step_context(*ctx, lat["text_mask"]),
+            "forward_conditioned": lambda: model(zt, tau, z0, *ctx, text_mask=lat["text_mask"], cond_feats=feats,
+                                                 gate=gate2[:1]),
+            "pair_forward": lambda: model(*pair, text_mask=lat["text_mask"].repeat(2, 1), cond_feats=feats2,
+                                          gate=gate2),
+            "condition_features": lambda: model.condition_features(lat["z_sim"]),
+            "encode_first_frame": lambda: vae.encode(batch["real"][:, :, :1]),
+            "decode": lambda: vae.decode(lat["z_real"]),
+        }, n, 3, device)
     return {f"{k}{sfx}_s": median(getattr(v, clock)) for clock, sfx in STATS for k, v in times.items()}
 
 

@@ -35,12 +35,12 @@ def test_schema_and_machine_info(tiny_run):
     assert res["seconds"] > 0
 
 
-def test_sampler_forwards_are_minimal_and_match_the_reference(tiny_run):
-    _, res = tiny_run
+def check_sampler(res: dict, grid) -> None:
+    """The sampler section's schema; every configuration ran exactly its minimal forwards and matched the plain loop."""
     s = res["sampler"]
     assert s["forward_s"] > 0 and s["decode_s"] > 0 and s["pair_forward_s"] > 0
-    grid = {(r["n_sim"], r["n_real"], r["w"]) for r in s["configs"]}
-    assert grid == set(bench.TINY_GRID) and {w for _, _, w in grid} == {0.0, 0.6, 1.0}
+    assert s["forward_step_s"] > 0 and s["step_context_s"] > 0
+    assert [(r["n_sim"], r["n_real"], r["w"]) for r in s["configs"]] == list(grid)
     for r in s["configs"]:
         ns, nr, w = r["n_sim"], r["n_real"], r["w"]
         expected = nr if w == 0 else (ns + nr if w == 1 else ns + 2 * nr)
@@ -57,6 +57,27 @@ def test_sampler_forwards_are_minimal_and_match_the_reference(tiny_run):
     assert res["targets"]["forwards_minimal"]["ok"] is True
     for name in ("sampler_ratio", "speedup_everywhere"):
         assert {"ok", "ok_cpu", "value", "value_cpu"} <= set(res["targets"][name])
+
+
+def test_sampler_forwards_are_minimal_and_match_the_reference(tiny_run):
+    _, res = tiny_run
+    assert {w for _, _, w in bench.TINY_GRID} == {0.0, 0.6, 1.0}
+    check_sampler(res, bench.TINY_GRID)
+
+
+@pytest.mark.slow
+def test_quick_bench_schema_and_minimal_forwards(tmp_path):
+    """`bench --quick` as a user runs it (about 1.5 min here): every section, the quick grid, the targets' schema."""
+    out = tmp_path / "quick.json"
+    assert main(["bench", "--quick", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["schema"] == bench.SCHEMA and res["settings"]["mode"] == "quick"
+    assert set(res["section_seconds"]) == set(bench.SECTIONS)
+    check_sampler(res, bench.QUICK_GRID)
+    assert {"speedup_1_10_0", "train_ratio"} <= set(res["targets"])
+    assert res["train"]["ideal_ratio"] == pytest.approx(7 / 3)
+    assert out.with_suffix(".md").read_text().startswith("Machine:")
+    assert (tmp_path / "quick_scaling.png").stat().st_size > 0
 
 
 def test_train_step_counts_and_memory(tiny_run):
