@@ -7,7 +7,8 @@ condition projections P_j get small random values so that every branch changes t
 dataset are needed. Sections (``--sections``, all by default):
 
 1. ``sampler`` — for each (N_s, N_r, w): latency per sample (SPEC §8: first-frame encode + simulation + real rollout
-   + decode; one warm-up call excluded, median of the repeats, wall clock around the whole call), the per-sample
+   + decode; one warm-up call excluded, median of 5–25 repeats — a cheap configuration repeats until its repetitions
+   span 3 s —, wall clock around the whole call), the per-sample
    network evaluations it ran (``forwards``) and the minimal ones (w = 0: N_r; w = 1: N_s + N_r; else N_s + 2·N_r),
    the median time of one single-sample forward (timed right before and after each call of that configuration),
    and ``ratio = latency / (minimal × forward + decode)``. The forward is a plain ``model(...)`` call; the sampler's
@@ -81,9 +82,11 @@ class BenchOptions:
 
     mode: str = "full"
     grid: list = field(default_factory=lambda: list(FULL_GRID))
-    repeats: int = 5  # timed sampler calls per configuration (after 1 warm-up)
+    repeats: int = 5  # timed sampler calls per configuration (after 1 warm-up), at least
+    max_repeats: int = 25  # at most, when raised to span min_config_s
+    min_config_s: float = 3.0  # seconds of repetitions per configuration (cheap ones repeat more)
     forward_repeats: int = 30  # timed calls of one forward / decode / encode
-    train_repeats: int = 10
+    train_repeats: int = 20
     train_batch: Optional[int] = None  # None: cfg.train.batch_size
     data_episodes: int = 16
     data_length: int = 48
@@ -98,11 +101,13 @@ class BenchOptions:
     @classmethod
     def for_mode(cls, quick: bool, tiny: bool) -> "BenchOptions":
         if tiny:
-            return cls("tiny", list(TINY_GRID), repeats=1, forward_repeats=3, train_repeats=2, train_batch=2,
+            return cls("tiny", list(TINY_GRID), repeats=1, max_repeats=1, min_config_s=0.0, forward_repeats=3,
+                       train_repeats=2, train_batch=2,
                        data_episodes=2, data_length=16, data_passes=1, scaling_frames=(5, 9), scaling_scales=(1, 2),
                        scaling_paper_res=False, scaling_repeats=1, gpu_repeats=1)
         if quick:
-            return cls("quick", list(QUICK_GRID), repeats=5, forward_repeats=20, train_repeats=8, data_episodes=6,
+            return cls("quick", list(QUICK_GRID), repeats=5, min_config_s=2.0, forward_repeats=20, train_repeats=12,
+                       data_episodes=6,
                        data_length=40, data_passes=1, scaling_repeats=3, scaling_paper_res=False, gpu_repeats=3)
         return cls()
 
@@ -417,14 +422,19 @@ def _unit_costs(model, vae, batch: dict, lat: dict, single_forward: Callable, n:
 
 
 def _sampler_row(n_sim: int, n_real: int, w: float, ours: Callable, reference: Callable, single_forward: Callable,
-                 clock: "ForwardClock", unit: dict, repeats: int, device: torch.device) -> dict:
-    """One configuration: 1 warm-up + ``repeats`` repetitions of [2 forwards, ours and the reference back to back in
-    alternating order, 2 forwards]; medians of the latencies and of each repetition's ratio and speed-up."""
+                 clock: "ForwardClock", unit: dict, opts: "BenchOptions", device: torch.device) -> dict:
+    """One configuration: 1 warm-up + R repetitions of [2 forwards, ours and the reference back to back in
+    alternating order, 2 forwards]; medians of the latencies and of each repetition's ratio and speed-up.
+    R = ``opts.repeats``, raised (up to ``opts.max_repeats``) until the repetitions span ``opts.min_config_s``
+    seconds: a configuration of a few tens of milliseconds needs many repetitions to see through the machine's
+    speed drift."""
     timed = {"ours": Times(), "reference": Times(), "forward": Times()}
     got: dict = {}
     in_network, paired = [], {f"{q}{sfx}": [] for q in ("ratio", "speedup") for _, sfx in STATS}
     minimal = minimal_forwards(n_sim, n_real, w)
-    for rep in range(1 + repeats):  # repetition 0 is the warm-up
+    repeats, rep = opts.repeats, 0
+    while rep <= repeats:  # repetition 0 is the warm-up
+        t0 = time.perf_counter()
         fwd = time_calls(single_forward, 2, 0, device)  # the forward's cost now, right before and after
         calls = {"ours": Times(), "reference": Times()}
         for name in (("ours", "reference") if rep % 2 == 0 else ("reference", "ours")):
@@ -433,8 +443,11 @@ def _sampler_row(n_sim: int, n_real: int, w: float, ours: Callable, reference: C
             if name == "ours":
                 net_s = clock.seconds
         fwd += time_calls(single_forward, 2, 0, device)
-        if rep == 0:
+        rep += 1
+        if rep == 1:
             diff = float((got["ours"].real_video - got["reference"][0]).abs().max())
+            needed = math.ceil(opts.min_config_s / max(time.perf_counter() - t0, 1e-9))
+            repeats = max(opts.repeats, min(opts.max_repeats, needed))
             continue
         for k in calls:
             timed[k] += calls[k]
@@ -446,7 +459,8 @@ def _sampler_row(n_sim: int, n_real: int, w: float, ours: Callable, reference: C
                                                      + unit[f"decode{sfx}_s"]))
             paired["speedup" + sfx].append(lat_ref / lat_ours)
     res, ref_forwards = got["ours"], got["reference"][1]
-    row = {"n_sim": n_sim, "n_real": n_real, "w": w, "forwards": res.forwards, "minimal_forwards": minimal,
+    row = {"n_sim": n_sim, "n_real": n_real, "w": w, "repeats": repeats, "forwards": res.forwards,
+           "minimal_forwards": minimal,
            "reference_forwards": ref_forwards, "max_abs_diff_vs_reference": diff,
            "latency_all_s": timed["ours"].wall, "phases_last_call_s": res.timings, "in_network_s": median(in_network),
            "outside_network_fraction": median([1 - n / t for n, t in zip(in_network, timed["ours"].wall)])}
@@ -499,14 +513,15 @@ def bench_sampler(cfg: Config, device: torch.device, opts: BenchOptions, log: Ca
         f"{unit['pair_forward_s'] * 1e3:.2f} ms, decode {unit['decode_s'] * 1e3:.2f} ms")
     rows = []
     for n_sim, n_real, w in opts.grid:
-        row = _sampler_row(n_sim, n_real, w, ours, reference, single_forward, clock, unit, opts.repeats, device)
+        row = _sampler_row(n_sim, n_real, w, ours, reference, single_forward, clock, unit, opts, device)
         rows.append(row)
         log(f"  N_s={n_sim:>2} N_r={n_real:>2} w={w:.1f}: {row['latency_s'] * 1e3:8.1f} ms ({row['forwards']} fwd, "
             f"ratio {row['ratio']:.3f}, CPU time {row['ratio_cpu']:.3f}) | reference "
             f"{row['reference_latency_s'] * 1e3:8.1f} ms ({row['reference_forwards']} fwd) | x{row['speedup']:.2f} "
             f"(CPU time x{row['speedup_cpu']:.2f}) | {row['outside_network_fraction']:.1%} outside the network")
     clock.remove()
-    return {"batch_size": 1, "repeats": opts.repeats, "warmup": 1, **unit, "configs": rows}
+    return {"batch_size": 1, "repeats": opts.repeats, "max_repeats": opts.max_repeats,
+            "min_config_s": opts.min_config_s, "warmup": 1, **unit, "configs": rows}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -970,7 +985,8 @@ def format_tables(results: dict) -> str:
         lines += [f"Sampler (batch 1; one forward {_ms(s['forward_s'])} ms — as a rollout step "
                   f"{_ms(s['forward_step_s'])} ms after a step context of {_ms(s['step_context_s'])} ms per batch —, "
                   f"pair forward {_ms(s['pair_forward_s'])} ms, decode {_ms(s['decode_s'])} ms; medians of "
-                  f"{s['repeats']} after 1 warm-up; ratio = latency / "
+                  f"{s['repeats']}–{s['max_repeats']} repetitions (at least {s['min_config_s']:g} s per configuration)"
+                  f" after 1 warm-up; ratio = latency / "
                   "(minimal forwards × one forward + decode); also on process CPU time):", "",
                   "| N_s | N_r | w | latency (ms) | forwards (= minimal) | ratio | ratio (CPU) | outside network "
                   "| reference (ms) | ref. forwards | speed-up | speed-up (CPU) |",

@@ -313,3 +313,18 @@ def test_step_context_under_autocast_and_for_other_tensors(cfg):
         assert torch.equal(model(**batch, static=static), model(**batch))
     with pytest.raises(ValueError, match="step_context"):  # the same values in other tensors: refused, not guessed
         model(**dict(batch, text=batch["text"].clone()), static=static)
+
+
+def test_condition_features_equal_the_conv3d_they_are_stored_as():
+    """P_j is kept as a Conv3d (kernel = stride = patch) and computed as patchify + one matrix product."""
+    cfg = _cfg()
+    model = _model(cfg)
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.cond_proj.weight.normal_(0, 0.1)
+            layer.cond_proj.bias.normal_(0, 0.1)
+        cond = torch.randn(2, 16, cfg.latent_frames, *cfg.latent_hw)
+        feats = model.condition_features(cond)
+        for layer, feat in zip(model.layers, feats):
+            conv = layer.cond_proj(cond).flatten(2).transpose(1, 2)  # (B, N_video, dim), tokens frame-major
+            torch.testing.assert_close(feat, conv, rtol=1e-5, atol=1e-5)

@@ -27,12 +27,22 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from simforcing.config import Config, ConfigError
 from simforcing.models import mot
 from simforcing.models.action_expert import ActionStem, KVBlock, action_block
 from simforcing.models.video_dit import DiTBlock, Rope, VideoStem, sequence_rope, video_rope
+
+
+def patchify(x: torch.Tensor, patch: tuple) -> torch.Tensor:
+    """(B, C, F, H, W) -> (B, N, C·pt·ph·pw): non-overlapping patches, tokens frame-major (the order of a Conv3d with
+    kernel = stride = patch, flattened), each patch ordered like that Conv3d's flattened weight (C, pt, ph, pw)."""
+    b, c, f, h, w = x.shape
+    pt, ph, pw = patch
+    x = x.reshape(b, c, f // pt, pt, h // ph, ph, w // pw, pw).permute(0, 2, 4, 6, 1, 3, 5, 7)
+    return x.reshape(b, (f // pt) * (h // ph) * (w // pw), c * pt * ph * pw)
 
 
 @dataclass
@@ -47,7 +57,7 @@ class LayerInputs:
     tproj_a: Optional[torch.Tensor] = None  # (B, 1, 6, action_hidden)
     ctx_a: Optional[torch.Tensor] = None  # (B, M, action_hidden)
     rope_a: Optional[Rope] = None
-    cond: Optional[torch.Tensor] = None  # (B, C, L+1, h, w) simulation latent
+    cond: Optional[torch.Tensor] = None  # (B, N_video, C·pt·ph·pw) patches of the simulation latent
     gate: Optional[torch.Tensor] = None  # (B,) float
 
 
@@ -99,9 +109,12 @@ class MoTLayer(nn.Module):
         self.action = action
         self.cond_proj = cond_proj
 
-    def condition_feature(self, cond: torch.Tensor) -> torch.Tensor:
-        """P_j(c): cond (B, C, F, H, W) -> (B, N_video, dim), the video token layout."""
-        return self.cond_proj(cond.to(self.cond_proj.weight.dtype)).flatten(2).transpose(1, 2)
+    def condition_feature(self, patches: torch.Tensor) -> torch.Tensor:
+        """P_j(c) from the condition's patches (:func:`patchify` of c (B, C, F, H, W)) -> (B, N_video, dim), the video
+        token layout. The Conv3d's kernel equals its stride, so it is one matrix product per token (much cheaper
+        than a convolution call and its backward at these sizes); the parameter stays the Conv3d."""
+        w = self.cond_proj.weight
+        return F.linear(patches.to(w.dtype), w.flatten(1), self.cond_proj.bias)
 
     def cross_kv(self, parts: ContextParts) -> tuple:
         """This layer's cross-attention keys/values of the context: (video (k, v), action (k, v) or None)."""
@@ -139,7 +152,7 @@ class MoTLayer(nn.Module):
         qs, ks, vs = zip(*streams)
         outs = mot.joint_attention(qs, ks, vs, inp.attn_mask)  # [video out, action out or None]
         if inp.gate is not None and cond_feat is None and inp.cond is not None:
-            cond_feat = self.condition_feature(inp.cond)
+            cond_feat = self.condition_feature(inp.cond)  # inp.cond holds the condition's patches
         hv = self.video.finish(hv, outs[0], mod_v, inp.ctx_v, inp.ctx_mask, cond_feat, inp.gate, kv_v)
         if use_action and outs[1] is not None:
             ha = self.action.finish(ha, outs[1], mod_a, inp.ctx_a, inp.ctx_mask, cross_kv=kv_a)
@@ -224,7 +237,8 @@ class WorldModel(nn.Module):
 
         For a sampler that reuses them across steps; call it on an unsharded model (FSDP shards P_j with its layer).
         """
-        return [layer.condition_feature(cond) for layer in self.layers]
+        patches = patchify(cond, self.patch_size)
+        return [layer.condition_feature(patches) for layer in self.layers]
 
     # -- the network --------------------------------------------------------------------------------------------------
     def _rope(self, key: tuple, make) -> Rope:
@@ -290,8 +304,9 @@ class WorldModel(nn.Module):
         if cond_feats is not None and len(cond_feats) != len(self.layers):
             raise ValueError(f"cond_feats: expected {len(self.layers)} tensors (one per layer); got {len(cond_feats)}")
         use_cond = gate is not None and (cond is not None or cond_feats is not None)
+        patches = patchify(cond, self.patch_size) if use_cond and cond_feats is None else None
         inp = LayerInputs(tproj_v, parts.ctx_v, rope_v, attn_mask, parts.ctx_mask, parts.tproj_a, parts.ctx_a,
-                          parts.rope_a, cond if use_cond and cond_feats is None else None, gate if use_cond else None)
+                          parts.rope_a, patches, gate if use_cond else None)
         action_kv = static.action_kv if static is not None else None
         ha = parts.ha if action_kv is None else None
         for j, layer in enumerate(self.layers):
