@@ -233,11 +233,12 @@ class RunLog:
         self.run_dir, self.active = run_dir, active
         self.metrics = run_dir / "metrics.jsonl"
         self._tb = None
+        self.facts: dict = {}  # written into every status.json from now on (e.g. the skipped episodes)
 
     def status(self, state: str, step: int, reason: str = "", **extra: Any) -> None:
         if self.active:
-            atomic_write_json(self.run_dir / "status.json",
-                              {"state": state, "step": step, "reason": reason, "time": time.time(), **extra})
+            atomic_write_json(self.run_dir / "status.json", {"state": state, "step": step, "reason": reason,
+                                                            "time": time.time(), **self.facts, **extra})
 
     def truncate_after(self, step: int) -> float:
         """Keep metrics of steps <= ``step`` (a resumed run re-logs later ones); returns the last kept ``time``."""
@@ -403,6 +404,9 @@ class Trainer:
             self.vae = load_vae(cfg, self.device)
         self.stats = self.dataset.stats
         self.domains = domains
+        skipped = getattr(self.dataset, "skipped", [])  # data.skip_bad: each one was logged; the total goes here
+        self.log.facts["skipped_episodes"] = len(skipped)
+        self.log.facts["skipped"] = [{"episode": eid, "reason": why} for eid, why in skipped]
 
     def _build_models(self) -> None:
         from simforcing.models.world_model import build_world_model

@@ -92,3 +92,7 @@ def test_pretrain_with_skip_bad_trains_on_the_good_episodes(tiny, bad_root, tmp_
     assert len(logged) == len(expected), "\n".join(logged)
     for kind in expected:
         assert any(f"[{kind}]" in x and victim(kind) in x and BLAMED[kind] in x for x in logged), kind
+    st = status(run)  # the total survives the log: status.json counts and names every skipped episode
+    assert st["skipped_episodes"] == len(expected) == len(st["skipped"])
+    named = [f"{s['episode']} {s['reason']}" for s in st["skipped"]]  # an unknown id is named in its reason
+    assert all(any(victim(k) in x for x in named) for k in expected), named
