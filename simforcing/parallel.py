@@ -11,6 +11,9 @@
   checkpointed twice), then FSDP2 ``fully_shard`` per layer, then on the root, with
   ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` on CUDA with ``train.mixed_precision == "bf16"``
   (fp32 otherwise, e.g. on CPU). The frozen teacher is sharded the same way and has no optimizer.
+- :func:`shard_from_rank0`: only rank 0 builds (and loads) the full model on CPU; the other ranks build it on the
+  meta device, and after sharding rank 0's weights are broadcast into every shard — one full copy in a node's host
+  memory instead of one per rank (at 5B: 20 GB fp32 once, not 8 times).
 - :class:`GlobalBatchSampler`: one permutation of all windows per epoch, from a seed that depends only on
   (train.seed, epoch); global batch ``b`` is ``perm[b·G:(b+1)·G]`` with ``G = batch_size × world_size`` and rank
   ``r`` takes the contiguous slice ``[r·B:(r+1)·B]`` of it, so the global batch equals the batch a single process
@@ -193,6 +196,30 @@ def parallelize(model: torch.nn.Module, cfg: Config, mesh: Any, trainable: bool 
     for layer in layers:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def shard_from_rank0(model: torch.nn.Module, cfg: Config, mesh: Any, device: torch.device,
+                     trainable: bool = True) -> torch.nn.Module:
+    """:func:`parallelize` a model that only rank 0 holds in full (its weights on CPU, initialised or loaded); every
+    other rank passes the same architecture built on the meta device (``build_world_model(cfg, meta=True)``), so a
+    node keeps one full copy in host memory instead of one per rank. After sharding, rank 0's full state is
+    broadcast into every rank's shards. ``mesh`` None: the model moved to ``device``, unchanged otherwise."""
+    if mesh is None:
+        return model.to(device)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    meta = any(t.is_meta for t in model.state_dict().values())
+    if meta == (rank() == 0):
+        raise ValueError(f"shard_from_rank0: rank {rank()} passed a model {'on' if meta else 'off'} the meta device; "
+                         "expected the full model on rank 0 and meta-device models elsewhere")
+    full = {k: v.detach() for k, v in model.state_dict().items()} if rank() == 0 else {}
+    model = parallelize(model, cfg, mesh, trainable)
+    if meta:
+        model.to_empty(device=device)  # allocated, uninitialised: every value comes from rank 0 below
+    else:
+        model.to(device)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     return model
 
 

@@ -412,22 +412,23 @@ class Trainer:
         from simforcing.models.world_model import build_world_model
 
         cfg = self.cfg
-        student = build_world_model(cfg, device="cpu")
-        if self.stage == "pretrain":
+        # rank 0 builds and loads the full model; the other ranks of a sharded run build it on the meta device and
+        # receive their shards from rank 0 (parallel.shard_from_rank0): one full copy in host memory, not one per rank
+        full = self.dist.mesh is None or self.dist.is_main
+        student = build_world_model(cfg, device="cpu", meta=not full)
+        if full and self.stage == "pretrain":
             if not (self.resume and self.has_checkpoints):
                 _load_start_weights(student, cfg)
-        else:
+        elif full:
             load_model_state(self.teacher_ckpt, student)
         teacher = None
         if self.stage == "train" and any(getattr(cfg.loss, t) > 0 for t in _DISTILL_TERMS):
             from simforcing.models.weights import frozen_copy
 
             teacher = frozen_copy(student)
-        student.to(self.device).train()
-        self.student = parallel.parallelize(student, cfg, self.dist.mesh)
+        self.student = parallel.shard_from_rank0(student, cfg, self.dist.mesh, self.device).train()
         if teacher is not None:
-            teacher.to(self.device)
-            self.teacher = parallel.parallelize(teacher, cfg, self.dist.mesh, trainable=False)
+            self.teacher = parallel.shard_from_rank0(teacher, cfg, self.dist.mesh, self.device, trainable=False)
 
     def _restore(self) -> None:
         if not self.has_checkpoints:
