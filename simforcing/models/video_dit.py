@@ -108,9 +108,9 @@ def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch
 
 
 def gated_add(h: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    """h + y·gate in float32 with gate (B, S, 1, d); returns h's dtype, (B, N, d)."""
-    out = _grouped(h.float(), gate.shape[1]) + _grouped(y.float(), gate.shape[1]) * gate
-    return out.flatten(1, 2).type_as(h)
+    """h + y·gate in float32 with gate (B, S, 1, d); returns h's dtype, (B, N, d) — a fresh tensor, not a view (FSDP2
+    warns about a layer that returns a view)."""
+    return (h.float() + (_grouped(y.float(), gate.shape[1]) * gate).flatten(1, 2)).type_as(h)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
