@@ -21,7 +21,9 @@
   permutation (every step has the same shape). Starting at batch ``k`` (resume) skips the first ``k`` batches
   without loading them.
 - Sharded checkpoints (world size > 1): model and optimizer through torch.distributed.checkpoint (DCP), one shard
-  per rank; single-process runs keep the safetensors format of simforcing.checkpoint.
+  per rank; single-process runs keep the safetensors format of simforcing.checkpoint. Either resumes at any world
+  size: :func:`load_sharded` (DCP reshards; without a process group it reads every shard) and
+  :func:`load_full_into_sharded` (a single-process checkpoint into a sharded run).
 
 Gradients are averaged over ranks by FSDP (each rank's loss is its local mean; equal local batch sizes make the
 average the global mean). Logged values are averaged over ranks with :func:`all_reduce_mean`.
@@ -271,11 +273,38 @@ def load_sharded(path: str | Path, model: torch.nn.Module, optimizer: torch.opti
         state["optim"] = optim_sd
     # partial: parameters that never received a gradient (e.g. the last layer's action-token outputs, which nothing
     # reads) have no optimizer state in the checkpoint; their freshly initialised state stays unused by AdamW
-    dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True))
+    with warnings.catch_warnings():  # one process reading a multi-process checkpoint: "assuming ... single process"
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True),
+                 no_dist=not is_distributed())
     if optimizer is not None:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     else:
         set_state_dict(model, [], model_state_dict=state["model"], optim_state_dict={})
+
+
+def load_full_into_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
+                           optim_state: dict) -> None:
+    """A single-process checkpoint into a sharded run: ``model_state`` the full weights, ``optim_state`` a plain
+    ``optimizer.state_dict()`` (parameters by index). The indices are mapped to parameter names through this run's
+    optimizer, built by the same ``train.build_optimizer`` (same groups, same order), then both are sharded."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
+                                                         set_model_state_dict, set_optimizer_state_dict)
+
+    names = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    fqns = [f for group in names["param_groups"] for f in group["params"]]
+    ours = [p for group in optimizer.param_groups for p in group["params"]]
+    theirs = [i for group in optim_state["param_groups"] for i in group["params"]]
+    if len(theirs) != len(fqns) or len(ours) != len(fqns):
+        raise ValueError(f"optimizer state: the checkpoint holds {len(theirs)} parameters, this run's optimizer "
+                         f"{len(fqns)}; was the model or train.weight_decay grouping changed?")
+    index = dict(zip(theirs, fqns))
+    by_name = {"state": {index[i]: s for i, s in optim_state["state"].items()},
+               "param_groups": [{**g, "params": [index[i] for i in g["params"]]} for g in optim_state["param_groups"]]}
+    set_model_state_dict(model, model_state, options=StateDictOptions(full_state_dict=True))
+    # not strict: parameters that never received a gradient (e.g. P_j in stage 1) have no optimizer state, as in a
+    # single process
+    set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True, strict=False))
 
 
 def load_sharded_model_offline(path: str | Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:

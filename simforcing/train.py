@@ -436,17 +436,17 @@ class Trainer:
                           stacklevel=3)
             self.log.reset()
             return
-        ckpt = find_resumable(self.run_dir, weights=self.dist.world_size == 1)
+        ckpt = find_resumable(self.run_dir)
         if ckpt is None:
             raise CheckpointError("--resume: every checkpoint is damaged; nothing to resume from",
                                   self.run_dir / "checkpoints")
-        if ckpt.sharded != (self.dist.world_size > 1):
-            raise CheckpointError(f"the checkpoint was written by {ckpt.meta.get('world_size')} process(es) and "
-                                  f"this run has {self.dist.world_size}; resume single-process runs in one process "
-                                  "and multi-process runs with torchrun", ckpt.path)
         state = ckpt.train_state
+        # any world size resumes any checkpoint: DCP reshards (N -> M, and N -> 1 read without a process group);
+        # a single-process checkpoint is broadcast into the shards of a multi-process run (1 -> N)
         if ckpt.sharded:
             parallel.load_sharded(ckpt.path / "dcp", self.student, self.optimizer)
+        elif self.dist.world_size > 1:
+            parallel.load_full_into_sharded(self.student, self.optimizer, ckpt.model_state, state["optimizer"])
         else:
             load_model_state(ckpt, self.student)
             self.optimizer.load_state_dict(state["optimizer"])

@@ -154,3 +154,67 @@ def test_two_process_fsdp2_matches_one_process_and_resumes_from_dcp(tmp_path, mo
         st = json.loads((run / "status.json").read_text())
         assert st["state"] == "finished" and st["step"] == 1
     assert "md_real" in rows(stage2)[0]
+
+
+RESUME_WORKER = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import test_parallel
+from simforcing import methods, train
+from simforcing.cli import main
+
+methods.METHODS["sim_pretrain"] = test_parallel.det_step
+mode, args = sys.argv[1], sys.argv[2:]
+if mode == "stop2":  # SIGTERM after step 2 (rank 0 only): a checkpoint at step 2, exit code 75
+    original = train.Trainer._train_step
+
+    def stop(self, batch, step):
+        out = original(self, batch, step)
+        if step == 2 and os.environ.get("RANK", "0") == "0":
+            signal.raise_signal(signal.SIGTERM)
+        return out
+
+    train.Trainer._train_step = stop
+    sys.exit(0 if main(["pretrain", *args]) == 75 else 1)
+sys.exit(main(["pretrain", "--resume", *args]))
+"""
+
+
+@pytest.mark.slow
+def test_resume_across_world_sizes(tmp_path):
+    """A checkpoint of 1 process resumes in 2 (broadcast into the shards) and one of 2 processes in 1 (DCP read
+    without a process group): steps 3-4 after the resume equal those of a 1-process run with the same global batch
+    (step 4 also checks the restored optimizer state: it depends on the AdamW update of step 3)."""
+    from test_train import TINY, make_tiny_data
+
+    root, vae = make_tiny_data(tmp_path)
+    worker = tmp_path / "resume_worker.py"
+    worker.write_text(RESUME_WORKER.format(tests=str(TESTS)))
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    env.pop("SIMFORCING_FAULT", None)
+
+    def launch(nproc: int, mode: str, out: Path) -> None:
+        cmd = [sys.executable, str(worker)] if nproc == 1 else \
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(worker)]
+        args = [mode, "--out", str(out), "--no-progress", *TINY, f"--data.root={root}", f"--model.vae.path={vae}",
+                "--train.max_steps=4", "--train.ckpt_every=10", f"--train.batch_size={4 // nproc}"]  # global 4
+        proc = subprocess.run(cmd + args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+    def rows(run: Path) -> list[dict]:
+        return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+    runs = {"ref": (1, 1), "one_to_two": (1, 2), "two_to_one": (2, 1)}
+    for name, (before, after) in runs.items():
+        launch(before, "stop2", tmp_path / name)
+        launch(after, "resume", tmp_path / name)
+    ref = rows(tmp_path / "ref")
+    assert [r["step"] for r in ref] == [1, 2, 3, 4]
+    for name in ("one_to_two", "two_to_one"):
+        got = rows(tmp_path / name)
+        assert [r["step"] for r in got] == [1, 2, 3, 4], name
+        for a, b in zip(got, ref):
+            assert a["loss"] == pytest.approx(b["loss"], abs=1e-5, rel=1e-5), (name, a["step"])
+            assert a["grad_norm"] == pytest.approx(b["grad_norm"], abs=1e-5, rel=1e-4), (name, a["step"])
+        st = json.loads((tmp_path / name / "status.json").read_text())
+        assert st["state"] == "finished" and st["step"] == 4
