@@ -47,18 +47,24 @@ def _check_sizes(n_first: int, n_video: int, n_action: int) -> None:
                          f"n_video={n_video}, n_action={n_action}")
 
 
+def _video_only(n_first: int, n_video: int, n_action: int, device) -> torch.Tensor:
+    """(N, N) bool with only the video↔video block set (:func:`_video_block`); the mode builders add the rest."""
+    _check_sizes(n_first, n_video, n_action)
+    m = torch.zeros(n_video + n_action, n_video + n_action, dtype=torch.bool, device=device)
+    m[:n_video, :n_video] = _video_block(n_first, n_video, device)
+    return m
+
+
 def world_model_mask(n_first: int, n_video: int, n_action: int, action_keep: Optional[torch.Tensor] = None,
                      device=None) -> torch.Tensor:
     """World-model mask, (1, 1, N, N) bool, or (B, 1, N, N) when ``action_keep`` (B,) bool is given.
 
     ``action_keep[b] == False`` removes sample b's actions: its video rows see no action column.
     """
-    _check_sizes(n_first, n_video, n_action)
     if action_keep is not None:
         device = action_keep.device
     n = n_video + n_action
-    m = torch.zeros(n, n, dtype=torch.bool, device=device)
-    m[:n_video, :n_video] = _video_block(n_first, n_video, device)
+    m = _video_only(n_first, n_video, n_action, device)
     m[:n_video, n_video:] = True  # video -> action
     m[n_video:, n_video:] = True  # action -> action (action -> video stays False)
     m = m[None, None]  # (1, 1, N, N)
@@ -79,10 +85,7 @@ def bidirectional_mask(n_first: int, n_video: int, n_action: int, device=None) -
 def policy_unconditional_mask(n_first: int, n_video: int, n_action: int, device=None) -> torch.Tensor:
     """Policy "unconditional" mask (1, 1, N, N): action→first-frame video tokens and action→action; video never sees
     actions; video↔video as in :func:`world_model_mask`."""
-    _check_sizes(n_first, n_video, n_action)
-    n = n_video + n_action
-    m = torch.zeros(n, n, dtype=torch.bool, device=device)
-    m[:n_video, :n_video] = _video_block(n_first, n_video, device)
+    m = _video_only(n_first, n_video, n_action, device)
     m[n_video:, :n_first] = True
     m[n_video:, n_video:] = True
     return m[None, None]
@@ -91,10 +94,7 @@ def policy_unconditional_mask(n_first: int, n_video: int, n_action: int, device=
 def policy_video_action_mask(n_first: int, n_video: int, n_action: int, device=None) -> torch.Tensor:
     """Policy "video + action" mask (1, 1, N, N): action→all video tokens and action→action; video never sees
     actions; video↔video as in :func:`world_model_mask`."""
-    _check_sizes(n_first, n_video, n_action)
-    n = n_video + n_action
-    m = torch.zeros(n, n, dtype=torch.bool, device=device)
-    m[:n_video, :n_video] = _video_block(n_first, n_video, device)
+    m = _video_only(n_first, n_video, n_action, device)
     m[n_video:, :] = True
     return m[None, None]
 
