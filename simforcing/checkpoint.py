@@ -37,9 +37,13 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from simforcing import parallel
 from simforcing.config import Config
+from simforcing.errors import CheckpointError
+from simforcing.models.world_model import build_world_model
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -48,14 +52,6 @@ META_FILE = "meta.json"
 SHARDED_DIR = "dcp"
 _PREFIX = "step_"
 _TMP_PREFIX = ".tmp-"
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, damaged or could not be written. ``path`` names the file or folder."""
-
-    def __init__(self, message: str, path: str | Path | None = None):
-        self.path = str(path) if path is not None else None
-        super().__init__(f"{path}: {message}" if path is not None else message)
 
 
 @dataclass
@@ -204,8 +200,6 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
                 parallel.save_sharded(tmp / SHARDED_DIR, model, optimizer)
             if main:
                 if not sharded:
-                    from safetensors.torch import save_file
-
                     weights = _cpu_state(model)
                     _write_file(tmp / WEIGHTS_FILE, lambda p: save_file(weights, str(p), metadata={"step": str(step)}))
                 if on_partial is not None:
@@ -290,9 +284,6 @@ def verify_checkpoint(path: str | Path) -> dict:
 
 def load_checkpoint(path: str | Path, weights: bool = True, train_state: bool = True) -> Checkpoint:
     """Verify and read one checkpoint folder (``weights``: model.safetensors; ``train_state``: train_state.pt)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError("checkpoint folder does not exist", path)
@@ -359,8 +350,6 @@ def load_model_from_run(run_dir: str | Path, device: str | torch.device = "cpu",
         if step not in available:
             raise CheckpointError(f"no checkpoint for step {step}; available steps: {available}", run_dir)
         ckpt = load_checkpoint(step_dir(run_dir, step), train_state=False)
-    from simforcing.models.world_model import build_world_model
-
     model = build_world_model(cfg, device="cpu")
     load_model_state(ckpt, model)
     model.to(device).eval()

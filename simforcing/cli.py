@@ -1,8 +1,22 @@
-"""The ``simforcing`` command. Parses the command line, then calls one function per subcommand.
+"""The ``simforcing`` command: finds the subcommand, then runs it under one preamble and one error policy.
 
-Each subcommand lives in its own module, imported only when that subcommand runs, and exposes
-``add_arguments(parser)`` and ``run(args) -> int``. Config overrides (``--section.field=value``) that argparse does
-not know are collected into ``args.overrides`` and applied by :func:`config_from_args`.
+Subcommands live in ``simforcing.commands`` (one module per group, imported only when one of its commands runs),
+each a ``Subcommand(add_arguments, run, config)``. For every command, :func:`run_subcommand`:
+
+1. resolves the config with ``config(args)`` (preset or ``--config`` or a run's config.json, plus the
+   ``--section.field=value`` overrides argparse did not know, validated); a command without a config refuses
+   overrides; ``--dry-run`` prints the config and exits 0;
+2. calls ``run(args, cfg)``, whose return value is the exit code (0, or a training run's 3 diverged / 75 stopped);
+3. reports an expected error in one line on stderr, without a traceback:
+
+   | error                                    | message                                    | exit |
+   |------------------------------------------|--------------------------------------------|------|
+   | ConfigError (bad config or argument)     | ``simforcing CMD: config error: ...``      | 2    |
+   | FileExistsError (the output is there)    | ``simforcing CMD: config error: ...``      | 2    |
+   | DataError                                | ``simforcing CMD: data error [kind] ...``  | 1    |
+   | CheckpointError                          | ``simforcing CMD: checkpoint error: ...``  | 1    |
+
+   Any other exception is a bug and keeps its traceback. Errors: ``simforcing.errors``.
 """
 
 from __future__ import annotations
@@ -11,54 +25,30 @@ import argparse
 import importlib
 import sys
 
-from simforcing.config import Config, ConfigError, load_config
+from simforcing import __version__
+from simforcing.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, CheckpointError, ConfigError, DataError
 
 # (command words, module, one-line help)
 COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
-    (("data", "synth"), "simforcing.data.synthetic.generate", "generate the embedded MuJoCo paired sim/real benchmark"),
-    (("data", "check"), "simforcing.data.check", "validate a paired dataset and print a summary"),
-    (("data", "stats"), "simforcing.data.stats", "compute min-max action/state statistics on the training split"),
-    (("data", "embed-text"), "simforcing.models.text", "fill the instruction-embedding cache with a (um)T5 encoder"),
-    (("data", "import-lerobot"), "simforcing.data.lerobot", "import paired sim/real LeRobot v3.0 datasets"),
-    (("data", "encode"), "simforcing.data.latent_cache", "encode windows with the frozen VAE into a latent cache"),
-    (("model", "info"), "simforcing.models.info", "parameters, tokens, FLOPs and per-GPU memory of a preset"),
-    (("model", "init-action-expert"), "simforcing.models.weights", "build action-expert weights from Wan2.2 weights"),
-    (("model", "fit-vae"), "simforcing.models.vae", "fit the small demo VAE on a dataset's frames"),
-    (("pretrain",), "simforcing.train", "stage 1: train the simulation world model (the teacher)"),
-    (("train",), "simforcing.train", "stage 2: train the real-domain student with a method (sft ... simforcing)"),
-    (("generate",), "simforcing.sample", "sample videos with the two-stage guided sampler"),
-    (("evaluate",), "simforcing.evaluate.run", "PSNR/SSIM/LPIPS/FID/FVD and latency on a split"),
-    (("sweep", "cfg"), "simforcing.evaluate.sweeps", "Tab. A1: p x w over checkpoints"),
-    (("sweep", "steps"), "simforcing.evaluate.sweeps", "Tab. A2-A4: N_s x N_r x w with latency"),
-    (("bench",), "simforcing.bench", "latency, training-step cost, data throughput and scaling -> JSON"),
-    (("demo",), "simforcing.demo", "the whole paper on the embedded synthetic benchmark"),
+    (("data", "synth"), "simforcing.commands.data", "generate the embedded MuJoCo paired sim/real benchmark"),
+    (("data", "check"), "simforcing.commands.data", "validate a paired dataset and print a summary"),
+    (("data", "stats"), "simforcing.commands.data", "compute min-max action/state statistics on the training split"),
+    (("data", "embed-text"), "simforcing.commands.data", "fill the instruction-embedding cache with a (um)T5 encoder"),
+    (("data", "import-lerobot"), "simforcing.commands.data", "import paired sim/real LeRobot v3.0 datasets"),
+    (("data", "encode"), "simforcing.commands.data", "encode windows with the frozen VAE into a latent cache"),
+    (("model", "info"), "simforcing.commands.model", "parameters, tokens, FLOPs and per-GPU memory of a preset"),
+    (("model", "init-action-expert"), "simforcing.commands.model", "build action-expert weights from Wan2.2 weights"),
+    (("model", "fit-vae"), "simforcing.commands.model", "fit the small demo VAE on a dataset's frames"),
+    (("pretrain",), "simforcing.commands.train", "stage 1: train the simulation world model (the teacher)"),
+    (("train",), "simforcing.commands.train",
+     "stage 2: train the real-domain student with a method (sft ... simforcing)"),
+    (("generate",), "simforcing.commands.sample", "sample videos with the two-stage guided sampler"),
+    (("evaluate",), "simforcing.commands.evaluate", "PSNR/SSIM/LPIPS/FID/FVD and latency on a split"),
+    (("sweep", "cfg"), "simforcing.commands.evaluate", "Tab. A1: p x w over checkpoints"),
+    (("sweep", "steps"), "simforcing.commands.evaluate", "Tab. A2-A4: N_s x N_r x w with latency"),
+    (("bench",), "simforcing.commands.bench", "latency, training-step cost, data throughput and scaling -> JSON"),
+    (("demo",), "simforcing.commands.demo", "the whole paper on the embedded synthetic benchmark"),
 ]
-
-
-def add_config_args(parser: argparse.ArgumentParser, preset_default: str | None = "demo") -> None:
-    """--preset, --config (a run's config.json) and --dry-run; overrides go after them as --section.field=value."""
-    parser.add_argument("--preset", default=preset_default, help="demo | bridge | interndata_a1")
-    parser.add_argument("--config", default=None, help="start from this config.json instead of a preset")
-    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
-
-
-def config_from_args(args: argparse.Namespace, base: Config | None = None, validate: bool = True) -> Config:
-    """Preset (or --config, or ``base``) + overrides from the command line, validated."""
-    from simforcing.config import apply_overrides, parse_overrides
-
-    if base is not None:
-        cfg = base
-    elif getattr(args, "config", None):
-        cfg = Config.load(args.config)
-    else:
-        cfg = load_config(args.preset or "demo")
-    apply_overrides(cfg, parse_overrides(getattr(args, "overrides", []) or []))
-    return cfg.validate() if validate else cfg
-
-
-def dry_run(cfg: Config) -> int:
-    print(cfg.to_json())
-    return 0
 
 
 def _top_help() -> str:
@@ -69,14 +59,36 @@ def _top_help() -> str:
     return "\n".join(lines)
 
 
+def run_subcommand(sub, args: argparse.Namespace) -> int:
+    """The one preamble (config, overrides, --dry-run) and the one error/exit-code policy (module docstring)."""
+    prog = "simforcing " + " ".join(args.command)
+    try:
+        cfg = None
+        if sub.config is not None:
+            cfg = sub.config(args)
+            if getattr(args, "dry_run", False):
+                print(cfg.to_json())
+                return EXIT_OK
+        elif args.overrides:
+            raise ConfigError(f"unrecognised arguments {args.overrides}")
+        return int(sub.run(args, cfg) or 0)
+    except (ConfigError, FileExistsError) as e:
+        print(f"{prog}: config error: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    except DataError as e:
+        print(f"{prog}: data error [{e.kind}] {e}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    except CheckpointError as e:
+        print(f"{prog}: checkpoint error: {e}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_top_help())
         return 0 if argv else 2
     if argv[0] == "--version":
-        from simforcing import __version__
-
         print(__version__)
         return 0
     match = None
@@ -96,24 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simforcing: unknown command {argv[0]!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
     words, module_name, help_ = match
-    mod = importlib.import_module(module_name)
+    sub = importlib.import_module(module_name).SUBCOMMANDS[words]
     parser = argparse.ArgumentParser(prog="simforcing " + " ".join(words), description=help_,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                      epilog="Any config field can be overridden: --section.field=value")
-    if hasattr(mod, "add_arguments_for"):
-        mod.add_arguments_for(words, parser)
-    else:
-        mod.add_arguments(parser)
+    sub.add_arguments(parser)
     args, rest = parser.parse_known_args(argv[len(words):])
     args.overrides = rest
     args.command = words
-    try:
-        if hasattr(mod, "run_for"):
-            return int(mod.run_for(words, args) or 0)
-        return int(mod.run(args) or 0)
-    except ConfigError as e:
-        print(f"simforcing {' '.join(words)}: config error: {e}", file=sys.stderr)
-        return 2
+    return run_subcommand(sub, args)
 
 
 if __name__ == "__main__":

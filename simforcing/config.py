@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-
-# Training methods (SPEC §3, §4, §6). Each is a step function in simforcing/methods.py and a preset here.
-METHOD_NAMES = ("sim_pretrain", "sft", "joint_fm", "value_distill", "motion_distill", "simforcing")
+from simforcing.errors import ConfigError
 
 
-class ConfigError(ValueError):
-    """A configuration value is unknown, ill-typed or inconsistent. The message names the field."""
+# Training methods (SPEC §3, §4, §6): the one list. Each is a step function + preset in simforcing/methods.py.
+STAGE1_METHOD = "sim_pretrain"
+STAGE2_METHODS = ("sft", "joint_fm", "value_distill", "motion_distill", "simforcing")
+METHOD_NAMES = (STAGE1_METHOD, *STAGE2_METHODS)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ class Config:
         return json.dumps(self.to_dict(), indent=2)
 
     def save(self, path: str | Path) -> None:
-        from simforcing.utils import atomic_write_text
+        from simforcing.utils import atomic_write_text  # utils imports torch: kept out of `import simforcing.cli`
 
         atomic_write_text(Path(path), self.to_json() + "\n")
 

@@ -12,17 +12,25 @@ spread). `--quick` is a smoke test (a few minutes, tiny budgets, numbers meaning
 
 from __future__ import annotations
 
-import argparse
 import base64
 import copy
+import html as _h
 import json
+import re
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from simforcing.config import Config, load_config
+from simforcing.config import STAGE2_METHODS, Config, load_config
+from simforcing.data.synthetic.generate import generate_dataset
+from simforcing.evaluate.run import evaluate_run
+from simforcing.evaluate.sweeps import sweep_steps
+from simforcing.prep.demo_vae import fit_demo_vae, read_demo_vae_report
+from simforcing.prep.text import finalize_dataset
+from simforcing.sample import generate_run
+from simforcing.train import train_run
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 
@@ -46,18 +54,7 @@ QUICK = Budget(num_train=4, num_val=3, num_sim_pool=12, length=17, stage1_steps=
                eval_samples=3, sweep_n_real=(1, 2), sweep_w=(0.0, 0.6, 1.0), report_videos=1)
 
 BASE_METHODS = ("sft", "simforcing")
-FULL_METHODS = ("sft", "joint_fm", "value_distill", "motion_distill", "simforcing")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="runs/demo", help="output folder")
-    parser.add_argument("--data", default=None, help="dataset folder (default: OUT/data, generated when missing)")
-    parser.add_argument("--quick", action="store_true", help="smoke test: tiny data and budgets (numbers meaningless)")
-    parser.add_argument("--full", action="store_true", help="also train joint_fm, value_distill and motion_distill")
-    parser.add_argument("--seeds", type=int, default=1, help="stage-2 seeds (paired difference simforcing − sft)")
-    parser.add_argument("--stage1-steps", type=int, default=None)
-    parser.add_argument("--stage2-steps", type=int, default=None)
-    parser.add_argument("--dry-run", action="store_true", help="print the demo config and exit")
+FULL_METHODS = STAGE2_METHODS
 
 
 class Timer:
@@ -73,30 +70,30 @@ class Timer:
         return out
 
 
+def demo_budget(quick: bool = False, stage1_steps: int | None = None, stage2_steps: int | None = None) -> Budget:
+    """The default budget (or ``QUICK``), with the stage step counts overridden when given."""
+    budget = copy.deepcopy(QUICK if quick else Budget())
+    if stage1_steps:
+        budget.stage1_steps = stage1_steps
+    if stage2_steps:
+        budget.stage2_steps = stage2_steps
+    return budget
+
+
 def demo_config(budget: Budget, data_root: Path, vae_dir: Path, overrides: list[str]) -> Config:
+    """The demo preset + ``overrides`` on the demo's data and VAE folders (validated)."""
     cfg = load_config("demo", overrides)
     cfg.data.root = str(data_root)
     cfg.model.vae.path = str(vae_dir)
     cfg.eval.num_samples = budget.eval_samples
-    return cfg
+    return cfg.validate()
 
 
-def run(args: argparse.Namespace) -> int:
-    from simforcing.data.synthetic.generate import finalize_dataset, generate_dataset
-
-    budget = copy.deepcopy(QUICK if args.quick else Budget())
-    if args.stage1_steps:
-        budget.stage1_steps = args.stage1_steps
-    if args.stage2_steps:
-        budget.stage2_steps = args.stage2_steps
-    out = Path(args.out)
-    data_root = Path(args.data) if args.data else out / "data"
-    vae_dir = out / "vae"
-    cfg = demo_config(budget, data_root, vae_dir, list(args.overrides or []))
-    cfg.validate()
-    if args.dry_run:
-        print(cfg.to_json())
-        return 0
+def run_demo(out: Path, data_root: Path, budget: Budget, cfg: Config, methods=BASE_METHODS, num_seeds: int = 1) -> int:
+    """The whole demo into ``out`` (see the module docstring): data, VAE, stage 1, stage 2 per method and seed,
+    evaluation, sweep, videos, report. ``cfg`` from :func:`demo_config` (its VAE folder is ``out/vae``). Returns the
+    exit code: 0, or a training stage's code when it did not finish (run again to resume)."""
+    vae_dir = Path(cfg.model.vae.path)
     out.mkdir(parents=True, exist_ok=True)
     timer = Timer()
     t_start = time.perf_counter()
@@ -117,16 +114,12 @@ def run(args: argparse.Namespace) -> int:
                         f"{budget.num_val} --num-sim-pool {budget.num_sim_pool} --length {budget.length}")
 
     # 2. demo VAE --------------------------------------------------------------------------------------------------
-    from simforcing.models.vae import fit_demo_vae, read_demo_vae_report
-
     if not (vae_dir / "config.json").exists():
         vae, _ = timer.run("fit demo VAE", fit_demo_vae, data_root, cfg, out_dir=vae_dir)
     vae_report = read_demo_vae_report(vae_dir)
     commands["vae"] = f"{exe} model fit-vae --data {data_root} --out {vae_dir}"
 
     # 3. stage 1 ---------------------------------------------------------------------------------------------------
-    from simforcing.train import train_run
-
     stage1 = out / "stage1"
     s1cfg = copy.deepcopy(cfg)
     s1cfg.train.method = "sim_pretrain"
@@ -140,9 +133,6 @@ def run(args: argparse.Namespace) -> int:
                           f"--model.vae.path={vae_dir} --train.max_steps={budget.stage1_steps}")
 
     # 4-5. stage 2 per method and seed, evaluation -----------------------------------------------------------------
-    from simforcing.evaluate.run import evaluate_run
-
-    methods = FULL_METHODS if args.full else BASE_METHODS
     results: dict = {"budget": budget.__dict__, "vae": vae_report, "methods": {}, "baselines": {}, "seeds": []}
     ev_cfg = copy.deepcopy(cfg)
     for base in ("copy-first", "vae-recon"):
@@ -151,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
                                                "val", budget.eval_samples, ev_dir, baseline=base)
         commands[f"eval {base}"] = (f"{exe} evaluate --baseline {base} --preset demo --data {data_root} --split val "
                                     f"--num-samples {budget.eval_samples} --out {ev_dir} --model.vae.path={vae_dir}")
-    seeds = [cfg.train.seed + i for i in range(max(1, args.seeds))]
+    seeds = [cfg.train.seed + i for i in range(max(1, num_seeds))]
     for seed in seeds:
         results["seeds"].append(seed)
         for method in methods:
@@ -176,8 +166,6 @@ def run(args: argparse.Namespace) -> int:
                                        f"--num-samples {budget.eval_samples} --out {ev_dir}")
 
     # 6. sweep steps -----------------------------------------------------------------------------------------------
-    from simforcing.evaluate.sweeps import sweep_steps
-
     sweep_dir = out / "sweep_steps"
     results["sweep_steps"] = timer.run("sweep steps", sweep_steps, out / "simforcing", data_root, ev_cfg,
                                        n_sim=(1,), n_real=budget.sweep_n_real, ws=budget.sweep_w,
@@ -188,8 +176,6 @@ def run(args: argparse.Namespace) -> int:
                                f"--out {sweep_dir}")
 
     # 7. generate a few videos per method for the report -----------------------------------------------------------
-    from simforcing.sample import generate_run
-
     videos: dict[str, list[str]] = {}
     for method in methods:
         gen_dir = out / "videos" / method
@@ -324,9 +310,6 @@ def write_report(out: Path, results: dict, methods, videos: dict) -> None:
 
 def _html(md: str, out: Path) -> str:
     """A self-contained HTML page: the markdown's tables and text, images inlined as base64."""
-    import html as _h
-    import re
-
     body = []
     in_code = False
     table: list[str] = []
@@ -373,9 +356,3 @@ def _html(md: str, out: Path) -> str:
              "td,th{border:1px solid #ccc;padding:4px 8px}img{image-rendering:pixelated;max-width:100%}")
     return f"<!doctype html><html><head><meta charset='utf-8'><title>SimForcing demo</title><style>{style}</style>" \
            f"</head><body>{''.join(body)}</body></html>"
-
-
-if __name__ == "__main__":
-    from simforcing.cli import main
-
-    sys.exit(main(["demo", *sys.argv[1:]]))

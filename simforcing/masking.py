@@ -68,7 +68,7 @@ class Sam3Segmenter:
                 "installed; install the `sam3` extra on a GPU machine (pip install -e '.[sam3]'), or choose "
                 "--sample.mask_mode=mask-file / paired-sim. Weights are read from sample.sam3_path="
                 f"{path!r}.")
-        from transformers import Sam3Model, Sam3Processor
+        from transformers import Sam3Model, Sam3Processor  # the optional sam3 extra (torchvision), checked just above
 
         try:
             self.processor = Sam3Processor.from_pretrained(path, local_files_only=True)

@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
+import imageio.v3 as iio
 import numpy as np
 import torch
+from PIL import Image, ImageDraw, ImageFont
 
 from simforcing.data.format import write_video
 from simforcing.utils import atomic_write
@@ -32,8 +34,6 @@ def to_uint8_frames(video: torch.Tensor, upscale: int = 1) -> np.ndarray:
 
 
 def _text(img: np.ndarray, xy: tuple[int, int], text: str, fill=(255, 255, 255)) -> np.ndarray:
-    from PIL import Image, ImageDraw, ImageFont
-
     pil = Image.fromarray(img)
     ImageDraw.Draw(pil).text(xy, text, fill=fill, font=ImageFont.load_default())
     return np.array(pil)  # writable copy
@@ -83,14 +83,10 @@ def frame_strip(rows: Sequence[np.ndarray], labels: Sequence[str], label_w: int 
 
 
 def write_gif(path: str | Path, frames: np.ndarray, fps: int = 4) -> None:
-    import imageio.v3 as iio
-
     atomic_write(path, lambda p: iio.imwrite(p, frames, extension=".gif", duration=1000 / fps, loop=0))
 
 
 def write_png(path: str | Path, image: np.ndarray) -> None:
-    import imageio.v3 as iio
-
     atomic_write(path, lambda p: iio.imwrite(p, image, extension=".png"))
 
 

@@ -42,11 +42,12 @@ import torch
 from torch import nn
 
 from simforcing import flow
-from simforcing.config import METHOD_NAMES, Config, ConfigError
+from simforcing.config import METHOD_NAMES, STAGE2_METHODS, Config, ConfigError
 from simforcing.losses import (NonFiniteLoss, Term, corrupt_condition, flow_matching_loss, latent_motion,
                                motion_distill_loss, sample_gate, value_distill_loss)
 
 StepFn = Callable[[nn.Module, Optional[nn.Module], dict, Config, torch.Generator], "tuple[torch.Tensor, dict]"]
+TEACHER_TERMS = ("md_real", "md_sim", "value_real", "value_sim")  # the distillation terms: they read the teacher
 
 
 @dataclass
@@ -188,7 +189,7 @@ def _stage2_step(recipe: Recipe, student: nn.Module, teacher: Optional[nn.Module
     if not active:
         raise ConfigError(f"loss.{recipe.terms[0]}: method {recipe.name} has every weight at 0 "
                           f"({', '.join(f'loss.{n}' for n in recipe.terms)}); expected at least one > 0")
-    need_teacher = bool(active & {"md_real", "md_sim", "value_real", "value_sim"})
+    need_teacher = bool(active & set(TEACHER_TERMS))
     need_real = bool(active & {"fm_real", "md_real", "value_real"})
     need_sim_student = bool(active & {"fm_sim", "md_sim", "value_sim"})
     if need_teacher and teacher is None:
@@ -266,9 +267,16 @@ def _stage2(name: str) -> StepFn:
 
 
 METHODS: dict[str, StepFn] = {"sim_pretrain": sim_pretrain_step, **{name: _stage2(name) for name in RECIPES}}
-assert tuple(METHODS) == METHOD_NAMES, "METHODS must list exactly config.METHOD_NAMES"
+assert tuple(RECIPES) == STAGE2_METHODS and tuple(METHODS) == METHOD_NAMES, "one method list: config.METHOD_NAMES"
 
 _ALL_TERMS = tuple(f.name for f in dataclasses.fields(Config().loss))
+
+
+def needs_teacher(cfg: Config) -> bool:
+    """Whether ``cfg.train.method`` computes a distillation term (one of ``TEACHER_TERMS`` with a weight > 0), i.e.
+    whether a step reads the frozen teacher (the table's last column)."""
+    recipe = RECIPES.get(cfg.train.method)
+    return recipe is not None and any(t in TEACHER_TERMS and getattr(cfg.loss, t) > 0 for t in recipe.terms)
 
 
 def method_preset(cfg: Config, name: str) -> Config:

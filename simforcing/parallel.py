@@ -6,11 +6,12 @@
   a process group: NCCL on CUDA, gloo on CPU. The group lives as long as the process (several runs in one process
   reuse it; it is destroyed at exit). Without those variables (or WORLD_SIZE=1) it does nothing and every helper
   below degrades to the single-process case.
-- :func:`parallelize` applies activation checkpointing to each entry of ``model.layers`` (when
-  ``cfg.model.gradient_checkpointing``; the model's own per-layer switch is then turned off so layers are not
-  checkpointed twice), then FSDP2 ``fully_shard`` per layer, then on the root, with
+- :func:`parallelize` applies FSDP2 ``fully_shard`` per entry of ``model.layers``, then on the root, with
   ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` on CUDA with ``train.mixed_precision == "bf16"``
-  (fp32 otherwise, e.g. on CPU). The frozen teacher is sharded the same way and has no optimizer.
+  (fp32 otherwise, e.g. on CPU). The frozen teacher is sharded the same way and has no optimizer. Activation
+  checkpointing is the model's own (``WorldModel.gradient_checkpointing``, per layer, from
+  ``cfg.model.gradient_checkpointing``): the same in one process and under FSDP, where each checkpointed layer is
+  gathered again for its recomputation in backward.
 - :func:`shard_from_rank0`: only rank 0 builds (and loads) the full model on CPU; the other ranks build it on the
   meta device, and after sharding rank 0's weights are broadcast into every shard — one full copy in a node's host
   memory instead of one per rank (at 5B: 20 GB fp32 once, not 8 times).
@@ -40,8 +41,15 @@ from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict, set_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from simforcing.config import Config
+from simforcing.utils import resolve_device
 
 
 @dataclass
@@ -74,8 +82,6 @@ def init_distributed(device: str = "auto") -> DistInfo:
 
     ``device``: cfg.train.device ("auto", "cpu", "cuda"). CUDA ranks use GPU ``LOCAL_RANK``.
     """
-    from simforcing.utils import resolve_device
-
     world = int(os.environ.get("WORLD_SIZE", "1"))
     dev = resolve_device(device)
     if world <= 1:
@@ -87,8 +93,6 @@ def init_distributed(device: str = "auto") -> DistInfo:
     if not dist.is_initialized():  # one process group per process, reused by later runs, destroyed at exit
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
         atexit.register(cleanup)
-    from torch.distributed.device_mesh import init_device_mesh
-
     mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
     return DistInfo(dist.get_rank(), dist.get_world_size(), local, dev, mesh)
 
@@ -177,22 +181,14 @@ def mixed_precision_dtype(cfg: Config, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" and cfg.train.mixed_precision == "bf16" else torch.float32
 
 
-def parallelize(model: torch.nn.Module, cfg: Config, mesh: Any, trainable: bool = True) -> torch.nn.Module:
-    """Activation checkpointing (trainable models, if enabled), then fully_shard per ``model.layers`` entry and the
-    root. Returns the same (now sharded) module. ``mesh`` None (single process) returns the model unchanged."""
+def parallelize(model: torch.nn.Module, cfg: Config, mesh: Any) -> torch.nn.Module:
+    """fully_shard per ``model.layers`` entry, then the root. Returns the same (now sharded) module. ``mesh`` None
+    (single process) returns the model unchanged. Activation checkpointing stays the model's own (module docstring)."""
     if mesh is None:
         return model
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
     layers = getattr(model, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
         raise TypeError(f"parallelize: expected model.layers to be an nn.ModuleList, got {type(layers).__name__}")
-    if trainable and cfg.model.gradient_checkpointing:
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-        _disable_model_checkpointing(model)
-        for i in range(len(layers)):
-            layers[i] = checkpoint_wrapper(layers[i])
     dtype = mixed_precision_dtype(cfg, torch.device(mesh.device_type))
     policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for layer in layers:
@@ -201,35 +197,25 @@ def parallelize(model: torch.nn.Module, cfg: Config, mesh: Any, trainable: bool 
     return model
 
 
-def shard_from_rank0(model: torch.nn.Module, cfg: Config, mesh: Any, device: torch.device,
-                     trainable: bool = True) -> torch.nn.Module:
+def shard_from_rank0(model: torch.nn.Module, cfg: Config, mesh: Any, device: torch.device) -> torch.nn.Module:
     """:func:`parallelize` a model that only rank 0 holds in full (its weights on CPU, initialised or loaded); every
     other rank passes the same architecture built on the meta device (``build_world_model(cfg, meta=True)``), so a
     node keeps one full copy in host memory instead of one per rank. After sharding, rank 0's full state is
     broadcast into every rank's shards. ``mesh`` None: the model moved to ``device``, unchanged otherwise."""
     if mesh is None:
         return model.to(device)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
     meta = any(t.is_meta for t in model.state_dict().values())
     if meta == (rank() == 0):
         raise ValueError(f"shard_from_rank0: rank {rank()} passed a model {'on' if meta else 'off'} the meta device; "
                          "expected the full model on rank 0 and meta-device models elsewhere")
     full = {k: v.detach() for k, v in model.state_dict().items()} if rank() == 0 else {}
-    model = parallelize(model, cfg, mesh, trainable)
+    model = parallelize(model, cfg, mesh)
     if meta:
         model.to_empty(device=device)  # allocated, uninitialised: every value comes from rank 0 below
     else:
         model.to(device)
     set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     return model
-
-
-def _disable_model_checkpointing(model: torch.nn.Module) -> None:
-    """The wrapper takes over: switch off the model's own per-layer checkpointing flag, if it has one."""
-    for attr in ("gradient_checkpointing", "use_checkpointing"):
-        if isinstance(getattr(model, attr, None), bool):
-            setattr(model, attr, False)
 
 
 def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
@@ -251,9 +237,6 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
 
 def save_sharded(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """Every rank writes its shard of the model (and optimizer) under ``path`` (a folder)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
     model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
     state = {"model": model_sd}
     if optimizer is not None:
@@ -263,10 +246,6 @@ def save_sharded(path: str | Path, model: torch.nn.Module, optimizer: torch.opti
 
 def load_sharded(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """Every rank reads its shard of the model (and optimizer) from ``path`` (resharding when the world changed)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
     model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
     state = {"model": model_sd}
     if optimizer is not None:
@@ -288,9 +267,6 @@ def load_full_into_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimi
     """A single-process checkpoint into a sharded run: ``model_state`` the full weights, ``optim_state`` a plain
     ``optimizer.state_dict()`` (parameters by index). The indices are mapped to parameter names through this run's
     optimizer, built by the same ``train.build_optimizer`` (same groups, same order), then both are sharded."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
-                                                         set_model_state_dict, set_optimizer_state_dict)
-
     names = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
     fqns = [f for group in names["param_groups"] for f in group["params"]]
     ours = [p for group in optimizer.param_groups for p in group["params"]]
@@ -310,9 +286,6 @@ def load_full_into_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimi
 def load_sharded_model_offline(path: str | Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A full (unsharded) state dict for ``model`` read from a DCP folder in a single process (sampler, evaluator,
     or a sharded teacher run loaded by one process)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-
     state = {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}}
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
@@ -323,8 +296,6 @@ def load_sharded_model_offline(path: str | Path, model: torch.nn.Module) -> dict
 def load_full_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load a full (unsharded) state dict into a model that may be sharded."""
     if is_distributed():
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
         set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
     else:
         model.load_state_dict(state)

@@ -5,8 +5,8 @@
 
 A loss term is any numeric field whose name is ``loss`` or a known term (fm_real, fm_sim, md_real, md_sim, value_real,
 value_sim); ``grad_norm`` and ``lr`` get their own panels. Curves are drawn raw (thin) and smoothed with an
-exponential moving average (thick); the y axis is logarithmic when every value is positive. matplotlib's Agg backend
-is used, so no display is needed.
+exponential moving average (thick); the y axis is logarithmic when every value is positive. Figures are pyplot-free
+``matplotlib.figure.Figure`` objects saved to PNG, so no display is needed and no global backend is set.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
+
+from matplotlib import ticker
+from matplotlib.figure import Figure
 
 from simforcing.utils import read_jsonl
 
@@ -60,20 +63,16 @@ def ema(values: Sequence[float], alpha: float | None = None) -> list[float]:
 
 
 def _axes_grid(n: int):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.0 * rows), squeeze=False)
+    fig = Figure(figsize=(4.0 * cols, 3.0 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     fig.subplots_adjust(left=0.08 if cols > 1 else 0.14, right=0.98, bottom=0.1 if rows > 1 else 0.16, top=0.88,
                         wspace=0.28, hspace=0.45)
     flat = [a for row in axes for a in row]
     for a in flat[n:]:
         a.set_visible(False)
-    return plt, fig, flat[:n]
+    return fig, flat[:n]
 
 
 def _draw(ax, steps: list[int], values: list[float], label: str | None, smooth: bool = True) -> None:
@@ -84,8 +83,6 @@ def _draw(ax, steps: list[int], values: list[float], label: str | None, smooth: 
     else:
         ax.plot(steps, values, lw=1.4, label=label)
     if smooth and values and min(values) > 0:
-        from matplotlib import ticker
-
         ax.set_yscale("log")
         # plain "0.01" labels: the default 10^x labels go through mathtext, slow for a per-run plot
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
@@ -105,7 +102,7 @@ def plot_loss_curves(source: str | Path | Sequence[Mapping], out_png: str | Path
     if not keys:
         raise ValueError(f"plot_loss_curves: no numeric field among {LOSS_TERMS + SIDE_PANELS} in {len(records)} "
                          "records; expected metrics.jsonl lines like {\"step\": 1, \"loss\": 0.5, ...}")
-    plt, fig, axes = _axes_grid(len(keys))
+    fig, axes = _axes_grid(len(keys))
     for ax, key in zip(axes, keys):
         steps, values = series(records, key)
         _draw(ax, steps, values, None, smooth=key != "lr")
@@ -115,14 +112,13 @@ def plot_loss_curves(source: str | Path | Sequence[Mapping], out_png: str | Path
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=100)
-    plt.close(fig)
     return out_png
 
 
 def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: str | Path,
                  key: str = "loss", title: str | None = None) -> Path:
     """One panel: field ``key`` of several runs (label -> run folder, metrics.jsonl or records)."""
-    plt, fig, (ax,) = _axes_grid(1)
+    fig, (ax,) = _axes_grid(1)
     drawn = 0
     for label, src in runs.items():
         steps, values = series(load_metrics(src), key)
@@ -130,12 +126,10 @@ def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: st
             _draw(ax, steps, values, label)
             drawn += 1
     if not drawn:
-        plt.close(fig)
         raise ValueError(f"compare_runs: no run has a numeric {key!r} field (runs: {', '.join(runs)})")
     ax.set_title(title or key, fontsize=10)
     ax.legend(fontsize=8)
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=100)
-    plt.close(fig)
     return out_png

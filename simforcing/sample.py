@@ -1,4 +1,5 @@
-"""Inference (SPEC §5): the two-stage guided sampler, the baselines as samplers, and `simforcing generate`.
+"""Inference (SPEC §5): the two-stage guided sampler, the baselines as samplers, and ``generate_run`` (the work of
+`simforcing generate`). Loading a run and the evaluation windows/noise: ``simforcing.runs``.
 
     1. x^s_0 = masked real first frame (simforcing.masking)          -> z^s_0 = VAE(x^s_0),  z^r_0 = VAE(x^r_0)
     2. simulation rollout, N_s Euler steps from noise, no condition  -> c = (z^s_0, ẑ^s_{1:L})   (fixed from here on)
@@ -18,14 +19,11 @@ measured from the calls actually made.
 Noise: ε_r (the real rollout) is drawn from the generator first, then ε_s (simulation) — both always, so the real
 rollout of a sample sees the same noise whatever w, N_s or N_r, and a simulation rollout can be reused across
 configurations (sweeps). Everything runs under ``torch.no_grad``; bf16 autocast on CUDA when
-``cfg.train.mixed_precision == "bf16"``.
+``cfg.train.mixed_precision == "bf16"`` (``utils.autocast_context(..., cuda_only=True)``).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol
@@ -33,9 +31,13 @@ from typing import Optional, Protocol
 import torch
 
 from simforcing.config import Config, ConfigError
-from simforcing.evaluate.latency import Stopwatch
+from simforcing.errors import DataError
 from simforcing.flow import euler_schedule, euler_step
 from simforcing.masking import FirstFrameMasker
+from simforcing.media import write_sample_media
+from simforcing.runs import collate_one, eval_dataset, load_run, sample_generator
+from simforcing.timing import Stopwatch
+from simforcing.utils import autocast_context
 
 BASELINES = ("copy-first", "vae-recon")
 CONTEXT_KEYS = ("actions", "state0", "text", "text_mask")  # what a rollout's step context is built from
@@ -102,13 +104,6 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 def to_device(batch: dict, device: torch.device) -> dict:
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-
-
-def autocast_for(device: torch.device, cfg: Config):
-    """bf16 autocast on CUDA when cfg.train.mixed_precision == 'bf16'; otherwise full precision."""
-    if device.type == "cuda" and cfg.train.mixed_precision == "bf16":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 class CountingModel:
@@ -220,7 +215,7 @@ def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: 
     net = CountingModel(model)
     sw = Stopwatch(device)
     num_future = cfg.latent_frames - 1
-    amp = autocast_for(device, cfg)  # the network only; the VAE runs in its own precision
+    amp = autocast_context(cfg, device, cuda_only=True)  # the network only; the VAE runs in its own precision
     with sw.phase("encode_first_frame"):
         z0_real = vae.encode(batch["real"][:, :, :1]).float()  # (B, C, 1, h, w)
     eps_r, eps_s = _draw_noise(z0_real, num_future, generator)
@@ -317,69 +312,8 @@ class VaeReconSampler:
         return {"sampler": self.name}
 
 
-def sample_generator(cfg: Config, index: int) -> torch.Generator:
-    """The CPU generator of evaluation sample ``index``, seeded from (cfg.sample.seed, index): every method, weight
-    and step count — on any device — sees the same noise for the same sample."""
-    return torch.Generator().manual_seed(int(cfg.sample.seed) * 1_000_003 + int(index))
-
-
 # ----------------------------------------------------------------------------------------------------------------------
-# Runs and datasets
-# ----------------------------------------------------------------------------------------------------------------------
-
-# fields a sampling/evaluation config must share with the run it loads (the network was built for them)
-_FIXED = ("data.frames", "data.frame_stride", "data.height", "data.width", "data.action_dim", "data.state_dim",
-          "data.text_max_tokens")
-
-
-def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:
-    """The run's config (model, VAE, flow) with the data/sample/eval sections of ``cfg``.
-
-    Raises ConfigError naming each field that the run's network cannot accept (frame count, resolution, dims).
-    """
-    out = copy.deepcopy(run_cfg)
-    if cfg is None:
-        return out
-    for key in _FIXED:
-        sec, name = key.split(".")
-        a, b = getattr(getattr(run_cfg, sec), name), getattr(getattr(cfg, sec), name)
-        if a != b:
-            raise ConfigError(f"{key}: the checkpoint was trained with {a!r}, the evaluation config asks {b!r}")
-    out.data, out.sample, out.eval = copy.deepcopy(cfg.data), copy.deepcopy(cfg.sample), copy.deepcopy(cfg.eval)
-    return out
-
-
-def eval_dataset(cfg: Config, data_root: str | Path, split: str, stats: Optional[dict] = None):
-    """The deterministic evaluation windows of a split: one fixed window per episode (the dataset's fixed window),
-    in the split's episode order; sample i is ``ds[i]``."""
-    from simforcing.data.paired import PairedWindowDataset
-
-    c = copy.deepcopy(cfg)
-    c.data.fixed_window, c.data.windows_per_episode = True, 1
-    return PairedWindowDataset(c, data_root, splits=(split,), domains=("sim", "real"), stats=stats)
-
-
-def collate_one(item: dict) -> dict:
-    """One dataset item -> a batch of 1 (tensors get a leading 1, strings become lists)."""
-    from torch.utils.data import default_collate
-
-    return default_collate([item])
-
-
-def load_run(run_dir: str | Path, cfg: Optional[Config] = None, device: str | torch.device = "cpu",
-             step: Optional[int] = None):
-    """(cfg, model, vae, meta) for sampling from a training run; ``cfg`` supplies data/sample/eval settings."""
-    from simforcing.checkpoint import load_model_from_run
-    from simforcing.models.vae import load_vae
-
-    run_cfg, model, meta = load_model_from_run(run_dir, device=str(device), step=step)
-    merged = merge_run_config(run_cfg, cfg)
-    model.eval()
-    return merged, model, load_vae(merged, device), meta
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# simforcing generate
+# Sampling a run to files (`simforcing generate`)
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -388,8 +322,6 @@ def generate_run(run_dir: str | Path, data_root: str | Path, cfg: Optional[Confi
                  upscale: int = 4, fps: int = 4) -> list[str]:
     """Sample the first ``num_samples`` windows of ``split``; write per sample ``sample_XXX.{mp4,gif,png}`` with four
     panels (masked first frame | simulation rollout | prediction | ground truth). Returns the GIF paths."""
-    from simforcing.media import write_sample_media
-
     cfg, model, vae, meta = load_run(run_dir, cfg, device, step)
     device = model_device(model)
     ds = eval_dataset(cfg, data_root, split, meta.get("stats") if isinstance(meta, dict) else None)
@@ -413,47 +345,7 @@ def generate_run(run_dir: str | Path, data_root: str | Path, cfg: Optional[Confi
 
 def _display_mask(masker: FirstFrameMasker, batch: dict, device) -> Optional[torch.Tensor]:
     """x^s_0 for the first panel when the sampler did not need it (w = 0); None when it cannot be built."""
-    from simforcing.data.format import DataError
-
     try:
         return masker(to_device(batch, device))[0]
     except (DataError, ConfigError):
         return None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from simforcing.cli import add_config_args
-
-    parser.add_argument("--ckpt", required=True, help="training run folder (RUN with config.json + checkpoints/)")
-    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest valid one)")
-    parser.add_argument("--data", required=True, help="dataset folder")
-    parser.add_argument("--split", default="val")
-    parser.add_argument("--out", required=True, help="output folder for the MP4/GIF/PNG files")
-    parser.add_argument("--num-samples", type=int, default=4)
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    parser.add_argument("--upscale", type=int, default=4, help="nearest-neighbour upscaling for viewing")
-    parser.add_argument("--fps", type=int, default=4)
-    add_config_args(parser)
-
-
-def config_for_run(args: argparse.Namespace) -> Config:
-    """The run's config.json + command-line overrides (validated). --preset/--config are ignored with --ckpt."""
-    from simforcing.cli import config_from_args
-
-    path = Path(args.ckpt) / "config.json"
-    if not path.exists():
-        raise ConfigError(f"--ckpt: {path} is missing; expected a training run folder written by `simforcing train`")
-    return config_from_args(args, base=Config.load(path))
-
-
-def run(args: argparse.Namespace) -> int:
-    from simforcing.cli import dry_run
-    from simforcing.utils import resolve_device
-
-    cfg = config_for_run(args)
-    if args.dry_run:
-        return dry_run(cfg)
-    gifs = generate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, step=args.step,
-                        device=resolve_device(args.device), upscale=args.upscale, fps=args.fps)
-    print(f"wrote {len(gifs)} sample(s) to {args.out} (MP4, GIF and PNG strip each)")
-    return 0

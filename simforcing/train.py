@@ -50,7 +50,6 @@ seconds in the middle of writing checkpoint N, after the weights and before the 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import hashlib
@@ -62,23 +61,30 @@ import sys
 import threading
 import time
 import warnings
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
 from simforcing import parallel
-from simforcing.checkpoint import (CheckpointError, capture_rng, find_resumable, list_checkpoints, load_checkpoint,
-                                   load_model_state, restore_rng, save_checkpoint)
-from simforcing.config import METHOD_NAMES, Config, ConfigError
-from simforcing.utils import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl, seed_everything
+from simforcing.checkpoint import (capture_rng, find_resumable, list_checkpoints, load_checkpoint, load_model_state,
+                                   restore_rng, save_checkpoint)
+from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
+from simforcing.data.latent_cache import LatentWindowDataset
+from simforcing.data.paired import PairedWindowDataset
+from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, CheckpointError
+from simforcing.losses import NonFiniteLoss
+from simforcing.methods import METHODS, method_preset, needs_teacher
+from simforcing.models.vae import load_vae
+from simforcing.models.weights import frozen_copy, load_configured_weights
+from simforcing.models.world_model import build_world_model
+from simforcing.plots import plot_loss_curves
+from simforcing.runs import check_teacher_architecture
+from simforcing.utils import (append_jsonl, atomic_write_json, atomic_write_text, autocast_context, read_jsonl,
+                              seed_everything)
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_STOPPED = 0, 1, 2, 3, 75
-STAGE2_METHODS = tuple(m for m in METHOD_NAMES if m != "sim_pretrain")
-# model fields that do not change the weights' shapes or meaning (everything else must match the teacher)
-_NON_ARCH_MODEL_FIELDS = ("gradient_checkpointing", "weights", "action_expert_weights", "text_encoder")
-_DISTILL_TERMS = ("md_real", "md_sim", "value_real", "value_sim")
 _BATCH_KEYS = ("sim", "real", "z_sim", "z_real", "actions", "state0", "text", "text_mask")  # what the steps read
 
 
@@ -184,31 +190,6 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, total_steps: int):
     return opt, sched
 
 
-def autocast_context(cfg: Config, device: torch.device):
-    if cfg.train.mixed_precision != "bf16":
-        return nullcontext()
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
-def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str) -> None:
-    """ConfigError naming the first architecture field where ``cfg`` differs from the teacher's config."""
-    pairs = []
-    for f in dataclasses.fields(cfg.model):
-        if f.name in _NON_ARCH_MODEL_FIELDS or f.name == "vae":
-            continue
-        pairs.append((f"model.{f.name}", getattr(teacher_cfg.model, f.name), getattr(cfg.model, f.name)))
-    for name in ("kind", "latent_channels", "spatial_stride", "temporal_stride"):
-        pairs.append((f"model.vae.{name}", getattr(teacher_cfg.model.vae, name), getattr(cfg.model.vae, name)))
-    for name in ("action_dim", "state_dim"):
-        pairs.append((f"data.{name}", getattr(teacher_cfg.data, name), getattr(cfg.data, name)))
-    for name, theirs, ours in pairs:
-        if tuple(theirs) != tuple(ours) if isinstance(theirs, (tuple, list)) else theirs != ours:
-            raise ConfigError(f"{name}: got {ours!r} but the teacher checkpoint {where} was trained with {theirs!r}; "
-                              "the student starts from the teacher's weights, so architecture fields must match")
-
-
 def config_diff(a: Config, b: Config) -> list[str]:
     """Dotted names of the fields that differ between two configs."""
     def flat(d: dict, prefix: str = "") -> dict:
@@ -257,8 +238,6 @@ class RunLog:
             return
         append_jsonl(self.metrics, record)
         if self._tb is None:
-            from torch.utils.tensorboard import SummaryWriter
-
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tb"), purge_step=record["step"])
         for k, v in record.items():
             if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -272,8 +251,6 @@ class RunLog:
     def plot(self) -> Optional[Path]:
         if not self.active or not self.metrics.exists() or not self.metrics.stat().st_size:
             return None
-        from simforcing.plots import plot_loss_curves
-
         try:
             return plot_loss_curves(self.metrics, self.run_dir / "loss_curves.png", title=self.run_dir.name)
         except ValueError:
@@ -311,7 +288,7 @@ class Trainer:
     # -- checks before any work ---------------------------------------------------------------------------------------
     def _preflight(self) -> None:
         cfg = self.cfg.validate()
-        if self.stage == "pretrain" and cfg.train.method != "sim_pretrain":
+        if self.stage == "pretrain" and cfg.train.method != STAGE1_METHOD:
             raise ConfigError(f"train.method: stage 1 trains 'sim_pretrain', got {cfg.train.method!r}")
         if self.stage == "train" and cfg.train.method not in STAGE2_METHODS:
             raise ConfigError(f"train.method: got {cfg.train.method!r}; stage 2 expects one of "
@@ -376,8 +353,6 @@ class Trainer:
         self.total = cfg.train.max_steps if cfg.train.max_steps else cfg.train.epochs * self.spe
         self.optimizer, self.scheduler = build_optimizer(self.student, cfg, self.total)
         self.params = [p for p in self.student.parameters() if p.requires_grad]
-        from simforcing.methods import METHODS
-
         self.step_fn = METHODS[cfg.train.method]
         self.gen = torch.Generator(device=self.device)
         self.start_step, self.time_offset = 0, 0.0
@@ -393,13 +368,8 @@ class Trainer:
         stats = self.teacher_ckpt.meta.get("stats") if self.teacher_ckpt is not None else None
         self.vae = None
         if cfg.data.latent_cache:
-            from simforcing.data.latent_cache import LatentWindowDataset
-
             self.dataset = LatentWindowDataset(cfg, cfg.data.latent_cache, splits, domains, 0, stats)
         else:
-            from simforcing.data.paired import PairedWindowDataset
-            from simforcing.models.vae import load_vae
-
             self.dataset = PairedWindowDataset(cfg, cfg.data.root, splits, domains, 0, stats)
             self.vae = load_vae(cfg, self.device)
         self.stats = self.dataset.stats
@@ -409,8 +379,6 @@ class Trainer:
         self.log.facts["skipped"] = [{"episode": eid, "reason": why} for eid, why in skipped]
 
     def _build_models(self) -> None:
-        from simforcing.models.world_model import build_world_model
-
         cfg = self.cfg
         # rank 0 builds and loads the full model; the other ranks of a sharded run build it on the meta device and
         # receive their shards from rank 0 (parallel.shard_from_rank0): one full copy in host memory, not one per rank
@@ -421,14 +389,10 @@ class Trainer:
                 _load_start_weights(student, cfg)
         elif full:
             load_model_state(self.teacher_ckpt, student)
-        teacher = None
-        if self.stage == "train" and any(getattr(cfg.loss, t) > 0 for t in _DISTILL_TERMS):
-            from simforcing.models.weights import frozen_copy
-
-            teacher = frozen_copy(student)
+        teacher = frozen_copy(student) if self.stage == "train" and needs_teacher(cfg) else None
         self.student = parallel.shard_from_rank0(student, cfg, self.dist.mesh, self.device).train()
         if teacher is not None:
-            self.teacher = parallel.shard_from_rank0(teacher, cfg, self.dist.mesh, self.device, trainable=False)
+            self.teacher = parallel.shard_from_rank0(teacher, cfg, self.dist.mesh, self.device)
 
     def _restore(self) -> None:
         if not self.has_checkpoints:
@@ -482,8 +446,6 @@ class Trainer:
                 self.log.close()
 
     def _loop(self) -> dict:
-        from tqdm import tqdm
-
         cfg = self.cfg
         self.step = step = self.start_step
         self.log.status("running", step)
@@ -553,8 +515,6 @@ class Trainer:
 
     def _train_step(self, batch: dict, step: int) -> tuple[dict, float]:
         """One optimizer update; raises Diverged (on every rank) on a non-finite loss term or gradient norm."""
-        from simforcing.losses import NonFiniteLoss
-
         z = self._latents(batch, step)
         self.gen.manual_seed(derive_seed(self.cfg.train.seed, "step", step, self.dist.rank))
         bad: Optional[tuple[str, float]] = None
@@ -607,8 +567,6 @@ def _load_start_weights(model: torch.nn.Module, cfg: Config) -> None:
     """Stage 1 start: Wan2.2 video-expert weights (model.weights) and action-expert weights
     (model.action_expert_weights) when configured; otherwise keep the model's own init (demo)."""
     if cfg.model.weights or cfg.model.action_expert_weights:
-        from simforcing.models.weights import load_configured_weights
-
         try:
             load_configured_weights(model, cfg)
         except (OSError, ValueError, KeyError, RuntimeError) as e:
@@ -620,7 +578,7 @@ def _load_start_weights(model: torch.nn.Module, cfg: Config) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Library entry and commands
+# Library entry
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -634,86 +592,11 @@ def train_run(cfg: Config, out_dir: str | Path, stage: str, teacher_run: str | P
     teacher.json records it). Raises ConfigError, DataError or CheckpointError (status "failed" once the run folder
     exists); divergence and stop requests are results (exit codes 3 and 75), not exceptions.
     """
-    from simforcing.methods import method_preset
-
     cfg = copy.deepcopy(cfg)
     if stage == "pretrain":
-        method_preset(cfg, "sim_pretrain")
+        method_preset(cfg, STAGE1_METHOD)
     elif method is not None:
         if method not in STAGE2_METHODS:
             raise ConfigError(f"--method: got {method!r}; expected one of {', '.join(STAGE2_METHODS)}")
         method_preset(cfg, method)
     return Trainer(cfg, out_dir, stage, teacher_run, resume, progress).run()
-
-
-def add_arguments_for(words: tuple[str, ...], parser: argparse.ArgumentParser) -> None:
-    from simforcing.cli import add_config_args
-
-    if words == ("pretrain",):
-        add_config_args(parser)
-    else:
-        parser.add_argument("--method", required=True, choices=STAGE2_METHODS, help="stage-2 method")
-        parser.add_argument("--teacher", default=None, help="the stage-1 run folder (RUN1); optional with --resume")
-        parser.add_argument("--config", default=None, help="start from this config.json instead of RUN1's")
-        parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
-    parser.add_argument("--data", default=None, help="dataset folder (stage 2: default RUN1's data.root)")
-    parser.add_argument("--out", default=None, help="run folder to create (or to continue with --resume); required "
-                        "unless --dry-run")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint of --out")
-    parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
-
-
-def resolve_config(words: tuple[str, ...], args: argparse.Namespace) -> Config:
-    """pretrain: preset/--config + overrides. train: RUN1's config (or --config, or RUN2's on --resume) +
-    method_preset + overrides. With --resume and an existing RUN/config.json, that config is the base."""
-    from simforcing.cli import config_from_args
-    from simforcing.methods import method_preset
-
-    out_cfg = Path(args.out or ".") / "config.json"
-    base = Config.load(out_cfg) if args.resume and args.out and out_cfg.exists() else None
-    if words == ("pretrain",):
-        if base is not None:
-            cfg = config_from_args(args, base=base, validate=False)
-        else:
-            cfg = config_from_args(args, validate=False)
-        method_preset(cfg, "sim_pretrain")
-    else:
-        if base is None:
-            if args.config:
-                base = Config.load(args.config)
-            elif args.teacher:
-                base = Config.load(Path(args.teacher) / "config.json")
-            else:
-                raise ConfigError("--teacher: stage 2 needs the stage-1 run folder (RUN1)")
-            method_preset(base, args.method)
-        elif base.train.method != args.method:
-            raise ConfigError(f"train.method: {args.out} was trained with {base.train.method!r}, not "
-                              f"{args.method!r}; resume it with the same --method")
-        cfg = config_from_args(args, base=base, validate=False)
-    if args.data:
-        cfg.data.root = args.data
-    return cfg.validate()
-
-
-def run_for(words: tuple[str, ...], args: argparse.Namespace) -> int:
-    from simforcing.cli import dry_run
-    from simforcing.data.format import DataError
-
-    cfg = resolve_config(words, args)
-    if args.dry_run:
-        return dry_run(cfg)
-    if not args.out:
-        raise ConfigError("--out: the run folder is required (e.g. --out runs/stage1)")
-    stage = "pretrain" if words == ("pretrain",) else "train"
-    try:
-        result = train_run(cfg, args.out, stage, getattr(args, "teacher", None), args.resume,
-                           progress=not args.no_progress)
-    except (DataError, CheckpointError) as e:
-        print(f"simforcing {stage}: {e}", file=sys.stderr, flush=True)
-        return EXIT_FAILED
-    if result["state"] == "stopped":
-        print(f"simforcing {stage}: stopped at step {result['step']} ({result['reason']}); continue with --resume",
-              file=sys.stderr, flush=True)
-    elif result["state"] == "finished" and os.environ.get("RANK", "0") == "0":
-        print(f"simforcing {stage}: finished {result['step']} steps; checkpoint {result['checkpoint']}", flush=True)
-    return int(result["exit_code"])

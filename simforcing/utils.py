@@ -1,4 +1,4 @@
-"""Small shared helpers: atomic file writes, seeding, device choice, JSON lines."""
+"""Small shared helpers: atomic file writes, seeding, device choice, mixed precision, JSON lines."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import json
 import os
 import random
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
-
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     """Write ``path`` via ``write(tmp_path)`` then an atomic rename; a crash leaves the old file intact."""
@@ -75,3 +75,19 @@ def resolve_device(name: str = "auto") -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("train.device: 'cuda' requested but no CUDA device is available; use 'cpu' or 'auto'")
     return torch.device(name)
+
+
+def autocast_context(cfg, device: torch.device | str, cuda_only: bool = False):
+    """bf16 autocast when ``cfg.train.mixed_precision == "bf16"`` (``cfg`` a Config), else a null context.
+
+    CUDA: only on a device that supports bf16. Other devices (CPU): autocast too, unless ``cuda_only`` — the sampler
+    keeps full precision off CUDA; training autocasts wherever it is asked to.
+    """
+    device = torch.device(device)
+    if cfg.train.mixed_precision != "bf16":
+        return nullcontext()
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16) if torch.cuda.is_bf16_supported() else nullcontext()
+    if cuda_only:
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)

@@ -9,7 +9,7 @@ import statistics
 import pytest
 import torch
 
-from simforcing import bench
+from simforcing.bench import gpu, measure, options, report, sampler
 from simforcing.cli import main
 from simforcing.config import load_config
 
@@ -26,12 +26,12 @@ def tiny_run(tmp_path_factory):
 
 def test_schema_and_machine_info(tiny_run):
     _, res = tiny_run
-    assert res["schema"] == bench.SCHEMA
+    assert res["schema"] == options.SCHEMA
     for key in ("cpu_count", "torch", "torch_threads", "device_name", "load_average_start", "load_average_end"):
         assert key in res["machine"], key
     assert res["machine"]["torch"] == torch.__version__
     assert res["settings"]["mode"] == "tiny" and res["settings"]["preset"] == "demo"
-    assert set(res["section_seconds"]) == set(bench.SECTIONS)
+    assert set(res["section_seconds"]) == set(options.SECTIONS)
     assert res["seconds"] > 0
 
 
@@ -62,8 +62,8 @@ def check_sampler(res: dict, grid) -> None:
 
 def test_sampler_forwards_are_minimal_and_match_the_reference(tiny_run):
     _, res = tiny_run
-    assert {w for _, _, w in bench.TINY_GRID} == {0.0, 0.6, 1.0}
-    check_sampler(res, bench.TINY_GRID)
+    assert {w for _, _, w in options.TINY_GRID} == {0.0, 0.6, 1.0}
+    check_sampler(res, options.TINY_GRID)
 
 
 @pytest.mark.slow
@@ -72,9 +72,9 @@ def test_quick_bench_schema_and_minimal_forwards(tmp_path):
     out = tmp_path / "quick.json"
     assert main(["bench", "--quick", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert res["schema"] == bench.SCHEMA and res["settings"]["mode"] == "quick"
-    assert set(res["section_seconds"]) == set(bench.SECTIONS)
-    check_sampler(res, bench.QUICK_GRID)
+    assert res["schema"] == options.SCHEMA and res["settings"]["mode"] == "quick"
+    assert set(res["section_seconds"]) == set(options.SECTIONS)
+    check_sampler(res, options.QUICK_GRID)
     assert {"speedup_1_10_0", "train_ratio"} <= set(res["targets"])
     assert res["train"]["ideal_ratio"] == pytest.approx(7 / 3)
     assert out.with_suffix(".md").read_text().startswith("Machine:")
@@ -132,23 +132,23 @@ def test_gpu_section_is_skipped_without_cuda(tiny_run):
 
 def test_tables_are_markdown(tiny_run):
     out, res = tiny_run
-    text = bench.format_tables(res)
+    text = report.format_tables(res)
     assert out.with_suffix(".md").read_text().strip() == text.strip()  # written next to the JSON
     assert "| N_s | N_r | w |" in text and "| sft |" in text and "| simforcing |" in text
     assert "video decoding" in text and "latent cache" in text
 
 
 def test_grids():
-    assert {(1, 10, 0.0), (1, 10, 0.6), (1, 10, 1.0)} <= set(bench.QUICK_GRID)
-    assert len(set(bench.FULL_GRID)) == 64
-    assert {n for ns, nr, _ in bench.FULL_GRID for n in (ns, nr)} == {1, 5, 10, 20}
-    assert {w for _, _, w in bench.FULL_GRID} == {0.0, 0.3, 0.6, 1.0}
+    assert {(1, 10, 0.0), (1, 10, 0.6), (1, 10, 1.0)} <= set(options.QUICK_GRID)
+    assert len(set(options.FULL_GRID)) == 64
+    assert {n for ns, nr, _ in options.FULL_GRID for n in (ns, nr)} == {1, 5, 10, 20}
+    assert {w for _, _, w in options.FULL_GRID} == {0.0, 0.3, 0.6, 1.0}
 
 
 def test_minimal_forwards():
-    assert bench.minimal_forwards(5, 20, 0.0) == 20
-    assert bench.minimal_forwards(5, 20, 1.0) == 25
-    assert bench.minimal_forwards(5, 20, 0.3) == 45
+    assert sampler.minimal_forwards(5, 20, 0.0) == 20
+    assert sampler.minimal_forwards(5, 20, 1.0) == 25
+    assert sampler.minimal_forwards(5, 20, 0.3) == 45
 
 
 def test_peak_bytes_sees_a_known_allocation():
@@ -159,7 +159,7 @@ def test_peak_bytes_sees_a_known_allocation():
         y = x * 2  # 8 MiB live at once
         return float(y[0])
 
-    peak = bench.peak_bytes(work, torch.device("cpu"))
+    peak = measure.peak_bytes(work, torch.device("cpu"))
     assert 8 * 2**20 <= peak < 16 * 2**20
 
 
@@ -167,7 +167,7 @@ def test_gpu_measure_runs_on_cpu():
     """The GPU section's code path on a 1-layer demo model (CPU, fp32): counts and derived rates are consistent."""
     cfg = load_config("demo")
     cfg.model.num_layers, cfg.train.batch_size = 1, 1
-    res = bench.gpu_measure(cfg.validate(), torch.device("cpu"), repeats=1, n_sim=2, n_real=3, w=0.6)
+    res = gpu.gpu_measure(cfg.validate(), torch.device("cpu"), repeats=1, n_sim=2, n_real=3, w=0.6)
     assert res["sample"]["forwards"] == 2 + 2 * 3
     assert res["train"]["simforcing"]["step_s"] > 0 and res["train"]["sft"]["tokens_per_s"] > 0
     assert res["peak_flops"] is None and res["train"]["sft"]["mfu"] is None

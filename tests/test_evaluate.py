@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from simforcing.evaluate.latency import Stopwatch, summarize_latency
+from simforcing.evaluate.latency import summarize_latency
 from simforcing.evaluate.run import evaluate_run
+from simforcing.timing import Stopwatch
 from test_sample import make_data, make_run, tiny_cfg
 
 METRICS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
@@ -72,7 +73,7 @@ def _psnr_ref(pred: torch.Tensor, gt: torch.Tensor) -> float:
 
 def test_baselines_against_a_direct_computation(world):
     from simforcing.models.vae import DemoVAE
-    from simforcing.sample import collate_one, eval_dataset
+    from simforcing.runs import collate_one, eval_dataset
 
     tmp, data, cfg = world
     copy = evaluate_run(None, data, cfg, "val", 2, tmp / "copy", baseline="copy-first", progress=False)

@@ -13,7 +13,8 @@ from test_train import make_tiny_data, tiny_cfg
 from simforcing.cli import main as cli_main
 from simforcing.config import ConfigError
 from simforcing.data.format import DataError
-from simforcing.data.latent_cache import LatentWindowDataset, encode_latent_cache, read_index
+from simforcing.data.latent_cache import LatentWindowDataset, read_index
+from simforcing.prep.latents import encode_latent_cache
 
 
 @pytest.fixture(scope="module")
@@ -104,4 +105,4 @@ def test_training_reads_the_cache_and_the_command_writes_one(cached, tmp_path):
     assert cli_main(args) == 0
     index = read_index(out)
     assert [len(e["windows"]) for e in index["episodes"]] == [1, 1] and index["splits"] == ["train"]
-    assert cli_main(args) == 1  # refuses to overwrite an existing cache
+    assert cli_main(args) == 2  # refuses to overwrite an existing cache (an output already there: 2, as data synth)

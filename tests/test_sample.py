@@ -16,8 +16,8 @@ import torch.nn as nn
 from simforcing.config import load_config
 from simforcing.models.vae import DemoVAE
 from simforcing.models.world_model import build_world_model
-from simforcing.sample import (CopyFirstSampler, GuidedSampler, VaeReconSampler, guided_velocity, sample_generator,
-                               sample_videos)
+from simforcing.runs import sample_generator
+from simforcing.sample import CopyFirstSampler, GuidedSampler, VaeReconSampler, guided_velocity, sample_videos
 
 K = 16  # demo-VAE components of the test VAE -> C = 48 + K latent channels
 TEXT_DIM = 16
@@ -389,7 +389,7 @@ def test_generate_writes_panels_mp4_gif_png(run_folder):
     png = iio.imread(tmp / "gen" / "sample_000.png")
     assert png.shape[0] == 4 * (64 + 2)  # rows = the four panels
     # the ground-truth panel (last) reproduces the dataset's real frames (nearest ×2), up to codec error
-    from simforcing.sample import collate_one, eval_dataset
+    from simforcing.runs import collate_one, eval_dataset
     real = collate_one(eval_dataset(cfg, data, "val", None)[0])["real"][0]  # (3, F, H, W)
     gt = ((real.permute(1, 2, 3, 0) + 1) * 127.5).round().numpy()  # (F, H, W, 3)
     x0 = 3 * (96 + 2)

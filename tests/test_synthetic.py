@@ -10,8 +10,8 @@ from scipy.ndimage import binary_dilation
 
 from simforcing.data.format import (episode_dir, read_arm_mask, read_episode_videos, read_episodes, read_info,
                                     read_lowdim, read_splits)
-from simforcing.data.synthetic.generate import (TwinRenderer, finalize_dataset, generate_dataset, save_preview,
-                                                simulate_episode)
+from simforcing.data.synthetic.generate import TwinRenderer, generate_dataset, save_preview, simulate_episode
+from simforcing.prep.text import finalize_dataset
 
 T, H, W = 12, 32, 48
 SIZES = dict(num_train=2, num_val=1, num_sim_pool=2, length=T, height=H, width=W)

@@ -11,7 +11,8 @@ import torch
 from simforcing.config import ConfigError, load_config
 from simforcing.data.format import EpisodeInfo, write_meta
 from simforcing.data.text_cache import cache_dir, embedding_path, load_embedding, read_cache_info
-from simforcing.models.text import demo_text_encoder, embed_dataset, load_text_encoder, pretrained_text_encoder
+from simforcing.models.text import demo_text_encoder, load_text_encoder, pretrained_text_encoder
+from simforcing.prep.text import embed_dataset
 
 LONG = "push the red block to the left of the blue bowl, then lift it"
 

@@ -20,9 +20,9 @@ import torch
 from datagen import make_dataset
 from simforcing.checkpoint import list_checkpoints, load_checkpoint, load_model_from_run, sha256_file
 from simforcing.cli import main as cli_main
-from simforcing.config import Config, ConfigError, load_config
-from simforcing.train import (EXIT_DIVERGED, EXIT_STOPPED, STAGE2_METHODS, Trainer, lr_factor, param_groups,
-                              train_run)
+from simforcing.config import STAGE2_METHODS, Config, ConfigError, load_config
+from simforcing.errors import EXIT_DIVERGED, EXIT_STOPPED
+from simforcing.train import Trainer, lr_factor, param_groups, train_run
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model.num_layers=1", "--model.num_attention_heads=2", "--model.attention_head_dim=16",

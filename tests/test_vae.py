@@ -10,8 +10,8 @@ import torch
 
 from simforcing.config import ConfigError, load_config
 from simforcing.data.format import DataError, EpisodeInfo, write_episode, write_meta
-from simforcing.models.vae import (DemoVAE, WanVAE, depth_to_space, fit_demo_vae, load_vae,
-                                   read_demo_vae_report, space_to_depth)
+from simforcing.models.vae import DemoVAE, WanVAE, depth_to_space, load_vae, space_to_depth
+from simforcing.prep.demo_vae import fit_demo_vae, read_demo_vae_report
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Dataset validation: ``simforcing data check DIR [--skip-bad] [--preset P]`` and the checks the dataset reuses.
+"""Dataset validation (`simforcing data check DIR [--skip-bad] [--preset P]`) and the checks the dataset reuses.
 
 Every problem is a DataError with a distinct ``kind`` naming the episode, the file, the field and what was expected:
 
@@ -20,19 +20,20 @@ Every problem is a DataError with a distinct ``kind`` naming the episode, the fi
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import av
 import numpy as np
+from numpy.lib import format as npformat
 
 from simforcing.config import PRESETS, Config
 from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, meta_dir, read_episode_videos, read_episodes,
                                     read_info, read_lowdim, read_splits, read_stats)
+from simforcing.data.stats import Normalizer
 from simforcing.data.text_cache import cache_dir, embedding_path, has_embedding, load_embedding, read_cache_info
 
 log = logging.getLogger("simforcing.data")
@@ -48,8 +49,6 @@ PAIRED_SPLITS = ("train", "val")
 
 def probe_video(path: Path, episode: str | None = None) -> tuple[int, int, int]:
     """(frames, height, width) from the container header; decodes only when the header has no frame count."""
-    import av
-
     if not path.exists():
         raise DataError("video file is missing", episode, path, kind="missing_video")
     try:
@@ -68,8 +67,6 @@ def probe_video(path: Path, episode: str | None = None) -> tuple[int, int, int]:
 
 def npz_field_shape(path: Path, name: str, episode: str | None = None) -> tuple[int, ...]:
     """Shape of one array of an .npz from its header, without reading the data."""
-    from numpy.lib import format as npformat
-
     try:
         with zipfile.ZipFile(path) as zf:
             if name + ".npy" not in zf.namelist():
@@ -324,8 +321,6 @@ def check_dataset(root: str | Path, cfg: Config, skip_bad: bool = False) -> Chec
     root = Path(root)
     info = read_info(root)
     stats = read_stats(root)
-    from simforcing.data.stats import Normalizer
-
     Normalizer(stats).check_dims(cfg.data.action_dim, cfg.data.state_dim, str(meta_dir(root) / "stats.json"))
     cache = cache_dir(root, cfg.data.text_cache)
     check_text_cache(cache, cfg)
@@ -368,31 +363,3 @@ def check_dataset(root: str | Path, cfg: Config, skip_bad: bool = False) -> Chec
     instructions = {episodes[eid].instruction for _, eid in order}
     report.text_coverage = (sum(has_embedding(cache, t) for t in instructions), len(instructions))
     return report
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Command
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from simforcing.cli import add_config_args
-
-    parser.add_argument("root", metavar="DIR", help="dataset folder")
-    parser.add_argument("--skip-bad", action="store_true", help="skip and count bad episodes instead of stopping")
-    add_config_args(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    from simforcing.cli import config_from_args, dry_run
-
-    cfg = config_from_args(args)
-    if args.dry_run:
-        return dry_run(cfg)
-    try:
-        report = check_dataset(args.root, cfg, skip_bad=args.skip_bad or cfg.data.skip_bad)
-    except DataError as e:
-        print(f"simforcing data check: [{e.kind}] {e}", file=sys.stderr)
-        return 1
-    print(report.format())
-    return 0

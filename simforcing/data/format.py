@@ -24,27 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+import av
 import numpy as np
 
+from simforcing.errors import DataError
 from simforcing.utils import atomic_write, atomic_write_json
 
 FORMAT_NAME = "simforcing-paired"
 FORMAT_VERSION = 1
 SPLITS = ("train", "val", "sim_pool")
-
-
-class DataError(ValueError):
-    """A dataset file is missing or malformed. The message names the episode, the file and the field."""
-
-    def __init__(self, message: str, episode: str | None = None, path: str | Path | None = None,
-                 kind: str = "invalid"):
-        self.episode, self.path, self.kind = episode, (str(path) if path is not None else None), kind
-        where = []
-        if episode is not None:
-            where.append(f"episode {episode}")
-        if path is not None:
-            where.append(str(path))
-        super().__init__(f"{': '.join(where)}: {message}" if where else message)
 
 
 @dataclass
@@ -71,8 +59,6 @@ def episode_dir(root: str | Path, episode_id: str) -> Path:
 def write_video(path: str | Path, frames: np.ndarray, fps: int = 10, codec: str = "libx264",
                 qp: int = 0) -> None:
     """Write uint8 frames (T, H, W, 3) atomically. H and W must be even for H.264."""
-    import av
-
     frames = np.asarray(frames)
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be uint8 (T, H, W, 3), got {frames.dtype} {tuple(frames.shape)}")
@@ -97,8 +83,6 @@ def write_video(path: str | Path, frames: np.ndarray, fps: int = 10, codec: str 
 
 def read_video(path: str | Path, episode: str | None = None) -> np.ndarray:
     """Decode every frame of a video into uint8 (T, H, W, 3). Raises DataError naming the file when unreadable."""
-    import av
-
     path = Path(path)
     if not path.exists():
         raise DataError("video file is missing", episode, path, kind="missing_video")

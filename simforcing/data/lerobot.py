@@ -28,17 +28,22 @@ aspect-preserving resize + centre crop as training. Then meta/stats.json is comp
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from simforcing.config import ConfigError, parse_color
 from simforcing.data.format import DataError, EpisodeInfo, write_episode, write_meta
+from simforcing.data.paired import frames_to_target
+from simforcing.data.stats import write_stats
 
 log = logging.getLogger("simforcing.data")
 
@@ -55,8 +60,6 @@ class LeRobotEpisode:
 
 
 def _read_table(path: Path, what: str):
-    import pyarrow.parquet as pq
-
     if not path.exists():
         raise DataError(f"{what} is missing", path=path, kind="missing_file")
     try:
@@ -67,8 +70,6 @@ def _read_table(path: Path, what: str):
 
 def _column_2d(table, name: str, path: Path) -> np.ndarray:
     """A list/fixed-size-list (or scalar) column -> float32 (N, D)."""
-    import pyarrow as pa
-
     if name not in table.column_names:
         raise DataError(f"column {name!r} is missing (found {table.column_names})", path=path, kind="missing_field")
     col = table.column(name).combine_chunks()
@@ -160,8 +161,6 @@ class LeRobotV3:
 
     def lowdim(self, ep: LeRobotEpisode) -> tuple[np.ndarray, np.ndarray, str]:
         """(actions (T, A), states (T, S), task) of one episode, rows ordered by frame_index."""
-        import pyarrow.compute as pc
-
         table = self._data_table(ep.data_file)
         for c in ("episode_index", "frame_index"):
             if c not in table.column_names:
@@ -179,8 +178,6 @@ class LeRobotV3:
 
     def frames(self, ep: LeRobotEpisode) -> np.ndarray:
         """uint8 (T, H, W, 3): the frames of the episode's video file with from_ts <= t < to_ts."""
-        import av
-
         if not ep.video_file.exists():
             raise DataError("video file is missing", str(ep.index), ep.video_file, kind="missing_video")
         tol = 0.5 / self.fps
@@ -210,8 +207,6 @@ def _fit(frames: np.ndarray, height: int, width: int) -> np.ndarray:
     """uint8 (T, h, w, 3) -> (T, height, width, 3) with the training transform (resize to cover + centre crop)."""
     if frames.shape[1:3] == (height, width):
         return frames
-    from simforcing.data.paired import frames_to_target
-
     return frames_to_target(frames, height, width).permute(1, 2, 3, 0).numpy()  # (3,T,H,W) -> (T,H,W,3)
 
 
@@ -220,14 +215,10 @@ def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, s
                    val_fraction: float = 0.1, seed: int = 0, height: int | None = None, width: int | None = None,
                    lowdim_from: str = "real", sim_background: str = "black", progress: bool = True) -> dict:
     """Convert a sim and a real LeRobot v3.0 dataset into one paired dataset at ``out``; returns a summary dict."""
-    from tqdm import tqdm
-
-    from simforcing.data.stats import write_stats
-
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"--val-fraction: got {val_fraction}; expected a fraction in [0, 1)")
+        raise ConfigError(f"--val-fraction: got {val_fraction}; expected a fraction in [0, 1)")
     if lowdim_from not in ("real", "sim"):
-        raise ValueError(f"--lowdim-from: got {lowdim_from!r}; expected 'real' or 'sim'")
+        raise ConfigError(f"--lowdim-from: got {lowdim_from!r}; expected 'real' or 'sim'")
     parse_color(sim_background, "--sim-background")
     sim = LeRobotV3(sim_dir, sim_camera, action_key, state_key)
     real = LeRobotV3(real_dir, real_camera, action_key, state_key)
@@ -274,47 +265,3 @@ def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, s
     write_stats(out)
     return {"out": str(out), **{k: len(v) for k, v in splits.items()}, "skipped_real_only": real_only,
             "height": height, "width": width}
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Command
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sim", required=True, help="simulation LeRobot v3.0 dataset folder")
-    parser.add_argument("--real", required=True, help="real LeRobot v3.0 dataset folder")
-    parser.add_argument("--out", required=True, help="output dataset folder (simforcing format)")
-    parser.add_argument("--sim-camera", default=None, help="video feature of the sim dataset (default: the only one)")
-    parser.add_argument("--real-camera", default=None, help="video feature of the real dataset (default: the only one)")
-    parser.add_argument("--action-key", default="action")
-    parser.add_argument("--state-key", default="observation.state")
-    parser.add_argument("--val-fraction", type=float, default=0.1, help="fraction of paired episodes put in val")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
-    parser.add_argument("--height", type=int, default=None, help="stored height (default: the real camera's)")
-    parser.add_argument("--width", type=int, default=None, help="stored width (default: the real camera's)")
-    parser.add_argument("--lowdim-from", choices=("real", "sim"), default="real",
-                        help="dataset whose actions/states are kept")
-    parser.add_argument("--sim-background", default="black", help="what sim frames show outside the arm")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.overrides:
-        print(f"simforcing data import-lerobot: unrecognised arguments {args.overrides}", file=sys.stderr)
-        return 2
-    try:
-        summary = import_lerobot(args.sim, args.real, args.out, args.sim_camera, args.real_camera, args.action_key,
-                                 args.state_key, args.val_fraction, args.seed, args.height, args.width,
-                                 args.lowdim_from, args.sim_background)
-    except DataError as e:
-        print(f"simforcing data import-lerobot: [{e.kind}] {e}", file=sys.stderr)
-        return 1
-    except (ValueError, ConfigError) as e:
-        print(f"simforcing data import-lerobot: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {summary['out']}: {summary['train']} train, {summary['val']} val, {summary['sim_pool']} sim-only "
-          f"episodes at {summary['height']}x{summary['width']}; statistics in meta/stats.json")
-    if summary["skipped_real_only"]:
-        print(f"skipped {len(summary['skipped_real_only'])} real episodes without a sim partner")
-    print(f"next: simforcing data embed-text {summary['out']}")
-    return 0

@@ -15,8 +15,6 @@ Command: ``simforcing data stats DIR [--splits train,sim_pool]``.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -145,35 +143,3 @@ class Normalizer:
 
     def to_dict(self) -> dict:
         return self.stats
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Command: simforcing data stats DIR
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("root", metavar="DIR", help="dataset folder")
-    parser.add_argument("--splits", default="train,sim_pool", help="comma-separated splits to compute on")
-    parser.add_argument("--skip-bad", action="store_true", help="leave out episodes whose lowdim.npz is bad")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.overrides:
-        print(f"simforcing data stats: unrecognised arguments {args.overrides}", file=sys.stderr)
-        return 2
-    splits = tuple(s for s in args.splits.split(",") if s)
-    try:
-        stats = write_stats(args.root, splits, skip_bad=args.skip_bad)
-    except DataError as e:
-        print(f"simforcing data stats: [{e.kind}] {e}", file=sys.stderr)
-        return 1
-    for ep, why in stats.get("skipped", []):
-        print(f"skipped {ep}: {why}")
-    print(f"statistics over {stats['num_episodes']} episodes of {', '.join(splits)} -> "
-          f"{meta_dir(args.root) / 'stats.json'}")
-    for key in STATS_KEYS:
-        lo = ", ".join(f"{v:.4g}" for v in stats[key]["min"])
-        hi = ", ".join(f"{v:.4g}" for v in stats[key]["max"])
-        print(f"  {key:<6} min [{lo}]\n  {'':<6} max [{hi}]")
-    return 0

@@ -3,17 +3,21 @@
     ROOT/text_cache/info.json                 {"encoder": name, "text_dim": D, "max_tokens": N}
     ROOT/text_cache/<key>.safetensors         "embedding" float32 (n <= N, D)   key = sha1(instruction)[:20]
 
-Filled by `simforcing data embed-text` (simforcing.models.text); read by the dataset.
+Filled by `simforcing data embed-text` (simforcing.prep.text); read by the dataset.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
+from safetensors.torch import save_file
 
 from simforcing.data.format import DataError
 from simforcing.utils import atomic_write, atomic_write_json
@@ -33,8 +37,6 @@ def embedding_path(cache: Path, instruction: str) -> Path:
 
 def save_embedding(cache: Path, instruction: str, embedding: torch.Tensor) -> None:
     """embedding: (n, D) real tokens only (no padding)."""
-    from safetensors.torch import save_file
-
     emb = embedding.detach().to("cpu", torch.float32).contiguous()
     if emb.ndim != 2:
         raise ValueError(f"embedding must be (n, D), got {tuple(emb.shape)}")
@@ -57,6 +59,15 @@ def read_cache_info(cache: Path) -> dict:
         raise DataError(f"cannot read ({e})", path=p, kind="missing_text_cache") from e
 
 
+def clear_cache(cache: Path) -> None:
+    """Remove the info file first (a crash then forces a full recompute), then the embedding files."""
+    (cache / "info.json").unlink(missing_ok=True)
+    if cache.is_dir():
+        for p in cache.glob("*.safetensors"):
+            if re.fullmatch(r"[0-9a-f]{20}\.safetensors", p.name):  # instruction_key names only
+                p.unlink()
+
+
 def has_embedding(cache: Path, instruction: str) -> bool:
     return embedding_path(cache, instruction).exists()
 
@@ -64,9 +75,6 @@ def has_embedding(cache: Path, instruction: str) -> bool:
 def load_embedding(cache: Path, instruction: str, max_tokens: int, text_dim: int,
                    episode: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(text (max_tokens, D) zero-padded float32, mask (max_tokens,) bool)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
     p = embedding_path(cache, instruction)
     if not p.exists():
         raise DataError(f"instruction {instruction!r} has no cached embedding; run `simforcing data embed-text`",

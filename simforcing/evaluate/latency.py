@@ -9,52 +9,13 @@ configuration (the warm-up); with a single sample nothing can be excluded and th
 When a sweep reuses a simulation rollout computed for another configuration (same sample, same N_s, same seed), the
 reused rollout's measured time is added to that configuration's latency: every configuration pays for its own
 simulation, as the paper reports it.
+
+The clock itself (phases, CUDA synchronisation) is ``simforcing.timing.Stopwatch``.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
-
-import torch
-
-
-def synchronize(device: torch.device | str | None) -> None:
-    """Wait for queued CUDA work on ``device`` (no-op on CPU)."""
-    if device is not None and torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class Stopwatch:
-    """Accumulates named wall-clock phases of one sample: ``with sw.phase("real"): ...``; ``sw.times`` in seconds."""
-
-    def __init__(self, device: torch.device | str | None = None):
-        self.device = device
-        self.times: dict[str, float] = {}
-
-    def phase(self, name: str) -> "_Phase":
-        return _Phase(self, name)
-
-    def add(self, name: str, seconds: float) -> None:
-        self.times[name] = self.times.get(name, 0.0) + seconds
-
-    @property
-    def total(self) -> float:
-        return sum(self.times.values())
-
-
-class _Phase:
-    def __init__(self, sw: Stopwatch, name: str):
-        self.sw, self.name = sw, name
-
-    def __enter__(self) -> "_Phase":
-        synchronize(self.sw.device)
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        synchronize(self.sw.device)
-        self.sw.add(self.name, time.perf_counter() - self.t0)
 
 
 def summarize_latency(per_sample: list[float], warmup: int = 1) -> dict:

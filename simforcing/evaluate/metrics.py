@@ -8,8 +8,9 @@ Metric protocol
 - Values are clamped to [-1, 1] and mapped to [0, 1] (``x ↦ (x + 1)/2``, data range 1.0), no quantisation to uint8.
 - PSNR, SSIM and LPIPS run at the dataset resolution (no resizing); FID and FVD resize inside their feature networks
   as those require (Inception 299×299 bilinear, I3D 224×224 inside the detector).
-- PSNR: per frame ``10·log10(1 / MSE)`` (MSE over the 3 channels and all pixels), then averaged over the compared
-  frames of a sample (not one pooled MSE per video); the dataset value is the mean over samples. An exact frame
+- PSNR: per frame ``10·log10(1 / MSE)`` (MSE over the 3 channels and all pixels; :func:`psnr_from_mse`, the
+  one PSNR formula, also behind the per-video :func:`psnr_video` of the demo VAE's report), then averaged over the
+  compared frames of a sample (not one pooled MSE per video); the dataset value is the mean over samples. An exact frame
   (MSE = 0) is capped at 100 dB (MSE floor 1e-10).
 - SSIM: 11×11 Gaussian window, σ = 1.5, K1 = 0.01, K2 = 0.03, population (co)variances, per RGB channel and averaged
   over channels; per frame, then averaged over frames and samples. The SSIM map is averaged over the interior only
@@ -42,6 +43,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from torch import Tensor
+from torchmetrics.functional.image import structural_similarity_index_measure
+from torchmetrics.image.fid import FrechetInceptionDistance
 
 from simforcing.evaluate.networks import LPIPS, load_fid_inception, load_i3d, load_lpips
 
@@ -82,8 +85,18 @@ def _check_masks(masks: Tensor, pred: Tensor) -> None:
         raise ValueError(f"metrics: masks must be bool (B, F, H, W) = {(b, f, h, w)}, found {tuple(masks.shape)}")
 
 
-def _psnr(mse: Tensor) -> Tensor:
-    return 10.0 * torch.log10(1.0 / mse.clamp(min=PSNR_MSE_FLOOR))
+def psnr_from_mse(mse: Tensor) -> Tensor:
+    """PSNR (dB) for a data range of 1: ``10·log10(1 / MSE)``, an exact match capped at 100 dB (MSE floor 1e-10).
+    The one PSNR formula: per frame below, per video in :func:`psnr_video`."""
+    return -10.0 * torch.log10(mse.clamp(min=PSNR_MSE_FLOOR))
+
+
+def psnr_video(pred: Tensor, gt: Tensor) -> Tensor:
+    """One PSNR per video from one MSE pooled over all its frames, pixels and channels -> (B,) in the inputs' dtype.
+
+    Videos (B, 3, F, H, W) in [-1, 1], pixel range taken as [0, 1]; no frame is excluded and nothing is clamped
+    (the demo VAE's reconstruction report; the evaluation protocol is :func:`psnr_per_sample`)."""
+    return psnr_from_mse(((pred - gt) / 2).pow(2).flatten(1).mean(1))
 
 
 def psnr_per_sample(pred: Tensor, gt: Tensor, protocol: MetricProtocol = MetricProtocol()) -> Tensor:
@@ -91,13 +104,11 @@ def psnr_per_sample(pred: Tensor, gt: Tensor, protocol: MetricProtocol = MetricP
     _check_pair(pred, gt)
     p, g = protocol.frames(pred), protocol.frames(gt)  # (B, F', 3, H, W)
     mse = (p - g).pow(2).mean(dim=(2, 3, 4))  # (B, F')
-    return _psnr(mse).mean(dim=1)
+    return psnr_from_mse(mse).mean(dim=1)
 
 
 def ssim_per_sample(pred: Tensor, gt: Tensor, protocol: MetricProtocol = MetricProtocol()) -> Tensor:
     """Per-frame SSIM (Gaussian 11×11, σ 1.5, RGB channel mean, 5-px border cropped) averaged over frames -> (B,)."""
-    from torchmetrics.functional.image import structural_similarity_index_measure
-
     _check_pair(pred, gt)
     p, g = protocol.frames(pred), protocol.frames(gt)  # (B, F', 3, H, W)
     b, f, c, h, w = p.shape
@@ -124,7 +135,7 @@ def masked_psnr_per_sample(pred: Tensor, gt: Tensor, masks: Tensor,
     count = region.sum(dim=(2, 3)).double() * 3  # (B, F') pixel-channel values in the region
     mse = (sq * region).sum(dim=(2, 3)) / count.clamp(min=1)
     valid = count > 0
-    psnr = torch.where(valid, _psnr(mse), torch.zeros_like(mse))
+    psnr = torch.where(valid, psnr_from_mse(mse), torch.zeros_like(mse))
     n = valid.sum(dim=1)
     return torch.where(n > 0, psnr.sum(dim=1) / n.clamp(min=1), torch.full_like(n, math.nan, dtype=psnr.dtype))
 
@@ -240,8 +251,6 @@ class MetricAccumulator:
         inception, self.fid_reason = load_fid_inception(cfg.eval.inception_weights, self.device)
         self.fid = None
         if inception is not None:
-            from torchmetrics.image.fid import FrechetInceptionDistance
-
             self.fid = FrechetInceptionDistance(feature=inception, normalize=True).to(self.device)
         self.i3d, self.fvd_reason = load_i3d(cfg.eval.i3d_weights, self.device)
         self.i3d_feats: dict[str, list[Tensor]] = {"real": [], "fake": []}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 from torch import Tensor, nn
 
 # A folder given as cfg.eval.lpips_weights holds one file of each group (first match wins).
@@ -40,8 +41,6 @@ def load_state_dict(path: str | Path) -> dict[str, Tensor]:
     """A state dict from ``.safetensors`` or a ``torch.save`` file (``weights_only=True``)."""
     path = Path(path)
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
         return load_file(str(path))
     try:
         sd = torch.load(path, map_location="cpu", weights_only=True)

@@ -1,4 +1,5 @@
-"""`simforcing evaluate`: metrics and latency of a checkpoint (or a baseline) on the first K windows of a split.
+"""Evaluation (`simforcing evaluate`): metrics and latency of a checkpoint (or a baseline) on the first K windows of a
+split.
 
     simforcing evaluate --ckpt RUN --data DIR --split val --num-samples K --out OUT [--sample.w=0.6 ...]
     simforcing evaluate --baseline copy-first|vae-recon --preset demo --data DIR --out OUT [--model.vae.path=...]
@@ -11,18 +12,20 @@ Writes OUT/eval.json and OUT/eval.md.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 from pathlib import Path
 from typing import Optional
 
 import torch
+from tqdm import tqdm
 
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.latency import summarize_latency
-from simforcing.sample import (BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler,
-                               collate_one, eval_dataset, load_run, merge_run_config, sample_generator, to_device)
+from simforcing.evaluate.metrics import MetricAccumulator
+from simforcing.models.vae import load_vae
+from simforcing.runs import collate_one, eval_dataset, load_run, merge_run_config, sample_generator
+from simforcing.sample import BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler, to_device
 from simforcing.utils import atomic_write_json, atomic_write_text, resolve_device
 
 METRIC_KEYS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
@@ -37,8 +40,6 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
     fvd, *_reason), ``per_sample`` (psnr, ssim, psnr_arm, latency_s, forwards, episode_id, start), ``latency`` and
     ``num_samples``.
     """
-    from simforcing.evaluate.metrics import MetricAccumulator
-
     k = min(int(num_samples), len(ds))
     if k < 1:
         raise ConfigError(f"eval.num_samples: got {num_samples} with {len(ds)} windows in the split; expected >= 1")
@@ -47,8 +48,6 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
     guided = isinstance(sampler, GuidedSampler)
     it = range(k)
     if progress:
-        from tqdm import tqdm
-
         it = tqdm(it, desc=desc, leave=False)
     for i in it:
         batch = to_device(collate_one(ds[i]), device)
@@ -90,8 +89,6 @@ def build_sampler(cfg: Config, baseline: Optional[str], model=None, vae=None, de
         return CopyFirstSampler()
     if baseline == "vae-recon":
         if vae is None:
-            from simforcing.models.vae import load_vae
-
             vae = load_vae(cfg, device)
         return VaeReconSampler(vae, device)
     raise ConfigError(f"--baseline: got {baseline!r}; expected one of {', '.join(BASELINES)}")
@@ -140,6 +137,13 @@ def _fmt(v, nd=3) -> str:
     return "—" if v is None else f"{v:.{nd}f}"
 
 
+def format_result(res: dict) -> str:
+    """One line: every metric, the latency and the sample count."""
+    return (f"PSNR {_fmt(res['psnr'], 2)} dB | SSIM {_fmt(res['ssim'], 4)} | arm PSNR {_fmt(res.get('psnr_arm'), 2)} | "
+            f"LPIPS {_fmt(res.get('lpips'), 4)} | FID {_fmt(res.get('fid'), 2)} | FVD {_fmt(res.get('fvd'), 2)} | "
+            f"{_fmt(res['latency_s'], 4)} s/sample over {res['num_samples']} samples")
+
+
 def eval_markdown(res: dict, run_dir=None) -> str:
     """A short report: one metrics row, the reasons of metrics not computed, settings and latency."""
     name = res.get("baseline") or (str(run_dir) if run_dir else "?")
@@ -162,33 +166,3 @@ def eval_markdown(res: dict, run_dir=None) -> str:
     if res.get("checkpoint"):
         lines += [f"Checkpoint: {res['checkpoint']}", ""]
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from simforcing.cli import add_config_args
-
-    parser.add_argument("--ckpt", default=None, help="training run folder (required unless --baseline)")
-    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest valid one)")
-    parser.add_argument("--data", required=True, help="dataset folder")
-    parser.add_argument("--split", default="val")
-    parser.add_argument("--num-samples", type=int, default=None, help="K windows (default: eval.num_samples)")
-    parser.add_argument("--out", required=True, help="output folder for eval.json and eval.md")
-    parser.add_argument("--baseline", choices=BASELINES, default=None)
-    parser.add_argument("--device", default=None, help="auto | cpu | cuda (default: train.device)")
-    add_config_args(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    from simforcing.cli import config_from_args, dry_run
-    from simforcing.sample import config_for_run
-
-    cfg = config_for_run(args) if args.ckpt else config_from_args(args)
-    if args.dry_run:
-        return dry_run(cfg)
-    device = resolve_device(args.device) if args.device else None
-    res = evaluate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, baseline=args.baseline,
-                       step=args.step, device=device)
-    print(f"PSNR {_fmt(res['psnr'], 2)} dB | SSIM {_fmt(res['ssim'], 4)} | arm PSNR {_fmt(res.get('psnr_arm'), 2)} | "
-          f"LPIPS {_fmt(res.get('lpips'), 4)} | FID {_fmt(res.get('fid'), 2)} | FVD {_fmt(res.get('fvd'), 2)} | "
-          f"{_fmt(res['latency_s'], 4)} s/sample over {res['num_samples']} samples -> {Path(args.out) / 'eval.json'}")
-    return 0

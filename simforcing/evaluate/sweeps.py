@@ -17,16 +17,18 @@ All configurations see the same windows and the same noise per sample (evaluate.
 
 from __future__ import annotations
 
-import argparse
 import copy
 from pathlib import Path
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
+from matplotlib.figure import Figure
 
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.run import evaluate_sampler
-from simforcing.sample import GuidedSampler, eval_dataset, load_run
+from simforcing.runs import eval_dataset, load_run
+from simforcing.sample import GuidedSampler
 from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, resolve_device
 
 PAPER_W = (0.0, 0.3, 0.6, 1.0)
@@ -184,15 +186,11 @@ def _table_md(title: str, heads: Sequence[str], keys: Sequence[tuple], ws: Seque
 
 def heatmap(path: str | Path, tables: dict, row_labels: Sequence[str], col_labels: Sequence[str], row_title: str,
             titles: dict) -> None:
-    """One panel per metric (rows × columns, values written in the cells), saved as a PNG (matplotlib, Agg)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
+    """One panel per metric (rows × columns, values written in the cells), saved as a PNG (a pyplot-free Figure, so
+    no display and no global backend state)."""
     n = len(titles)
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n + 1, 0.45 * len(row_labels) + 1.6), squeeze=False)
+    fig = Figure(figsize=(3.2 * n + 1, 0.45 * len(row_labels) + 1.6))
+    axes = fig.subplots(1, n, squeeze=False)
     for ax, (metric, title) in zip(axes[0], titles.items()):
         grid = np.array([[np.nan if v is None else v for v in row] for row in tables[metric]], dtype=float)
         cmap = "viridis_r" if metric.startswith("latency") else "viridis"
@@ -211,49 +209,3 @@ def heatmap(path: str | Path, tables: dict, row_labels: Sequence[str], col_label
         fig.colorbar(im, ax=ax, fraction=0.046)
     fig.tight_layout()
     atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110))
-    plt.close(fig)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Commands
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def add_arguments_for(words: tuple, parser: argparse.ArgumentParser) -> None:
-    from simforcing.cli import add_config_args
-
-    if words == ("sweep", "cfg"):
-        parser.add_argument("--ckpts", nargs="+", required=True, help="runs trained with different conditioning.p")
-    else:
-        parser.add_argument("--ckpt", required=True, help="training run folder")
-        parser.add_argument("--n-sim", type=int, nargs="+", default=list(PAPER_STEPS))
-        parser.add_argument("--n-real", type=int, nargs="+", default=list(PAPER_STEPS))
-    parser.add_argument("--w", type=float, nargs="+", default=list(PAPER_W))
-    parser.add_argument("--data", required=True, help="dataset folder")
-    parser.add_argument("--split", default="val")
-    parser.add_argument("--num-samples", type=int, default=None, help="K windows (default: eval.num_samples)")
-    parser.add_argument("--out", default=None, help="output folder (default: sweep_cfg / sweep_steps)")
-    parser.add_argument("--device", default=None, help="auto | cpu | cuda (default: train.device)")
-    add_config_args(parser)
-
-
-def run_for(words: tuple, args: argparse.Namespace) -> int:
-    from simforcing.cli import dry_run
-    from simforcing.sample import config_for_run
-
-    first = args.ckpts[0] if words == ("sweep", "cfg") else args.ckpt
-    args.ckpt = first
-    cfg = config_for_run(args)  # the first run's config + overrides (data/sample/eval sections are used)
-    if args.dry_run:
-        return dry_run(cfg)
-    device = resolve_device(args.device) if args.device else None
-    if words == ("sweep", "cfg"):
-        res = sweep_cfg(args.ckpts, args.data, cfg, ws=args.w, num_samples=args.num_samples,
-                        out_dir=args.out or "sweep_cfg", split=args.split, device=device)
-    else:
-        res = sweep_steps(args.ckpt, args.data, cfg, n_sim=args.n_sim, n_real=args.n_real, ws=args.w,
-                          num_samples=args.num_samples, out_dir=args.out or "sweep_steps", split=args.split,
-                          device=device)
-    print(res["table_md"])
-    print(f"-> {res['json']}, {res['heatmap']}")
-    return 0

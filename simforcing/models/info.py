@@ -1,4 +1,5 @@
-"""``simforcing model info --preset P [--json]``: parameters, tokens, FLOPs and per-GPU training memory of a preset.
+"""Model size (`simforcing model info --preset P [--json]`): parameters, tokens, FLOPs and per-GPU training memory of a
+preset.
 
 The model is built on the meta device (no memory, no weights). FLOPs count matmuls analytically (2·m·n·k each; the
 joint attention is counted dense over all N = N_video + N_action tokens, as SDPA computes it, masked or not).
@@ -20,11 +21,10 @@ buffers are not included (add ~2–4 GiB).
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 
 from simforcing.config import Config
+from simforcing.models.world_model import build_world_model
 
 GPU_COUNTS = (1, 8, 16, 32)
 GIB = 1024 ** 3
@@ -32,8 +32,6 @@ GIB = 1024 ** 3
 
 def parameter_counts(cfg: Config) -> dict[str, int]:
     """Parameters per part of the world model: video expert, action expert, conditioning P_j, state token."""
-    from simforcing.models.world_model import build_world_model
-
     model = build_world_model(cfg, meta=True)
     counts = {"video_expert": 0, "action_expert": 0, "condition_projections": 0, "state_token": 0}
     for name, p in model.named_parameters():
@@ -156,21 +154,3 @@ def format_info(info: dict) -> str:
                      f"{r['teacher_gib']:>8.2f} {r['gathered_gib']:>9.2f} {r['activations_gib']:>8.2f} "
                      f"{r['stage2_total_gib']:>8.2f} {r['stage1_total_gib']:>8.2f}")
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from simforcing.cli import add_config_args
-
-    add_config_args(parser, preset_default="bridge")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
-
-
-def run(args: argparse.Namespace) -> int:
-    from simforcing.cli import config_from_args, dry_run
-
-    cfg = config_from_args(args)
-    if args.dry_run:
-        return dry_run(cfg)
-    info = model_info(cfg)
-    print(json.dumps(info, indent=2) if args.json else format_info(info))
-    return 0

@@ -1,8 +1,7 @@
-"""The frozen text encoder and the command that fills the instruction-embedding cache.
+"""The frozen text encoder (the instruction-embedding cache is filled by ``simforcing.prep.text``).
 
     enc = load_text_encoder(cfg)                 # umT5 from cfg.model.text_encoder, or the seeded demo T5
     embs = enc.encode(["push the red block"])   # [Tensor (n_i, D)]: real tokens only, n_i <= cfg.data.text_max_tokens
-    embed_dataset(root, cfg)                     # the instruction-embedding cache (`simforcing data embed-text`)
 
 The encoder reads up to ``CONTEXT_TOKENS`` tokens (Wan2.2's text length) and keeps the first ``text_max_tokens``
 output states, so every kept state is contextualised by the whole instruction.
@@ -14,15 +13,14 @@ Demo: no umT5 weights; a small T5 encoder initialised from a fixed seed with the
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import re
-import sys
 from pathlib import Path
 
 import torch
+import transformers
 from torch import nn
+from transformers import AutoConfig, AutoTokenizer, ByT5Tokenizer, T5Config, T5EncoderModel, UMT5EncoderModel
 
 from simforcing.config import Config, ConfigError
 
@@ -71,8 +69,6 @@ class TextEncoder:
 def demo_text_encoder(dim: int, max_tokens: int, seed: int = DEMO_SEED,
                       device: str | torch.device = "cpu") -> TextEncoder:
     """A 2-layer T5 encoder of width ``dim`` with weights drawn from ``seed`` (same text -> same embedding)."""
-    from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
-
     tokenizer = ByT5Tokenizer()
     heads = 4 if dim % 4 == 0 else 1
     config = T5Config(vocab_size=len(tokenizer), d_model=dim, d_kv=dim // heads, d_ff=2 * dim, num_layers=2,
@@ -98,9 +94,6 @@ def _resolve_folders(path: Path) -> tuple[Path, Path]:
 def _load_tokenizer(tok_dir: Path):
     """AutoTokenizer; else the class named by tokenizer_config.json (transformers 5 maps model_type umt5 to a
     tokenizer.json backend even when the folder declares e.g. a slow ByT5Tokenizer)."""
-    import transformers
-    from transformers import AutoTokenizer
-
     try:
         return AutoTokenizer.from_pretrained(str(tok_dir), local_files_only=True)
     except (OSError, ValueError):
@@ -115,8 +108,6 @@ def _load_tokenizer(tok_dir: Path):
 def pretrained_text_encoder(path: str | Path, max_tokens: int, device: str | torch.device = "cpu",
                             dtype: torch.dtype | None = None) -> TextEncoder:
     """umT5 / T5 encoder from a local folder (never downloads). ``dtype``: default bf16 on CUDA, else fp32."""
-    from transformers import AutoConfig, T5EncoderModel, UMT5EncoderModel
-
     path = Path(path)
     if not path.is_dir():
         raise ConfigError(f"model.text_encoder: {path} is not a folder; expected a local umT5 encoder "
@@ -156,84 +147,3 @@ def load_text_encoder(cfg: Config, device: str | torch.device = "cpu") -> TextEn
         raise ConfigError(f"model.text_dim: the config says {cfg.model.text_dim} but the text encoder {enc.name} "
                           f"has d_model {enc.dim}; set --model.text_dim={enc.dim}")
     return enc
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The instruction-embedding cache
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def embed_dataset(root: str | Path, cfg: Config, encoder: TextEncoder | None = None, batch_size: int = 16) -> int:
-    """Embed every distinct instruction of ``root``'s meta/episodes.jsonl into the cache; returns how many were
-    computed. Present embeddings are kept unless the cache was written by another encoder / dim / token limit, in
-    which case the whole cache is recomputed.
-    """
-    from simforcing.data.format import read_episodes
-    from simforcing.data.text_cache import (
-        cache_dir, has_embedding, read_cache_info, save_embedding, write_cache_info)
-
-    cache = cache_dir(root, cfg.data.text_cache)
-    instructions = sorted({ep.instruction for ep in read_episodes(root).values()})
-    encoder = encoder or load_text_encoder(cfg)
-    wanted = {"encoder": encoder.name, "text_dim": encoder.dim, "max_tokens": encoder.max_tokens}
-    info = read_cache_info(cache) if (cache / "info.json").is_file() else None
-    if info != wanted:
-        if info is not None:
-            log.warning("text cache %s was written by %s; recomputing every embedding with %s", cache,
-                        info, wanted)
-        _clear_cache(cache)
-        todo = instructions
-    else:
-        todo = [s for s in instructions if not has_embedding(cache, s)]
-    cache.mkdir(parents=True, exist_ok=True)
-    for i in range(0, len(todo), batch_size):
-        chunk = todo[i:i + batch_size]
-        for text, emb in zip(chunk, encoder.encode(chunk, batch_size)):
-            save_embedding(cache, text, emb)
-    write_cache_info(cache, encoder.name, encoder.dim, encoder.max_tokens)
-    return len(todo)
-
-
-def _clear_cache(cache: Path) -> None:
-    """Remove the info file first (a crash then forces a full recompute), then the embedding files."""
-    (cache / "info.json").unlink(missing_ok=True)
-    if cache.is_dir():
-        for p in cache.glob("*.safetensors"):
-            if re.fullmatch(r"[0-9a-f]{20}\.safetensors", p.name):
-                p.unlink()
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Command: simforcing data embed-text DIR
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from simforcing.cli import add_config_args
-
-    parser.add_argument("root", help="dataset folder")
-    parser.add_argument("--encoder", default=None,
-                        help="local umT5 folder (sets model.text_encoder; demo preset: default seeded T5)")
-    add_config_args(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    from simforcing.cli import config_from_args, dry_run
-    from simforcing.data.text_cache import cache_dir
-
-    cfg = config_from_args(args)
-    if args.encoder is not None:
-        cfg.model.text_encoder = args.encoder
-    if args.dry_run:
-        return dry_run(cfg)
-    from simforcing.data.format import DataError
-
-    encoder = load_text_encoder(cfg)
-    try:
-        n = embed_dataset(args.root, cfg, encoder)
-    except DataError as e:
-        print(f"simforcing data embed-text: data error: {e}", file=sys.stderr)
-        return 1
-    print(f"embedded {n} instruction(s) with {encoder.name} (D = {encoder.dim}, <= {encoder.max_tokens} tokens) "
-          f"-> {cache_dir(args.root, cfg.data.text_cache)}")
-    return 0

@@ -14,13 +14,13 @@ Keys that Wan cannot provide are *expected missing*: ``action.*``, ``layers.*.ac
 (the P_j convolutions), ``state_embed.*``. Other missing keys and unexpected keys are reported by name (and raise
 with ``strict=True``, before anything is copied).
 
-``simforcing model init-action-expert --preset P --weights WAN_PATH --out FILE`` writes the action expert's initial
-weights (see :func:`shrink_tensor` for the exact rule); ``cfg.model.action_expert_weights`` points at that file.
+:func:`write_action_expert` (``simforcing model init-action-expert --preset P --weights WAN_PATH --out FILE``) writes
+the action expert's initial weights (see :func:`shrink_tensor` for the exact rule); ``cfg.model.action_expert_weights``
+points at that file.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
@@ -31,10 +31,13 @@ from typing import Iterator, Optional
 
 import torch
 import torch.nn as nn
+from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from simforcing.config import Config, ConfigError
+from simforcing.models.world_model import build_world_model
+from simforcing.utils import atomic_write
 
 _ORIGINAL_PREFIX = "model.diffusion_model."
 _IGNORED_UNEXPECTED = ("norm_added_q",)  # diffusers ignores these too (_keys_to_ignore_on_load_unexpected)
@@ -140,8 +143,6 @@ def _check_shapes(model: nn.Module, shapes: dict[str, tuple], where: str) -> Non
 def _to_diffusers_names(tensors: dict, layout: str) -> dict:
     if layout == "diffusers":
         return tensors
-    from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
-
     return convert_wan_transformer_to_diffusers(dict(tensors))
 
 
@@ -342,8 +343,6 @@ def shrink_tensor(src: torch.Tensor, shape: tuple, key: str) -> torch.Tensor:
 
 def action_expert_shapes(cfg: Config) -> dict[str, tuple]:
     """Every action-expert tensor of the model ``cfg`` builds: world-model key -> shape (built on the meta device)."""
-    from simforcing.models.world_model import build_world_model
-
     if not cfg.model.use_action_expert:
         raise ConfigError("model.use_action_expert: False; there is no action expert to initialise")
     return {k: tuple(v.shape) for k, v in build_world_model(cfg, meta=True).state_dict().items()
@@ -363,22 +362,10 @@ def action_expert_from_video(cfg: Config, video: dict[str, torch.Tensor]) -> dic
     return out
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from simforcing.cli import add_config_args
-
-    add_config_args(parser, preset_default="bridge")
-    parser.add_argument("--weights", default=None, help="Wan2.2 transformer weights (default: model.weights)")
-    parser.add_argument("--out", required=True, help="output .safetensors file (set model.action_expert_weights to it)")
-
-
-def run(args: argparse.Namespace) -> int:
-    from simforcing.cli import config_from_args, dry_run
-    from simforcing.utils import atomic_write
-
-    cfg = config_from_args(args)
-    if args.dry_run:
-        return dry_run(cfg)
-    src = args.weights or cfg.model.weights
+def write_action_expert(cfg: Config, src: str | Path | None, out: str | Path) -> dict[str, torch.Tensor]:
+    """The action expert's initial weights shrunk from the Wan2.2 video-expert weights at ``src`` (default
+    ``cfg.model.weights``), written to the safetensors file ``out``; returns the tensors."""
+    src = src or cfg.model.weights
     if not src:
         raise ConfigError("model.weights: not set and no --weights given; expected the Wan2.2 transformer weights")
     needed = {action_source_key(k) for k in action_expert_shapes(cfg)} - {None}
@@ -386,8 +373,5 @@ def run(args: argparse.Namespace) -> int:
     tensors = action_expert_from_video(cfg, video)
     meta = {"format": "simforcing-action-expert", "source": str(src), "action_hidden": str(cfg.model.action_hidden),
             "action_ffn_dim": str(cfg.model.action_ffn_dim), "rule": "slice first entries; sqrt(n_in/m_in) on inputs"}
-    atomic_write(args.out, lambda p: save_file({k: v.contiguous() for k, v in tensors.items()}, str(p), meta))
-    print(f"wrote {len(tensors)} action-expert tensors ({sum(t.numel() for t in tensors.values()) / 1e6:.1f} M "
-          f"parameters) to {args.out}; action.action_in keeps its init")
-    return 0
-
+    atomic_write(out, lambda p: save_file({k: v.contiguous() for k, v in tensors.items()}, str(p), meta))
+    return tensors

@@ -56,12 +56,12 @@ def test_data_check_refuses_a_bad_config_too(tiny, capsys):
 
 
 def test_window_longer_than_every_episode_is_refused_before_the_model_is_built(tiny, tmp_path, capsys, monkeypatch):
-    import simforcing.models.world_model as wm
+    import simforcing.train as training  # the training loop builds the model through this name
 
     def no_work(*a, **k):
         raise AssertionError("the model was built although the config cannot work")
 
-    monkeypatch.setattr(wm, "build_world_model", no_work)
+    monkeypatch.setattr(training, "build_world_model", no_work)
     run = tmp_path / "run"
     err = _refuse(pretrain_args(run, tiny, "--data.frames=17"), capsys)  # 17 frames > 13-frame episodes
     assert "data.frames=17" in err and f"{EPISODE_LENGTH} frames" in err and "no episode is long enough" in err

@@ -1,4 +1,5 @@
-"""`simforcing data synth`: simulate scripted episodes in MuJoCo and write the paired sim/real dataset.
+"""The synthetic benchmark (`simforcing data synth`): simulate scripted episodes in MuJoCo and write the paired
+sim/real dataset.
 
     simforcing data synth data/synth                 # the demo set: 20 train + 16 val paired, 300 sim-only
     simforcing data synth /tmp/tiny --quick          # a tiny set for a smoke test
@@ -12,21 +13,25 @@ the dataset and the worker count does not change it.
 
 from __future__ import annotations
 
-import argparse
+import multiprocessing as mp
 import os
 import shutil
 import sys
-import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import imageio.v3 as iio
 import numpy as np
+from tqdm import tqdm
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco  # noqa: E402  (after MUJOCO_GL is set)
 
-from simforcing.data.format import EpisodeInfo, write_episode, write_meta  # noqa: E402
+from simforcing.config import ConfigError  # noqa: E402
+from simforcing.data.format import (EpisodeInfo, read_arm_mask, read_episode_videos, read_info,  # noqa: E402
+                                    write_episode, write_meta)
 from simforcing.data.synthetic.motions import ArmController, mat_to_rpy, script_motion  # noqa: E402
 from simforcing.data.synthetic.scene import (  # noqa: E402
     ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, SERVO_GAINS, TIMESTEP, CameraPose,
@@ -214,17 +219,17 @@ def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, he
                 layout: str) -> None:
     for name, v in (("num_train", num_train), ("num_val", num_val), ("num_sim_pool", num_sim_pool)):
         if v < 0:
-            raise ValueError(f"{name}: got {v}; expected a count >= 0")
+            raise ConfigError(f"{name}: got {v}; expected a count >= 0")
     if num_train + num_val + num_sim_pool == 0:
-        raise ValueError("num_train + num_val + num_sim_pool is 0; expected at least one episode")
+        raise ConfigError("num_train + num_val + num_sim_pool is 0; expected at least one episode")
     if length < 2:
-        raise ValueError(f"length: got {length}; expected >= 2 frames")
+        raise ConfigError(f"length: got {length}; expected >= 2 frames")
     for name, v, most in (("height", height, 480), ("width", width, 640)):  # the models' offscreen buffer
         if v <= 0 or v % 2 or v > most:
-            raise ValueError(f"{name}: got {v}; expected an even number of pixels in 2..{most} "
+            raise ConfigError(f"{name}: got {v}; expected an even number of pixels in 2..{most} "
                              "(H.264 needs even sizes)")
     if layout not in ("separate", "side_by_side"):
-        raise ValueError(f"layout: got {layout!r}; expected 'separate' or 'side_by_side'")
+        raise ConfigError(f"layout: got {layout!r}; expected 'separate' or 'side_by_side'")
 
 
 def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
@@ -232,8 +237,8 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
                      workers: int = 1, overwrite: bool = False) -> Path:
     """Write the synthetic paired dataset to ``out`` (videos, lowdim, masks, meta). Returns ``out``.
 
-    Stats and the text cache are separate: see :func:`finalize_dataset`. ``workers`` > 1 simulates episodes in that
-    many processes; the output is identical whatever the count.
+    Stats and the text cache are separate: see ``simforcing.prep.text.finalize_dataset``. ``workers`` > 1 simulates
+    episodes in that many processes; the output is identical whatever the count.
     """
     _check_args(num_train, num_val, num_sim_pool, length, height, width, layout)
     out = Path(out)
@@ -247,8 +252,6 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
 
     plan = [("train", True)] * num_train + [("val", True)] * num_val + [("sim_pool", False)] * num_sim_pool
     jobs = [(str(out), f"ep_{i:05d}", i, paired, seed, length, layout) for i, (_, paired) in enumerate(plan)]
-    from tqdm import tqdm
-
     bar = tqdm(total=len(jobs), desc="synth episodes", unit="ep", disable=not progress, file=sys.stderr)
     infos: list[EpisodeInfo] = []
     if workers <= 1:
@@ -260,9 +263,6 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
         finally:
             _close_twin()
     else:  # spawned processes (no GL state inherited); each builds its own twin renderer
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
                                  initargs=(height, width)) as pool:
             for info in pool.map(_write_one, jobs, chunksize=1):
@@ -292,22 +292,8 @@ def _close_twin() -> None:
         _TWIN = None
 
 
-def finalize_dataset(out: str | Path) -> None:
-    """Min–max stats (train + sim_pool) and the demo text-embedding cache for a freshly generated dataset."""
-    from simforcing.config import load_config
-    from simforcing.data.stats import write_stats
-    from simforcing.models.text import embed_dataset
-
-    write_stats(out)
-    embed_dataset(out, load_config("demo"))
-
-
 def save_preview(root: str | Path, episode_id: str, path: str | Path, num_frames: int = 9, scale: int = 4) -> Path:
     """A PNG strip of one paired episode: sim row over real row over mask row, ``num_frames`` evenly spaced."""
-    import imageio.v3 as iio
-
-    from simforcing.data.format import read_arm_mask, read_episode_videos, read_info
-
     info = read_info(root)
     sim, real = read_episode_videos(root, info, EpisodeInfo(episode_id, 0, "", True))
     mask = read_arm_mask(root, episode_id)
@@ -319,53 +305,3 @@ def save_preview(root: str | Path, episode_id: str, path: str | Path, num_frames
     img = np.concatenate(rows, axis=0).repeat(scale, axis=0).repeat(scale, axis=1)
     iio.imwrite(path, img)
     return Path(path)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# CLI
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out", nargs="?", default=None, help="dataset folder to write (or --out)")
-    parser.add_argument("--out", dest="out_opt", default=None, help="dataset folder to write")
-    parser.add_argument("--num-train", type=int, default=20, help="paired training episodes")
-    parser.add_argument("--num-val", type=int, default=16, help="paired validation episodes")
-    parser.add_argument("--num-sim-pool", type=int, default=300, help="sim-only episodes (stage 1)")
-    parser.add_argument("--length", type=int, default=33, help="frames per episode")
-    parser.add_argument("--height", type=int, default=32)
-    parser.add_argument("--width", type=int, default=48)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layout", choices=("separate", "side_by_side"), default="separate")
-    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="simulation processes")
-    parser.add_argument("--quick", action="store_true", help="a tiny set: 2 train, 2 val, 4 sim-only, 17 frames")
-    parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
-    parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
-    parser.add_argument("--preview", default=None, help="also write a PNG strip of the first paired episode here")
-    parser.add_argument("--no-progress", action="store_true")
-
-
-def run(args: argparse.Namespace) -> int:
-    if getattr(args, "overrides", None):
-        print(f"simforcing data synth: unrecognised arguments {args.overrides}", file=sys.stderr)
-        return 2
-    if (args.out is None) == (args.out_opt is None):
-        print("simforcing data synth: give the dataset folder once, as OUT or --out OUT", file=sys.stderr)
-        return 2
-    args.out = args.out or args.out_opt
-    counts = (2, 2, 4, 17) if args.quick else (args.num_train, args.num_val, args.num_sim_pool, args.length)
-    t0 = time.time()
-    try:
-        out = generate_dataset(args.out, num_train=counts[0], num_val=counts[1], num_sim_pool=counts[2],
-                               length=counts[3], height=args.height, width=args.width, seed=args.seed,
-                               layout=args.layout, progress=not args.no_progress, workers=args.workers,
-                               overwrite=args.overwrite)
-    except (ValueError, FileExistsError) as e:
-        print(f"simforcing data synth: {e}", file=sys.stderr)
-        return 2
-    if not args.no_finalize:
-        finalize_dataset(out)
-    if args.preview and counts[0] + counts[1] > 0:
-        save_preview(out, "ep_00000", args.preview)
-    print(f"wrote {sum(counts[:3])} episodes to {out} in {time.time() - t0:.1f} s")
-    return 0

@@ -16,8 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.spatial.transform import Rotation
 
-from simforcing.data.synthetic.scene import ARM_REACH, SHOULDER_Z, WRIST_ABOVE_EE, SceneObject
+from simforcing.data.synthetic.scene import (ARM_JOINTS, ARM_REACH, EE_SITE, HOME_Q, SHOULDER_Z, WRIST_ABOVE_EE,
+                                             SceneObject)
 
 # End-effector workspace (m, rad): targets are clipped into it, so the arm stays in view and reachable.
 WORKSPACE_LO = np.array([0.2, -0.36, 0.015])
@@ -186,14 +188,10 @@ def script_motion(rng: np.random.Generator, objects: list[SceneObject], start_po
 
 def rpy_to_mat(rpy: np.ndarray) -> np.ndarray:
     """(3,) extrinsic x-y-z angles -> (3, 3) rotation matrix."""
-    from scipy.spatial.transform import Rotation
-
     return Rotation.from_euler("xyz", rpy).as_matrix()
 
 
 def mat_to_rpy(mat: np.ndarray) -> np.ndarray:
-    from scipy.spatial.transform import Rotation
-
     return Rotation.from_matrix(np.asarray(mat).reshape(3, 3)).as_euler("xyz")
 
 
@@ -214,9 +212,7 @@ class ArmController:
     """
 
     def __init__(self, model, damping: float = 0.02, rot_weight: float = 0.3):
-        import mujoco
-
-        from simforcing.data.synthetic.scene import ARM_JOINTS, EE_SITE, HOME_Q
+        import mujoco  # not at the top: generate.py sets MUJOCO_GL before MuJoCo's first import (package docstring)
 
         self.mj, self.model, self.data = mujoco, model, mujoco.MjData(model)
         joints = [model.joint(j) for j in ARM_JOINTS]

@@ -272,7 +272,7 @@ def _tiles(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def paint_textures(model, rng: np.random.Generator) -> None:
     """Fill the real model's table, wall and floor textures with random patterns plus per-texel noise."""
-    import mujoco
+    import mujoco  # not at the top: generate.py sets MUJOCO_GL before MuJoCo's first import (package docstring)
 
     for name, painter in (("tex_table", _wood if rng.random() < 0.6 else _cloth), ("tex_wall", _stripes),
                           ("tex_floor", _tiles)):
@@ -303,7 +303,7 @@ class CameraPose:
     elevation: float  # degrees
 
     def to_mjv(self):
-        import mujoco
+        import mujoco  # not at the top: generate.py sets MUJOCO_GL before MuJoCo's first import (package docstring)
 
         cam = mujoco.MjvCamera()
         cam.type = mujoco.mjtCamera.mjCAMERA_FREE

@@ -1,0 +1,48 @@
+"""The benchmark (`simforcing bench`): sampler latency against the ideal work, training-step cost, data throughput,
+scaling.
+
+    simforcing bench [--preset demo] [--quick] --out FILE.json      (+ FILE.md tables, FILE_scaling.png)
+
+Models are built from the preset with random weights (``build_world_model``; the zero-initialised output head and
+condition projections P_j get small random values so that every branch changes the output); no checkpoint and no
+dataset are needed. Sections (``--sections``, all by default):
+
+1. ``sampler`` — for each (N_s, N_r, w): latency per sample (SPEC §8: first-frame encode + simulation + real rollout
+   + decode; one warm-up call excluded, median of 5–25 repeats — a cheap configuration repeats until its repetitions
+   span 3 s —, wall clock around the whole call), the per-sample
+   network evaluations it ran (``forwards``) and the minimal ones (w = 0: N_r; w = 1: N_s + N_r; else N_s + 2·N_r),
+   the median time of one single-sample forward (timed right before and after each call of that configuration),
+   and ``ratio = latency / (minimal × forward + decode)``. The forward is a plain ``model(...)`` call; the sampler's
+   steps are cheaper (the step context computes the text/action work once per batch, ``WorldModel.step_context``;
+   its cost and a step's cost are reported as ``step_context_s`` and ``forward_step_s``), and a batched pair forward
+   of 2 samples may cost less than 2 single forwards, so the ratio can be < 1. Beside it the same
+   configuration through :func:`reference_sample`, a plain loop as the authors' code runs it (simulation rollout
+   always, both CFG branches as two sequential forwards, P_j(c) recomputed in every forward), its latency, the
+   speed-up of ours, and the largest pixel difference between the two outputs (same noise: they must agree). The
+   time spent inside network calls (forward hooks) splits our latency into network work and everything else.
+2. ``train`` — median time of one training step (step function + backward; and with the AdamW update) and the peak
+   memory of one step for ``sft`` and ``simforcing`` on the same latent batch (teacher in no-grad), their ratio, the
+   per-step network evaluations counted with hooks, and the ideal ratio from forward/backward counts (a backward
+   costs 2 forwards: SFT 1 + 2 = 3 units, SimForcing 1 teacher + 2 student forwards + 2 student backwards = 7).
+3. ``data`` — windows per second through a DataLoader with 0/1/2 workers, from video decoding
+   (PairedWindowDataset, a fresh dataset each pass, so every episode is decoded once per pass) and from the latent
+   cache (LatentWindowDataset), on a small dataset written to a temporary folder.
+4. ``scaling`` — one forward's time, peak memory and FLOPs (``models.info.forward_flops``: joint attention vs. the
+   rest) against the number of frames and the resolution at the preset's width; a PNG plot.
+5. ``gpu`` — with CUDA only: bf16, the 5B preset (fewer layers if it does not fit), training and sampling tokens/s
+   and model-FLOPs utilisation against the device's dense bf16 peak; on CPU ``{"skipped": "no CUDA device"}``.
+
+Clocks: the wall clock (the headline: ``latency_s``, ``ratio``, ``speedup``) and this process's CPU time (``*_cpu``;
+with one torch thread the work done, less disturbed by other processes loading the machine, whose load average is
+recorded in ``machine``). Ratios and speed-ups are medians over repetitions of per-repetition ratios of calls made
+seconds apart (ours and the reference back to back in alternating order, the forward timed right before and after),
+so a load that drifts during the run cancels. ``targets`` checks the issue's targets on both clocks.
+
+Peak memory: CUDA ``max_memory_allocated`` above what was allocated before; CPU the peak of live tensor bytes from
+the profiler's allocation events (``profile_memory``), the same quantity. ``--quick`` runs a subset; ``--tiny`` (for
+the test suite) shrinks every section further. No timing is asserted in tests.
+
+Files, one per section: ``options`` (modes, grids, targets), ``measure`` (clocks, peak memory, machine), ``inputs``
+(random-weight models and batches), ``sampler``, ``train_step``, ``throughput`` (data), ``scaling``, ``gpu``,
+``report`` (targets, tables, the JSON of a whole run).
+"""

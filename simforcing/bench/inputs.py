@@ -1,0 +1,74 @@
+"""The benchmark's inputs: models with random weights (every branch active) and random batches shaped like the
+dataset's; no checkpoint and no dataset are needed."""
+
+from __future__ import annotations
+
+import torch
+
+from simforcing.config import Config, ConfigError
+from simforcing.models.vae import DEMO_MEAN_CHANNELS, DEMO_RESIDUAL_DIM, DemoVAE, load_vae
+from simforcing.models.world_model import build_world_model
+
+
+def bench_model(cfg: Config, device: torch.device, seed: int = 0):
+    """``build_world_model(cfg)`` with random init, then small random values in the zero-initialised output head and
+    condition projections P_j (so the condition and every branch change the output). Eval mode."""
+    torch.manual_seed(seed)
+    model = build_world_model(cfg, device=device)
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    with torch.no_grad():
+        heads = [model.video.proj_out] + [layer.cond_proj for layer in model.layers]
+        for mod in heads:
+            for p in mod.parameters():
+                p.copy_(0.02 * torch.randn(p.shape, generator=gen).to(p.device, p.dtype))
+    return model.eval()
+
+
+def random_demo_vae(cfg: Config, seed: int = 0):
+    """A DemoVAE with a random orthonormal basis of K = latent_channels - 48 components, shift 0, scale 1."""
+    c = cfg.model.vae.latent_channels
+    k = c - DEMO_MEAN_CHANNELS
+    if not 0 <= k <= DEMO_RESIDUAL_DIM:
+        raise ConfigError(f"model.vae.latent_channels: got {c}; the demo VAE has 48 + K channels, 0 <= K <= 192")
+    gen = torch.Generator().manual_seed(seed)
+    basis = torch.linalg.qr(torch.randn(DEMO_RESIDUAL_DIM, max(k, 1), generator=gen))[0][:, :k]  # (192, K)
+    return DemoVAE(basis, torch.zeros(c), torch.ones(c))
+
+
+def bench_vae(cfg: Config, device: torch.device):
+    """The configured VAE when ``model.vae.path`` is set, else a random demo VAE (kind demo); None for a Wan VAE
+    without weights (the sections that decode are then skipped)."""
+    if cfg.model.vae.path:
+        return load_vae(cfg, device)
+    if cfg.model.vae.kind == "demo":
+        return random_demo_vae(cfg).to(device)
+    return None
+
+
+def pixel_batch(cfg: Config, b: int, device: torch.device, seed: int = 0) -> dict:
+    """What the sampler reads: real/sim (B, 3, F, H, W) in [-1, 1], actions (B, A_w, A), state0 (B, S),
+    text (B, N, D) with text_mask (B, N) (first half real tokens), arm_mask (B, F, H, W) (a centred box)."""
+    d = cfg.data
+    g = torch.Generator().manual_seed(seed)
+    video = (b, 3, d.frames, d.height, d.width)
+    text_mask = torch.zeros(b, d.text_max_tokens, dtype=torch.bool)
+    text_mask[:, : max(1, d.text_max_tokens // 2)] = True
+    arm = torch.zeros(b, d.frames, d.height, d.width, dtype=torch.bool)
+    arm[:, :, d.height // 4: 3 * d.height // 4, d.width // 4: 3 * d.width // 4] = True
+    batch = {"real": torch.rand(video, generator=g) * 2 - 1, "sim": torch.rand(video, generator=g) * 2 - 1,
+             "actions": torch.rand(b, d.actions_per_window, d.action_dim, generator=g) * 2 - 1,
+             "state0": torch.rand(b, d.state_dim, generator=g) * 2 - 1,
+             "text": torch.randn(b, d.text_max_tokens, cfg.model.text_dim, generator=g), "text_mask": text_mask,
+             "arm_mask": arm, "has_arm_mask": torch.ones(b, dtype=torch.bool)}
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def latent_batch(cfg: Config, b: int, device: torch.device, seed: int = 0) -> dict:
+    """What a step function reads: z_sim, z_real (B, C, L+1, h, w) plus actions, state0, text, text_mask."""
+    px = pixel_batch(cfg, b, device, seed)
+    g = torch.Generator().manual_seed(seed + 7)
+    shape = (b, cfg.model.vae.latent_channels, cfg.latent_frames, *cfg.latent_hw)
+    out = {k: px[k] for k in ("actions", "state0", "text", "text_mask")}
+    out["z_sim"] = torch.randn(shape, generator=g).to(device)
+    out["z_real"] = (out["z_sim"].cpu() + 0.5 * torch.randn(shape, generator=g)).to(device)
+    return out

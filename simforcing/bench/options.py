@@ -1,0 +1,49 @@
+"""Benchmark modes, grids and targets: what each section runs in a full, ``--quick`` or ``--tiny`` run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+SCHEMA = "simforcing-bench/1"
+SECTIONS = ("sampler", "train", "data", "scaling", "gpu")
+FULL_GRID = [(ns, nr, w) for ns in (1, 5, 10, 20) for nr in (1, 5, 10, 20) for w in (0.0, 0.3, 0.6, 1.0)]
+QUICK_GRID = [(1, 10, 0.0), (1, 10, 0.3), (1, 10, 0.6), (1, 10, 1.0), (5, 20, 0.6), (1, 1, 0.6), (20, 1, 1.0)]
+TINY_GRID = [(2, 3, 0.0), (2, 3, 0.6), (2, 3, 1.0)]
+TARGETS = {"sampler_ratio_max": 1.10, "speedup_at_1_10_0_min": 2.0, "speedup_min": 1.0, "train_ratio_max": 2.5}
+
+
+@dataclass
+class BenchOptions:
+    """How much of each section runs (``for_mode``: full, ``--quick`` or ``--tiny``)."""
+
+    mode: str = "full"
+    grid: list = field(default_factory=lambda: list(FULL_GRID))
+    repeats: int = 5  # timed sampler calls per configuration (after 1 warm-up), at least
+    max_repeats: int = 25  # at most, when raised to span min_config_s
+    min_config_s: float = 3.0  # seconds of repetitions per configuration (cheap ones repeat more)
+    forward_repeats: int = 30  # timed calls of one forward / decode / encode
+    train_repeats: int = 20
+    train_batch: Optional[int] = None  # None: cfg.train.batch_size
+    data_episodes: int = 16
+    data_length: int = 48
+    data_passes: int = 2
+    workers: tuple = (0, 1, 2)
+    scaling_frames: tuple = (21, 33, 49, 65)
+    scaling_scales: tuple = (1, 2, 4)
+    scaling_paper_res: bool = True  # add 224x320 to the resolution sweep
+    scaling_repeats: int = 5
+    gpu_repeats: int = 5
+
+    @classmethod
+    def for_mode(cls, quick: bool, tiny: bool) -> "BenchOptions":
+        if tiny:
+            return cls("tiny", list(TINY_GRID), repeats=1, max_repeats=1, min_config_s=0.0, forward_repeats=3,
+                       train_repeats=2, train_batch=2,
+                       data_episodes=2, data_length=16, data_passes=1, scaling_frames=(5, 9), scaling_scales=(1, 2),
+                       scaling_paper_res=False, scaling_repeats=1, gpu_repeats=1)
+        if quick:
+            return cls("quick", list(QUICK_GRID), repeats=5, min_config_s=2.0, forward_repeats=20, train_repeats=12,
+                       data_episodes=6,
+                       data_length=40, data_passes=1, scaling_repeats=3, scaling_paper_res=False, gpu_repeats=3)
+        return cls()

@@ -1,0 +1,210 @@
+"""`simforcing data synth | check | stats | embed-text | import-lerobot | encode`.
+
+The libraries of ``synth`` (MuJoCo), ``embed-text`` (transformers), ``import-lerobot`` (pyarrow) and ``encode``
+(diffusers' VAE) are imported inside their own ``run`` function: ``data check`` and ``data stats`` start without
+loading them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Optional
+
+from simforcing.commands import Subcommand, add_config_args, config_from_args
+from simforcing.config import Config, ConfigError
+from simforcing.data.check import check_dataset
+from simforcing.data.format import meta_dir
+from simforcing.data.stats import STATS_KEYS, write_stats
+from simforcing.data.text_cache import cache_dir
+from simforcing.utils import resolve_device
+
+# ----------------------------------------------------------------------------------------------------------------------
+# data synth
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", nargs="?", default=None, help="dataset folder to write (or --out)")
+    parser.add_argument("--out", dest="out_opt", default=None, help="dataset folder to write")
+    parser.add_argument("--num-train", type=int, default=20, help="paired training episodes")
+    parser.add_argument("--num-val", type=int, default=16, help="paired validation episodes")
+    parser.add_argument("--num-sim-pool", type=int, default=300, help="sim-only episodes (stage 1)")
+    parser.add_argument("--length", type=int, default=33, help="frames per episode")
+    parser.add_argument("--height", type=int, default=32)
+    parser.add_argument("--width", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layout", choices=("separate", "side_by_side"), default="separate")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="simulation processes")
+    parser.add_argument("--quick", action="store_true", help="a tiny set: 2 train, 2 val, 4 sim-only, 17 frames")
+    parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
+    parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
+    parser.add_argument("--preview", default=None, help="also write a PNG strip of the first paired episode here")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    # MuJoCo (and its MUJOCO_GL set-up) and the text encoder load only for this subcommand
+    from simforcing.data.synthetic.generate import generate_dataset, save_preview
+    from simforcing.prep.text import finalize_dataset
+
+    if (args.out is None) == (args.out_opt is None):
+        raise ConfigError("OUT: give the dataset folder once, as OUT or --out OUT")
+    out = args.out or args.out_opt
+    counts = (2, 2, 4, 17) if args.quick else (args.num_train, args.num_val, args.num_sim_pool, args.length)
+    t0 = time.time()
+    out = generate_dataset(out, num_train=counts[0], num_val=counts[1], num_sim_pool=counts[2], length=counts[3],
+                           height=args.height, width=args.width, seed=args.seed, layout=args.layout,
+                           progress=not args.no_progress, workers=args.workers, overwrite=args.overwrite)
+    if not args.no_finalize:
+        finalize_dataset(out)
+    if args.preview and counts[0] + counts[1] > 0:
+        save_preview(out, "ep_00000", args.preview)
+    print(f"wrote {sum(counts[:3])} episodes to {out} in {time.time() - t0:.1f} s")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# data check / data stats
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root", metavar="DIR", help="dataset folder")
+    parser.add_argument("--skip-bad", action="store_true", help="skip and count bad episodes instead of stopping")
+    add_config_args(parser)
+
+
+def check(args: argparse.Namespace, cfg: Config) -> int:
+    report = check_dataset(args.root, cfg, skip_bad=args.skip_bad or cfg.data.skip_bad)
+    print(report.format())
+    return 0
+
+
+def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root", metavar="DIR", help="dataset folder")
+    parser.add_argument("--splits", default="train,sim_pool", help="comma-separated splits to compute on")
+    parser.add_argument("--skip-bad", action="store_true", help="leave out episodes whose lowdim.npz is bad")
+
+
+def stats(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    splits = tuple(s for s in args.splits.split(",") if s)
+    result = write_stats(args.root, splits, skip_bad=args.skip_bad)
+    for ep, why in result.get("skipped", []):
+        print(f"skipped {ep}: {why}")
+    print(f"statistics over {result['num_episodes']} episodes of {', '.join(splits)} -> "
+          f"{meta_dir(args.root) / 'stats.json'}")
+    for key in STATS_KEYS:
+        lo = ", ".join(f"{v:.4g}" for v in result[key]["min"])
+        hi = ", ".join(f"{v:.4g}" for v in result[key]["max"])
+        print(f"  {key:<6} min [{lo}]\n  {'':<6} max [{hi}]")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# data embed-text
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_embed_text_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root", help="dataset folder")
+    parser.add_argument("--encoder", default=None,
+                        help="local umT5 folder (sets model.text_encoder; demo preset: default seeded T5)")
+    add_config_args(parser)
+
+
+def embed_text_config(args: argparse.Namespace) -> Config:
+    cfg = config_from_args(args)
+    if args.encoder is not None:
+        cfg.model.text_encoder = args.encoder
+    return cfg
+
+
+def embed_text(args: argparse.Namespace, cfg: Config) -> int:
+    from simforcing.models.text import load_text_encoder  # transformers: only this subcommand needs it
+    from simforcing.prep.text import embed_dataset
+
+    encoder = load_text_encoder(cfg)
+    n = embed_dataset(args.root, cfg, encoder)
+    print(f"embedded {n} instruction(s) with {encoder.name} (D = {encoder.dim}, <= {encoder.max_tokens} tokens) "
+          f"-> {cache_dir(args.root, cfg.data.text_cache)}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# data import-lerobot
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_import_lerobot_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sim", required=True, help="simulation LeRobot v3.0 dataset folder")
+    parser.add_argument("--real", required=True, help="real LeRobot v3.0 dataset folder")
+    parser.add_argument("--out", required=True, help="output dataset folder (simforcing format)")
+    parser.add_argument("--sim-camera", default=None, help="video feature of the sim dataset (default: the only one)")
+    parser.add_argument("--real-camera", default=None, help="video feature of the real dataset (default: the only one)")
+    parser.add_argument("--action-key", default="action")
+    parser.add_argument("--state-key", default="observation.state")
+    parser.add_argument("--val-fraction", type=float, default=0.1, help="fraction of paired episodes put in val")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
+    parser.add_argument("--height", type=int, default=None, help="stored height (default: the real camera's)")
+    parser.add_argument("--width", type=int, default=None, help="stored width (default: the real camera's)")
+    parser.add_argument("--lowdim-from", choices=("real", "sim"), default="real",
+                        help="dataset whose actions/states are kept")
+    parser.add_argument("--sim-background", default="black", help="what sim frames show outside the arm")
+
+
+def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    from simforcing.data.lerobot import import_lerobot as run_import  # pyarrow: only this subcommand needs it
+
+    summary = run_import(args.sim, args.real, args.out, args.sim_camera, args.real_camera, args.action_key,
+                         args.state_key, args.val_fraction, args.seed, args.height, args.width, args.lowdim_from,
+                         args.sim_background)
+    print(f"wrote {summary['out']}: {summary['train']} train, {summary['val']} val, {summary['sim_pool']} sim-only "
+          f"episodes at {summary['height']}x{summary['width']}; statistics in meta/stats.json")
+    if summary["skipped_real_only"]:
+        print(f"skipped {len(summary['skipped_real_only'])} real episodes without a sim partner")
+    print(f"next: simforcing data embed-text {summary['out']}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# data encode
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_args(parser)
+    parser.add_argument("--data", required=True, help="dataset folder")
+    parser.add_argument("--out", required=True, help="cache folder to create")
+    parser.add_argument("--windows-per-episode", type=int, default=None,
+                        help="K windows per episode drawn once and encoded (default: data.windows_per_episode)")
+    parser.add_argument("--splits", nargs="+", default=["train", "sim_pool"], help="splits to encode")
+    parser.add_argument("--batch-size", type=int, default=16, help="windows per VAE call")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def encode_config(args: argparse.Namespace) -> Config:
+    cfg = config_from_args(args)
+    cfg.data.root = args.data
+    return cfg
+
+
+def encode(args: argparse.Namespace, cfg: Config) -> int:
+    from simforcing.prep.latents import encode_latent_cache  # the VAE (diffusers): only this subcommand needs it
+
+    index = encode_latent_cache(cfg, args.data, args.out, args.windows_per_episode, tuple(args.splits),
+                                args.batch_size, resolve_device(cfg.train.device), progress=not args.no_progress)
+    n = sum(len(e["windows"]) for e in index["episodes"])
+    print(f"encoded {n} windows of {len(index['episodes'])} episodes into {len(index['shards'])} shards in {args.out}")
+    return 0
+
+
+SUBCOMMANDS = {
+    ("data", "synth"): Subcommand(add_synth_arguments, synth),
+    ("data", "check"): Subcommand(add_check_arguments, check, config_from_args),
+    ("data", "stats"): Subcommand(add_stats_arguments, stats),
+    ("data", "embed-text"): Subcommand(add_embed_text_arguments, embed_text, embed_text_config),
+    ("data", "import-lerobot"): Subcommand(add_import_lerobot_arguments, import_lerobot),
+    ("data", "encode"): Subcommand(add_encode_arguments, encode, encode_config),
+}

@@ -1,0 +1,43 @@
+"""`simforcing demo [--out runs/demo] [--quick] [--full] [--seeds K]`: the whole paper on the embedded synthetic
+benchmark (``simforcing.demo``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simforcing.commands import Subcommand
+from simforcing.config import Config
+from simforcing.demo import BASE_METHODS, FULL_METHODS, demo_budget, demo_config, run_demo
+
+
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="runs/demo", help="output folder")
+    parser.add_argument("--data", default=None, help="dataset folder (default: OUT/data, generated when missing)")
+    parser.add_argument("--quick", action="store_true", help="smoke test: tiny data and budgets (numbers meaningless)")
+    parser.add_argument("--full", action="store_true", help="also train joint_fm, value_distill and motion_distill")
+    parser.add_argument("--seeds", type=int, default=1, help="stage-2 seeds (paired difference simforcing − sft)")
+    parser.add_argument("--stage1-steps", type=int, default=None)
+    parser.add_argument("--stage2-steps", type=int, default=None)
+    parser.add_argument("--dry-run", action="store_true", help="print the demo config and exit")
+
+
+def _budget(args: argparse.Namespace):
+    return demo_budget(args.quick, args.stage1_steps, args.stage2_steps)
+
+
+def _data_root(args: argparse.Namespace) -> Path:
+    return Path(args.data) if args.data else Path(args.out) / "data"
+
+
+def config(args: argparse.Namespace) -> Config:
+    """The demo preset + overrides on OUT/data (or --data) and the demo VAE in OUT/vae."""
+    return demo_config(_budget(args), _data_root(args), Path(args.out) / "vae", list(args.overrides or []))
+
+
+def demo(args: argparse.Namespace, cfg: Config) -> int:
+    return run_demo(Path(args.out), _data_root(args), _budget(args), cfg,
+                    FULL_METHODS if args.full else BASE_METHODS, args.seeds)
+
+
+SUBCOMMANDS = {("demo",): Subcommand(add_demo_arguments, demo, config)}

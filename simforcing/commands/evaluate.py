@@ -1,0 +1,82 @@
+"""`simforcing evaluate` and `simforcing sweep cfg | steps` (``simforcing.evaluate``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simforcing.commands import Subcommand, add_config_args, config_for_run, config_from_args
+from simforcing.config import Config
+from simforcing.evaluate.run import evaluate_run, format_result
+from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps
+from simforcing.sample import BASELINES
+from simforcing.utils import resolve_device
+
+
+def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ckpt", default=None, help="training run folder (required unless --baseline)")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest valid one)")
+    parser.add_argument("--data", required=True, help="dataset folder")
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--num-samples", type=int, default=None, help="K windows (default: eval.num_samples)")
+    parser.add_argument("--out", required=True, help="output folder for eval.json and eval.md")
+    parser.add_argument("--baseline", choices=BASELINES, default=None)
+    parser.add_argument("--device", default=None, help="auto | cpu | cuda (default: train.device)")
+    add_config_args(parser)
+
+
+def evaluate_config(args: argparse.Namespace) -> Config:
+    """The run's config + overrides with --ckpt; the preset/--config + overrides for a baseline."""
+    return config_for_run(args) if args.ckpt else config_from_args(args)
+
+
+def evaluate(args: argparse.Namespace, cfg: Config) -> int:
+    device = resolve_device(args.device) if args.device else None
+    res = evaluate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, baseline=args.baseline,
+                       step=args.step, device=device)
+    print(f"{format_result(res)} -> {Path(args.out) / 'eval.json'}")
+    return 0
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser, steps: bool) -> None:
+    if steps:
+        parser.add_argument("--ckpt", required=True, help="training run folder")
+        parser.add_argument("--n-sim", type=int, nargs="+", default=list(PAPER_STEPS))
+        parser.add_argument("--n-real", type=int, nargs="+", default=list(PAPER_STEPS))
+    else:
+        parser.add_argument("--ckpts", nargs="+", required=True, help="runs trained with different conditioning.p")
+    parser.add_argument("--w", type=float, nargs="+", default=list(PAPER_W))
+    parser.add_argument("--data", required=True, help="dataset folder")
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--num-samples", type=int, default=None, help="K windows (default: eval.num_samples)")
+    parser.add_argument("--out", default=None, help="output folder (default: sweep_cfg / sweep_steps)")
+    parser.add_argument("--device", default=None, help="auto | cpu | cuda (default: train.device)")
+    add_config_args(parser)
+
+
+def sweep_config(args: argparse.Namespace) -> Config:
+    """The (first) run's config + overrides: its data/sample/eval sections are used."""
+    if args.command == ("sweep", "cfg"):
+        args.ckpt = args.ckpts[0]
+    return config_for_run(args)
+
+
+def sweep(args: argparse.Namespace, cfg: Config) -> int:
+    device = resolve_device(args.device) if args.device else None
+    if args.command == ("sweep", "cfg"):
+        res = sweep_cfg(args.ckpts, args.data, cfg, ws=args.w, num_samples=args.num_samples,
+                        out_dir=args.out or "sweep_cfg", split=args.split, device=device)
+    else:
+        res = sweep_steps(args.ckpt, args.data, cfg, n_sim=args.n_sim, n_real=args.n_real, ws=args.w,
+                          num_samples=args.num_samples, out_dir=args.out or "sweep_steps", split=args.split,
+                          device=device)
+    print(res["table_md"])
+    print(f"-> {res['json']}, {res['heatmap']}")
+    return 0
+
+
+SUBCOMMANDS = {
+    ("evaluate",): Subcommand(add_evaluate_arguments, evaluate, evaluate_config),
+    ("sweep", "cfg"): Subcommand(lambda p: add_sweep_arguments(p, steps=False), sweep, sweep_config),
+    ("sweep", "steps"): Subcommand(lambda p: add_sweep_arguments(p, steps=True), sweep, sweep_config),
+}

@@ -1,0 +1,66 @@
+"""`simforcing model info | init-action-expert | fit-vae`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from simforcing.commands import Subcommand, add_config_args, config_from_args
+from simforcing.config import Config
+from simforcing.models.info import format_info, model_info
+from simforcing.models.weights import write_action_expert
+from simforcing.prep.demo_vae import fit_demo_vae
+
+
+def add_info_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_args(parser, preset_default="bridge")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+
+def info(args: argparse.Namespace, cfg: Config) -> int:
+    result = model_info(cfg)
+    print(json.dumps(result, indent=2) if args.json else format_info(result))
+    return 0
+
+
+def add_init_action_expert_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_args(parser, preset_default="bridge")
+    parser.add_argument("--weights", default=None, help="Wan2.2 transformer weights (default: model.weights)")
+    parser.add_argument("--out", required=True, help="output .safetensors file (set model.action_expert_weights to it)")
+
+
+def init_action_expert(args: argparse.Namespace, cfg: Config) -> int:
+    tensors = write_action_expert(cfg, args.weights, args.out)
+    print(f"wrote {len(tensors)} action-expert tensors ({sum(t.numel() for t in tensors.values()) / 1e6:.1f} M "
+          f"parameters) to {args.out}; action.action_in keeps its init")
+    return 0
+
+
+def add_fit_vae_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="dataset folder (train + sim_pool frames are used)")
+    parser.add_argument("--out", required=True, help="output folder: config.json + vae.safetensors")
+    parser.add_argument("--components", type=int, default=None,
+                        help="K principal components per 4-frame group (default: model.vae.latent_channels - 48)")
+    parser.add_argument("--max-windows", type=int, default=2000, help="windows drawn for the fit")
+    parser.add_argument("--seed", type=int, default=0)
+    add_config_args(parser)
+
+
+def fit_vae(args: argparse.Namespace, cfg: Config) -> int:
+    vae, report = fit_demo_vae(args.data, cfg, args.max_windows, args.seed, args.components, args.out)
+    p = report["psnr_val"]
+    print(f"demo VAE: K = {vae.components}, C = {vae.latent_channels} channels, fitted on "
+          f"{report['fitted_on']['windows']} windows in {report['fit_seconds']} s -> {args.out}")
+    print(f"reconstruction PSNR (val, future frames; the ceiling of every metric): sim {p.get('sim', 'n/a')} dB, "
+          f"real {p.get('real', 'n/a')} dB")
+    if vae.latent_channels != cfg.model.vae.latent_channels:
+        print(f"note: use it with --model.vae.path={args.out} --model.vae.latent_channels={vae.latent_channels}")
+    return 0
+
+
+SUBCOMMANDS = {
+    ("model", "info"): Subcommand(add_info_arguments, info, config_from_args),
+    ("model", "init-action-expert"): Subcommand(add_init_action_expert_arguments, init_action_expert,
+                                                config_from_args),
+    ("model", "fit-vae"): Subcommand(add_fit_vae_arguments, fit_vae, config_from_args),
+}

@@ -1,0 +1,92 @@
+"""`simforcing pretrain` (stage 1) and `simforcing train --method M --teacher RUN1` (stage 2); the loop is
+``simforcing.train``. Exit codes: the run's own (0 finished, 3 diverged, 75 stopped), and the errors' (cli)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from simforcing import parallel
+from simforcing.commands import Subcommand, add_config_args, config_from_args
+from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
+from simforcing.methods import method_preset
+from simforcing.train import train_run
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", default=None, help="dataset folder (stage 2: default RUN1's data.root)")
+    parser.add_argument("--out", default=None, help="run folder to create (or to continue with --resume); required "
+                        "unless --dry-run")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint of --out")
+    parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+
+
+def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_args(parser)
+    add_common_arguments(parser)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--method", required=True, choices=STAGE2_METHODS, help="stage-2 method")
+    parser.add_argument("--teacher", default=None, help="the stage-1 run folder (RUN1); optional with --resume")
+    parser.add_argument("--config", default=None, help="start from this config.json instead of RUN1's")
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    add_common_arguments(parser)
+
+
+def _resumed_config(args: argparse.Namespace) -> Config | None:
+    """With --resume and an existing RUN/config.json, that config is the base."""
+    path = Path(args.out or ".") / "config.json"
+    return Config.load(path) if args.resume and args.out and path.exists() else None
+
+
+def _with_data(cfg: Config, args: argparse.Namespace) -> Config:
+    if args.data:
+        cfg.data.root = args.data
+    return cfg.validate()
+
+
+def pretrain_config(args: argparse.Namespace) -> Config:
+    """Preset/--config (or RUN's config on --resume) + overrides, method sim_pretrain."""
+    base = _resumed_config(args)
+    cfg = config_from_args(args, base=base, validate=False)
+    method_preset(cfg, STAGE1_METHOD)
+    return _with_data(cfg, args)
+
+
+def train_config(args: argparse.Namespace) -> Config:
+    """RUN1's config (or --config, or RUN2's on --resume) + method_preset + overrides."""
+    base = _resumed_config(args)
+    if base is None:
+        if args.config:
+            base = Config.load(args.config)
+        elif args.teacher:
+            base = Config.load(Path(args.teacher) / "config.json")
+        else:
+            raise ConfigError("--teacher: stage 2 needs the stage-1 run folder (RUN1)")
+        method_preset(base, args.method)
+    elif base.train.method != args.method:
+        raise ConfigError(f"train.method: {args.out} was trained with {base.train.method!r}, not "
+                          f"{args.method!r}; resume it with the same --method")
+    return _with_data(config_from_args(args, base=base, validate=False), args)
+
+
+def run(args: argparse.Namespace, cfg: Config) -> int:
+    stage = "pretrain" if args.command == ("pretrain",) else "train"
+    if not args.out:
+        raise ConfigError("--out: the run folder is required (e.g. --out runs/stage1)")
+    result = train_run(cfg, args.out, stage, getattr(args, "teacher", None), args.resume,
+                       progress=not args.no_progress)
+    if result["state"] == "stopped":
+        print(f"simforcing {stage}: stopped at step {result['step']} ({result['reason']}); continue with --resume",
+              file=sys.stderr, flush=True)
+    elif result["state"] == "finished" and parallel.rank() == 0:
+        print(f"simforcing {stage}: finished {result['step']} steps; checkpoint {result['checkpoint']}", flush=True)
+    return int(result["exit_code"])
+
+
+SUBCOMMANDS = {
+    ("pretrain",): Subcommand(add_pretrain_arguments, run, pretrain_config),
+    ("train",): Subcommand(add_train_arguments, run, train_config),
+}

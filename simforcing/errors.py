@@ -1,0 +1,43 @@
+"""The errors a command reports by name (no traceback) and the exit codes, in one place.
+
+- ``ConfigError`` (exit 2): a config value or a command-line argument is unknown, ill-typed or inconsistent; an
+  output that is already there (``FileExistsError``) is reported the same way.
+- ``DataError`` (exit 1): a dataset file is missing or malformed; the message names the episode, file and field.
+- ``CheckpointError`` (exit 1): a checkpoint is missing, damaged or could not be written; the message names the file.
+
+Training adds two outcomes that are results, not errors: diverged (3) and stopped by a signal (75).
+The policy itself (which message, which code) lives in ``simforcing.cli``; this module imports nothing heavy so the
+command line can name the classes before any subcommand runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_STOPPED = 0, 1, 2, 3, 75
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, ill-typed or inconsistent. The message names the field."""
+
+
+class DataError(ValueError):
+    """A dataset file is missing or malformed. The message names the episode, the file and the field."""
+
+    def __init__(self, message: str, episode: str | None = None, path: str | Path | None = None,
+                 kind: str = "invalid"):
+        self.episode, self.path, self.kind = episode, (str(path) if path is not None else None), kind
+        where = []
+        if episode is not None:
+            where.append(f"episode {episode}")
+        if path is not None:
+            where.append(str(path))
+        super().__init__(f"{': '.join(where)}: {message}" if where else message)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, damaged or could not be written. ``path`` names the file or folder."""
+
+    def __init__(self, message: str, path: str | Path | None = None):
+        self.path = str(path) if path is not None else None
+        super().__init__(f"{path}: {message}" if path is not None else message)

@@ -1,0 +1,118 @@
+"""Training runs as the sampler and the evaluator see them, and the fields a run's network was built for.
+
+    cfg, model, vae, meta = load_run(RUN, cfg=None, device="cpu", step=None)  # run's config + cfg's data/sample/eval
+    ds = eval_dataset(cfg, DATA, "val", meta["stats"])                      # sample i is ds[i]: one fixed window
+    gen = sample_generator(cfg, i)                                          # the noise of sample i, on any device
+
+Fields a run must match (one comparison, two lists):
+- ``EVAL_FIXED_FIELDS``: an evaluation/sampling config may change the data/sample/eval sections but not what the
+  network was built for (frames, resolution, action/state dims, text tokens): :func:`merge_run_config`.
+- :func:`architecture_fields`: a stage-2 config starts the student from the teacher's weights, so every model field
+  that changes the weights' shapes or meaning, the VAE's latent layout and the action/state dims must equal the
+  teacher's: :func:`check_teacher_architecture`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from torch.utils.data import default_collate
+
+from simforcing.checkpoint import load_model_from_run
+from simforcing.config import Config, ConfigError
+from simforcing.data.paired import PairedWindowDataset
+from simforcing.models.vae import load_vae
+
+# fields a sampling/evaluation config must share with the run it loads (the network was built for them)
+EVAL_FIXED_FIELDS = ("data.frames", "data.frame_stride", "data.height", "data.width", "data.action_dim",
+                     "data.state_dim", "data.text_max_tokens")
+# model fields that do not change the weights' shapes or meaning (every other one is architecture)
+NON_ARCH_MODEL_FIELDS = ("gradient_checkpointing", "weights", "action_expert_weights", "text_encoder", "vae")
+ARCH_VAE_FIELDS = ("kind", "latent_channels", "spatial_stride", "temporal_stride")
+ARCH_DATA_FIELDS = ("action_dim", "state_dim")
+
+
+def field_value(cfg: Config, name: str) -> Any:
+    """The value of a dotted field name, e.g. ``"model.vae.kind"``."""
+    value: Any = cfg
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def differing_fields(theirs: Config, ours: Config, names: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
+    """(name, theirs, ours) for each field in ``names`` whose values differ (lists and tuples compare as tuples)."""
+    def norm(v: Any) -> Any:
+        return tuple(v) if isinstance(v, (tuple, list)) else v
+
+    out = []
+    for name in names:
+        a, b = field_value(theirs, name), field_value(ours, name)
+        if norm(a) != norm(b):
+            out.append((name, a, b))
+    return out
+
+
+def architecture_fields(cfg: Config) -> tuple[str, ...]:
+    """Every model field but ``NON_ARCH_MODEL_FIELDS`` (in declaration order), the VAE's latent layout and the
+    action/state dims."""
+    model = tuple(f"model.{f.name}" for f in dataclasses.fields(cfg.model) if f.name not in NON_ARCH_MODEL_FIELDS)
+    return model + tuple(f"model.vae.{n}" for n in ARCH_VAE_FIELDS) + tuple(f"data.{n}" for n in ARCH_DATA_FIELDS)
+
+
+def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str) -> None:
+    """ConfigError naming the first architecture field where ``cfg`` differs from the teacher's config."""
+    for name, theirs, ours in differing_fields(teacher_cfg, cfg, architecture_fields(cfg))[:1]:
+        raise ConfigError(f"{name}: got {ours!r} but the teacher checkpoint {where} was trained with {theirs!r}; "
+                          "the student starts from the teacher's weights, so architecture fields must match")
+
+
+def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:
+    """The run's config (model, VAE, flow) with the data/sample/eval sections of ``cfg``.
+
+    Raises ConfigError naming the first field of ``EVAL_FIXED_FIELDS`` that the run's network cannot accept.
+    """
+    out = copy.deepcopy(run_cfg)
+    if cfg is None:
+        return out
+    for name, theirs, ours in differing_fields(run_cfg, cfg, EVAL_FIXED_FIELDS)[:1]:
+        raise ConfigError(f"{name}: the checkpoint was trained with {theirs!r}, the evaluation config asks {ours!r}")
+    out.data, out.sample, out.eval = copy.deepcopy(cfg.data), copy.deepcopy(cfg.sample), copy.deepcopy(cfg.eval)
+    return out
+
+
+def load_run(run_dir: str | Path, cfg: Optional[Config] = None, device: str | torch.device = "cpu",
+             step: Optional[int] = None):
+    """(cfg, model, vae, meta) for sampling from a training run; ``cfg`` supplies data/sample/eval settings."""
+    run_cfg, model, meta = load_model_from_run(run_dir, device=str(device), step=step)
+    merged = merge_run_config(run_cfg, cfg)
+    model.eval()
+    return merged, model, load_vae(merged, device), meta
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Evaluation windows and noise
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def eval_dataset(cfg: Config, data_root: str | Path, split: str, stats: Optional[dict] = None):
+    """The deterministic evaluation windows of a split: one fixed window per episode (the dataset's fixed window),
+    in the split's episode order; sample i is ``ds[i]``."""
+    c = copy.deepcopy(cfg)
+    c.data.fixed_window, c.data.windows_per_episode = True, 1
+    return PairedWindowDataset(c, data_root, splits=(split,), domains=("sim", "real"), stats=stats)
+
+
+def collate_one(item: dict) -> dict:
+    """One dataset item -> a batch of 1 (tensors get a leading 1, strings become lists)."""
+    return default_collate([item])
+
+
+def sample_generator(cfg: Config, index: int) -> torch.Generator:
+    """The CPU generator of evaluation sample ``index``, seeded from (cfg.sample.seed, index): every method, weight
+    and step count — on any device — sees the same noise for the same sample."""
+    return torch.Generator().manual_seed(int(cfg.sample.seed) * 1_000_003 + int(index))
