@@ -11,7 +11,8 @@ import torch
 from simforcing.config import ConfigError, load_config
 from simforcing.data.format import EpisodeInfo, write_meta
 from simforcing.data.text_cache import cache_dir, embedding_path, load_embedding, read_cache_info
-from simforcing.models.text import demo_text_encoder, load_text_encoder, pretrained_text_encoder
+from simforcing.models import text as text_module
+from simforcing.models.text import demo_text_encoder, load_text_encoder, pretrained_text_encoder, prompt_clean
 from simforcing.prep.text import embed_dataset
 
 LONG = "push the red block to the left of the blue bowl, then lift it"
@@ -73,6 +74,23 @@ def test_pretrained_encoder_matches_transformers(tmp_path, model_type):
             n = min(ids.shape[1], 8)
             assert emb.shape == (n, 32)
             torch.testing.assert_close(emb, ref[:n], atol=1e-5, rtol=1e-4)
+
+
+def test_prompts_are_cleaned_as_wan_does_before_tokenising(monkeypatch):
+    """HTML entities unescaped twice and whitespace collapsed before tokenising (Wan2.2 / diffusers' prompt_clean):
+    a prompt that needs it gets the tokens and the embedding of its clean form."""
+    messy = "  pick up the cube &amp;amp; put\tit  in   the bowl\n"
+    clean = "pick up the cube & put it in the bowl"
+    assert prompt_clean(messy) == clean and prompt_clean(clean) == clean
+    enc = demo_text_encoder(dim=64, max_tokens=64)
+    raw = enc.tokenizer([messy])["input_ids"][0]  # byte-level: one token per byte + EOS
+    got, ref = enc.encode([messy]), enc.encode([clean])
+    assert got[0].shape[0] == len(clean) + 1 < len(raw)
+    assert torch.equal(got[0], ref[0])
+    # ftfy runs first when it is installed (an optional extra)
+    fake_ftfy = type("Ftfy", (), {"fix_text": staticmethod(lambda t: t.replace("â€™", "’"))})
+    monkeypatch.setattr(text_module, "ftfy", fake_ftfy)
+    assert prompt_clean("donâ€™t  push") == "don’t push"
 
 
 def test_pipeline_layout_and_errors(tmp_path):

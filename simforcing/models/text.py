@@ -3,6 +3,11 @@
     enc = load_text_encoder(cfg)                 # umT5 from cfg.model.text_encoder, or the seeded demo T5
     embs = enc.encode(["push the red block"])   # [Tensor (n_i, D)]: real tokens only, n_i <= cfg.data.text_max_tokens
 
+Prompts are cleaned before tokenising as Wan2.2 and diffusers' Wan pipelines do (:func:`prompt_clean`): ftfy's
+``fix_text`` when ftfy is installed (an optional extra, not a dependency), HTML entities unescaped twice, runs of
+whitespace collapsed to one space, ends stripped — so ``"pick  the cube &amp; place it "`` and
+``"pick the cube & place it"`` give the same tokens and the same embedding.
+
 The encoder reads up to ``CONTEXT_TOKENS`` tokens (Wan2.2's text length) and keeps the first ``text_max_tokens``
 output states, so every kept state is contextualised by the whole instruction.
 Real: Wan2.2 conditions on umT5-XXL (D = 4096); loaded with transformers (``UMT5EncoderModel`` or
@@ -13,8 +18,10 @@ Demo: no umT5 weights; a small T5 encoder initialised from a fixed seed with the
 
 from __future__ import annotations
 
+import html
 import json
 import logging
+import re
 from pathlib import Path
 
 import torch
@@ -24,11 +31,25 @@ from transformers import AutoConfig, AutoTokenizer, ByT5Tokenizer, T5Config, T5E
 
 from simforcing.config import Config, ConfigError
 
+try:  # optional: what Wan2.2 and diffusers run first when it is installed; without it the rest of the cleaning runs
+    import ftfy
+except ImportError:
+    ftfy = None
+
 log = logging.getLogger(__name__)
 
 CONTEXT_TOKENS = 512  # tokens the encoder reads (Wan2.2 text_len); outputs are cut to cfg.data.text_max_tokens
 DEMO_SEED = 1234
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "spiece.model")
+
+
+def prompt_clean(text: str) -> str:
+    """A prompt as Wan2.2 / diffusers tokenise it: ftfy.fix_text (when installed), HTML unescaped twice (``&amp;amp;``
+    -> ``&``), every run of whitespace one space, no leading/trailing whitespace."""
+    if ftfy is not None:
+        text = ftfy.fix_text(text)
+    text = html.unescape(html.unescape(text)).strip()
+    return re.sub(r"\s+", " ", text).strip()
 
 
 class TextEncoder:
@@ -45,12 +66,14 @@ class TextEncoder:
 
     @torch.no_grad()
     def encode(self, texts: list[str], batch_size: int = 16) -> list[torch.Tensor]:
-        """One (n_i, D) float32 CPU tensor per text: the real tokens (EOS included), at most ``max_tokens``."""
+        """One (n_i, D) float32 CPU tensor per text (cleaned by :func:`prompt_clean` first): the real tokens (EOS
+        included), at most ``max_tokens``."""
         if isinstance(texts, str):
             raise TypeError("texts must be a list of strings, got a single str")
+        texts = [prompt_clean(t) for t in texts]
         out: list[torch.Tensor] = []
         for i in range(0, len(texts), batch_size):
-            tok = self.tokenizer(list(texts[i:i + batch_size]), padding=True, truncation=True,
+            tok = self.tokenizer(texts[i:i + batch_size], padding=True, truncation=True,
                                  max_length=CONTEXT_TOKENS, return_tensors="pt")
             ids = tok["input_ids"].to(self.device)  # (b, n)
             mask = tok["attention_mask"].to(self.device)  # (b, n)

@@ -4,7 +4,8 @@ freshly generated dataset.
     embed_dataset(root, cfg)          # every distinct instruction of meta/episodes.jsonl, encoded once
     finalize_dataset(root)            # min-max statistics + the demo text cache (after `data synth`)
 
-The encoder is ``simforcing.models.text``; the cache format is ``simforcing.data.text_cache``.
+The encoder is ``simforcing.models.text`` (it cleans each prompt as Wan2.2 does before tokenising); the cache format
+is ``simforcing.data.text_cache``.
 """
 
 from __future__ import annotations
