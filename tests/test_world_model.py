@@ -310,7 +310,11 @@ def test_step_context_under_autocast_and_for_other_tensors(cfg):
     ctx = {k: batch[k] for k in ("actions", "state0", "text", "text_mask")}
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         static = model.step_context(**ctx)
-        assert torch.equal(model(**batch, static=static), model(**batch))
+        got, want = model(**batch, static=static), model(**batch)
+    # the precomputed action stream attends over the action tokens alone: the same result up to bf16 rounding (the
+    # kernels' accumulation order differs between CPUs; bit equality held on some and not on others)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    assert (got - want).abs().mean() < 2e-3
     with pytest.raises(ValueError, match="step_context"):  # the same values in other tensors: refused, not guessed
         model(**dict(batch, text=batch["text"].clone()), static=static)
 
