@@ -1,4 +1,4 @@
-# Two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Two commands: `make demo` (the main job) and `make test` (the whole suite); on a CUDA machine `make bench-gpu`.
 # Both create .venv when missing and install the project; running them again skips set-up.
 PY ?= python3
 VENV := .venv
@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean bench-gpu
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,6 +21,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/python -m pytest -q tests
+
+# GPU readiness on one CUDA GPU (under 8 minutes): the 5B bridge preset with random weights -> runs/bench_gpu.{json,md};
+# without CUDA it says so and exits with 69
+bench-gpu: $(STAMP)
+	$(BIN)/simforcing bench --gpu --out runs/bench_gpu.json
 
 clean:
 	rm -rf runs

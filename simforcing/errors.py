@@ -5,7 +5,8 @@
 - ``DataError`` (exit 1): a dataset file is missing or malformed; the message names the episode, file and field.
 - ``CheckpointError`` (exit 1): a checkpoint is missing, damaged or could not be written; the message names the file.
 
-Training adds two outcomes that are results, not errors: diverged (3) and stopped by a signal (75).
+Training adds two outcomes that are results, not errors: diverged (3) and stopped by a signal (75). A command that
+needs a CUDA device and finds none (``bench --gpu``) says so and exits with 69 (``EX_UNAVAILABLE`` of sysexits).
 The policy itself (which message, which code) lives in ``simforcing.cli``; this module imports nothing heavy so the
 command line can name the classes before any subcommand runs.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_STOPPED = 0, 1, 2, 3, 75
+EXIT_NO_DEVICE = 69
 
 
 class ConfigError(ValueError):

@@ -9,9 +9,8 @@ import statistics
 import pytest
 import torch
 
-from simforcing.bench import gpu, measure, options, report, sampler
+from simforcing.bench import measure, options, report, sampler
 from simforcing.cli import main
-from simforcing.config import load_config
 
 # --tiny with a 2-layer demo model keeps the whole command well under a minute on 2 cores
 TINY_ARGS = ["bench", "--tiny", "--model.num_layers=2"]
@@ -124,12 +123,6 @@ def test_scaling_points_and_plot(tiny_run):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_gpu_section_is_skipped_without_cuda(tiny_run):
-    _, res = tiny_run
-    if not torch.cuda.is_available():
-        assert res["gpu"] == {"skipped": "no CUDA device"}
-
-
 def test_tables_are_markdown(tiny_run):
     out, res = tiny_run
     text = report.format_tables(res)
@@ -161,17 +154,6 @@ def test_peak_bytes_sees_a_known_allocation():
 
     peak = measure.peak_bytes(work, torch.device("cpu"))
     assert 8 * 2**20 <= peak < 16 * 2**20
-
-
-def test_gpu_measure_runs_on_cpu():
-    """The GPU section's code path on a 1-layer demo model (CPU, fp32): counts and derived rates are consistent."""
-    cfg = load_config("demo")
-    cfg.model.num_layers, cfg.train.batch_size = 1, 1
-    res = gpu.gpu_measure(cfg.validate(), torch.device("cpu"), repeats=1, n_sim=2, n_real=3, w=0.6)
-    assert res["sample"]["forwards"] == 2 + 2 * 3
-    assert res["train"]["simforcing"]["step_s"] > 0 and res["train"]["sft"]["tokens_per_s"] > 0
-    assert res["peak_flops"] is None and res["train"]["sft"]["mfu"] is None
-    assert res["sample"]["tokens_per_s"] == pytest.approx(8 * res["tokens_per_sample"] / res["sample"]["seconds"])
 
 
 def test_bad_sections_is_a_config_error(tmp_path, capsys):

@@ -1,95 +1,534 @@
-"""Benchmark section 5, ``gpu``: the 5B preset in bf16 on one CUDA device — training and sampling tokens/s and
-model-FLOPs utilisation; skipped without CUDA."""
+"""GPU readiness (`simforcing bench --gpu`): the 5B ``bridge`` preset with random weights on one CUDA GPU, in bf16
+with activation checkpointing, in one command of a few minutes.
+
+    simforcing bench --gpu --out FILE.json [--peak-tflops X] [--preset bridge] [overrides]    (+ FILE.md)
+
+What it runs, in this order (``plan_gpu_bench`` writes the schedule into the report before anything runs):
+
+1. ``device``: name, memory, compute capability, the dense bf16 peak (``measure.PEAK_BF16`` by device name, or
+   ``--peak-tflops``), and the bf16 matrix-product rate measured on this device (an n×n×n product on random data,
+   median of timed calls), the ceiling this code can reach in practice.
+2. ``train``: the plain single-process step of ``simforcing train`` (what runs without torchrun): bf16 autocast,
+   per-layer activation checkpointing (``model.gradient_checkpointing``), fp32 student weights with AdamW
+   (``train.build_optimizer``), the frozen fp32 teacher (``models.weights.frozen_copy``), gradient clipping. Rows:
+   ``simforcing`` and ``sft`` at the preset's batch, ``simforcing`` at 4× that batch. Each row: forward + backward and
+   the optimizer update timed separately (medians after one warm-up step), the peak memory of one whole step
+   (``max_memory_allocated``: weights, gradients, optimizer state, activations), tokens/s, achieved FLOP/s and MFU.
+3. ``sampler``: ``sample.sample_videos`` at (N_s, N_r, w) = (1, 10, 0.6) and (1, 10, 1) on one sample: latency per
+   sample (first-frame encode + simulation + real rollout + decode through a Wan2.2-architecture VAE with random
+   weights, ``bench.inputs.bench_vae``) against the paper's 2.008 s and 1.245 s, its phases, network evaluations and
+   the network's MFU over the whole latency; with fp32 weights under bf16 autocast (as ``generate``/``evaluate`` load
+   a run), then (CUDA only) with the weights stored in bf16, the cast a deployment could save.
+4. ``fsdp``: the FSDP2 path on one process: a process group of world size 1 (NCCL on CUDA, gloo on CPU; a file
+   store, no network), ``parallel.parallelize`` of student and teacher, the step as ``train.py`` runs it under FSDP2
+   (``parallel.clip_grad_norm``); its loss at the same weights and noise against the plain step's, step time, peak
+   memory.
+
+FLOPs (``models.info.forward_flops``, matmuls, attention dense): a training step's model FLOPs are
+``(teacher evaluations + 3 × student evaluations) × forward FLOPs`` (a backward costs two forwards), counted from the
+evaluations the step actually made (forward hooks): SimForcing 1 + 3·2 = 7 units per sample, SFT 3. Hardware FLOPs add
+the recomputation of every checkpointed student forward (SimForcing 9, SFT 4). MFU = model FLOPs / second / peak.
+
+Memory plan: one step of the plain path holds fp32 student weights, gradients and AdamW moments (16 bytes/param), the
+fp32 teacher (4) and, during the optimizer update, the foreach AdamW's temporary (4): 24 bytes/param, more than the
+activations with checkpointing. If that does not fit in the device's memory less a reserve (5 %, at least 4 GiB:
+``memory_budget``), the plan keeps fewer layers (the largest count that fits; on an 80 GB H100, 16 of 30) and the
+report says so; an out-of-memory error in a row is recorded in that row and the run goes on.
+
+Without CUDA the command stops with ``EXIT_NO_DEVICE`` and a named message; ``--device cpu`` runs the same schedule on
+the CPU (the test suite does so with a tiny demo model), where no MFU is computed.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Callable
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
-from simforcing.bench.inputs import bench_model, latent_batch
-from simforcing.bench.measure import flops_split, peak_bytes, peak_flops, time_calls
-from simforcing.bench.options import BenchOptions
-from simforcing.config import Config, load_config
+from simforcing import parallel
+from simforcing.bench.inputs import bench_model, bench_vae, latent_batch, pixel_batch
+from simforcing.bench.measure import machine_info, peak_flops, time_calls
+from simforcing.config import Config, ConfigError
+from simforcing.masking import FirstFrameMasker
 from simforcing.methods import METHODS, method_preset
+from simforcing.models.info import activation_bytes, forward_flops, parameter_counts, token_counts
 from simforcing.models.weights import frozen_copy
-from simforcing.sample import CountingModel, real_rollout, simulation_rollout
-from simforcing.utils import autocast_context
+from simforcing.sample import sample_videos
+from simforcing.train import build_optimizer
+from simforcing.utils import atomic_write_json, autocast_context
+
+SCHEMA = "simforcing-bench-gpu/1"
+TIME_LIMIT_S = 480.0  # the whole command on one GPU (issue: under 8 minutes)
+# the paper's latency per sample (seconds) at (N_s, N_r, w)
+PAPER_LATENCY_S = {(1, 10, 0.6): 2.008, (1, 10, 1.0): 1.245}
+GIB = 2 ** 30
+# memory the plan leaves free for the CUDA context, the allocator's rounding and fragmentation: the larger of the two
+MEMORY_RESERVE_FRACTION, MEMORY_RESERVE_MIN = 0.05, 4 * GIB
+# bytes per parameter at the peak of one plain single-process step (see the module docstring)
+BYTES_PER_PARAM = {"student": 16, "teacher": 4, "optimizer_temporary": 4}
 
 
-def gpu_measure(cfg: Config, device: torch.device, repeats: int, n_sim: int = 1, n_real: int = 10,
-                w: float = 0.6) -> dict:
-    """Training (sft, simforcing: fwd + bwd) and sampling (rollouts of (n_sim, n_real, w), no VAE) of ``cfg`` in
-    bf16 autocast on ``device``: seconds, tokens/s, achieved FLOP/s and MFU against the device's peak."""
-    amp = autocast_context(cfg, device, cuda_only=True)  # bf16 with train.mixed_precision "bf16" (bench_gpu sets it)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    peak = peak_flops(name)
-    fwd_flops = flops_split(cfg)["total"]
-    tokens = cfg.latent_frames * cfg.tokens_per_latent_frame + cfg.data.actions_per_window
+@dataclass
+class GpuPlan:
+    """What ``run_gpu_bench`` runs, in order; written into the report before anything runs."""
+
+    preset: str
+    num_layers: int  # layers kept (the preset's unless the memory plan cut them)
+    preset_layers: int
+    batch_size: int  # the preset's per-GPU batch
+    train_rows: list  # [(method, batch)]
+    sampler_configs: list  # [(n_sim, n_real, w)]
+    train_repeats: int
+    sampler_repeats: int
+    fsdp_repeats: int
+    matmul_size: int
+    device_memory_bytes: Optional[int]
+    predicted_peak_bytes: int
+    memory_budget_bytes: Optional[int]
+    layers_note: str = ""
+    sections: list = field(default_factory=lambda: ["device", "train", "sampler", "fsdp"])
+
+
+def bench_config(cfg: Config) -> Config:
+    """The benchmark's config: ``cfg`` with bf16 mixed precision and per-layer activation checkpointing."""
+    cfg = copy.deepcopy(cfg)
+    cfg.train.mixed_precision = "bf16"
+    cfg.model.gradient_checkpointing = True
+    return cfg.validate()
+
+
+def predicted_peak_bytes(cfg: Config, params: int, batch: int) -> int:
+    """Peak bytes of one plain single-process SimForcing step of ``params`` parameters at ``batch``: the larger of the
+    optimizer update (weights, gradients, moments, teacher, foreach temporary: 24 bytes/param) and the forward (the
+    same less the gradients and the temporary, plus the bf16 weight copies autocast caches and the activations of
+    the student's forward of 2·batch samples)."""
+    per = BYTES_PER_PARAM
+    update = params * (per["student"] + per["teacher"] + per["optimizer_temporary"])
+    forward = params * (per["student"] - 4 + per["teacher"] + 2) + 2 * batch * activation_bytes(cfg, True)
+    return int(max(update, forward))
+
+
+def memory_budget(device_memory: int) -> int:
+    """Bytes a step may fill on a device of ``device_memory`` bytes (the rest is the reserve)."""
+    return int(device_memory - max(MEMORY_RESERVE_MIN, MEMORY_RESERVE_FRACTION * device_memory))
+
+
+def plan_gpu_bench(cfg: Config, device_memory: Optional[int], tiny: bool = False) -> GpuPlan:
+    """The schedule for ``cfg`` (already through :func:`bench_config`) on a device of ``device_memory`` bytes (None:
+    no limit, e.g. the CPU). Keeps the most layers whose predicted peak fits :func:`memory_budget`."""
+    counts = parameter_counts(cfg)
+    total, per_layer, layers = counts["total"], counts["per_layer"], cfg.model.num_layers
     b = cfg.train.batch_size
-    student = bench_model(cfg, device).train()
-    teacher = frozen_copy(student).to(torch.bfloat16 if device.type == "cuda" else torch.float32)
-    batch = latent_batch(cfg, b, device)
-    gen = torch.Generator(device=device)
-    out: dict = {"batch_size": b, "tokens_per_sample": tokens, "forward_flops_per_sample": fwd_flops,
-                 "peak_flops": peak, "train": {}, "sample": {}}
-    for m, units in (("sft", 3), ("simforcing", 7)):
-        mcfg = method_preset(copy.deepcopy(cfg), m)
+    rows = [("simforcing", b), ("sft", b)] + ([] if tiny else [("simforcing", 4 * b)])
+    largest = max(rb for _, rb in rows)
 
-        def step(m=m, mcfg=mcfg):
-            gen.manual_seed(0)
-            with amp:
-                loss, _ = METHODS[m](student, teacher, batch, mcfg, gen)
-            loss.backward()
-            student.zero_grad(set_to_none=True)
+    def predicted(keep: int) -> int:
+        return predicted_peak_bytes(cfg, total - (layers - keep) * per_layer, largest)
 
-        secs = time_calls(step, repeats, 1, device).median
-        mem = peak_bytes(step, device)
-        flops = units * fwd_flops * b
-        out["train"][m] = {"step_s": secs, "tokens_per_s": b * tokens / secs, "flops_per_s": flops / secs,
-                           "mfu": flops / secs / peak if peak else None, "peak_bytes": mem}
-    student.eval()
-    teacher = None  # free the frozen copy before the sampling measurements
-    lat = latent_batch(cfg, 1, device)
-    ctx = {k: lat[k] for k in ("actions", "state0", "text", "text_mask")}
-    z0 = lat["z_real"][:, :, :1]
-    noise = torch.randn_like(lat["z_real"][:, :, 1:])
-    net = CountingModel(student)
+    budget = memory_budget(device_memory) if device_memory else None
+    keep = layers
+    while budget is not None and keep > 1 and predicted(keep) > budget:
+        keep -= 1
+    note = "" if keep == layers else (
+        f"{layers} layers need {predicted(layers) / GIB:.1f} GiB at the peak of a step; {keep} fit in "
+        f"{budget / GIB:.1f} of {device_memory / GIB:.1f} GiB")
+    return GpuPlan(preset=cfg.preset, num_layers=keep, preset_layers=layers, batch_size=b, train_rows=rows,
+                   sampler_configs=list(PAPER_LATENCY_S), train_repeats=1 if tiny else 8,
+                   sampler_repeats=1 if tiny else 8, fsdp_repeats=1 if tiny else 5,
+                   matmul_size=256 if tiny else 8192, device_memory_bytes=device_memory,
+                   predicted_peak_bytes=predicted(keep), memory_budget_bytes=budget, layers_note=note)
 
-    def rollout():
-        with torch.no_grad(), amp:
-            zs = simulation_rollout(net, z0, ctx, noise, n_sim, cfg.flow.shift)
-            feats = student.condition_features(torch.cat([z0, zs], 2)) if w != 0 else None
-            real_rollout(net, z0, ctx, noise, n_real, cfg.flow.shift, w, feats)
 
-    secs = time_calls(rollout, repeats, 1, device).median
-    net.evals = 0
-    rollout()
-    evals = net.evals
-    out["sample"] = {"n_sim": n_sim, "n_real": n_real, "w": w, "seconds": secs, "forwards": evals,
-                     "tokens_per_s": evals * tokens / secs, "flops_per_s": evals * fwd_flops / secs,
-                     "mfu": evals * fwd_flops / secs / peak if peak else None}
+# ----------------------------------------------------------------------------------------------------------------------
+# Arithmetic
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def step_flop_units(teacher_evals: int, student_evals: int, batch: int, checkpointing: bool) -> tuple[float, float]:
+    """(model, hardware) forward units per sample of one training step from the evaluations it made: a teacher
+    evaluation is a forward (1), a student one forward + backward (3); checkpointing recomputes each student forward
+    in backward (+1, hardware only)."""
+    t, s = teacher_evals / batch, student_evals / batch
+    return t + 3 * s, t + (4 if checkpointing else 3) * s
+
+
+def rates(flops: float, seconds: float, peak: Optional[float], measured: Optional[float]) -> dict:
+    """Achieved FLOP/s and MFU against the datasheet peak and against the measured matmul rate (None where unknown)."""
+    fps = flops / seconds
+    return {"flops_per_s": fps, "mfu": fps / peak if peak else None,
+            "of_measured_matmul": fps / measured if measured else None}
+
+
+def resolve_peak(device_name: str, peak_tflops: Optional[float]) -> tuple[Optional[float], str]:
+    """(FLOP/s, where it came from): ``--peak-tflops`` when given, else the table entry for the device's name."""
+    if peak_tflops is not None:
+        if peak_tflops <= 0:
+            raise ConfigError(f"--peak-tflops: got {peak_tflops}; expected a positive number (dense bf16 TFLOP/s)")
+        return peak_tflops * 1e12, "--peak-tflops"
+    value = peak_flops(device_name)
+    return value, ("table (measure.PEAK_BF16)" if value else "unknown device: pass --peak-tflops")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Measurements
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _memory(device: torch.device) -> dict:
+    if device.type != "cuda":
+        return {}
+    return {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(device))}
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _free(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def matmul_rate(device: torch.device, n: int, repeats: int = 10) -> float:
+    """FLOP/s of an n×n×n bf16 matrix product on random data (median of ``repeats`` after 3 warm-ups)."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(device, torch.bfloat16) for _ in range(2))
+    secs = time_calls(lambda: a @ b, repeats, 3, device).median
+    return 2 * n ** 3 / secs
+
+
+def device_section(device: torch.device, plan: GpuPlan, peak_tflops: Optional[float]) -> dict:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    peak, source = resolve_peak(name, peak_tflops) if device.type == "cuda" else (None, "not a CUDA device")
+    out = {"name": name, "peak_bf16_flops": peak, "peak_source": source,
+           "matmul_size": plan.matmul_size, "measured_matmul_flops": matmul_rate(device, plan.matmul_size)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        out.update({"total_memory_bytes": int(props.total_memory), "capability": f"{props.major}.{props.minor}",
+                    "multiprocessors": props.multi_processor_count, "cuda": torch.version.cuda,
+                    "bf16_supported": torch.cuda.is_bf16_supported()})
     return out
 
 
-def bench_gpu(device: torch.device, opts: BenchOptions, log: Callable[[str], None]) -> dict:
-    """The 5B preset (bridge) in bf16; on out-of-memory the same with fewer layers."""
-    if device.type != "cuda":
-        return {"skipped": "no CUDA device"}
-    for layers in (30, 15, 8, 4):
-        cfg = load_config("bridge")
-        cfg.model.num_layers, cfg.train.mixed_precision, cfg.train.batch_size = layers, "bf16", 1
-        cfg.validate()
+def _count_hook(counter: dict, key: str):
+    def hook(module, args, kwargs):
+        z_t = args[0] if args else kwargs["z_t"]
+        counter[key] = counter.get(key, 0) + int(z_t.shape[0])
+    return hook
+
+
+def step_loss(student, teacher, cfg: Config, method: str, batch: dict, gen: torch.Generator,
+              device: torch.device) -> torch.Tensor:
+    """The loss of one training step of ``method`` as ``train.py`` computes it (method preset, bf16 autocast)."""
+    mcfg = method_preset(copy.deepcopy(cfg), method)
+    with autocast_context(mcfg, device):
+        loss, _ = METHODS[method](student, teacher, batch, mcfg, gen)
+    return loss
+
+
+class Trainer:
+    """One training step as ``train.py`` runs it (autocast, step function, backward, clipping, AdamW), split into
+    forward + backward and the optimizer update so that both are timed."""
+
+    def __init__(self, student, teacher, cfg: Config, device: torch.device):
+        self.student, self.teacher, self.cfg, self.device = student, teacher, cfg, device
+        self.optimizer, _ = build_optimizer(student, cfg, total_steps=10_000)
+        self.params = [p for p in student.parameters() if p.requires_grad]
+        self.gen = torch.Generator(device=device)
+        self.seed = 0
+
+    def loss(self, method: str, batch: dict, seed: int) -> torch.Tensor:
+        self.gen.manual_seed(seed)
+        return step_loss(self.student, self.teacher, self.cfg, method, batch, self.gen, self.device)
+
+    def fwd_bwd(self, method: str, batch: dict) -> None:
+        self.seed += 1
+        self.loss(method, batch, self.seed).backward()
+
+    def update(self) -> None:
+        parallel.clip_grad_norm(self.params, self.cfg.train.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self, method: str, batch: dict) -> None:
+        self.fwd_bwd(method, batch)
+        self.update()
+
+    def close(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.state.clear()
+        self.optimizer = None
+
+
+def train_row(trainer: Trainer, method: str, b: int, repeats: int, fwd_flops: float, tokens: int,
+              peak: Optional[float], measured: Optional[float]) -> dict:
+    """One method at batch ``b``: warm-up step, then ``repeats`` steps with forward + backward and the update timed
+    apart; the peak memory of the last step."""
+    cfg, device = trainer.cfg, trainer.device
+    batch = latent_batch(cfg, b, device)
+    counts: dict = {}
+    hooks = [trainer.student.register_forward_pre_hook(_count_hook(counts, "student"), with_kwargs=True),
+             trainer.teacher.register_forward_pre_hook(_count_hook(counts, "teacher"), with_kwargs=True)]
+    try:
+        trainer.step(method, batch)  # warm-up; counts this step's evaluations, allocates AdamW's state
+    finally:
+        for h in hooks:
+            h.remove()
+    fb, up = [], []
+    for r in range(repeats):
+        if r == repeats - 1:
+            _reset_peak(device)
+        fb += time_calls(lambda: trainer.fwd_bwd(method, batch), 1, 0, device).wall
+        up += time_calls(trainer.update, 1, 0, device).wall
+    mem = _memory(device)
+    units, hw_units = step_flop_units(counts.get("teacher", 0), counts.get("student", 0), b,
+                                      cfg.model.gradient_checkpointing)
+    step_s = statistics.median(f + u for f, u in zip(fb, up))
+    fwd_bwd_s = statistics.median(fb)
+    flops = units * fwd_flops * b
+    row = {"method": method, "batch_size": b, "repeats": repeats, "fwd_bwd_s": fwd_bwd_s,
+           "update_s": statistics.median(up), "step_s": step_s, "step_all_s": [f + u for f, u in zip(fb, up)],
+           "teacher_evals": counts.get("teacher", 0), "student_evals": counts.get("student", 0),
+           "model_flop_units": units, "hardware_flop_units": hw_units, "model_flops_per_step": flops,
+           "tokens_per_s": b * tokens / step_s, "samples_per_s": b / step_s, **mem}
+    row.update({k: v for k, v in rates(flops, step_s, peak, measured).items()})
+    row["fwd_bwd_mfu"] = flops / fwd_bwd_s / peak if peak else None
+    row["hfu"] = hw_units * fwd_flops * b / step_s / peak if peak else None
+    return row
+
+
+def sampler_rows(model, vae, batch: dict, masker, cfg: Config, device: torch.device, plan: GpuPlan, fwd_flops: float,
+                 tokens: int, peak: Optional[float], log: Callable[[str], None], weights: str) -> list[dict]:
+    """Latency per sample of ``sample_videos`` at each planned (N_s, N_r, w) (1 warm-up, median of the repeats),
+    its phases and network evaluations, against the paper's."""
+    rows = []
+    for n_sim, n_real, w in plan.sampler_configs:
+        gen = torch.Generator(device="cpu")
+        results = []
+        for _ in range(1 + plan.sampler_repeats):
+            gen.manual_seed(1234)
+            results.append(sample_videos(model, vae, batch, cfg, n_sim, n_real, w, generator=gen, masker=masker))
+        timed = results[1:]
+        lat = statistics.median(r.latency for r in timed)
+        phases = {k: statistics.median(r.timings[k] for r in timed) for k in timed[0].timings}
+        network_s = phases.get("simulation", 0.0) + phases.get("real", 0.0)
+        fwd = timed[0].forwards
+        paper = PAPER_LATENCY_S.get((n_sim, n_real, w))
+        rows.append({"weights": weights, "n_sim": n_sim, "n_real": n_real, "w": w, "repeats": plan.sampler_repeats,
+                     "latency_s": lat, "latency_all_s": [r.latency for r in timed], "phases_s": phases,
+                     "forwards": fwd, "paper_latency_s": paper, "ratio_to_paper": lat / paper if paper else None,
+                     "speedup_vs_paper": paper / lat if paper else None, "network_tokens_per_s": fwd * tokens / lat,
+                     "network_mfu": fwd * fwd_flops / lat / peak if peak else None,
+                     "network_mfu_in_rollouts": fwd * fwd_flops / network_s / peak if peak and network_s > 0 else None,
+                     "finite": bool(torch.isfinite(timed[-1].real_video).all())})
+        log(f"gpu sampler ({n_sim}, {n_real}, {w:g}), {weights}: {lat:.3f} s per sample ({fwd} forwards; paper "
+            f"{paper if paper else '-'} s); " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in phases.items()))
+    return rows
+
+
+@contextlib.contextmanager
+def params_in(model: torch.nn.Module, dtype: torch.dtype):
+    """The model's parameters (not its buffers) in ``dtype`` inside the block, back in float32 after it."""
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    try:
+        yield model
+    finally:
+        for p in model.parameters():
+            p.data = p.data.float()
+
+
+def sampler_section(student, spare, cfg: Config, device: torch.device, plan: GpuPlan, fwd_flops: float, tokens: int,
+                    peak: Optional[float], log: Callable[[str], None]) -> dict:
+    """The sampler as ``simforcing generate``/``evaluate`` run it (fp32 weights, bf16 autocast on CUDA), then the same
+    with the weights stored in bf16 (``spare``, a model of the same architecture, converted and restored): what
+    a deployment that keeps bf16 weights would gain (no fp32 -> bf16 cast of the weights in every forward)."""
+    t0 = time.perf_counter()
+    vae = bench_vae(cfg, device)
+    out: dict = {"vae": getattr(vae, "kind", type(vae).__name__), "vae_dtype": "float32",
+                 "vae_build_s": time.perf_counter() - t0, "vae_parameters": sum(p.numel() for p in vae.parameters()),
+                 "batch_size": 1, "warmup": 1}
+    batch = pixel_batch(cfg, 1, device)
+    masker = FirstFrameMasker.from_config(cfg, device)
+    student.eval()
+    out["configs"] = sampler_rows(student, vae, batch, masker, cfg, device, plan, fwd_flops, tokens, peak, log,
+                                  "fp32, bf16 autocast" if device.type == "cuda" else "fp32")
+    if device.type == "cuda":  # off CUDA the sampler does not autocast, so bf16 weights would not run
         try:
-            res = gpu_measure(cfg, device, opts.gpu_repeats)
+            with params_in(spare, torch.bfloat16):
+                out["bf16_weights"] = sampler_rows(spare, vae, batch, masker, cfg, device, plan, fwd_flops, tokens,
+                                                   peak, log, "bf16, bf16 autocast")
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # an extra: its failure is recorded, not fatal
+            out["bf16_weights"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+            log(f"gpu sampler with bf16 weights: {out['bf16_weights']['error']}")
+    return out
+
+
+@contextlib.contextmanager
+def single_process_group(device: torch.device):
+    """A process group of world size 1 in this process (NCCL on CUDA, gloo otherwise) on a file store, and its
+    device mesh; destroyed on exit. Refused when a group already exists (under torchrun)."""
+    if dist.is_initialized():
+        raise ConfigError("bench --gpu: a process group already exists (torchrun?); the GPU benchmark runs as one "
+                          "plain process and builds its own group of world size 1")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    with tempfile.TemporaryDirectory(prefix="simforcing-pg-") as tmp:
+        store = dist.FileStore(os.path.join(tmp, "store"), 1)
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend, store=store, rank=0, world_size=1, **kwargs)
+        try:
+            yield init_device_mesh(device.type, (1,)), backend
+        finally:
+            dist.destroy_process_group()
+
+
+def loss_and_grad_norm(student, teacher, cfg: Config, batch: dict, device: torch.device, seed: int) -> tuple:
+    """(loss, global gradient norm) of one SimForcing forward + backward at noise ``seed``; gradients cleared after."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    loss = step_loss(student, teacher, cfg, "simforcing", batch, gen, device)
+    loss.backward()
+    params = [p for p in student.parameters() if p.requires_grad]
+    norm = parallel.clip_grad_norm(params, 0.0)  # max_norm <= 0: measured, not clipped
+    for p in params:
+        p.grad = None
+    return float(loss.detach()), norm
+
+
+def _relative(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def fsdp_section(student, teacher, cfg: Config, device: torch.device, plan: GpuPlan, fwd_flops: float, tokens: int,
+                 peak: Optional[float], measured: Optional[float], log: Callable[[str], None]) -> dict:
+    """The same student and teacher sharded by ``parallel.parallelize`` on a one-process mesh: the SimForcing loss and
+    gradient norm at the same weights and noise as without FSDP, then timed steps."""
+    b = plan.batch_size
+    batch = latent_batch(cfg, b, device)
+    student.train()
+    loss_plain, norm_plain = loss_and_grad_norm(student, teacher, cfg, batch, device, seed=777)
+    _free(device)
+    with single_process_group(device) as (mesh, backend):
+        t0 = time.perf_counter()
+        parallel.parallelize(student, cfg, mesh)
+        parallel.parallelize(teacher, cfg, mesh)
+        shard_s = time.perf_counter() - t0
+        sharded = all(hasattr(p, "full_tensor") for p in student.parameters())
+        loss_fsdp, norm_fsdp = loss_and_grad_norm(student, teacher, cfg, batch, device, seed=777)
+        trainer = Trainer(student, teacher, cfg, device)
+        row = train_row(trainer, "simforcing", b, plan.fsdp_repeats, fwd_flops, tokens, peak, measured)
+        trainer.close()
+        dtype = parallel.mixed_precision_dtype(cfg, device)
+    rel, rel_norm = _relative(loss_fsdp, loss_plain), _relative(norm_fsdp, norm_plain)
+    log(f"gpu fsdp2 ({backend}, world size 1): step {row['step_s']:.3f} s; loss {loss_fsdp:.6g} vs {loss_plain:.6g} "
+        f"without FSDP (relative difference {rel:.1e}), gradient norm {norm_fsdp:.6g} vs {norm_plain:.6g} ({rel_norm:.1e})")
+    return {"backend": backend, "world_size": 1, "param_dtype": str(dtype).replace("torch.", ""),
+            "reduce_dtype": "float32", "parameters_are_dtensors": sharded, "shard_s": shard_s,
+            "loss_plain": loss_plain, "loss_fsdp": loss_fsdp, "loss_relative_difference": rel,
+            "grad_norm_plain": norm_plain, "grad_norm_fsdp": norm_fsdp, "grad_norm_relative_difference": rel_norm,
+            "step": row}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _oom_message(e: BaseException) -> str:
+    return f"out of memory: {str(e).splitlines()[0]}"
+
+
+def run_gpu_bench(cfg: Config, device: torch.device, out_path, peak_tflops: Optional[float] = None,
+                  tiny: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Every section of the plan on ``device``; the report (written to ``out_path`` after each section, so a run cut
+    short keeps what it measured). Returns the results."""
+    t_start = time.perf_counter()
+    cfg = bench_config(cfg)
+    mem = int(torch.cuda.get_device_properties(device).total_memory) if device.type == "cuda" else None
+    plan = plan_gpu_bench(cfg, mem, tiny)
+    if plan.num_layers != cfg.model.num_layers:
+        cfg.model.num_layers = plan.num_layers
+        cfg.validate()
+    results: dict = {"schema": SCHEMA, "machine": machine_info(device, torch.get_num_threads()),
+                     "plan": asdict(plan), "time_limit_s": TIME_LIMIT_S, "section_seconds": {}}
+    if plan.layers_note:
+        log(f"gpu: {plan.layers_note}")
+
+    def save(section: str, s0: float) -> None:
+        results["section_seconds"][section] = time.perf_counter() - s0
+        results["seconds"] = time.perf_counter() - t_start
+        results["within_time_limit"] = results["seconds"] <= TIME_LIMIT_S
+        atomic_write_json(out_path, results)
+        os.chmod(out_path, 0o644)
+
+    s0 = time.perf_counter()
+    dev = device_section(device, plan, peak_tflops)
+    results["device"] = dev
+    peak, measured = dev["peak_bf16_flops"], dev["measured_matmul_flops"]
+    log(f"gpu: {dev['name']}, peak {peak / 1e12 if peak else '?'} TFLOP/s ({dev['peak_source']}), measured bf16 "
+        f"matmul {measured / 1e12:.1f} TFLOP/s")
+    save("device", s0)
+
+    s0 = time.perf_counter()
+    fwd_flops = forward_flops(cfg)["total"]
+    tokens = token_counts(cfg)["joint"]
+    _reset_peak(device)
+    student = bench_model(cfg, device).train()
+    teacher = frozen_copy(student)
+    build_s = time.perf_counter() - s0
+    params = sum(p.numel() for p in student.parameters())
+    results["model"] = {"preset": cfg.preset, "num_layers": cfg.model.num_layers, "parameters": params,
+                        "tokens_per_sample": tokens, "forward_flops_per_sample": fwd_flops,
+                        "dtype": "fp32 weights, bf16 autocast", "gradient_checkpointing": True,
+                        "teacher": "frozen fp32 copy", "build_s": build_s, **_memory(device)}
+    log(f"gpu: {cfg.preset} with {cfg.model.num_layers} layers, {params / 1e9:.3f} B parameters, {tokens} tokens per "
+        f"sample, {fwd_flops / 1e12:.3f} TFLOP per forward; built in {build_s:.1f} s")
+    rows = []
+    trainer = Trainer(student, teacher, cfg, device)
+    for method, b in plan.train_rows:
+        try:
+            row = train_row(trainer, method, b, plan.train_repeats, fwd_flops, tokens, peak, measured)
         except torch.cuda.OutOfMemoryError as e:
-            log(f"gpu: bridge preset with {layers} layers does not fit ({str(e).splitlines()[0]})")
-            torch.cuda.empty_cache()
-            continue
-        res.update({"preset": "bridge", "num_layers": layers, "dtype": "bf16 autocast, fp32 student weights, "
-                    "bf16 teacher"})
-        log(f"gpu: {layers} layers, simforcing step {res['train']['simforcing']['step_s']:.3f} s, MFU "
-            f"{res['train']['simforcing']['mfu']}")
-        return res
-    return {"skipped": "the bridge preset does not fit even with 4 layers"}
+            trainer.optimizer.zero_grad(set_to_none=True)
+            _free(device)
+            row = {"method": method, "batch_size": b, "error": _oom_message(e)}
+            log(f"gpu train {method} batch {b}: {row['error']}")
+        else:
+            log(f"gpu train {method} batch {b}: step {row['step_s']:.3f} s (fwd+bwd {row['fwd_bwd_s']:.3f} s, "
+                f"update {row['update_s']:.3f} s), {row['tokens_per_s']:.0f} tokens/s, MFU {row['mfu']}, peak "
+                f"{row.get('peak_allocated_bytes', 0) / GIB:.1f} GiB")
+        rows.append(row)
+    trainer.close()
+    del trainer
+    _free(device)
+    results["train"] = {"predicted_peak_bytes": plan.predicted_peak_bytes, "rows": rows}
+    save("train", s0)
+
+    s0 = time.perf_counter()
+    try:
+        results["sampler"] = sampler_section(student, teacher, cfg, device, plan, fwd_flops, tokens, peak, log)
+    except torch.cuda.OutOfMemoryError as e:
+        results["sampler"] = {"error": _oom_message(e)}
+    _free(device)
+    save("sampler", s0)
+
+    s0 = time.perf_counter()
+    _reset_peak(device)
+    try:
+        results["fsdp"] = fsdp_section(student, teacher, cfg, device, plan, fwd_flops, tokens, peak, measured, log)
+    except torch.cuda.OutOfMemoryError as e:
+        results["fsdp"] = {"error": _oom_message(e)}
+    save("fsdp", s0)
+    return results

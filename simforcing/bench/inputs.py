@@ -4,10 +4,18 @@ dataset's; no checkpoint and no dataset are needed."""
 from __future__ import annotations
 
 import torch
+from diffusers import AutoencoderKLWan
 
 from simforcing.config import Config, ConfigError
-from simforcing.models.vae import DEMO_MEAN_CHANNELS, DEMO_RESIDUAL_DIM, DemoVAE, load_vae
+from simforcing.models.vae import DEMO_MEAN_CHANNELS, DEMO_RESIDUAL_DIM, DemoVAE, WanVAE, load_vae
 from simforcing.models.world_model import build_world_model
+
+# The architecture of Wan2.2-TI2V-5B's VAE (diffusers AutoencoderKLWan, the `vae/config.json` of
+# Wan-AI/Wan2.2-TI2V-5B-Diffusers): 48 latent channels, 16x spatial and 4x temporal compression
+WAN22_VAE_ARCHITECTURE = {"base_dim": 160, "decoder_base_dim": 256, "z_dim": 48, "dim_mult": [1, 2, 4, 4],
+                          "num_res_blocks": 2, "attn_scales": [], "temperal_downsample": [False, True, True],
+                          "dropout": 0.0, "is_residual": True, "in_channels": 12, "out_channels": 12,
+                          "patch_size": 2, "scale_factor_spatial": 16, "scale_factor_temporal": 4}
 
 
 def bench_model(cfg: Config, device: torch.device, seed: int = 0):
@@ -35,14 +43,29 @@ def random_demo_vae(cfg: Config, seed: int = 0):
     return DemoVAE(basis, torch.zeros(c), torch.ones(c))
 
 
+def random_wan_vae(cfg: Config, device: torch.device, seed: int = 0) -> WanVAE:
+    """A Wan2.2-TI2V-5B-architecture VAE with random weights (latent normalisation 0 / 1), float32, on ``device``:
+    what a real-scale sampler encodes and decodes with, at the same cost, without the weights."""
+    arch = WAN22_VAE_ARCHITECTURE
+    v = cfg.model.vae
+    got = (v.latent_channels, v.spatial_stride, v.temporal_stride)
+    if got != (arch["z_dim"], arch["scale_factor_spatial"], arch["scale_factor_temporal"]):
+        raise ConfigError(f"model.vae: latent_channels/spatial_stride/temporal_stride {got} do not match the "
+                          "Wan2.2 VAE's (48, 16, 4); set model.vae.path to the VAE to use")
+    torch.manual_seed(seed)
+    with torch.device(device):
+        vae = AutoencoderKLWan(**arch, latents_mean=[0.0] * arch["z_dim"], latents_std=[1.0] * arch["z_dim"])
+    return WanVAE(vae).to(device)
+
+
 def bench_vae(cfg: Config, device: torch.device):
-    """The configured VAE when ``model.vae.path`` is set, else a random demo VAE (kind demo); None for a Wan VAE
-    without weights (the sections that decode are then skipped)."""
+    """The configured VAE when ``model.vae.path`` is set, else one with random weights: a demo VAE (kind demo) or a
+    Wan2.2-architecture VAE (kind wan)."""
     if cfg.model.vae.path:
         return load_vae(cfg, device)
     if cfg.model.vae.kind == "demo":
         return random_demo_vae(cfg).to(device)
-    return None
+    return random_wan_vae(cfg, device)
 
 
 def pixel_batch(cfg: Config, b: int, device: torch.device, seed: int = 0) -> dict:

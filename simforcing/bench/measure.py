@@ -20,9 +20,12 @@ from simforcing.config import Config
 from simforcing.models.info import forward_flops
 from simforcing.timing import synchronize
 
-# dense bf16 tensor-core peak (FLOP/s) by a substring of the CUDA device name; the first match wins
-PEAK_BF16 = (("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H800", 989e12), ("A100", 312e12),
-             ("L40S", 362e12), ("L4", 121e12), ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12))
+# dense bf16 tensor-core peak (FLOP/s, the datasheets' sparse figures halved) by a substring of the CUDA device name,
+# case-insensitive; the first match wins, so the PCIe/NVL parts come before the SXM names they contain. Override:
+# `bench --gpu --peak-tflops X`.
+PEAK_BF16 = (("H200 NVL", 835e12), ("H200", 989e12), ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12),
+             ("H800", 989e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L4", 121e12),
+             ("A10G", 70e12), ("A10", 125e12), ("RTX 4090", 165e12))
 # (Times field, key suffix): the wall clock (the headline) and this process's CPU time
 STATS = (("wall", ""), ("cpu", "_cpu"))
 

@@ -11,7 +11,6 @@ from typing import Callable
 
 import torch
 
-from simforcing.bench.gpu import bench_gpu
 from simforcing.bench.measure import STATS, machine_info
 from simforcing.bench.options import SCHEMA, SECTIONS, TARGETS, BenchOptions
 from simforcing.bench.sampler import bench_sampler
@@ -126,18 +125,6 @@ def format_tables(results: dict) -> str:
                              f"{_ms(r['forward_s'])} | {r['peak_bytes'] / 2**20:.1f} | "
                              f"{r['attention_flop_share']:.0%} |")
         lines.append("")
-    g = results.get("gpu", {})
-    if g:
-        if "skipped" in g:
-            lines += [f"GPU: skipped ({g['skipped']})", ""]
-        elif "train" in g:
-            lines += [f"GPU ({g.get('preset')}, {g.get('num_layers')} layers, bf16):", "",
-                      "| work | seconds | tokens/s | MFU |", "|---|---|---|---|"]
-            for name, r in g["train"].items():
-                lines.append(f"| train {name} | {r['step_s']:.3f} | {r['tokens_per_s']:.0f} | {r['mfu']} |")
-            r = g["sample"]
-            lines += [f"| sample ({r['n_sim']}, {r['n_real']}, {r['w']}) | {r['seconds']:.3f} | "
-                      f"{r['tokens_per_s']:.0f} | {r['mfu']} |", ""]
     tg = results.get("targets", {})
     if tg:
         def verdict(v: dict) -> str:
@@ -145,6 +132,88 @@ def format_tables(results: dict) -> str:
 
         lines.append("Targets (wall clock / CPU time): " + "; ".join(f"{k} {verdict(v)}" for k, v in tg.items()))
     return "\n".join(lines)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _gib(x) -> str:
+    return "-" if x is None else f"{x / 2**30:.1f}"
+
+
+def _train_line(name: str, r: dict) -> str:
+    if "error" in r:
+        return f"| {name} | {r['batch_size']} | {r['error']} | | | | | | | |"
+    return (f"| {name} | {r['batch_size']} | {r['step_s']:.3f} | {r['fwd_bwd_s']:.3f} | {r['update_s']:.3f} | "
+            f"{r['tokens_per_s']:.0f} | {_pct(r['mfu'])} | {_pct(r['of_measured_matmul'])} | {_pct(r['hfu'])} | "
+            f"{_gib(r.get('peak_allocated_bytes'))} |")
+
+
+def _gpu_header(results: dict) -> list[str]:
+    m, d, plan, mo = results["machine"], results.get("device", {}), results["plan"], results.get("model", {})
+    if d:
+        peak = d.get("peak_bf16_flops")
+        device = (f"Device: {d['name']}"
+                  + (f" (compute {d['capability']}, {_gib(d['total_memory_bytes'])} GiB)" if "capability" in d else "")
+                  + f", torch {m['torch']}" + (f" (CUDA {d['cuda']})" if d.get("cuda") else "")
+                  + f"; dense bf16 peak {'-' if not peak else f'{peak / 1e12:.0f}'} TFLOP/s ({d['peak_source']}), "
+                  f"measured {d['matmul_size']}³ bf16 matmul {d['measured_matmul_flops'] / 1e12:.1f} TFLOP/s.")
+    else:
+        device = f"Device: {m['device_name']} (not measured)."
+    model = (f"Model: preset {plan['preset']}, {plan['num_layers']} of {plan['preset_layers']} layers"
+             + (f" ({plan['layers_note']})" if plan["layers_note"] else ""))
+    if mo:
+        model += (f", {mo['parameters'] / 1e9:.3f} B parameters, {mo['tokens_per_sample']} tokens per sample, "
+                  f"{mo['forward_flops_per_sample'] / 1e12:.3f} TFLOP per forward; random weights, fp32 weights with "
+                  "bf16 autocast, activation checkpointing per layer")
+    return [device, model + ".", f"Whole run: {results.get('seconds', 0):.0f} s (limit {results['time_limit_s']:.0f} s).",
+            ""]
+
+
+def format_gpu_tables(results: dict) -> str:
+    """Markdown of a ``bench --gpu`` report (``simforcing.bench.gpu``): device, training steps, FSDP2, sampler."""
+    lines = _gpu_header(results)
+    t, f, s = results.get("train", {}), results.get("fsdp", {}), results.get("sampler", {})
+    if t.get("rows") or "step" in f:
+        lines += ["Training step (one process; fwd+bwd, then gradient clipping + AdamW; frozen fp32 teacher resident; "
+                  "MFU = model FLOPs (teacher fwd + 3 × student fwd, no recomputation) / s / peak; HFU counts the "
+                  "recomputation; peak = max allocated during one step, weights and optimizer state included; "
+                  f"predicted peak {_gib(t.get('predicted_peak_bytes'))} GiB):", "",
+                  "| step | batch | step (s) | fwd+bwd (s) | clip + AdamW (s) | tokens/s | MFU | of measured matmul | "
+                  "HFU | peak memory (GiB) |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [_train_line(r["method"], r) for r in t.get("rows", [])]
+        if "step" in f:
+            lines.append(_train_line(f"simforcing, FSDP2 ({f['backend']}, world size 1, {f['param_dtype']} params)",
+                                     f["step"]))
+        lines.append("")
+    if "step" in f:
+        lines += [f"FSDP2 on one process: parameters sharded as DTensors: {f['parameters_are_dtensors']}; SimForcing "
+                  f"loss at the same weights and noise {f['loss_fsdp']:.6g} against {f['loss_plain']:.6g} without "
+                  f"FSDP (relative difference {f['loss_relative_difference']:.1e}); gradient norm "
+                  f"{f['grad_norm_fsdp']:.6g} against {f['grad_norm_plain']:.6g} "
+                  f"({f['grad_norm_relative_difference']:.1e}).", ""]
+    elif "error" in f:
+        lines += [f"FSDP2: {f['error']}", ""]
+    if s.get("configs"):
+        lines += [f"Sampler (batch 1, {s['vae']} VAE ({s['vae_parameters'] / 1e6:.0f} M parameters, random weights, "
+                  f"{s['vae_dtype']}); latency per sample = first-frame encode + simulation + real rollout + decode, "
+                  f"median of {s['configs'][0]['repeats']} after {s['warmup']} warm-up):", "",
+                  "| N_s | N_r | w | weights | latency (s) | paper (s) | ours / paper | forwards | phases (ms) | "
+                  "network MFU |", "|---|---|---|---|---|---|---|---|---|---|"]
+        extra = s.get("bf16_weights")
+        for r in s["configs"] + (extra if isinstance(extra, list) else []):
+            phases = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in r["phases_s"].items())
+            paper = "-" if r["paper_latency_s"] is None else f"{r['paper_latency_s']:.3f}"
+            ratio = "-" if r["ratio_to_paper"] is None else f"{r['ratio_to_paper']:.3f}"
+            lines.append(f"| {r['n_sim']} | {r['n_real']} | {r['w']:g} | {r['weights']} | {r['latency_s']:.3f} | "
+                         f"{paper} | {ratio} | {r['forwards']} | {phases} | {_pct(r['network_mfu'])} |")
+        if isinstance(extra, dict):
+            lines += ["", f"With bf16 weights: {extra['error']}"]
+        lines.append("")
+    elif "error" in s:
+        lines += [f"Sampler: {s['error']}", ""]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def run_bench(cfg: Config, opts: BenchOptions, out: Path, device: torch.device, threads: int,
@@ -178,8 +247,6 @@ def _run_sections(cfg: Config, opts: BenchOptions, out: Path, device: torch.devi
             results["scaling"] = bench_scaling(cfg, device, opts, log)
             png = plot_scaling(results["scaling"], out.with_name(out.stem + "_scaling.png"))
             results["scaling"]["plot"] = png.name if png else None
-        elif name == "gpu":
-            results["gpu"] = bench_gpu(device, opts, log)
         section_times[name] = time.perf_counter() - s0
     results["targets"] = check_targets(results)
     results["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
