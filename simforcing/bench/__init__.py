@@ -2,6 +2,7 @@
 scaling.
 
     simforcing bench [--preset demo] [--quick] --out FILE.json      (+ FILE.md tables, FILE_scaling.png)
+    simforcing bench --gpu [--preset bridge] [--peak-tflops X] --out FILE.json      (+ FILE.md; see ``gpu``)
 
 Models are built from the preset with random weights (``build_world_model``; the zero-initialised output head and
 condition projections P_j get small random values so that every branch changes the output); no checkpoint and no
@@ -29,8 +30,10 @@ dataset are needed. Sections (``--sections``, all by default):
    cache (LatentWindowDataset), on a small dataset written to a temporary folder.
 4. ``scaling`` — one forward's time, peak memory and FLOPs (``models.info.forward_flops``: joint attention vs. the
    rest) against the number of frames and the resolution at the preset's width; a PNG plot.
-5. ``gpu`` — with CUDA only: bf16, the 5B preset (fewer layers if it does not fit), training and sampling tokens/s
-   and model-FLOPs utilisation against the device's dense bf16 peak; on CPU ``{"skipped": "no CUDA device"}``.
+
+GPU readiness is its own mode, ``simforcing bench --gpu`` (``gpu``): the 5B ``bridge`` preset on one CUDA GPU in bf16
+with activation checkpointing — training step (tokens/s, MFU, peak memory), the sampler against the paper's latencies
+and FSDP2 on one process; without CUDA a named message and exit code 69.
 
 Clocks: the wall clock (the headline: ``latency_s``, ``ratio``, ``speedup``) and this process's CPU time (``*_cpu``;
 with one torch thread the work done, less disturbed by other processes loading the machine, whose load average is
@@ -42,7 +45,7 @@ Peak memory: CUDA ``max_memory_allocated`` above what was allocated before; CPU 
 the profiler's allocation events (``profile_memory``), the same quantity. ``--quick`` runs a subset; ``--tiny`` (for
 the test suite) shrinks every section further. No timing is asserted in tests.
 
-Files, one per section: ``options`` (modes, grids, targets), ``measure`` (clocks, peak memory, machine), ``inputs``
-(random-weight models and batches), ``sampler``, ``train_step``, ``throughput`` (data), ``scaling``, ``gpu``,
-``report`` (targets, tables, the JSON of a whole run).
+Files, one per section: ``options`` (modes, grids, targets), ``measure`` (clocks, peak memory, machine, bf16 peaks by
+device name), ``inputs`` (random-weight models, VAEs and batches), ``sampler``, ``train_step``, ``throughput`` (data),
+``scaling``, ``gpu`` (``bench --gpu``), ``report`` (targets, tables, the JSON of a whole run).
 """
