@@ -40,7 +40,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                              "H100/H200/A100 and others; see simforcing.bench.measure.PEAK_BF16)")
 
 
-def bench_config(args: argparse.Namespace) -> Config:
+def config_for_bench(args: argparse.Namespace) -> Config:
     """--preset (default: bridge with --gpu, demo otherwise) or --config, plus overrides."""
     if not args.preset and not args.config:
         args.preset = "bridge" if args.gpu else "demo"
@@ -110,4 +110,4 @@ def bench_gpu(args: argparse.Namespace, cfg: Config) -> int:
     return EXIT_OK
 
 
-SUBCOMMANDS = {("bench",): Subcommand(add_bench_arguments, bench, bench_config)}
+SUBCOMMANDS = {("bench",): Subcommand(add_bench_arguments, bench, config_for_bench)}
