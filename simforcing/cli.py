@@ -15,6 +15,8 @@ each a ``Subcommand(add_arguments, run, config)``. For every command, :func:`run
    | FileExistsError (the output is there)    | ``simforcing CMD: config error: ...``      | 2    |
    | DataError                                | ``simforcing CMD: data error [kind] ...``  | 1    |
    | CheckpointError                          | ``simforcing CMD: checkpoint error: ...``  | 1    |
+   | OutputError (a write failed: disk full)  | ``simforcing CMD: write error: FILE: ...`` | 1    |
+   | any other OSError (the OS said no)       | ``simforcing CMD: I/O error: ...``         | 1    |
 
    Any other exception is a bug and keeps its traceback. Errors: ``simforcing.errors``.
 """
@@ -26,7 +28,8 @@ import importlib
 import sys
 
 from simforcing import __version__
-from simforcing.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, CheckpointError, ConfigError, DataError
+from simforcing.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_OK, CheckpointError, ConfigError, DataError,
+                               OutputError)
 
 # (command words, module, one-line help)
 COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
@@ -80,6 +83,12 @@ def run_subcommand(sub, args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except CheckpointError as e:
         print(f"{prog}: checkpoint error: {e}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    except OutputError as e:
+        print(f"{prog}: write error: {e}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    except OSError as e:  # the environment, not a bug: a missing permission, a full disk outside our writers ...
+        print(f"{prog}: I/O error: {e}", file=sys.stderr, flush=True)
         return EXIT_FAILED
 
 

@@ -4,6 +4,9 @@
   output that is already there (``FileExistsError``) is reported the same way.
 - ``DataError`` (exit 1): a dataset file is missing or malformed; the message names the episode, file and field.
 - ``CheckpointError`` (exit 1): a checkpoint is missing, damaged or could not be written; the message names the file.
+- ``OutputError`` (exit 1): an output file could not be written (disk full, permission, read-only file system); the
+  message names the file and the operating system's cause. Any other ``OSError`` reaching the command line is
+  reported the same way (``I/O error``), without a traceback.
 
 Training adds two outcomes that are results, not errors: diverged (3) and stopped by a signal (75). A command that
 needs a CUDA device and finds none (``bench --gpu``) says so and exits with 69 (``EX_UNAVAILABLE`` of sysexits).
@@ -43,3 +46,19 @@ class CheckpointError(RuntimeError):
     def __init__(self, message: str, path: str | Path | None = None):
         self.path = str(path) if path is not None else None
         super().__init__(f"{path}: {message}" if path is not None else message)
+
+
+class OutputError(RuntimeError):
+    """Writing an output file failed (disk full, no permission, ...). ``path`` names the file; ``cause`` is the
+    operating system's error (kept as ``__cause__`` too)."""
+
+    def __init__(self, message: str, path: str | Path | None = None, cause: BaseException | None = None):
+        self.path, self.cause = (str(path) if path is not None else None), cause
+        super().__init__(f"{path}: {message}" if path is not None else message)
+
+
+def os_cause(e: BaseException) -> str:
+    """The operating system's words for an OSError ('No space left on device (errno 28)'), else str(e)."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror} (errno {e.errno})"
+    return f"{type(e).__name__}: {e}"

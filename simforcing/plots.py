@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Sequence
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from simforcing.utils import read_jsonl
+from simforcing.utils import atomic_write, read_jsonl
 
 LOSS_TERMS = ("loss", "fm_real", "fm_sim", "md_real", "md_sim", "value_real", "value_sim")
 SIDE_PANELS = ("grad_norm", "lr")
@@ -111,7 +111,7 @@ def plot_loss_curves(source: str | Path | Sequence[Mapping], out_png: str | Path
         fig.suptitle(title, fontsize=11)
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=100)
+    atomic_write(out_png, lambda p: fig.savefig(p, format="png", dpi=100))
     return out_png
 
 
@@ -131,5 +131,5 @@ def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: st
     ax.legend(fontsize=8)
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=100)
+    atomic_write(out_png, lambda p: fig.savefig(p, format="png", dpi=100))
     return out_png

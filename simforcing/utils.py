@@ -1,26 +1,38 @@
-"""Small shared helpers: atomic file writes, seeding, device choice, mixed precision, JSON lines."""
+"""Small shared helpers: atomic file writes, folders that appear atomically, seeding, device choice, mixed
+precision, JSON lines.
+
+Every write here turns an operating-system failure (a full disk, a missing permission) into
+:class:`~simforcing.errors.OutputError` naming the file and the cause; a failed atomic write leaves the previous
+file as it was and no temporary file behind.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import shutil
 import tempfile
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
+from simforcing.errors import OutputError, os_cause
+
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
-    """Write ``path`` via ``write(tmp_path)`` then an atomic rename; a crash leaves the old file intact."""
+    """Write ``path`` via ``write(tmp_path)`` then an atomic rename; a crash leaves the old file intact.
+
+    An OSError on the way (disk full, no permission) is raised as OutputError naming ``path`` and the cause."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
         write(tmp_path)
         umask = os.umask(0)
         os.umask(umask)
@@ -28,9 +40,20 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
+    except OSError as e:
+        _discard(tmp_path)
+        raise OutputError(f"cannot write ({os_cause(e)})", path, e) from e
     except BaseException:
-        tmp_path.unlink(missing_ok=True)
+        _discard(tmp_path)
         raise
+
+
+def _discard(tmp_path: Path | None) -> None:
+    if tmp_path is not None:
+        try:
+            tmp_path.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -54,8 +77,80 @@ def _json_default(o: Any) -> Any:
 
 
 def append_jsonl(path: str | Path, obj: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(obj, default=_json_default) + "\n")
+    """Append one JSON line (OutputError naming the file when the write fails)."""
+    line = json.dumps(obj, default=_json_default) + "\n"
+    try:
+        with open(path, "a") as f:
+            f.write(line)
+    except OSError as e:
+        raise OutputError(f"cannot append ({os_cause(e)})", path, e) from e
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Folders that appear atomically
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def check_output_folder(out: Path, overwrite: bool, what: str = "dataset",
+                        replaceable: Callable[[Path], bool] | None = None) -> None:
+    """FileExistsError (exit 2) unless ``out`` is absent or empty, or ``overwrite`` and ``replaceable(out)``."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    ours = out.is_dir() and (replaceable is None or replaceable(out))
+    if not ours:
+        raise FileExistsError(f"{out}: exists and is not a {what}; choose another folder (--overwrite replaces a "
+                              f"{what} only, never another folder)")
+    if not overwrite:
+        raise FileExistsError(f"{out}: already holds a {what}; pass --overwrite to replace it, or choose another "
+                              "folder")
+
+
+@contextmanager
+def staged_folder(out: str | Path, overwrite: bool = False, what: str = "dataset",
+                  replaceable: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+    """Build a folder under a temporary sibling name and let it appear at ``out`` only once it is complete.
+
+        with staged_folder(OUT, overwrite=args.overwrite) as tmp:
+            ...write everything into tmp...
+        # OUT now holds it; on an exception OUT is untouched and tmp is removed
+
+    ``out`` that exists and is not empty is refused with FileExistsError (exit 2) unless ``overwrite``; even then
+    only a folder ``replaceable(out)`` says is a ``what`` is replaced (never another kind of folder). The
+    replacement is two renames in the same parent (``out`` -> an ``.old`` sibling, the staged folder -> ``out``), so
+    no reader ever sees a half-written folder at ``out`` (for an instant there is none). OSErrors become OutputError.
+    """
+    out = Path(out)
+    check_output_folder(out, overwrite, what, replaceable)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise OutputError(f"cannot create a temporary folder beside it ({os_cause(e)})", out, e) from e
+    try:
+        yield tmp
+        _swap_in(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(f"cannot write the {what} ({os_cause(e)}); {out} was left as it was", out, e) from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and restored if the rename fails."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.replace(out, aside / out.name)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        os.replace(aside / out.name, out)
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
