@@ -1,19 +1,27 @@
 """Checkpoints: written atomically, verified on load, resumable, and readable by the sampler.
 
-    RUN/config.json                               the resolved config (written by the train loop first)
+    RUN/run.json                                  {"run_id", "stage", "created", "simforcing"}: marks a simforcing
+                                                  run folder; run_id names the checkpoints this run wrote
+    RUN/.lock                                     the writer's lock (simforcing.locking; one writer per run folder)
+    RUN/config.json                               the resolved config (written once the run has started)
     RUN/checkpoints/step_000123/
+        config.json           the exact config this checkpoint was trained with (its sha256 is meta's config_hash
+                              source; a resume compares against it, not against RUN/config.json)
         model.safetensors     student weights (single-process runs)
         dcp/                  model + optimizer shards, torch.distributed.checkpoint (runs with world size > 1)
         train_state.pt        optimizer (single process), LR scheduler, RNG states (torch, CUDA, numpy, python
                               random) and the data position (epoch, batch position within the epoch); only tensors
                               and primitive containers, so ``torch.load(weights_only=True)`` reads it
-        meta.json             {"format", "step", "epoch", "stats", "config_hash", "world_size", "time",
+        meta.json             {"format", "step", "epoch", "stats", "config_hash", "run_id", "world_size", "time",
                                "files": {relative path: sha256}}
 
-Writing: everything goes to ``checkpoints/.tmp-step_N``; each file is fsynced, then ``meta.json`` (holding the
-sha256 of every other file) is written last, the folder is renamed to ``step_N`` (``os.replace``, atomic) and the
-parent folder fsynced. A crash or a failed write (disk full) leaves at most a ``.tmp-*`` folder, removed by the next
-save; the previous checkpoints stay as they were. Only the last ``train.keep_last`` checkpoints are kept. "Latest" is
+Writing: everything goes to the writer's own ``checkpoints/.tmp-step_N-w<pid>``; each file is fsynced, then
+``meta.json`` (holding the sha256 of every other file) is written last, the folder is renamed to ``step_N``
+(``os.replace``, atomic) and the parent folder fsynced. A crash or a failed write (disk full) leaves at most a
+``.tmp-*`` folder; a write never removes another writer's temporary folder — stale ones are removed by
+:func:`remove_stale_temp`, which the train loop calls once it holds the run folder's lock (so no other writer can be
+alive). Only the last ``train.keep_last`` checkpoints *of this run* (meta.json's ``run_id``; checkpoints written
+before run ids existed count as the run's own) are kept: a checkpoint of another run is never pruned. "Latest" is
 found by scanning the ``step_*`` folders (no symlink).
 
 Loading (:func:`load_checkpoint`) checks every sha256 listed in meta.json: a truncated or bit-flipped file raises
@@ -30,6 +38,7 @@ import os
 import random
 import shutil
 import time
+import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +49,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from simforcing import parallel
-from simforcing.config import Config
+from simforcing import __version__, parallel
+from simforcing.config import Config, ConfigError, config_diff
 from simforcing.errors import CheckpointError
 from simforcing.models.world_model import build_world_model
 
@@ -49,6 +58,10 @@ FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
+CONFIG_FILE = "config.json"
+RUN_RECORD = "run.json"
+# what a simforcing run folder holds: a folder with any of these but no run record is someone else's
+RUN_FILES = ("config.json", "metrics.jsonl", "status.json", "tb", "checkpoints", "teacher.json", "loss_curves.png")
 SHARDED_DIR = "dcp"
 _PREFIX = "step_"
 _TMP_PREFIX = ".tmp-"
@@ -97,6 +110,62 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def config_hash(cfg: Config) -> str:
     return hashlib.sha256(cfg.to_json().encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The run record: which folders are simforcing runs, and which run wrote a checkpoint
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def read_run_record(run_dir: str | Path) -> dict | None:
+    """RUN/run.json, or None when absent or unreadable."""
+    try:
+        rec = json.loads((Path(run_dir) / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("run_id"), str) else None
+
+
+def new_run_record(stage: str) -> dict:
+    return {"run_id": uuid.uuid4().hex, "stage": stage, "created": time.time(), "simforcing": __version__}
+
+
+def is_run_folder(run_dir: str | Path) -> bool:
+    """A simforcing run: it has a run record, or (runs from before run records) finished checkpoints."""
+    return read_run_record(run_dir) is not None or bool(list_checkpoints(run_dir))
+
+
+def foreign_files(run_dir: str | Path) -> list[str]:
+    """The names of ``RUN_FILES`` present in a folder that is not a simforcing run (what a run would overwrite)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or is_run_folder(run_dir):
+        return []
+    return [n for n in RUN_FILES if (run_dir / n).exists() or (run_dir / n).is_symlink()]
+
+
+def check_not_foreign(run_dir: str | Path) -> None:
+    """ConfigError naming the files when ``run_dir`` holds run-like files that simforcing did not write."""
+    found = foreign_files(run_dir)
+    if found:
+        raise ConfigError(f"--out: {run_dir} is not a simforcing run folder (no {RUN_RECORD}) but holds "
+                          f"{', '.join(found)}; a run would overwrite them — choose another folder or move them away")
+
+
+def temp_dir(final: Path) -> Path:
+    """This writer's temporary folder for the checkpoint folder ``final``."""
+    return final.parent / f"{_TMP_PREFIX}{final.name}-w{os.getpid()}"
+
+
+def remove_stale_temp(run_dir: str | Path) -> list[str]:
+    """Remove every temporary folder in RUN/checkpoints. Only for the holder of the run folder's lock (then no
+    other writer is alive: what is left is from a crashed one). Returns the names removed."""
+    root = Path(run_dir) / "checkpoints"
+    removed = []
+    if root.is_dir():
+        for stale in root.glob(f"{_TMP_PREFIX}*"):
+            shutil.rmtree(stale, ignore_errors=True)
+            removed.append(stale.name)
+    return removed
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -171,8 +240,9 @@ def _cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     scheduler: Any, rng_state: dict, data_state: dict, stats: dict | None, cfg: Config,
-                    on_partial: Callable[[], None] | None = None) -> Path:
-    """Write ``RUN/checkpoints/step_N`` atomically and keep the last ``cfg.train.keep_last``. Returns the folder.
+                    on_partial: Callable[[], None] | None = None, run_id: str | None = None) -> Path:
+    """Write ``RUN/checkpoints/step_N`` atomically and keep the last ``cfg.train.keep_last`` of run ``run_id``
+    (None: every checkpoint of the folder counts as the run's). Returns the folder.
 
     With a process group of world size > 1 every rank must call this (model and optimizer go through DCP);
     rank 0 writes the rest. ``on_partial`` is called once the weights are written and before the folder is
@@ -181,18 +251,18 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
     """
     run_dir = Path(run_dir)
     final = step_dir(run_dir, step)
-    tmp = final.parent / f"{_TMP_PREFIX}{final.name}"
+    tmp = temp_dir(final)
     sharded = parallel.world_size() > 1
     main = parallel.rank() == 0
     error = None
     if main:
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
-            for stale in final.parent.glob(f"{_TMP_PREFIX}*"):
-                shutil.rmtree(stale, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # this writer's own leftover only
             tmp.mkdir()
         except OSError as e:
             error = f"cannot create {tmp} ({e})"
+    tmp = Path(parallel.broadcast_object(str(tmp)))  # every rank writes its DCP shards into rank 0's folder
     error = parallel.broadcast_object(error)
     if error is None:
         try:
@@ -202,6 +272,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
                 if not sharded:
                     weights = _cpu_state(model)
                     _write_file(tmp / WEIGHTS_FILE, lambda p: save_file(weights, str(p), metadata={"step": str(step)}))
+                config_text = cfg.to_json()
+                _write_file(tmp / CONFIG_FILE, lambda p: p.write_text(config_text + "\n"))
                 if on_partial is not None:
                     on_partial()
                 train_state = {"step": step, "scheduler": scheduler.state_dict(), "rng": rng_state,
@@ -211,14 +283,14 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
                 _write_file(tmp / STATE_FILE, lambda p: torch.save(train_state, p))
                 files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
                 meta = {"format": FORMAT_VERSION, "step": step, "epoch": data_state.get("epoch"), "stats": stats,
-                        "config_hash": config_hash(cfg), "world_size": parallel.world_size(), "sharded": sharded,
-                        "time": time.time(), "files": files}
+                        "config_hash": config_hash(cfg), "run_id": run_id, "world_size": parallel.world_size(),
+                        "sharded": sharded, "time": time.time(), "files": files}
                 text = json.dumps(meta, indent=2) + "\n"
                 _write_file(tmp / META_FILE, lambda p: p.write_text(text))
                 _fsync_dir(tmp)
                 _replace_dir(tmp, final)
                 _fsync_dir(final.parent)
-                _prune(run_dir, cfg.train.keep_last)
+                _prune(run_dir, cfg.train.keep_last, run_id)
         except Exception as e:  # noqa: BLE001 - any failure must leave the previous checkpoint intact
             error = f"writing checkpoint step {step} failed ({type(e).__name__}: {e})"
             if main:
@@ -243,8 +315,18 @@ def _replace_dir(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _prune(run_dir: Path, keep_last: int) -> None:
+def checkpoint_run_id(path: Path) -> str | None:
+    """meta.json's run_id; None for checkpoints from before run ids; "?" when meta.json cannot be read."""
+    try:
+        return read_meta(path).get("run_id")
+    except CheckpointError:
+        return "?"
+
+
+def _prune(run_dir: Path, keep_last: int, run_id: str | None = None) -> None:
     ckpts = list_checkpoints(run_dir)
+    if run_id is not None:  # only this run's own (and pre-run-id ones); unreadable or foreign ones are left alone
+        ckpts = [(s, p) for s, p in ckpts if checkpoint_run_id(p) in (run_id, None)]
     for _, path in ckpts[: max(0, len(ckpts) - keep_last)]:
         doomed = path.parent / f"{_TMP_PREFIX}del-{path.name}"
         os.replace(path, doomed)  # the rename is atomic; the slow delete happens after
@@ -303,6 +385,44 @@ def load_checkpoint(path: str | Path, weights: bool = True, train_state: bool = 
     return Checkpoint(path, int(meta["step"]), meta, model_state, state)
 
 
+def checkpoint_config(path: str | Path) -> Config | None:
+    """The config a checkpoint folder was trained with (its own config.json), or None for checkpoints written
+    before checkpoints stored it."""
+    p = Path(path) / CONFIG_FILE
+    if not p.exists():
+        return None
+    try:
+        return Config.load(p)
+    except ConfigError as e:
+        raise CheckpointError(f"cannot read the checkpoint's config ({e})", p) from e
+
+
+def trained_config(run_dir: str | Path, ckpt: "Checkpoint") -> tuple[Config, list[str]]:
+    """(the config ``ckpt`` was trained with, the fields in which RUN/config.json differs from it).
+
+    The checkpoint's own config.json when it has one. Checkpoints from before that: RUN/config.json, which must then
+    be the config the checkpoint was written with (its hash equals meta.json's ``config_hash``) — otherwise nobody
+    knows what the weights were trained with, and CheckpointError names both."""
+    cfg_path = Path(run_dir) / "config.json"
+    if not cfg_path.exists():
+        raise CheckpointError("config.json is missing; expected a run folder written by `simforcing pretrain/train`",
+                              cfg_path)
+    try:
+        run_cfg = Config.load(cfg_path)
+    except ConfigError as e:
+        raise CheckpointError(f"cannot read the run's config ({e})", cfg_path) from e
+    own = checkpoint_config(ckpt.path)
+    if own is not None:
+        return own, config_diff(own, run_cfg)
+    recorded = ckpt.meta.get("config_hash")
+    if recorded and recorded != config_hash(run_cfg):
+        raise CheckpointError(f"config_hash {config_hash(run_cfg)} differs from {recorded} in {ckpt.path.name}"
+                              f"/meta.json: config.json is not the config this checkpoint was written with (was it "
+                              "rewritten by another run?) and the checkpoint holds no copy; restore config.json",
+                              cfg_path)
+    return run_cfg, []
+
+
 def find_resumable(run_dir: str | Path, weights: bool = True, train_state: bool = True) -> Checkpoint | None:
     """The newest checkpoint that verifies; damaged newer ones are skipped with a warning. None when there is none."""
     for _, path in reversed(list_checkpoints(run_dir)):
@@ -340,7 +460,6 @@ def load_model_from_run(run_dir: str | Path, device: str | torch.device = "cpu",
     if not cfg_path.exists():
         raise CheckpointError("config.json is missing; expected a run folder written by `simforcing pretrain/train`",
                               cfg_path)
-    cfg = Config.load(cfg_path)
     if step is None:
         ckpt = find_resumable(run_dir, train_state=False)
         if ckpt is None:
@@ -350,6 +469,10 @@ def load_model_from_run(run_dir: str | Path, device: str | torch.device = "cpu",
         if step not in available:
             raise CheckpointError(f"no checkpoint for step {step}; available steps: {available}", run_dir)
         ckpt = load_checkpoint(step_dir(run_dir, step), train_state=False)
+    cfg, differs = trained_config(run_dir, ckpt)
+    if differs:
+        warnings.warn(f"{cfg_path} differs from the config {ckpt.path.name} was trained with in "
+                      f"{', '.join(differs[:8])}; the model is built from the checkpoint's own config", stacklevel=2)
     model = build_world_model(cfg, device="cpu")
     load_model_state(ckpt, model)
     model.to(device).eval()

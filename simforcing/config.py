@@ -48,7 +48,9 @@ class DataConfig:
     skip_bad: bool = False  # skip malformed episodes (one log line each, counted) instead of stopping
     num_workers: int = 0
     cache_episodes: int = 8  # decoded episodes kept in memory per process (LRU); the demo keeps all of them
-    sim_background: str = "black"  # what sim frames show outside the arm: "black" or "R,G,B" in 0..255
+    # what sim frames show outside the arm: "black" or "R,G,B" in 0..255; None: the dataset's own (info.json
+    # sim_background, "black" when it has none) — set it only to override the dataset
+    sim_background: Optional[str] = None
 
     @property
     def window_steps(self) -> int:
@@ -219,8 +221,10 @@ class Config:
         path = Path(path)
         try:
             d = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: cannot read the config ({e}); expected the JSON written by a run") from e
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path}: the config is a JSON {type(d).__name__}; expected an object")
         return cls.from_dict(d, source=str(path))
 
     def validate(self) -> "Config":
@@ -275,7 +279,8 @@ class Config:
         _check(0.0 <= s.w, "sample.w", s.w, "a guidance weight >= 0 (paper: 0, 0.3, 0.6, 1)")
         _check(s.mask_mode in ("mask-file", "sam3", "paired-sim"), "sample.mask_mode", s.mask_mode,
                "'mask-file', 'sam3' or 'paired-sim'")
-        parse_color(d.sim_background, "data.sim_background")
+        if d.sim_background is not None:
+            parse_color(d.sim_background, "data.sim_background")
         return self
 
 
@@ -290,6 +295,18 @@ def parse_color(value: str, field_name: str = "data.sim_background") -> tuple[in
     if len(rgb) != 3 or not all(0 <= x <= 255 for x in rgb):
         raise ConfigError(f"{field_name}: got {value!r}; expected 'black' or 'R,G,B' with integers in 0..255")
     return rgb  # type: ignore[return-value]
+
+
+def config_diff(a: "Config", b: "Config") -> list[str]:
+    """Dotted names of the fields that differ between two configs (sorted)."""
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    fa, fb = flat(json.loads(a.to_json())), flat(json.loads(b.to_json()))
+    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
 
 
 def _check(ok: bool, name: str, value: Any, allowed: str) -> None:
@@ -328,7 +345,6 @@ def _demo() -> Config:
     d.windows_per_episode = 8
     d.cache_episodes = 1024  # ~50 MB of 32×48 frames: every episode is decoded once
     d.text_max_tokens = 64
-    d.sim_background = "black"
     m = cfg.model
     m.vae = VAEConfig(kind="demo", path=None, latent_channels=64, spatial_stride=4, temporal_stride=4)  # K = 16
     m.num_attention_heads, m.attention_head_dim = 4, 32

@@ -31,10 +31,27 @@ epoch e comes from (seed, e) (simforcing.parallel.GlobalBatchSampler) and the wi
 RNGs (torch, CUDA, numpy, random) are saved in every checkpoint and restored on resume. So on CPU a run interrupted
 and resumed logs exactly the losses of an uninterrupted one.
 
-Run folder: ``config.json`` (written first), ``metrics.jsonl`` (per logged step: step, epoch, lr, every loss term,
-grad_norm, samples_per_s, time), ``tb/`` (TensorBoard), ``checkpoints/`` (simforcing.checkpoint), ``status.json``
-({"state": "running" | "finished" | "stopped" | "diverged" | "failed", "step", "reason"}), ``loss_curves.png`` at the
-end, and for stage 2 ``teacher.json`` (which teacher checkpoint was used; resume reuses it).
+Run folder: ``.lock`` and ``run.json`` (the writer's lock and the run's identity, simforcing.checkpoint),
+``config.json`` (written once the run has started: data built, model built, checkpoint restored), ``metrics.jsonl``
+(per logged step: step, epoch, lr, every loss term, grad_norm, samples_per_s, time), ``tb/`` (TensorBoard),
+``checkpoints/`` (simforcing.checkpoint), ``status.json`` ({"state": "running" | "finished" | "stopped" | "diverged"
+| "failed", "step", "reason", "pid", "host"}), ``loss_curves.png`` at the end, and for stage 2 ``teacher.json``
+(which teacher checkpoint was used; resume reuses it).
+
+One writer per run folder: the run holds ``RUN/.lock`` (simforcing.locking, an ``flock`` the kernel drops when the
+process dies in any way) from the moment it is known to be startable until it returns; a second writer is refused
+(config error, exit 2) and touches nothing. Before the lock every check is read-only, so a refused run — a bad config,
+an architecture change on ``--resume``, a stage-2 run resumed with ``pretrain``, a teacher that is a stage-2 run, a
+folder holding someone else's files — writes nothing: no folder, no config.json, no status.json. A status.json that
+says "running" while nobody holds the lock belongs to a dead process (``simforcing.locking.is_locked``).
+
+Resume (``--resume``): the reference is the config the checkpoint was trained with (its own copy in the checkpoint
+folder; for older checkpoints RUN/config.json, whose hash must equal meta.json's ``config_hash``). Architecture fields
+(``runs.architecture_fields``) cannot change (config error naming the field). The optimizer hyperparameters
+(``train.lr``, ``beta1``, ``beta2``, ``weight_decay``, and the schedule's ``warmup_frac``/``max_steps``/``epochs``)
+may: after the optimizer and scheduler state are restored, the config's values are written into them and the lr of
+the next update is recomputed from the new schedule — one line says what changed, and config.json records the values
+the run trains with. Any other changed field is trained with as given, with a warning naming it.
 
 Exit codes: 0 finished; 1 failed (data, checkpoint or other error; status "failed"); 2 config error; 3 diverged (a
 non-finite loss term or gradient norm: the message names the step and the term, no checkpoint is written after it, the
@@ -57,6 +74,7 @@ import json
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -69,19 +87,21 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from simforcing import parallel
-from simforcing.checkpoint import (capture_rng, find_resumable, list_checkpoints, load_checkpoint, load_model_state,
-                                   restore_rng, save_checkpoint)
-from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
+from simforcing.checkpoint import (RUN_RECORD, capture_rng, check_not_foreign, find_resumable, list_checkpoints,
+                                   load_checkpoint, load_model_state, new_run_record, read_meta, read_run_record,
+                                   remove_stale_temp, restore_rng, save_checkpoint, trained_config)
+from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError, config_diff
 from simforcing.data.latent_cache import LatentWindowDataset
 from simforcing.data.paired import PairedWindowDataset
-from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, CheckpointError
+from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, CheckpointError, OutputError, os_cause
+from simforcing.locking import FolderLock, lock_folder
 from simforcing.losses import NonFiniteLoss
 from simforcing.methods import METHODS, method_preset, needs_teacher
 from simforcing.models.vae import load_vae
 from simforcing.models.weights import frozen_copy, load_configured_weights
 from simforcing.models.world_model import build_world_model
 from simforcing.plots import plot_loss_curves
-from simforcing.runs import check_teacher_architecture
+from simforcing.runs import architecture_fields, check_teacher_architecture, differing_fields
 from simforcing.utils import (append_jsonl, atomic_write_json, atomic_write_text, autocast_context, read_jsonl,
                               seed_everything)
 
@@ -190,16 +210,33 @@ def build_optimizer(model: torch.nn.Module, cfg: Config, total_steps: int):
     return opt, sched
 
 
-def config_diff(a: Config, b: Config) -> list[str]:
-    """Dotted names of the fields that differ between two configs."""
-    def flat(d: dict, prefix: str = "") -> dict:
-        out = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-        return out
+def apply_optimizer_settings(optimizer: torch.optim.Optimizer, scheduler: Any, cfg: Config) -> list[str]:
+    """After a restore: the config's lr, betas and weight decay into the optimizer's parameter groups and the
+    scheduler's base lrs, and the lr of the next update recomputed from the schedule ``scheduler`` was built with
+    (the config's warm-up and total steps). Returns "what: old -> new" for every value that changed.
 
-    fa, fb = flat(json.loads(a.to_json())), flat(json.loads(b.to_json()))
-    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
+    With an unchanged config this rewrites the restored values with equal ones (the lr by the scheduler's own
+    formula), so an interrupted-and-resumed run stays bit-identical to an uninterrupted one."""
+    t = cfg.train
+    groups = optimizer.param_groups
+    decay = [t.weight_decay] + [0.0] * (len(groups) - 1)  # param_groups: [decayed, not decayed]
+    changed = []
+
+    def note(name: str, old: Any, new: Any) -> None:
+        if old != new:
+            changed.append(f"{name} {old!r} -> {new!r}")
+
+    note("train.lr", float(scheduler.base_lrs[0]), float(t.lr))
+    note("train.beta1, train.beta2", tuple(groups[0]["betas"]), (t.beta1, t.beta2))
+    note("train.weight_decay", float(groups[0]["weight_decay"]), float(t.weight_decay))
+    before = [float(g["lr"]) for g in groups]
+    scheduler.base_lrs = [float(t.lr)] * len(groups)
+    lrs = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for g, lr, wd in zip(groups, lrs, decay):
+        g["initial_lr"], g["lr"], g["betas"], g["weight_decay"] = float(t.lr), lr, (t.beta1, t.beta2), wd
+    scheduler._last_lr = list(lrs)
+    note(f"lr of update {scheduler.last_epoch + 1}", before[0], lrs[0])
+    return changed
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -215,11 +252,30 @@ class RunLog:
         self.metrics = run_dir / "metrics.jsonl"
         self._tb = None
         self.facts: dict = {}  # written into every status.json from now on (e.g. the skipped episodes)
+        self.wrote_status = False  # this process has written status.json (so it must leave a final state there)
 
     def status(self, state: str, step: int, reason: str = "", **extra: Any) -> None:
         if self.active:
+            self.wrote_status = True
             atomic_write_json(self.run_dir / "status.json", {"state": state, "step": step, "reason": reason,
-                                                            "time": time.time(), **self.facts, **extra})
+                                                            "time": time.time(), "pid": os.getpid(),
+                                                            "host": socket.gethostname(), **self.facts, **extra})
+
+    def final_status(self, state: str, step: int, reason: str, **extra: Any) -> Optional[str]:
+        """Record the end of the run even when writing is what failed: status.json must never keep saying "running"
+        for a process that has ended. If it cannot be written (a full disk), it is removed (an unlink needs no
+        space); returns what went wrong then, else None."""
+        if not self.active:
+            return None
+        try:
+            self.status(state, step, reason, **extra)
+            return None
+        except Exception as e:  # noqa: BLE001 - any failure here must not hide the run's own error
+            try:
+                (self.run_dir / "status.json").unlink(missing_ok=True)
+                return f"status.json could not be written ({os_cause(e.__cause__ or e)}) and was removed"
+            except OSError as e2:
+                return f"status.json could not be written or removed ({os_cause(e2)})"
 
     def truncate_after(self, step: int) -> float:
         """Keep metrics of steps <= ``step`` (a resumed run re-logs later ones); returns the last kept ``time``."""
@@ -237,16 +293,26 @@ class RunLog:
         if not self.active:
             return
         append_jsonl(self.metrics, record)
-        if self._tb is None:
-            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tb"), purge_step=record["step"])
-        for k, v in record.items():
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                self._tb.add_scalar(f"train/{k}", v, record["step"])
+        tb = self.run_dir / "tb"
+        try:
+            if self._tb is None:
+                self._tb = SummaryWriter(log_dir=str(tb), purge_step=record["step"])
+            for k, v in record.items():
+                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self._tb.add_scalar(f"train/{k}", v, record["step"])
+            self._tb.flush()  # the event writer is a thread: flushing here surfaces its write errors at this step
+        except OSError as e:
+            self._tb = None  # a broken writer is not closed again
+            raise OutputError(f"cannot write the TensorBoard log ({os_cause(e)})", tb, e) from e
 
     def close(self) -> None:
         if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+            tb, self._tb = self._tb, None
+            try:
+                tb.close()
+            except OSError as e:
+                raise OutputError(f"cannot write the TensorBoard log ({os_cause(e)})", self.run_dir / "tb",
+                                  e) from e
 
     def plot(self) -> Optional[Path]:
         if not self.active or not self.metrics.exists() or not self.metrics.stat().st_size:
@@ -261,6 +327,34 @@ class Diverged(Exception):
     def __init__(self, step: int, term: str, value: float):
         self.step, self.term, self.value = step, term, value
         super().__init__(f"training diverged at step {step}: non-finite {term} ({value})")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Resume checks
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _MetaOnly:
+    """A checkpoint known by its folder and meta.json only (what the read-only preflight needs)."""
+
+    path: Path
+    meta: dict
+
+
+def check_resume_config(cfg: Config, theirs: Config, stage: str, run_dir: Path) -> None:
+    """ConfigError naming the field when ``cfg`` cannot continue a run trained with ``theirs``: another stage
+    (``pretrain --resume`` on a stage-2 run, or the reverse) or another architecture."""
+    recorded = theirs.train.method
+    if (stage == "pretrain") != (recorded == STAGE1_METHOD):
+        fix = (f"`simforcing train --method {recorded} --resume --out {run_dir}`" if recorded in STAGE2_METHODS
+               else f"`simforcing pretrain --resume --out {run_dir}`")
+        raise ConfigError(f"train.method: {run_dir} is a {'stage-1' if recorded == STAGE1_METHOD else 'stage-2'} "
+                          f"run (train.method {recorded!r}); `simforcing {stage} --resume` cannot continue it — use "
+                          f"{fix}")
+    for name, was, now in differing_fields(theirs, cfg, architecture_fields(cfg))[:1]:
+        raise ConfigError(f"{name}: {run_dir} was trained with {was!r}, the resumed config asks {now!r}; "
+                          "architecture fields cannot change on --resume (start a new run, or stage 2 from it)")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -284,8 +378,11 @@ class Trainer:
         self.student: Optional[torch.nn.Module] = None
         self.teacher: Optional[torch.nn.Module] = None
         self.faults = FaultPlan.from_env()
+        self.log: Optional[RunLog] = None  # exists once the run folder is ours (locked): then failures are recorded
+        self.lock: Optional[FolderLock] = None
+        self.run_id: Optional[str] = None
 
-    # -- checks before any work ---------------------------------------------------------------------------------------
+    # -- checks before any work (read-only: a refused run writes nothing) ------------------------------------------
     def _preflight(self) -> None:
         cfg = self.cfg.validate()
         if self.stage == "pretrain" and cfg.train.method != STAGE1_METHOD:
@@ -295,30 +392,67 @@ class Trainer:
                               f"{', '.join(STAGE2_METHODS)}")
         if cfg.data.latent_cache is None and not cfg.data.root:
             raise ConfigError("data.root: not set; pass --data DIR (or --data.latent_cache=CACHE)")
-        self.has_checkpoints = bool(list_checkpoints(self.run_dir))
-        if self.has_checkpoints and not self.resume:
-            raise ConfigError(f"--out: {self.run_dir} already holds checkpoints; pass --resume to continue it or "
-                              "choose another folder")
+        self._check_run_folder()
         self.teacher_ckpt = None
         if self.stage == "train":
             self._resolve_teacher()
+
+    def _check_run_folder(self) -> None:
+        """What ``--out`` holds decides whether the run may start: someone else's files (never overwritten),
+        checkpoints without --resume (refused), or on --resume the run it continues (same stage, same
+        architecture as the config its newest checkpoint was trained with). Read-only; run again under the lock."""
+        self.has_checkpoints = bool(list_checkpoints(self.run_dir))
+        check_not_foreign(self.run_dir)
+        if self.has_checkpoints and not self.resume:
+            raise ConfigError(f"--out: {self.run_dir} already holds checkpoints; pass --resume to continue it or "
+                              "choose another folder")
+        if self.resume and self.has_checkpoints:
+            self._check_resume_compatible()
+
+    def _check_resume_compatible(self) -> None:
+        """The newest checkpoint whose metadata reads is the reference (``checkpoint.trained_config``)."""
+        ref = None
+        for _, path in reversed(list_checkpoints(self.run_dir)):
+            try:
+                ref = _MetaOnly(path, read_meta(path))
+                break
+            except CheckpointError:
+                continue  # damaged: find_resumable will warn about it and fall back the same way
+        if ref is None:
+            return  # every checkpoint is damaged: _restore fails with the named error
+        theirs, differs = trained_config(self.run_dir, ref)
+        if differs:
+            warnings.warn(f"{self.run_dir / 'config.json'} differs from the config {ref.path.name} was trained with "
+                          f"in {', '.join(differs[:8])}; the resume is checked against the checkpoint's own config",
+                          stacklevel=4)
+        check_resume_config(self.cfg, theirs, self.stage, self.run_dir)
 
     def _resolve_teacher(self) -> None:
         recorded = self.run_dir / "teacher.json"
         ckpt_path = None
         if self.resume and recorded.exists():
-            rec = json.loads(recorded.read_text())
+            try:
+                rec = json.loads(recorded.read_text())
+                run, checkpoint = Path(rec["run"]), Path(rec["checkpoint"])
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise CheckpointError(f"cannot read the stage-2 teacher record ({e}); expected {{run, checkpoint, "
+                                      "step}} as written by `simforcing train`", recorded) from e
             if self.teacher_run is None:
-                self.teacher_run = Path(rec["run"])
-            if Path(rec["checkpoint"]).is_dir():
-                ckpt_path = Path(rec["checkpoint"])
+                self.teacher_run = run
+            if checkpoint.is_dir():
+                ckpt_path = checkpoint
         if self.teacher_run is None:
             raise ConfigError("--teacher: stage 2 needs the stage-1 run folder (RUN1)")
         teacher_cfg_path = self.teacher_run / "config.json"
         if not teacher_cfg_path.exists():
             raise ConfigError(f"--teacher: {teacher_cfg_path} is missing; expected a run folder of `simforcing "
                               "pretrain`")
-        check_teacher_architecture(self.cfg, Config.load(teacher_cfg_path), str(self.teacher_run))
+        teacher_cfg = Config.load(teacher_cfg_path)
+        if teacher_cfg.train.method != STAGE1_METHOD or (self.teacher_run / "teacher.json").exists():
+            raise ConfigError(f"--teacher: {self.teacher_run} is a stage-2 run (train.method "
+                              f"{teacher_cfg.train.method!r}); stage 2 starts from a stage-1 run of `simforcing "
+                              "pretrain`")
+        check_teacher_architecture(self.cfg, teacher_cfg, str(self.teacher_run))
         ckpt = load_checkpoint(ckpt_path, train_state=False) if ckpt_path else \
             find_resumable(self.teacher_run, train_state=False)
         if ckpt is None:
@@ -326,25 +460,35 @@ class Trainer:
         self.teacher_ckpt = ckpt
 
     # -- setup ----------------------------------------------------------------------------------------------------------
+    def _claim(self) -> None:
+        """Take the run folder's lock (rank 0; the others learn the outcome), check the folder again now that no
+        other writer can change it, remove a crashed writer's temporary checkpoint folders, and record the run."""
+        error = None
+        if self.dist.is_main:
+            try:
+                self.lock = lock_folder(self.run_dir, f"simforcing {self.stage}")
+                self._check_run_folder()
+                record = read_run_record(self.run_dir) if self.resume else None
+                if record is None:
+                    record = new_run_record(self.stage)
+                    atomic_write_json(self.run_dir / RUN_RECORD, record)
+                self.run_id = record["run_id"]
+                remove_stale_temp(self.run_dir)
+            except (ConfigError, CheckpointError, OutputError) as e:
+                error = e
+        error = parallel.broadcast_object(error)
+        self.run_id = parallel.broadcast_object(self.run_id)
+        if error is not None:
+            raise error
+        self.log = RunLog(self.run_dir, self.dist.is_main)
+
     def _setup(self) -> None:
         cfg = self.cfg
         self.dist = parallel.init_distributed(cfg.train.device)
         self.device = self.dist.device
-        self.log = RunLog(self.run_dir, self.dist.is_main)
-        if self.dist.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            old = self.run_dir / "config.json"
-            if self.resume and old.exists():
-                changed = config_diff(Config.load(old), cfg)
-                if changed:
-                    warnings.warn(f"resuming {self.run_dir} with changed config fields: {', '.join(changed)}",
-                                  stacklevel=3)
-            cfg.save(self.run_dir / "config.json")
-            if self.teacher_ckpt is not None:
-                atomic_write_json(self.run_dir / "teacher.json",
-                                  {"run": str(self.teacher_run.resolve()), "checkpoint": str(self.teacher_ckpt.path),
-                                   "step": self.teacher_ckpt.step})
-        self.log.status("running", 0, "setting up")
+        self._claim()
+        if not self.resume:
+            self.log.status("running", 0, "setting up")
         parallel.barrier()
         seed_everything(cfg.train.seed)  # identical model init on every rank and in every run of this config
         self._build_data()
@@ -356,10 +500,17 @@ class Trainer:
         self.step_fn = METHODS[cfg.train.method]
         self.gen = torch.Generator(device=self.device)
         self.start_step, self.time_offset = 0, 0.0
-        if self.resume:
-            self._restore()
-        else:
+        restored = self._restore() if self.resume else None
+        if self.dist.is_main:  # the run has started: now its config is recorded
+            cfg.save(self.run_dir / "config.json")
+            if self.teacher_ckpt is not None:
+                atomic_write_json(self.run_dir / "teacher.json",
+                                  {"run": str(self.teacher_run.resolve()), "checkpoint": str(self.teacher_ckpt.path),
+                                   "step": self.teacher_ckpt.step})
+        if restored is None:
             self.log.reset()
+        else:
+            self.time_offset = self.log.truncate_after(restored)
 
     def _build_data(self) -> None:
         cfg = self.cfg
@@ -394,16 +545,21 @@ class Trainer:
         if teacher is not None:
             self.teacher = parallel.shard_from_rank0(teacher, cfg, self.dist.mesh, self.device)
 
-    def _restore(self) -> None:
+    def _restore(self) -> Optional[int]:
+        """Continue from the newest valid checkpoint; returns its step (None: nothing to resume, start at 0)."""
         if not self.has_checkpoints:
             warnings.warn(f"--resume: no valid checkpoint in {self.run_dir / 'checkpoints'}; starting from step 0",
                           stacklevel=3)
-            self.log.reset()
-            return
+            return None
         ckpt = find_resumable(self.run_dir)
         if ckpt is None:
             raise CheckpointError("--resume: every checkpoint is damaged; nothing to resume from",
                                   self.run_dir / "checkpoints")
+        theirs, _ = trained_config(self.run_dir, ckpt)
+        check_resume_config(self.cfg, theirs, self.stage, self.run_dir)  # the one actually restored
+        changed = config_diff(theirs, self.cfg)
+        if changed:
+            warnings.warn(f"resuming {self.run_dir} with changed config fields: {', '.join(changed)}", stacklevel=3)
         state = ckpt.train_state
         # any world size resumes any checkpoint: DCP reshards (N -> M, and N -> 1 read without a process group);
         # a single-process checkpoint is broadcast into the shards of a multi-process run (1 -> N)
@@ -415,15 +571,19 @@ class Trainer:
             load_model_state(ckpt, self.student)
             self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        applied = apply_optimizer_settings(self.optimizer, self.scheduler, self.cfg)
         restore_rng(state["rng"])
         data = state["data"]
         if data.get("windows") != len(self.dataset) or data.get("global_batch") != self._global_batch():
             warnings.warn("resume: the number of windows or the global batch changed; the data order differs from "
                           "the interrupted run", stacklevel=3)
         self.start_step = ckpt.step
-        self.time_offset = self.log.truncate_after(ckpt.step)
         if self.dist.is_main:
             print(f"resuming {self.run_dir} from {ckpt.path.name} (step {ckpt.step})", flush=True)
+            if applied:
+                print(f"resume: applied to the restored optimizer and scheduler: {'; '.join(applied)}", flush=True)
+        self.log.facts["resumed_with"] = applied
+        return ckpt.step
 
     def _global_batch(self) -> int:
         return self.cfg.train.batch_size * self.dist.world_size
@@ -436,14 +596,25 @@ class Trainer:
         try:
             self._setup()
             return self._loop()
+        except ConfigError:
+            if self.log is not None and self.log.wrote_status:  # refused after "setting up" was recorded
+                self.log.final_status("failed", 0, "the configuration was refused (see the error)")
+            raise  # a refusal before that: the run did not start and its folder's status is left as it was
         except Exception as e:
-            if hasattr(self, "log"):
-                self.log.status("failed", getattr(self, "step", 0), f"{type(e).__name__}: {e}")
+            if self.log is not None:
+                problem = self.log.final_status("failed", getattr(self, "step", 0), f"{type(e).__name__}: {e}")
+                if problem:
+                    print(f"simforcing {self.stage}: {problem}", file=sys.stderr, flush=True)
             raise
         finally:
             stop.restore()
-            if hasattr(self, "log"):
-                self.log.close()
+            if self.log is not None:
+                try:
+                    self.log.close()
+                except OutputError:
+                    pass  # already failing (or recorded by _loop); the first error is the one reported
+            if self.lock is not None:
+                self.lock.release()
 
     def _loop(self) -> dict:
         cfg = self.cfg
@@ -484,9 +655,9 @@ class Trainer:
             print(f"simforcing {self.stage}: {reason}", file=sys.stderr, flush=True)
         finally:
             bar.close()
+        self.log.close()  # TensorBoard flushed and the loss plot written before the final status: a failed write
+        plot = self.log.plot()  # of either is the run's failure, not a "finished" run with missing files
         self.log.status(state, step, reason, exit_code=code, total_steps=self.total)
-        self.log.close()
-        plot = self.log.plot()
         ckpts = [p for _, p in list_checkpoints(self.run_dir)]
         return {"state": state, "step": step, "exit_code": code, "reason": reason, "run_dir": str(self.run_dir),
                 "checkpoint": str(ckpts[-1]) if ckpts else None, "total_steps": self.total, "last_logs": last_logs,
@@ -558,7 +729,8 @@ class Trainer:
         hold = self.faults.ckpt_sleep.get(step)
         path = save_checkpoint(self.run_dir, step, self.student, self.optimizer, self.scheduler, capture_rng(),
                                data_state, self.stats, self.cfg,
-                               on_partial=(lambda: FaultPlan.hold(hold, what=f"checkpoint {step}")) if hold else None)
+                               on_partial=(lambda: FaultPlan.hold(hold, what=f"checkpoint {step}")) if hold else None,
+                               run_id=self.run_id)
         self.log.status("running", step, f"checkpoint {path.name}")
         return path
 

@@ -37,12 +37,13 @@ def test_round_trip_is_exact_and_train_state_loads_weights_only(tmp_path):
     model, opt, sched = _setup()
     path = _save(tmp_path, 7, model, opt, sched)
     assert path == tmp_path / "checkpoints" / "step_000007"
-    assert sorted(p.name for p in path.iterdir()) == ["meta.json", "model.safetensors", "train_state.pt"]
+    assert sorted(p.name for p in path.iterdir()) == ["config.json", "meta.json", "model.safetensors", "train_state.pt"]
     torch.load(path / "train_state.pt", weights_only=True)  # no pickled objects
     got = ck.load_checkpoint(path)
     assert got.step == 7 and got.meta["epoch"] == 1 and got.meta["stats"]["action"]["max"] == [1.0]
     assert got.meta["config_hash"] == ck.config_hash(load_config("demo"))
-    assert set(got.meta["files"]) == {"model.safetensors", "train_state.pt"}
+    assert set(got.meta["files"]) == {"config.json", "model.safetensors", "train_state.pt"}
+    assert ck.config_hash(ck.checkpoint_config(path)) == got.meta["config_hash"]  # the stored config is the hashed one
     for k, v in model.state_dict().items():
         assert torch.equal(got.model_state[k], v)
     model2, opt2, sched2 = _setup(0)
@@ -127,10 +128,13 @@ def test_keep_last_prunes_and_temporary_folders_are_ignored(tmp_path):
     cfg = load_config("demo", ["--train.keep_last=2"])
     for step in (1, 2, 3):
         _save(tmp_path, step, model, opt, sched, cfg)
-    (tmp_path / "checkpoints" / ".tmp-step_000009").mkdir()
+    (tmp_path / "checkpoints" / ".tmp-step_000009-w1").mkdir()  # another writer's, unfinished
     assert [s for s, _ in ck.list_checkpoints(tmp_path)] == [2, 3]
     assert ck.latest_checkpoint(tmp_path).name == "step_000003"
-    _save(tmp_path, 4, model, opt, sched, cfg)  # cleans stale temporary folders
+    _save(tmp_path, 4, model, opt, sched, cfg)  # never removes another writer's temporary folder ...
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == [".tmp-step_000009-w1", "step_000003", "step_000004"]
+    assert ck.remove_stale_temp(tmp_path) == [".tmp-step_000009-w1"]  # ... the lock holder removes stale ones
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000003", "step_000004"]
 
 
@@ -139,7 +143,7 @@ def test_on_partial_runs_before_the_folder_is_final(tmp_path):
     seen = {}
 
     def probe():
-        tmp = tmp_path / "checkpoints" / ".tmp-step_000005"
+        tmp = ck.temp_dir(tmp_path / "checkpoints" / "step_000005")
         seen["weights"] = (tmp / "model.safetensors").exists()
         seen["final"] = (tmp_path / "checkpoints" / "step_000005").exists()
 

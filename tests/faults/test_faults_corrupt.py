@@ -112,7 +112,7 @@ def test_disk_full_during_a_checkpoint_write_keeps_the_previous_checkpoints(ref,
     original = checkpoint._write_file
 
     def write(path: Path, fn) -> None:
-        if path.parent.name == ".tmp-step_000008" and path.name == victim:
+        if path.parent.name.startswith(".tmp-step_000008") and path.name == victim:
             path.write_bytes(b"\0" * 64)  # a partial file, then the device is full
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         original(path, fn)

@@ -44,7 +44,7 @@ def test_sigkill_mid_step_and_mid_checkpoint_write_then_resume_matches_an_uninte
 
     # 2. resumed, then killed while checkpoint 4 is being written (weights on disk, folder not finalised)
     proc = spawn(pretrain_args(run, tiny, resume=True), "ckpt_sleep@4:600", tmp_path)
-    partial = run / "checkpoints" / ".tmp-step_000004"
+    partial = run / "checkpoints" / f".tmp-step_000004-w{proc.pid}"  # the writer's own temporary folder
     writing = (partial / "model.safetensors", ckpt(run, 4) / "model.safetensors")  # wherever the writer puts it
     try:
         wait_for(lambda: any(p.exists() for p in writing), TIMEOUT, "the write of checkpoint 4", proc)
