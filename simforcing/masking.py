@@ -2,7 +2,8 @@
 
 The simulation videos show the robot arm alone on a flat background. At inference the real first frame is made to look
 like that: keep the arm pixels, fill everything else with the simulation background
-(``parse_color(cfg.data.sim_background)``). The result is VAE-encoded (F = 1) to z^s_0, the start of the simulation
+(``cfg.data.sim_background``; when it is None, the dataset's ``sim_background`` from info.json, which
+``simforcing.runs.with_dataset_settings`` fills in; black when neither says). The result is VAE-encoded (F = 1) to z^s_0, the start of the simulation
 rollout. Three modes, ``cfg.sample.mask_mode``:
 
 | mode         | arm mask comes from                                                   |
@@ -119,7 +120,7 @@ class FirstFrameMasker:
         mode = cfg.sample.mask_mode
         if mode == "sam3" and segmenter is None:
             segmenter = Sam3Segmenter(cfg.sample.sam3_path, device)
-        return cls(mode, parse_color(cfg.data.sim_background, "data.sim_background"), segmenter)
+        return cls(mode, parse_color(cfg.data.sim_background or "black", "data.sim_background"), segmenter)
 
     def __call__(self, batch: dict) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         if self.mode == "paired-sim":

@@ -24,6 +24,7 @@ from torch.utils.data import default_collate
 
 from simforcing.checkpoint import load_model_from_run
 from simforcing.config import Config, ConfigError
+from simforcing.data.format import read_info
 from simforcing.data.paired import PairedWindowDataset
 from simforcing.models.vae import load_vae
 
@@ -97,6 +98,16 @@ def load_run(run_dir: str | Path, cfg: Optional[Config] = None, device: str | to
 # ----------------------------------------------------------------------------------------------------------------------
 # Evaluation windows and noise
 # ----------------------------------------------------------------------------------------------------------------------
+
+
+def with_dataset_settings(cfg: Config, data_root: str | Path) -> Config:
+    """A copy of ``cfg`` with the dataset's own settings where ``cfg`` leaves them open (None): today
+    ``data.sim_background`` from the dataset's info.json (what its sim frames show outside the arm; the first-frame
+    masking fills the real frame with it). A value set in the config overrides the dataset's."""
+    out = copy.deepcopy(cfg)
+    if out.data.sim_background is None:
+        out.data.sim_background = read_info(data_root).get("sim_background", "black")
+    return out
 
 
 def eval_dataset(cfg: Config, data_root: str | Path, split: str, stats: Optional[dict] = None):

@@ -35,7 +35,7 @@ from simforcing.errors import DataError
 from simforcing.flow import euler_schedule, euler_step
 from simforcing.masking import FirstFrameMasker
 from simforcing.media import write_sample_media
-from simforcing.runs import collate_one, eval_dataset, load_run, sample_generator
+from simforcing.runs import collate_one, eval_dataset, load_run, sample_generator, with_dataset_settings
 from simforcing.timing import Stopwatch
 from simforcing.utils import autocast_context
 
@@ -323,6 +323,7 @@ def generate_run(run_dir: str | Path, data_root: str | Path, cfg: Optional[Confi
     """Sample the first ``num_samples`` windows of ``split``; write per sample ``sample_XXX.{mp4,gif,png}`` with four
     panels (masked first frame | simulation rollout | prediction | ground truth). Returns the GIF paths."""
     cfg, model, vae, meta = load_run(run_dir, cfg, device, step)
+    cfg = with_dataset_settings(cfg, data_root)
     device = model_device(model)
     ds = eval_dataset(cfg, data_root, split, meta.get("stats") if isinstance(meta, dict) else None)
     masker = FirstFrameMasker.from_config(cfg, device)

@@ -5,6 +5,8 @@ Every problem is a DataError with a distinct ``kind`` naming the episode, the fi
     dataset level (never skipped)   missing_meta, unreadable_meta, bad_meta, missing_stats, bad_stats,
                                     missing_text_cache, bad_text_embedding (cache text_dim), empty_split
     episode level (--skip-bad)      unknown_episode (in splits.json, not in episodes.jsonl), duplicate_episode,
+                                    bad_episode_id (not a plain name), unsafe_path (a symlinked episode folder
+                                    or a file resolving outside the dataset), too_short_episode (< 2 frames),
                                     unpaired_episode (train/val episode with has_real False),
                                     missing_video, unreadable_video, truncated_video (fewer frames than `length`),
                                     length_mismatch (more frames than `length`), frame_count_mismatch (sim vs real),
@@ -20,7 +22,6 @@ Every problem is a DataError with a distinct ``kind`` naming the episode, the fi
 
 from __future__ import annotations
 
-import json
 import logging
 import zipfile
 from dataclasses import dataclass, field
@@ -31,8 +32,9 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from simforcing.config import PRESETS, Config
-from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, meta_dir, read_episode_videos, read_episodes,
-                                    read_info, read_lowdim, read_splits, read_stats)
+from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, episode_file, episode_id_counts, is_plain_id,
+                                    meta_dir, read_episode_videos, read_episodes, read_info, read_lowdim, read_splits,
+                                    read_stats)
 from simforcing.data.stats import Normalizer
 from simforcing.data.text_cache import cache_dir, embedding_path, has_embedding, load_embedding, read_cache_info
 
@@ -132,28 +134,28 @@ class EpisodeSummary:
 
 def _video_shapes(root: Path, info: dict, ep: EpisodeInfo, decode: bool) -> dict[str, tuple[int, int, int, Path]]:
     """{"sim": (frames, h, w, path), "real": ...} for the videos this episode has."""
-    d = episode_dir(root, ep.episode_id)
+    eid = ep.episode_id
     layout = info.get("video_layout", "separate")
     if layout not in ("separate", "side_by_side"):
         raise DataError(f"field video_layout is {layout!r}; expected 'separate' or 'side_by_side'",
                         path=meta_dir(root) / "info.json", kind="bad_meta")
+    side = layout == "side_by_side" and ep.has_real
+    paths = (episode_file(root, eid, "pair.mp4"),) * 2 if side else (episode_file(root, eid, "sim.mp4"),
+                                                                     episode_file(root, eid, "real.mp4"))
     if decode:
         sim, real = read_episode_videos(root, info, ep)
-        paths = ((d / "pair.mp4",) * 2) if (layout == "side_by_side" and ep.has_real) else (d / "sim.mp4",
-                                                                                             d / "real.mp4")
         out = {"sim": (*sim.shape[:3], paths[0])}
         if real is not None:
             out["real"] = (*real.shape[:3], paths[1])
         return out
-    if layout == "side_by_side" and ep.has_real:
-        n, h, w = probe_video(d / "pair.mp4", ep.episode_id)
+    if side:
+        n, h, w = probe_video(paths[0], eid)
         if w % 2:
-            raise DataError(f"side-by-side video width {w} is odd; expected 2·W", ep.episode_id, d / "pair.mp4",
-                            kind="bad_layout")
-        return {"sim": (n, h, w // 2, d / "pair.mp4"), "real": (n, h, w // 2, d / "pair.mp4")}
-    out = {"sim": (*probe_video(d / "sim.mp4", ep.episode_id), d / "sim.mp4")}
+            raise DataError(f"side-by-side video width {w} is odd; expected 2·W", eid, paths[0], kind="bad_layout")
+        return {"sim": (n, h, w // 2, paths[0]), "real": (n, h, w // 2, paths[0])}
+    out = {"sim": (*probe_video(paths[0], eid), paths[0])}
     if ep.has_real:
-        out["real"] = (*probe_video(d / "real.mp4", ep.episode_id), d / "real.mp4")
+        out["real"] = (*probe_video(paths[1], eid), paths[1])
     return out
 
 
@@ -161,7 +163,11 @@ def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config,
                      decode: bool = False, text_cache: Path | None = None) -> EpisodeSummary:
     """Every per-episode check; raises the first DataError found. ``decode``: decode the videos fully."""
     root = Path(root)
-    eid, d = ep.episode_id, episode_dir(root, ep.episode_id)
+    eid = ep.episode_id
+    episode_dir(root, eid)  # a plain id and a real folder inside the dataset (DataError otherwise)
+    if ep.length < 2:
+        raise DataError(f"field length is {ep.length}; an episode needs at least 2 frames (one transition)", eid,
+                        meta_dir(root) / "episodes.jsonl", kind="too_short_episode")
     if need_real and not ep.has_real:
         raise DataError("has_real is false but this split needs paired sim/real videos", eid,
                         meta_dir(root) / "episodes.jsonl", kind="unpaired_episode")
@@ -183,7 +189,7 @@ def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config,
                         kind="length_mismatch")
     check_resolution(h, w, cfg.data.height, cfg.data.width, eid, vpath)
 
-    lowdim = d / "lowdim.npz"
+    lowdim = episode_file(root, eid, "lowdim.npz")
     actions, states = read_lowdim(root, eid)
     A, S = cfg.data.action_dim, cfg.data.state_dim
     if actions.ndim != 2 or actions.shape[1] != A:
@@ -208,7 +214,7 @@ def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config,
             raise DataError(f"field {name} holds {int(bad.sum())} NaN/inf values (first at [{row}, {col}])", eid,
                             lowdim, kind="non_finite")
 
-    mask_path = d / "arm_mask.npz"
+    mask_path = episode_file(root, eid, "arm_mask.npz")
     has_mask = ep.has_real and mask_path.exists()
     if has_mask:
         shape = npz_field_shape(mask_path, "mask", eid)
@@ -229,16 +235,6 @@ def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config,
 # ----------------------------------------------------------------------------------------------------------------------
 # Dataset-level checks
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-def episode_id_counts(root: str | Path) -> dict[str, int]:
-    """How often each id appears in episodes.jsonl (read_episodes keeps only the last copy)."""
-    counts: dict[str, int] = {}
-    for line in (meta_dir(root) / "episodes.jsonl").read_text().splitlines():
-        if line.strip():
-            eid = str(json.loads(line)["episode_id"])
-            counts[eid] = counts.get(eid, 0) + 1
-    return counts
 
 
 def resolve_split_episodes(root: str | Path, splits: tuple[str, ...] | list[str]
@@ -262,7 +258,11 @@ def resolve_split_episodes(root: str | Path, splits: tuple[str, ...] | list[str]
             if eid in seen:
                 continue
             seen.add(eid)
-            if eid not in episodes:
+            if not is_plain_id(eid):
+                problems.append(DataError(f"episode id {eid!r} in split {s!r} is not a plain name (no '/', '\\', "
+                                          "'..', absolute paths or control characters)", repr(eid), splits_path,
+                                          kind="bad_episode_id"))
+            elif eid not in episodes:
                 problems.append(DataError(f"listed in split {s!r} but absent from episodes.jsonl", eid, splits_path,
                                           kind="unknown_episode"))
             elif counts.get(eid, 0) > 1:

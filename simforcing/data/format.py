@@ -15,6 +15,19 @@
       text_cache/                        instruction embeddings, see simforcing.data.text_cache
 
 Videos are read and written with PyAV (H.264, yuv444p, constant QP: near-lossless at small sizes).
+
+Metadata is data, validated on read (DataError naming the file and field):
+- text files are UTF-8 (``unreadable_meta`` "not UTF-8 text" naming the byte otherwise); JSON files are objects;
+- info.json: ``fps``, ``height``, ``width``, ``action_dim``, ``state_dim`` positive integers, ``video_layout`` one of
+  the two layouts, ``sim_background`` "black" or "R,G,B" (``bad_meta``);
+- episodes.jsonl: ``episode_id`` a string, ``length`` an integer >= 0, ``instruction`` a string, ``has_real`` a
+  boolean (``bad_meta``); an episode of fewer than 2 frames is an episode-level ``too_short_episode``;
+- splits.json: each split a list of strings;
+- episode ids are plain names (:func:`is_plain_id`: no ``/`` or ``\\``, not ``.``/``..``, no control characters;
+  ``bad_episode_id``), and every file read for an episode must stay inside the dataset once symbolic links are
+  resolved — a symlinked episode folder or a file linking out of the dataset is refused (``unsafe_path``). A dataset
+  spread over several disks can symlink the whole dataset folder, not its parts. :func:`inside` is the one check,
+  also used for the paths LeRobot metadata builds.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from typing import Iterable
 import av
 import numpy as np
 
+from simforcing.config import ConfigError, parse_color
 from simforcing.errors import DataError
 from simforcing.utils import atomic_write, atomic_write_json
 
@@ -47,8 +61,66 @@ def meta_dir(root: str | Path) -> Path:
     return Path(root) / "meta"
 
 
+def is_dataset(folder: str | Path) -> bool:
+    """A folder holding a simforcing dataset (what an ``--overwrite`` of `data synth`/`import-lerobot` may replace)."""
+    return (Path(folder) / "meta" / "info.json").exists() or (Path(folder) / "episodes").is_dir()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Paths from metadata
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def is_plain_id(episode_id: object) -> bool:
+    """A plain file name: a non-empty string without path separators, not '.' or '..', no control characters."""
+    return (isinstance(episode_id, str) and 0 < len(episode_id) <= 255 and episode_id not in (".", "..")
+            and not any(c in episode_id for c in "/\\") and all(ord(c) >= 32 and ord(c) != 127 for c in episode_id))
+
+
+def check_episode_id(episode_id: object, source: str | Path | None = None) -> str:
+    """``episode_id`` when it is a plain name (:func:`is_plain_id`), else DataError kind ``bad_episode_id``."""
+    if not is_plain_id(episode_id):
+        raise DataError(f"episode id {episode_id!r} is not a plain name (no '/', '\\', '..', absolute paths or "
+                        "control characters)", repr(episode_id), source, kind="bad_episode_id")
+    return episode_id  # type: ignore[return-value]
+
+
+def inside(base: str | Path, path: str | Path, episode: str | None = None, what: str = "file") -> Path:
+    """``path`` when it stays inside ``base`` after resolving symbolic links (both sides), else DataError kind
+    ``unsafe_path``. A path that does not exist is checked as far as it resolves (its missing part cannot link)."""
+    base_real, real = Path(base).resolve(), Path(path).resolve()
+    if real != base_real and base_real not in real.parents:
+        raise DataError(f"{what} resolves to {real}, outside {base_real}; paths from dataset metadata must stay "
+                        "inside the dataset", episode, path, kind="unsafe_path")
+    return Path(path)
+
+
 def episode_dir(root: str | Path, episode_id: str) -> Path:
-    return Path(root) / "episodes" / episode_id
+    """``ROOT/episodes/<id>``: the id must be a plain name and the folder a real folder inside the dataset."""
+    check_episode_id(episode_id, meta_dir(root) / "episodes.jsonl")
+    d = Path(root) / "episodes" / episode_id
+    if d.is_symlink():
+        raise DataError(f"episode folder is a symbolic link (to {d.resolve()}); episode folders must be real "
+                        "folders inside the dataset", episode_id, d, kind="unsafe_path")
+    return inside(root, d, episode_id, "episode folder")
+
+
+def episode_file(root: str | Path, episode_id: str, name: str) -> Path:
+    """``ROOT/episodes/<id>/<name>``, refused (``unsafe_path``) when it links out of the dataset."""
+    return inside(root, episode_dir(root, episode_id) / name, episode_id)
+
+
+def read_text_utf8(path: Path, what: str, episode: str | None = None) -> str:
+    """The file's text; DataError ``unreadable_meta`` when it cannot be read or is not UTF-8 (naming the byte)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise DataError(f"{what} cannot be read ({e})", episode, path, kind="unreadable_meta") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{what} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 4]!r})", episode, path,
+                        kind="unreadable_meta") from e
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -99,17 +171,18 @@ def read_video(path: str | Path, episode: str | None = None) -> np.ndarray:
 
 def read_episode_videos(root: str | Path, info: dict, ep: EpisodeInfo) -> tuple[np.ndarray, np.ndarray | None]:
     """(sim, real) uint8 (T, H, W, 3) each; real is None for sim-only episodes."""
-    d = episode_dir(root, ep.episode_id)
+    eid = ep.episode_id
     layout = info.get("video_layout", "separate")
     if layout == "side_by_side" and ep.has_real:
-        pair = read_video(d / "pair.mp4", ep.episode_id)
+        path = episode_file(root, eid, "pair.mp4")
+        pair = read_video(path, eid)
         if pair.shape[2] % 2:
-            raise DataError(f"side-by-side video width {pair.shape[2]} is odd; expected 2·W", ep.episode_id,
-                            d / "pair.mp4", kind="bad_layout")
+            raise DataError(f"side-by-side video width {pair.shape[2]} is odd; expected 2·W", eid, path,
+                            kind="bad_layout")
         w = pair.shape[2] // 2
         return pair[:, :, :w], pair[:, :, w:]
-    sim = read_video(d / "sim.mp4", ep.episode_id)
-    real = read_video(d / "real.mp4", ep.episode_id) if ep.has_real else None
+    sim = read_video(episode_file(root, eid, "sim.mp4"), eid)
+    real = read_video(episode_file(root, eid, "real.mp4"), eid) if ep.has_real else None
     return sim, real
 
 
@@ -159,12 +232,12 @@ def load_npz_field(path: Path, field: str, episode: str | None = None) -> np.nda
 
 
 def read_lowdim(root: str | Path, episode_id: str) -> tuple[np.ndarray, np.ndarray]:
-    p = episode_dir(root, episode_id) / "lowdim.npz"
+    p = episode_file(root, episode_id, "lowdim.npz")
     return load_npz_field(p, "actions", episode_id), load_npz_field(p, "states", episode_id)
 
 
 def read_arm_mask(root: str | Path, episode_id: str) -> np.ndarray | None:
-    p = episode_dir(root, episode_id) / "arm_mask.npz"
+    p = episode_file(root, episode_id, "arm_mask.npz")
     return load_npz_field(p, "mask", episode_id) if p.exists() else None
 
 
@@ -179,44 +252,110 @@ def write_meta(root: str | Path, info: dict, episodes: Iterable[EpisodeInfo], sp
 
 
 def read_json(path: Path, what: str) -> dict:
+    """A JSON object from a UTF-8 file (DataError ``missing_meta`` / ``unreadable_meta`` / ``bad_meta`` naming the
+    file)."""
     if not path.exists():
         raise DataError(f"{what} is missing", path=path, kind="missing_meta")
+    text = read_text_utf8(path, what)
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
         raise DataError(f"{what} cannot be read ({e})", path=path, kind="unreadable_meta") from e
+    if not isinstance(d, dict):
+        raise DataError(f"{what} is a JSON {type(d).__name__}; expected an object", path=path, kind="bad_meta")
+    return d
 
 
-def read_info(root: str | Path) -> dict:
-    info = read_json(meta_dir(root) / "info.json", "dataset info")
+def _positive_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+INFO_INT_FIELDS = ("fps", "height", "width", "action_dim", "state_dim")
+VIDEO_LAYOUTS = ("separate", "side_by_side")
+
+
+def validate_info(info: dict, path: Path) -> dict:
+    """The types and ranges of info.json (module docstring); DataError ``bad_meta`` naming the field."""
     if info.get("format") != FORMAT_NAME:
-        raise DataError(f"field 'format' is {info.get('format')!r}; expected {FORMAT_NAME!r}",
-                        path=meta_dir(root) / "info.json", kind="bad_meta")
+        raise DataError(f"field 'format' is {info.get('format')!r}; expected {FORMAT_NAME!r}", path=path,
+                        kind="bad_meta")
+    for name in INFO_INT_FIELDS:
+        if not _positive_int(info.get(name)):
+            raise DataError(f"field {name!r} is {info.get(name)!r}; expected a positive integer", path=path,
+                            kind="bad_meta")
+    if info.get("video_layout", "separate") not in VIDEO_LAYOUTS:
+        raise DataError(f"field 'video_layout' is {info.get('video_layout')!r}; expected 'separate' or "
+                        "'side_by_side'", path=path, kind="bad_meta")
+    background = info.get("sim_background", "black")
+    try:
+        if not isinstance(background, str):
+            raise ConfigError(f"got {background!r}")
+        parse_color(background, "sim_background")
+    except ConfigError:
+        raise DataError(f"field 'sim_background' is {background!r}; expected 'black' or 'R,G,B' with integers in "
+                        "0..255", path=path, kind="bad_meta") from None
     return info
 
 
-def read_episodes(root: str | Path) -> dict[str, EpisodeInfo]:
+def read_info(root: str | Path) -> dict:
+    path = meta_dir(root) / "info.json"
+    return validate_info(read_json(path, "dataset info"), path)
+
+
+def _episode_lines(root: str | Path) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-empty line of episodes.jsonl, each checked for the stated types."""
     path = meta_dir(root) / "episodes.jsonl"
     if not path.exists():
         raise DataError("episode index is missing", path=path, kind="missing_meta")
-    out: dict[str, EpisodeInfo] = {}
-    for i, line in enumerate(path.read_text().splitlines()):
+    out = []
+    for i, line in enumerate(read_text_utf8(path, "episode index").splitlines()):
         if not line.strip():
             continue
+        want = "expected {episode_id: str, length: int >= 0, instruction: str, has_real: bool}"
         try:
             d = json.loads(line)
-            ep = EpisodeInfo(episode_id=str(d["episode_id"]), length=int(d["length"]),
-                             instruction=str(d["instruction"]), has_real=bool(d.get("has_real", True)))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise DataError(f"line {i + 1}: expected {{episode_id, length, instruction, has_real}} ({e})",
-                            path=path, kind="bad_meta") from e
-        out[ep.episode_id] = ep
+        except json.JSONDecodeError as e:
+            raise DataError(f"line {i + 1}: not JSON ({e}); {want}", path=path, kind="bad_meta") from e
+        if not isinstance(d, dict):
+            raise DataError(f"line {i + 1}: a JSON {type(d).__name__}; {want}", path=path, kind="bad_meta")
+        for key, ok in (("episode_id", isinstance(d.get("episode_id"), str)),
+                        ("length", isinstance(d.get("length"), int) and not isinstance(d.get("length"), bool)
+                         and d.get("length") >= 0),
+                        ("instruction", isinstance(d.get("instruction"), str)),
+                        ("has_real", isinstance(d.get("has_real", True), bool))):
+            if not ok:
+                raise DataError(f"line {i + 1}: field {key!r} is {d.get(key)!r}; {want}", path=path, kind="bad_meta")
+        out.append((i + 1, d))
     return out
 
 
+def read_episodes(root: str | Path) -> dict[str, EpisodeInfo]:
+    """The episode index by id (the last line wins for a duplicated id; ``episode_id_counts`` counts them). Ids are
+    not checked here: a bad id is an episode-level error of the split that lists it (``bad_episode_id``)."""
+    return {d["episode_id"]: EpisodeInfo(episode_id=d["episode_id"], length=d["length"], instruction=d["instruction"],
+                                         has_real=d.get("has_real", True)) for _, d in _episode_lines(root)}
+
+
+def episode_id_counts(root: str | Path) -> dict[str, int]:
+    """How often each id appears in episodes.jsonl (read_episodes keeps only the last copy)."""
+    counts: dict[str, int] = {}
+    for _, d in _episode_lines(root):
+        counts[d["episode_id"]] = counts.get(d["episode_id"], 0) + 1
+    return counts
+
+
 def read_splits(root: str | Path) -> dict[str, list[str]]:
-    d = read_json(meta_dir(root) / "splits.json", "split lists")
-    return {k: list(d.get(k, [])) for k in SPLITS}
+    """{split: [ids]} for train, val, sim_pool (absent ones empty); each a list of strings (``bad_meta``)."""
+    path = meta_dir(root) / "splits.json"
+    d = read_json(path, "split lists")
+    out = {}
+    for k in SPLITS:
+        ids = d.get(k, [])
+        if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+            raise DataError(f"field {k!r} is {ids!r:.80}; expected a list of episode-id strings", path=path,
+                            kind="bad_meta")
+        out[k] = list(ids)
+    return out
 
 
 def read_stats(root: str | Path) -> dict:

@@ -62,11 +62,12 @@ def read_index(cache: str | Path) -> dict:
     if not p.exists():
         raise DataError("latent cache index is missing; run `simforcing data encode`", path=p, kind="missing_cache")
     try:
-        index = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        index = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"cannot read ({e})", path=p, kind="bad_cache") from e
-    if index.get("format") != FORMAT_NAME:
-        raise DataError(f"field 'format' is {index.get('format')!r}; expected {FORMAT_NAME!r}", path=p,
+    if not isinstance(index, dict) or index.get("format") != FORMAT_NAME:
+        raise DataError(f"field 'format' is {index.get('format') if isinstance(index, dict) else None!r}; expected "
+                        f"{FORMAT_NAME!r}", path=p,
                         kind="bad_cache")
     return index
 

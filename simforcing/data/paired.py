@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from simforcing.config import Config, ConfigError
 from simforcing.data.check import (PAIRED_SPLITS, check_resolution, check_text_cache, resolve_split_episodes,
                                    validate_episode)
-from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, read_arm_mask, read_info, read_lowdim,
+from simforcing.data.format import (DataError, EpisodeInfo, episode_file, read_arm_mask, read_info, read_lowdim,
                                     read_stats, read_video)
 from simforcing.data.stats import Normalizer
 from simforcing.data.text_cache import cache_dir, load_embedding
@@ -183,7 +183,7 @@ class PairedWindowDataset(torch.utils.data.Dataset):
                     if want_real and not ep.has_real:
                         raise DataError("has_real is false but domains include 'real'", eid,
                                         kind="unpaired_episode")
-                    has_mask = ep.has_real and (episode_dir(self.root, eid) / "arm_mask.npz").exists()
+                    has_mask = ep.has_real and episode_file(self.root, eid, "arm_mask.npz").exists()
             except DataError as e:
                 self._bad(e)
                 continue
@@ -294,7 +294,7 @@ class PairedWindowDataset(torch.utils.data.Dataset):
 
     def _load_episode(self, ep: _Episode) -> dict:
         """Decode, check and resize one episode: videos uint8 (3, T, H, W), normalised actions/states, mask."""
-        info, d = ep.info, episode_dir(self.root, ep.info.episode_id)
+        info = ep.info
         eid, H, W = info.episode_id, self.cfg.data.height, self.cfg.data.width
         videos = self._read_videos(info)
         rec: dict = {}
@@ -313,19 +313,21 @@ class PairedWindowDataset(torch.utils.data.Dataset):
             if mask is None or mask.shape != videos["real"][0].shape[:3]:
                 raise DataError(f"field mask has shape {None if mask is None else mask.shape}; expected "
                                 f"{videos['real'][0].shape[:3]} (T, H, W of the real video)", eid,
-                                d / "arm_mask.npz", kind="bad_arm_mask")
+                                episode_file(self.root, eid, "arm_mask.npz"), kind="bad_arm_mask")
             rec["mask"] = masks_to_target(mask, H, W)
         return rec
 
     def _read_videos(self, info: EpisodeInfo) -> dict[str, tuple[np.ndarray, Path]]:
         """Only the domains asked for are decoded (both halves of a side-by-side video come together)."""
-        d, eid = episode_dir(self.root, info.episode_id), info.episode_id
+        eid = info.episode_id
         if self.info.get("video_layout", "separate") == "side_by_side" and info.has_real:
-            pair = read_video(d / "pair.mp4", eid)
+            path = episode_file(self.root, eid, "pair.mp4")
+            pair = read_video(path, eid)
             if pair.shape[2] % 2:
-                raise DataError(f"side-by-side video width {pair.shape[2]} is odd; expected 2·W", eid,
-                                d / "pair.mp4", kind="bad_layout")
+                raise DataError(f"side-by-side video width {pair.shape[2]} is odd; expected 2·W", eid, path,
+                                kind="bad_layout")
             w = pair.shape[2] // 2
             halves = {"sim": pair[:, :, :w], "real": pair[:, :, w:]}
-            return {dom: (halves[dom], d / "pair.mp4") for dom in self.domains}
-        return {dom: (read_video(d / f"{dom}.mp4", eid), d / f"{dom}.mp4") for dom in self.domains}
+            return {dom: (halves[dom], path) for dom in self.domains}
+        paths = {dom: episode_file(self.root, eid, f"{dom}.mp4") for dom in self.domains}
+        return {dom: (read_video(path, eid), path) for dom, path in paths.items()}

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from simforcing.data.format import DataError, meta_dir, read_episodes, read_lowdim, read_splits
+from simforcing.data.format import DataError, episode_file, meta_dir, read_episodes, read_lowdim, read_splits
 from simforcing.utils import atomic_write_json
 
 STATS_KEYS = ("action", "state")
@@ -55,13 +55,13 @@ def compute_stats(root: str | Path, splits: Sequence[str] = ("train", "sim_pool"
             for key, x in arrays.items():
                 if x.ndim != 2 or x.shape[0] == 0:
                     raise DataError(f"field {key}s has shape {x.shape}; expected a non-empty 2-D array", ep,
-                                    root / "episodes" / ep / "lowdim.npz", kind=f"bad_{key}_shape")
+                                    episode_file(root, ep, "lowdim.npz"), kind=f"bad_{key}_shape")
                 if not np.all(np.isfinite(x)):
-                    raise DataError(f"field {key}s holds NaN/inf", ep, root / "episodes" / ep / "lowdim.npz",
+                    raise DataError(f"field {key}s holds NaN/inf", ep, episode_file(root, ep, "lowdim.npz"),
                                     kind="non_finite")
                 if lo[key] is not None and lo[key].shape[0] != x.shape[1]:
                     raise DataError(f"field {key}s has {x.shape[1]} dimensions; earlier episodes have "
-                                    f"{lo[key].shape[0]}", ep, root / "episodes" / ep / "lowdim.npz",
+                                    f"{lo[key].shape[0]}", ep, episode_file(root, ep, "lowdim.npz"),
                                     kind=f"bad_{key}_shape")
         except DataError as e:
             if not skip_bad:

@@ -54,9 +54,12 @@ def read_cache_info(cache: Path) -> dict:
         raise DataError("text-embedding cache is missing; run `simforcing data embed-text DIR`", path=p,
                         kind="missing_text_cache")
     try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        info = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"cannot read ({e})", path=p, kind="missing_text_cache") from e
+    if not isinstance(info, dict):
+        raise DataError(f"a JSON {type(info).__name__}; expected an object", path=p, kind="missing_text_cache")
+    return info
 
 
 def clear_cache(cache: Path) -> None:

@@ -24,7 +24,8 @@ from simforcing.config import Config, ConfigError
 from simforcing.evaluate.latency import summarize_latency
 from simforcing.evaluate.metrics import MetricAccumulator
 from simforcing.models.vae import load_vae
-from simforcing.runs import collate_one, eval_dataset, load_run, merge_run_config, sample_generator
+from simforcing.runs import (collate_one, eval_dataset, load_run, merge_run_config, sample_generator,
+                             with_dataset_settings)
 from simforcing.sample import BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler, to_device
 from simforcing.utils import atomic_write_json, atomic_write_text, resolve_device
 
@@ -114,7 +115,7 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
         cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
     elif run_dir is not None:
         cfg = merge_run_config(Config.load(Path(run_dir) / "config.json"), cfg)
-    cfg = copy.deepcopy(cfg)
+    cfg = with_dataset_settings(cfg, data_root)
     num_samples = cfg.eval.num_samples if num_samples is None else int(num_samples)
     sampler = build_sampler(cfg, baseline, model, vae, dev)
     ds = eval_dataset(cfg, data_root, split, meta.get("stats") if isinstance(meta, dict) else None)

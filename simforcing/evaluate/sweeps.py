@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.run import evaluate_sampler
-from simforcing.runs import eval_dataset, load_run
+from simforcing.runs import eval_dataset, load_run, with_dataset_settings
 from simforcing.sample import GuidedSampler
 from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, resolve_device
 
@@ -57,6 +57,7 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
     """
     dev = _device(cfg, device)
     cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
+    cfg = with_dataset_settings(cfg, data_root)
     k = cfg.eval.num_samples if num_samples is None else int(num_samples)
     ds = eval_dataset(cfg, data_root, split, meta.get("stats"))
     rows: list[dict] = []
@@ -123,6 +124,7 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
     for run_dir in run_dirs:
         run_cfg = Config.load(Path(run_dir) / "config.json")
         c, model, vae, meta = load_run(run_dir, copy.deepcopy(cfg) if cfg is not None else None, dev)
+        c = with_dataset_settings(c, data_root)
         p = float(run_cfg.conditioning.p)
         key = (p, Path(run_dir).name)
         keys.append(key)
