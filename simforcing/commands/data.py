@@ -56,9 +56,8 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     t0 = time.time()
     out = generate_dataset(out, num_train=counts[0], num_val=counts[1], num_sim_pool=counts[2], length=counts[3],
                            height=args.height, width=args.width, seed=args.seed, layout=args.layout,
-                           progress=not args.no_progress, workers=args.workers, overwrite=args.overwrite)
-    if not args.no_finalize:
-        finalize_dataset(out)
+                           progress=not args.no_progress, workers=args.workers, overwrite=args.overwrite,
+                           finish=None if args.no_finalize else finalize_dataset)
     if args.preview and counts[0] + counts[1] > 0:
         save_preview(out, "ep_00000", args.preview)
     print(f"wrote {sum(counts[:3])} episodes to {out} in {time.time() - t0:.1f} s")
@@ -152,6 +151,10 @@ def add_import_lerobot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lowdim-from", choices=("real", "sim"), default="real",
                         help="dataset whose actions/states are kept")
     parser.add_argument("--sim-background", default="black", help="what sim frames show outside the arm")
+    parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
+    parser.add_argument("--skip-bad", action="store_true",
+                        help="skip (and count) episodes that cannot be imported, e.g. sim/real length mismatch")
+    parser.add_argument("--no-progress", action="store_true")
 
 
 def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
@@ -159,7 +162,12 @@ def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
     summary = run_import(args.sim, args.real, args.out, args.sim_camera, args.real_camera, args.action_key,
                          args.state_key, args.val_fraction, args.seed, args.height, args.width, args.lowdim_from,
-                         args.sim_background)
+                         args.sim_background, progress=not args.no_progress, overwrite=args.overwrite,
+                         skip_bad=args.skip_bad)
+    for eid, kind, why in summary["skipped"]:
+        print(f"  skipped [{kind}] {why}")
+    if summary["skipped"]:
+        print(f"{len(summary['skipped'])} bad episodes skipped")
     print(f"wrote {summary['out']}: {summary['train']} train, {summary['val']} val, {summary['sim_pool']} sim-only "
           f"episodes at {summary['height']}x{summary['width']}; statistics in meta/stats.json")
     if summary["skipped_real_only"]:

@@ -15,6 +15,14 @@ LeRobot v3.0 layout read here:
                                           task_index, action, observation.state
     videos/<key>/...mp4                   many episodes concatenated (AV1); an episode's frames are those with
                                           from_timestamp <= t < to_timestamp (half a frame of tolerance)
+    image-only datasets (``use_videos=False``): a camera feature of dtype "image" is a column of the data parquet
+                                          holding each frame as an encoded image ({"bytes", "path"}, PNG/JPEG);
+                                          there are no videos/ and no videos/<key>/ episode columns
+
+Metadata is checked as data: info.json must hold ``codebase_version``, a positive ``fps``, a ``features`` object and
+the ``data_path`` (and, for a video camera, ``video_path``) templates — a missing or ill-typed key is a DataError
+naming it; every path a template (or an image's ``path``) produces must stay inside the dataset folder once symbolic
+links are resolved (``format.inside``; kind ``unsafe_path``).
 
 Pairing: sim and real episodes with the same episode_index form a paired episode; sim episodes without a real
 partner go to ``sim_pool`` (sim-only); real episodes without a sim partner are skipped with a warning. Paired
@@ -24,10 +32,17 @@ Actions and states come from the real dataset (``--lowdim-from sim`` to change t
 real camera's resolution (rounded down to even) or ``--height/--width``; a sim camera of another size gets the same
 aspect-preserving resize + centre crop as training. Then meta/stats.json is computed; fill the text cache with
 ``simforcing data embed-text OUT``.
+
+Output: written into a temporary sibling of OUT that becomes OUT by a rename once everything (episodes, meta, stats)
+is written (``utils.staged_folder``): a failed import leaves nothing at OUT, and an existing dataset there is refused
+unless ``overwrite`` (``--overwrite``). A per-episode problem (sim and real of different lengths, a truncated video,
+missing data rows) stops the import naming the episode, or with ``skip_bad`` (``--skip-bad``) skips that episode with
+one log line and counts it (info.json ``lerobot.skipped``). The source folders are recorded as resolved absolute paths.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from dataclasses import dataclass
@@ -38,12 +53,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
 from simforcing.config import ConfigError, parse_color
-from simforcing.data.format import DataError, EpisodeInfo, write_episode, write_meta
+from simforcing.data.format import (DataError, EpisodeInfo, inside, is_dataset, read_text_utf8, write_episode,
+                                    write_meta)
 from simforcing.data.paired import frames_to_target
 from simforcing.data.stats import write_stats
+from simforcing.utils import check_output_folder, staged_folder
 
 log = logging.getLogger("simforcing.data")
 
@@ -54,7 +72,7 @@ class LeRobotEpisode:
     length: int
     task: str
     data_file: Path
-    video_file: Path
+    video_file: Path | None  # None for an image camera (frames in the data parquet)
     from_ts: float
     to_ts: float
 
@@ -89,36 +107,72 @@ class LeRobotV3:
                  state_key: str = "observation.state"):
         self.root = Path(root)
         info_path = self.root / "meta" / "info.json"
+        self.info_path = info_path
         if not info_path.exists():
             raise DataError("LeRobot info is missing; expected a LeRobot v3.0 dataset folder", path=info_path,
                             kind="missing_meta")
         try:
-            self.info = json.loads(info_path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+            self.info = json.loads(read_text_utf8(info_path, "LeRobot info"))
+        except json.JSONDecodeError as e:
             raise DataError(f"cannot read ({e})", path=info_path, kind="unreadable_meta") from e
-        version = str(self.info.get("codebase_version", ""))
+        if not isinstance(self.info, dict):
+            raise DataError("expected a JSON object", path=info_path, kind="bad_meta")
+        version = self._field("codebase_version", str, "a version string such as 'v3.0'")
         if not version.startswith("v3."):
             raise DataError(f"field codebase_version is {version!r}; expected 'v3.0' (convert older datasets with "
                             f"lerobot's v2.1 -> v3.0 script)", path=info_path, kind="bad_meta")
-        self.fps = float(self.info["fps"])
-        features = self.info.get("features", {})
-        videos = sorted(k for k, f in features.items() if f.get("dtype") == "video")
+        fps = self._field("fps", (int, float), "a positive number of frames per second")
+        if isinstance(fps, bool) or not fps > 0:
+            raise DataError(f"field 'fps' is {fps!r}; expected a positive number of frames per second",
+                            path=info_path, kind="bad_meta")
+        self.fps = float(fps)
+        features = self._field("features", dict, "an object {feature: {dtype, shape}}")
+        if not all(isinstance(f, dict) for f in features.values()):
+            raise DataError("field 'features' must map each feature to an object {dtype, shape, ...}",
+                            path=info_path, kind="bad_meta")
+        self.data_path = self._field("data_path", str, "a template such as 'data/chunk-{chunk_index:03d}/"
+                                     "file-{file_index:03d}.parquet'")
+        cameras = sorted(k for k, f in features.items() if f.get("dtype") in ("video", "image"))
         for key, flag in ((action_key, "--action-key"), (state_key, "--state-key")):
             if key not in features:
                 raise DataError(f"feature {key!r} ({flag}) is not in features {sorted(features)}", path=info_path,
                                 kind="missing_field")
         if camera is None:
-            if len(videos) != 1:
-                raise DataError(f"{len(videos)} video features {videos}; choose one with --sim-camera/--real-camera",
-                                path=info_path, kind="missing_field")
-            camera = videos[0]
-        elif camera not in videos:
-            raise DataError(f"camera {camera!r} is not a video feature; found {videos}", path=info_path,
+            if len(cameras) != 1:
+                raise DataError(f"{len(cameras)} camera features {cameras}; choose one with --sim-camera/"
+                                "--real-camera", path=info_path, kind="missing_field")
+            camera = cameras[0]
+        elif camera not in cameras:
+            raise DataError(f"camera {camera!r} is not a video or image feature; found {cameras}", path=info_path,
                             kind="missing_field")
         self.camera, self.action_key, self.state_key = camera, action_key, state_key
+        self.images = features[camera].get("dtype") == "image"  # frames stored in the data parquet
+        self.video_path = None if self.images else self._field(
+            "video_path", str, "a template such as 'videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}"
+            ".mp4' (the dataset has video cameras)")
         self.tasks = self._read_tasks()
         self.episodes = self._read_episodes()
         self._table_cache: tuple[Path, object] | None = None
+
+    def _field(self, name: str, types, expected: str):
+        """info.json's ``name``, of one of ``types``; DataError naming the field when missing or ill-typed."""
+        if name not in self.info:
+            raise DataError(f"field {name!r} is missing; expected {expected}", path=self.info_path,
+                            kind="missing_field")
+        value = self.info[name]
+        if not isinstance(value, types):
+            raise DataError(f"field {name!r} is {value!r:.80}; expected {expected}", path=self.info_path,
+                            kind="bad_meta")
+        return value
+
+    def _path(self, template: str, field: str, episode: int, **values) -> Path:
+        """A file of the dataset from an info.json template; it must stay inside the dataset (``unsafe_path``)."""
+        try:
+            rel = template.format(**values)
+        except (KeyError, IndexError, ValueError, AttributeError) as e:
+            raise DataError(f"field {field!r} ({template!r}) cannot be filled with {sorted(values)} "
+                            f"({type(e).__name__}: {e})", str(episode), self.info_path, kind="bad_meta") from e
+        return inside(self.root, self.root / rel, str(episode), f"{field} of episode_index {episode}")
 
     def _read_tasks(self) -> dict[int, str]:
         path = self.root / "meta" / "tasks.parquet"
@@ -134,8 +188,9 @@ class LeRobotV3:
         if not files:
             raise DataError("no episode metadata files", path=self.root / "meta" / "episodes", kind="missing_meta")
         cam = f"videos/{self.camera}/"
-        needed = ["episode_index", "length", "data/chunk_index", "data/file_index", cam + "chunk_index",
-                  cam + "file_index", cam + "from_timestamp", cam + "to_timestamp"]
+        needed = ["episode_index", "length", "data/chunk_index", "data/file_index"]
+        if not self.images:
+            needed += [cam + "chunk_index", cam + "file_index", cam + "from_timestamp", cam + "to_timestamp"]
         out: dict[int, LeRobotEpisode] = {}
         for f in files:
             rows = _read_table(f, "episode metadata")
@@ -143,15 +198,23 @@ class LeRobotV3:
             if missing:
                 raise DataError(f"columns {missing} are missing", path=f, kind="missing_field")
             for r in rows.select([c for c in needed + ["tasks"] if c in rows.column_names]).to_pylist():
-                ep = int(r["episode_index"])
+                try:
+                    ep, length = int(r["episode_index"]), int(r["length"])
+                    chunks = {k: int(r[k]) for k in needed if k.endswith(("chunk_index", "file_index"))}
+                    times = (0.0, 0.0) if self.images else (float(r[cam + "from_timestamp"]),
+                                                             float(r[cam + "to_timestamp"]))
+                except (TypeError, ValueError) as e:
+                    raise DataError(f"an episode row holds a missing or non-numeric index/length/timestamp ({e})",
+                                    path=f, kind="bad_meta") from e
                 tasks = r.get("tasks") or []
                 out[ep] = LeRobotEpisode(
-                    index=ep, length=int(r["length"]), task=str(tasks[0]) if tasks else "",
-                    data_file=self.root / self.info["data_path"].format(chunk_index=r["data/chunk_index"],
-                                                                        file_index=r["data/file_index"]),
-                    video_file=self.root / self.info["video_path"].format(
-                        video_key=self.camera, chunk_index=r[cam + "chunk_index"], file_index=r[cam + "file_index"]),
-                    from_ts=float(r[cam + "from_timestamp"]), to_ts=float(r[cam + "to_timestamp"]))
+                    index=ep, length=length, task=str(tasks[0]) if tasks else "",
+                    data_file=self._path(self.data_path, "data_path", ep, chunk_index=chunks["data/chunk_index"],
+                                         file_index=chunks["data/file_index"]),
+                    video_file=None if self.images else self._path(
+                        self.video_path, "video_path", ep, video_key=self.camera,
+                        chunk_index=chunks[cam + "chunk_index"], file_index=chunks[cam + "file_index"]),
+                    from_ts=times[0], to_ts=times[1])
         return out
 
     def _data_table(self, path: Path):
@@ -159,8 +222,8 @@ class LeRobotV3:
             self._table_cache = (path, _read_table(path, "episode data"))
         return self._table_cache[1]
 
-    def lowdim(self, ep: LeRobotEpisode) -> tuple[np.ndarray, np.ndarray, str]:
-        """(actions (T, A), states (T, S), task) of one episode, rows ordered by frame_index."""
+    def _rows(self, ep: LeRobotEpisode):
+        """The episode's rows of its data parquet, ordered by frame_index (exactly ``length`` of them)."""
         table = self._data_table(ep.data_file)
         for c in ("episode_index", "frame_index"):
             if c not in table.column_names:
@@ -170,6 +233,11 @@ class LeRobotV3:
         if rows.num_rows != ep.length:
             raise DataError(f"{rows.num_rows} data rows for episode_index {ep.index}; expected length {ep.length}",
                             str(ep.index), ep.data_file, kind="truncated_data")
+        return rows
+
+    def lowdim(self, ep: LeRobotEpisode) -> tuple[np.ndarray, np.ndarray, str]:
+        """(actions (T, A), states (T, S), task) of one episode, rows ordered by frame_index."""
+        rows = self._rows(ep)
         task = ep.task
         if not task and "task_index" in rows.column_names and rows.num_rows:
             task = self.tasks.get(rows.column("task_index")[0].as_py(), "")
@@ -177,7 +245,10 @@ class LeRobotV3:
                 task)
 
     def frames(self, ep: LeRobotEpisode) -> np.ndarray:
-        """uint8 (T, H, W, 3): the frames of the episode's video file with from_ts <= t < to_ts."""
+        """uint8 (T, H, W, 3): the frames of the episode's video file with from_ts <= t < to_ts, or (an image
+        camera) the images of its data rows."""
+        if self.images:
+            return self._image_frames(ep)
         if not ep.video_file.exists():
             raise DataError("video file is missing", str(ep.index), ep.video_file, kind="missing_video")
         tol = 0.5 / self.fps
@@ -194,12 +265,44 @@ class LeRobotV3:
                     if t >= ep.to_ts - tol or len(frames) == ep.length:
                         break
                     frames.append(fr.to_ndarray(format="rgb24"))
-        except (av.error.FFmpegError, ValueError, OSError) as e:
+        except (av.error.FFmpegError, ValueError, IndexError, OSError) as e:
             raise DataError(f"video cannot be decoded ({type(e).__name__}: {e})", str(ep.index), ep.video_file,
                             kind="unreadable_video") from e
         if len(frames) != ep.length:
             raise DataError(f"{len(frames)} frames between {ep.from_ts:.3f}s and {ep.to_ts:.3f}s; expected length "
                             f"{ep.length}", str(ep.index), ep.video_file, kind="truncated_video")
+        return np.stack(frames)
+
+    def _image_frames(self, ep: LeRobotEpisode) -> np.ndarray:
+        """Frames of an image camera: each row's cell is {"bytes", "path"} (or raw bytes) of a PNG/JPEG image."""
+        rows = self._rows(ep)
+        if self.camera not in rows.column_names:
+            raise DataError(f"image column {self.camera!r} is missing", str(ep.index), ep.data_file,
+                            kind="missing_field")
+        frames = []
+        for t, cell in enumerate(rows.column(self.camera).to_pylist()):
+            data, where = cell, ep.data_file
+            if isinstance(cell, dict):
+                data = cell.get("bytes")
+                if data is None and isinstance(cell.get("path"), str):  # an image file beside the parquet
+                    where = inside(self.root, self.root / cell["path"], str(ep.index), "image path")
+                    try:
+                        data = where.read_bytes()
+                    except OSError as e:
+                        raise DataError(f"frame {t}: cannot read the image ({e})", str(ep.index), where,
+                                        kind="missing_file") from e
+            if not isinstance(data, (bytes, bytearray)):
+                raise DataError(f"frame {t}: column {self.camera!r} holds no image bytes", str(ep.index), where,
+                                kind="unreadable_video")
+            try:
+                with Image.open(io.BytesIO(data)) as img:
+                    frames.append(np.asarray(img.convert("RGB")))
+            except (UnidentifiedImageError, OSError, ValueError) as e:
+                raise DataError(f"frame {t}: the image cannot be decoded ({type(e).__name__}: {e})", str(ep.index),
+                                where, kind="unreadable_video") from e
+        if len({f.shape for f in frames}) > 1:
+            raise DataError(f"the images have different sizes {sorted({f.shape for f in frames})}", str(ep.index),
+                            ep.data_file, kind="resolution_mismatch")
         return np.stack(frames)
 
 
@@ -210,16 +313,28 @@ def _fit(frames: np.ndarray, height: int, width: int) -> np.ndarray:
     return frames_to_target(frames, height, width).permute(1, 2, 3, 0).numpy()  # (3,T,H,W) -> (T,H,W,3)
 
 
+def _camera_size(ds: LeRobotV3) -> tuple[int, int] | None:
+    """(H, W) from the camera feature's ``shape`` [H, W, 3] (None when absent or malformed)."""
+    shape = ds.info["features"][ds.camera].get("shape")
+    if isinstance(shape, list) and len(shape) == 3 and all(isinstance(v, int) and v > 0 for v in shape[:2]):
+        return shape[0], shape[1]
+    return None
+
+
 def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, sim_camera: str | None = None,
                    real_camera: str | None = None, action_key: str = "action", state_key: str = "observation.state",
                    val_fraction: float = 0.1, seed: int = 0, height: int | None = None, width: int | None = None,
-                   lowdim_from: str = "real", sim_background: str = "black", progress: bool = True) -> dict:
-    """Convert a sim and a real LeRobot v3.0 dataset into one paired dataset at ``out``; returns a summary dict."""
+                   lowdim_from: str = "real", sim_background: str = "black", progress: bool = True,
+                   overwrite: bool = False, skip_bad: bool = False) -> dict:
+    """Convert a sim and a real LeRobot v3.0 dataset into one paired dataset at ``out``; returns a summary dict
+    (``skipped``: [(episode, kind, message)] of the episodes ``skip_bad`` left out). See the module docstring."""
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"--val-fraction: got {val_fraction}; expected a fraction in [0, 1)")
     if lowdim_from not in ("real", "sim"):
         raise ConfigError(f"--lowdim-from: got {lowdim_from!r}; expected 'real' or 'sim'")
     parse_color(sim_background, "--sim-background")
+    out = Path(out)
+    check_output_folder(out, overwrite, "dataset", is_dataset)  # before any decoding (staged_folder checks again)
     sim = LeRobotV3(sim_dir, sim_camera, action_key, state_key)
     real = LeRobotV3(real_dir, real_camera, action_key, state_key)
     paired = sorted(set(sim.episodes) & set(real.episodes))
@@ -230,38 +345,56 @@ def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, s
     if not paired:
         raise DataError(f"no episode_index is shared by {sim.root} and {real.root}", kind="empty_split")
     if height is None or width is None:
-        shape = real.info["features"][real.camera].get("shape", [])
-        h, w = (int(shape[0]), int(shape[1])) if len(shape) == 3 else real.frames(real.episodes[paired[0]]).shape[1:3]
+        hw = _camera_size(real) or real.frames(real.episodes[paired[0]]).shape[1:3]
+        h, w = int(hw[0]), int(hw[1])
         height, width = height or h - h % 2, width or w - w % 2
-    out = Path(out)
-    episodes, splits = [], {"train": [], "val": [], "sim_pool": []}
     rng = np.random.default_rng(seed)
     n_val = int(round(len(paired) * val_fraction)) if len(paired) > 1 else 0
     val_set = {paired[i] for i in rng.permutation(len(paired))[:n_val]}
-    for idx in tqdm(paired + sim_only, desc="import-lerobot", disable=not progress):
-        s_ep = sim.episodes[idx]
-        r_ep = real.episodes.get(idx)
-        eid = f"ep{idx:06d}"
-        if r_ep is not None and r_ep.length != s_ep.length:
-            raise DataError(f"sim has {s_ep.length} frames ({s_ep.video_file}) but real has {r_ep.length}; paired "
-                            f"episodes must have equal lengths", eid, r_ep.video_file, kind="frame_count_mismatch")
-        src, src_ep = (real, r_ep) if (lowdim_from == "real" and r_ep is not None) else (sim, s_ep)
-        actions, states, task = src.lowdim(src_ep)
-        T = s_ep.length
-        sim_frames = _fit(sim.frames(s_ep), height, width)
-        real_frames = _fit(real.frames(r_ep), height, width) if r_ep is not None else None
-        write_episode(out, eid, sim_frames, real_frames, actions[:T - 1], states[:T], layout="separate",
-                      fps=int(round(real.fps)))
-        episodes.append(EpisodeInfo(eid, T, task, r_ep is not None))
-        split = "sim_pool" if r_ep is None else ("val" if idx in val_set else "train")
-        splits[split].append(eid)
-    info = {"fps": int(round(real.fps)), "height": height, "width": width, "action_dim": int(actions.shape[1]),
-            "state_dim": int(states.shape[1]), "video_layout": "separate", "sim_background": sim_background,
-            "source": "lerobot-v3.0", "lerobot": {"sim": str(sim.root), "real": str(real.root),
-                                                  "sim_camera": sim.camera, "real_camera": real.camera,
-                                                  "action_key": action_key, "state_key": state_key,
-                                                  "lowdim_from": lowdim_from, "skipped_real_only": real_only}}
-    write_meta(out, info, episodes, splits)
-    write_stats(out)
+    episodes, splits = [], {"train": [], "val": [], "sim_pool": []}
+    skipped: list[tuple[str, str, str]] = []
+    dims: tuple[int, int] | None = None
+    with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
+        for idx in tqdm(paired + sim_only, desc="import-lerobot", disable=not progress):
+            s_ep = sim.episodes[idx]
+            r_ep = real.episodes.get(idx)
+            eid = f"ep{idx:06d}"
+            try:
+                if r_ep is not None and r_ep.length != s_ep.length:
+                    raise DataError(f"sim has {s_ep.length} frames ({s_ep.video_file or s_ep.data_file}) but real "
+                                    f"has {r_ep.length}; paired episodes must have equal lengths", eid,
+                                    r_ep.video_file or r_ep.data_file, kind="frame_count_mismatch")
+                if s_ep.length < 2:
+                    raise DataError(f"length is {s_ep.length}; an episode needs at least 2 frames", eid,
+                                    s_ep.data_file, kind="too_short_episode")
+                src, src_ep = (real, r_ep) if (lowdim_from == "real" and r_ep is not None) else (sim, s_ep)
+                actions, states, task = src.lowdim(src_ep)
+                T = s_ep.length
+                sim_frames = _fit(sim.frames(s_ep), height, width)
+                real_frames = _fit(real.frames(r_ep), height, width) if r_ep is not None else None
+            except DataError as e:
+                if not skip_bad:
+                    raise
+                log.warning("skipping episode %s [%s]: %s", eid, e.kind, e)
+                skipped.append((eid, e.kind, str(e)))
+                continue
+            write_episode(tmp, eid, sim_frames, real_frames, actions[:T - 1], states[:T], layout="separate",
+                          fps=int(round(real.fps)))
+            dims = (int(actions.shape[1]), int(states.shape[1]))
+            episodes.append(EpisodeInfo(eid, T, task, r_ep is not None))
+            split = "sim_pool" if r_ep is None else ("val" if idx in val_set else "train")
+            splits[split].append(eid)
+        if not splits["train"] and not splits["val"]:
+            raise DataError(f"every paired episode was skipped ({len(skipped)} skipped); nothing to import",
+                            kind="empty_split")
+        info = {"fps": int(round(real.fps)) or 1, "height": height, "width": width, "action_dim": dims[0],
+                "state_dim": dims[1], "video_layout": "separate", "sim_background": sim_background,
+                "source": "lerobot-v3.0",
+                "lerobot": {"sim": str(sim.root.resolve()), "real": str(real.root.resolve()),
+                            "sim_camera": sim.camera, "real_camera": real.camera, "action_key": action_key,
+                            "state_key": state_key, "lowdim_from": lowdim_from, "skipped_real_only": real_only,
+                            "skipped": [{"episode": e, "kind": k, "reason": r} for e, k, r in skipped]}}
+        write_meta(tmp, info, episodes, splits)
+        write_stats(tmp)
     return {"out": str(out), **{k: len(v) for k, v in splits.items()}, "skipped_real_only": real_only,
-            "height": height, "width": width}
+            "skipped": skipped, "height": height, "width": width}

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import imageio.v3 as iio
 import numpy as np
@@ -30,8 +30,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402  (after MUJOCO_GL is set)
 
 from simforcing.config import ConfigError  # noqa: E402
-from simforcing.data.format import (EpisodeInfo, read_arm_mask, read_episode_videos, read_info,  # noqa: E402
-                                    write_episode, write_meta)
+from simforcing.utils import staged_folder  # noqa: E402
+from simforcing.data.format import (EpisodeInfo, is_dataset, read_arm_mask, read_episode_videos,  # noqa: E402
+                                    read_info, write_episode, write_meta)
 from simforcing.data.synthetic.motions import ArmController, mat_to_rpy, script_motion  # noqa: E402
 from simforcing.data.synthetic.scene import (  # noqa: E402
     ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, SERVO_GAINS, TIMESTEP, CameraPose,
@@ -234,22 +235,27 @@ def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, he
 
 def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
                      width: int, seed: int, layout: str = "separate", progress: bool = True,
-                     workers: int = 1, overwrite: bool = False) -> Path:
+                     workers: int = 1, overwrite: bool = False, finish: Callable[[Path], None] | None = None) -> Path:
     """Write the synthetic paired dataset to ``out`` (videos, lowdim, masks, meta). Returns ``out``.
 
-    Stats and the text cache are separate: see ``simforcing.prep.text.finalize_dataset``. ``workers`` > 1 simulates
-    episodes in that many processes; the output is identical whatever the count.
+    Everything is written into a temporary sibling folder that becomes ``out`` by a rename once complete
+    (``utils.staged_folder``): an interrupted or failed generation leaves nothing at ``out``. A non-empty ``out`` is
+    refused (FileExistsError) unless ``overwrite``, which replaces a dataset there (never another kind of folder).
+    ``finish(folder)`` runs on the complete folder before it appears (the command passes
+    ``simforcing.prep.text.finalize_dataset``: stats and the text cache). ``workers`` > 1 simulates episodes in that
+    many processes; the output is identical whatever the count.
     """
     _check_args(num_train, num_val, num_sim_pool, length, height, width, layout)
     out = Path(out)
-    if (out / "meta" / "info.json").exists() or (out / "episodes").exists():
-        if not overwrite:
-            raise FileExistsError(f"{out}: already holds a dataset (meta/ or episodes/); pass overwrite=True "
-                                  "(--overwrite) to replace it")
-        for sub in ("episodes", "meta", "text_cache"):
-            shutil.rmtree(out / sub, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
+        _generate_into(tmp, num_train, num_val, num_sim_pool, length, height, width, seed, layout, progress, workers)
+        if finish is not None:
+            finish(tmp)
+    return out
 
+
+def _generate_into(out: Path, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
+                   width: int, seed: int, layout: str, progress: bool, workers: int) -> None:
     plan = [("train", True)] * num_train + [("val", True)] * num_val + [("sim_pool", False)] * num_sim_pool
     jobs = [(str(out), f"ep_{i:05d}", i, paired, seed, length, layout) for i, (_, paired) in enumerate(plan)]
     bar = tqdm(total=len(jobs), desc="synth episodes", unit="ep", disable=not progress, file=sys.stderr)
@@ -282,7 +288,6 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
     info = {"fps": FPS, "height": height, "width": width, "action_dim": 7, "state_dim": 7, "video_layout": layout,
             "sim_background": SIM_BACKGROUND, "source": "simforcing-synth", "synth": settings}
     write_meta(out, info, infos, splits)
-    return out
 
 
 def _close_twin() -> None:
