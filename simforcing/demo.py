@@ -8,6 +8,12 @@
 
 `--seeds K` repeats stage 2 + evaluation with K seeds and reports the paired difference simforcing − sft (mean and
 spread). `--quick` is a smoke test (a few minutes, tiny budgets, numbers meaningless).
+
+Provenance (``simforcing.provenance``): OUT/data, OUT/vae, OUT/stage1 and each stage-2 run record what produced them
+(command, sizes, seed, code version, and the records of their inputs). A folder is reused only when its record equals
+what this demo run asks for; otherwise it is made again — the dataset is regenerated (atomically replaced), the VAE
+refitted, a run folder removed and trained again (only a simforcing run folder or one carrying a demo record; anything
+else is refused) — and a line says why. A dataset given with ``--data`` is the user's: used as it is.
 """
 
 from __future__ import annotations
@@ -17,18 +23,24 @@ import copy
 import html as _h
 import json
 import re
+import shutil
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from simforcing.config import STAGE2_METHODS, Config, load_config
-from simforcing.data.synthetic.generate import generate_dataset
+from simforcing.checkpoint import config_hash, is_run_folder
+from simforcing.config import STAGE2_METHODS, Config, ConfigError, load_config
+from simforcing.data.format import is_dataset
+from simforcing.data.synthetic.generate import GENERATOR_VERSION, generate_dataset
 from simforcing.evaluate.run import evaluate_run
 from simforcing.evaluate.sweeps import sweep_steps
+from simforcing.locking import lock_folder
 from simforcing.prep.demo_vae import fit_demo_vae, read_demo_vae_report
 from simforcing.prep.text import finalize_dataset
+from simforcing.provenance import (PROVENANCE_FILE, check_provenance, digest, provenance_record, read_provenance,
+                                   write_provenance)
 from simforcing.sample import generate_run
 from simforcing.train import train_run
 from simforcing.utils import atomic_write_json, atomic_write_text
@@ -101,36 +113,62 @@ def run_demo(out: Path, data_root: Path, budget: Budget, cfg: Config, methods=BA
     exe = "simforcing"
 
     # 1. data ------------------------------------------------------------------------------------------------------
-    if not (data_root / "meta" / "info.json").exists():
+    sizes = {"num_train": budget.num_train, "num_val": budget.num_val, "num_sim_pool": budget.num_sim_pool,
+             "length": budget.length, "height": cfg.data.height, "width": cfg.data.width,
+             "generator": GENERATOR_VERSION}
+    data_rec = provenance_record(f"{exe} data synth --out {data_root} --num-train {budget.num_train} --num-val "
+                                 f"{budget.num_val} --num-sim-pool {budget.num_sim_pool} --length {budget.length} "
+                                 f"--height {cfg.data.height} --width {cfg.data.width} --seed 0", sizes, seed=0)
+    owned = data_root.resolve() == (out / "data").resolve()  # --data elsewhere: the user's dataset, used as it is
+    stale = check_provenance(data_root, data_rec) if owned and is_dataset(data_root) else []
+    if not is_dataset(data_root) or stale:
+        if stale:
+            print(f"regenerating {data_root}: it was not made by this demo run ({'; '.join(stale[:3])})")
+
+        def finish(folder: Path) -> None:
+            finalize_dataset(folder)
+            write_provenance(folder, data_rec)
+
         timer.run("generate synthetic benchmark", generate_dataset, data_root, num_train=budget.num_train,
                   num_val=budget.num_val, num_sim_pool=budget.num_sim_pool, length=budget.length,
-                  height=cfg.data.height, width=cfg.data.width, seed=0, workers=2,
-                  overwrite=True)
+                  height=cfg.data.height, width=cfg.data.width, seed=0, workers=2, overwrite=True, finish=finish)
     else:
         print(f"reusing the synthetic benchmark in {data_root}")
     if not (data_root / "meta" / "stats.json").exists() or not (data_root / "text_cache" / "info.json").exists():
         timer.run("statistics + text embeddings", finalize_dataset, data_root)
-    commands["data"] = (f"{exe} data synth --out {data_root} --num-train {budget.num_train} --num-val "
-                        f"{budget.num_val} --num-sim-pool {budget.num_sim_pool} --length {budget.length}")
+    made = read_provenance(data_root)
+    commands["data"] = made["command"] if made else f"# the dataset given with --data {data_root}"
+    data_digest = digest(made or {"given": str(data_root.resolve())})
 
     # 2. demo VAE --------------------------------------------------------------------------------------------------
-    if not (vae_dir / "config.json").exists():
-        vae, _ = timer.run("fit demo VAE", fit_demo_vae, data_root, cfg, out_dir=vae_dir)
-    vae_report = read_demo_vae_report(vae_dir)
     commands["vae"] = f"{exe} model fit-vae --data {data_root} --out {vae_dir}"
+    vae_rec = provenance_record(commands["vae"], {"latent_channels": cfg.model.vae.latent_channels,
+                                                  "frames": cfg.data.frames, "height": cfg.data.height,
+                                                  "width": cfg.data.width}, seed=0, inputs={"data": data_digest})
+    stale = check_provenance(vae_dir, vae_rec)
+    if not (vae_dir / "config.json").exists() or stale:
+        if (vae_dir / "config.json").exists():
+            print(f"fitting the demo VAE again in {vae_dir} ({'; '.join(stale[:3])})")
+        (vae_dir / PROVENANCE_FILE).unlink(missing_ok=True)
+        vae, _ = timer.run("fit demo VAE", fit_demo_vae, data_root, cfg, out_dir=vae_dir)
+        write_provenance(vae_dir, vae_rec)
+    vae_report = read_demo_vae_report(vae_dir)
 
     # 3. stage 1 ---------------------------------------------------------------------------------------------------
     stage1 = out / "stage1"
     s1cfg = copy.deepcopy(cfg)
     s1cfg.train.method = "sim_pretrain"
     s1cfg.train.max_steps = budget.stage1_steps
+    commands["stage1"] = (f"{exe} pretrain --preset demo --data {data_root} --out {stage1} "
+                          f"--model.vae.path={vae_dir} --train.max_steps={budget.stage1_steps}")
+    s1_rec = provenance_record(commands["stage1"], {"stage1_steps": budget.stage1_steps}, s1cfg.train.seed,
+                               {"data": data_digest, "vae": digest(vae_rec), "config": config_hash(s1cfg)})
+    _fresh_run(stage1, s1_rec)
     if not _finished(stage1, budget.stage1_steps):
         res = timer.run("stage 1: simulation world model", train_run, s1cfg, stage1, stage="pretrain",
                         resume=(stage1 / "checkpoints").exists())
         if res["state"] != "finished":
             return _stopped("stage 1", res)
-    commands["stage1"] = (f"{exe} pretrain --preset demo --data {data_root} --out {stage1} "
-                          f"--model.vae.path={vae_dir} --train.max_steps={budget.stage1_steps}")
 
     # 4-5. stage 2 per method and seed, evaluation -----------------------------------------------------------------
     results: dict = {"budget": budget.__dict__, "vae": vae_report, "methods": {}, "baselines": {}, "seeds": []}
@@ -150,6 +188,8 @@ def run_demo(out: Path, data_root: Path, budget: Budget, cfg: Config, methods=BA
             m_cfg = copy.deepcopy(cfg)
             m_cfg.train.seed = seed
             m_cfg.train.max_steps = budget.stage2_steps
+            _fresh_run(run_dir, provenance_record(f"train {method}", {"stage2_steps": budget.stage2_steps}, seed,
+                                                  {"stage1": digest(s1_rec), "config": config_hash(m_cfg)}))
             if not _finished(run_dir, budget.stage2_steps):
                 res = timer.run(f"stage 2: {tag}", train_run, m_cfg, run_dir, stage="train", teacher_run=stage1,
                                 method=method, resume=(run_dir / "checkpoints").exists())
@@ -196,6 +236,23 @@ def _stopped(stage: str, res: dict) -> int:
     print(f"simforcing demo: {stage} ended as {res['state']!r} at step {res['step']} ({res.get('reason')}); "
           f"run the same command again to resume", file=sys.stderr)
     return int(res.get("exit_code") or 1)
+
+
+def _fresh_run(run_dir: Path, record: dict) -> None:
+    """Keep ``run_dir`` only when its provenance is ``record`` (then an unfinished run resumes); a run made from other
+    inputs is removed — only a simforcing run folder or one carrying a demo record, and only when no process is
+    writing it (its lock) — and the record is written for the run about to start."""
+    if run_dir.exists():
+        stale = check_provenance(run_dir, record)
+        if not stale:
+            return
+        if not (is_run_folder(run_dir) or read_provenance(run_dir) is not None):
+            raise ConfigError(f"{run_dir} is not a run of this demo (no {PROVENANCE_FILE}, not a simforcing run); "
+                              "move it away or choose another --out")
+        print(f"training {run_dir} again: it was made from other inputs ({'; '.join(stale[:3])})")
+        with lock_folder(run_dir, "simforcing demo (removing a stale run)"):
+            shutil.rmtree(run_dir)
+    write_provenance(run_dir, record)
 
 
 def _finished(run_dir: Path, steps: int) -> bool:

@@ -1,4 +1,4 @@
-"""`simforcing demo [--out runs/demo] [--quick] [--full] [--seeds K]`: the whole paper on the embedded synthetic
+"""`simforcing demo [--out runs/demo | runs/demo_quick with --quick] [--quick] [--full] [--seeds K]`: the whole paper on the embedded synthetic
 benchmark (``simforcing.demo``)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from simforcing.demo import BASE_METHODS, FULL_METHODS, demo_budget, demo_config
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="runs/demo", help="output folder")
+    parser.add_argument("--out", default=None, help="output folder (default: runs/demo; with --quick runs/demo_quick, "
+                        "so a smoke test never shares the full demo's data and runs)")
     parser.add_argument("--data", default=None, help="dataset folder (default: OUT/data, generated when missing)")
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny data and budgets (numbers meaningless)")
     parser.add_argument("--full", action="store_true", help="also train joint_fm, value_distill and motion_distill")
@@ -26,17 +27,21 @@ def _budget(args: argparse.Namespace):
     return demo_budget(args.quick, args.stage1_steps, args.stage2_steps)
 
 
+def _out(args: argparse.Namespace) -> Path:
+    return Path(args.out or ("runs/demo_quick" if args.quick else "runs/demo"))
+
+
 def _data_root(args: argparse.Namespace) -> Path:
-    return Path(args.data) if args.data else Path(args.out) / "data"
+    return Path(args.data) if args.data else _out(args) / "data"
 
 
 def config(args: argparse.Namespace) -> Config:
     """The demo preset + overrides on OUT/data (or --data) and the demo VAE in OUT/vae."""
-    return demo_config(_budget(args), _data_root(args), Path(args.out) / "vae", list(args.overrides or []))
+    return demo_config(_budget(args), _data_root(args), _out(args) / "vae", list(args.overrides or []))
 
 
 def demo(args: argparse.Namespace, cfg: Config) -> int:
-    return run_demo(Path(args.out), _data_root(args), _budget(args), cfg,
+    return run_demo(_out(args), _data_root(args), _budget(args), cfg,
                     FULL_METHODS if args.full else BASE_METHODS, args.seeds)
 
 

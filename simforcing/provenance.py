@@ -1,0 +1,103 @@
+"""Provenance: what produced a folder (a dataset, a fitted VAE, a training run), stored beside its content.
+
+    rec = provenance_record("simforcing data synth --out D --num-train 20 ...", sizes={"num_train": 20, ...}, seed=0,
+                            inputs={"data": digest(data_rec)})
+    if check_provenance(FOLDER, rec):        # [] when FOLDER/provenance.json records the same thing
+        ...regenerate FOLDER (or refuse)...
+    write_provenance(FOLDER, rec)
+
+A record is ``{"command", "sizes", "seed", "inputs", "code"}``: the command line that reproduces the folder, the sizes
+and seed it was made with, the digests of the records of the folders it was made from (so a regenerated dataset makes
+the VAE and the runs made from it stale too), and the code version (``simforcing`` package version and, when the
+package sits in a git checkout, the commit). :func:`check_provenance` compares every field except those in
+``ignore`` — by default the git commit, which is recorded (and cited) but would otherwise make every commit regenerate
+everything; the package version is compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from simforcing import __version__
+from simforcing.utils import atomic_write_json
+
+PROVENANCE_FILE = "provenance.json"
+DEFAULT_IGNORE = ("code.git",)
+
+
+@lru_cache(maxsize=1)
+def _git_commit() -> Optional[str]:
+    """The commit of the checkout this package runs from (with "-dirty" when it has changes), or None."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (commit + ("-dirty" if dirty else "")) if commit else None
+
+
+def code_version() -> dict:
+    """{"simforcing": package version, "git": commit or None}."""
+    return {"simforcing": __version__, "git": _git_commit()}
+
+
+def provenance_record(command: str, sizes: Optional[dict] = None, seed: Optional[int] = None,
+                      inputs: Optional[dict] = None) -> dict:
+    """A record (module docstring); JSON types only (tuples become lists), so it compares equal after a round trip."""
+    rec = {"command": command, "sizes": dict(sizes or {}), "seed": seed, "inputs": dict(inputs or {}),
+           "code": code_version()}
+    return json.loads(json.dumps(rec))
+
+
+def _flat(d: Any, prefix: str = "") -> dict:
+    if isinstance(d, dict) and d:
+        out: dict = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def _kept(record: dict, ignore: Iterable[str]) -> dict:
+    ignore = tuple(ignore)
+    return {k: v for k, v in _flat(record).items() if not any(k == i or k.startswith(i + ".") for i in ignore)}
+
+
+def digest(record: dict, ignore: Iterable[str] = DEFAULT_IGNORE) -> str:
+    """A short hash of the compared fields of a record (what a folder made from it records as its input)."""
+    return hashlib.sha256(json.dumps(_kept(record, ignore), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def write_provenance(folder: str | Path, record: dict) -> Path:
+    path = Path(folder) / PROVENANCE_FILE
+    atomic_write_json(path, record)
+    return path
+
+
+def read_provenance(folder: str | Path) -> Optional[dict]:
+    """FOLDER/provenance.json, or None when absent or unreadable."""
+    try:
+        rec = json.loads((Path(folder) / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def check_provenance(folder: str | Path, record: dict, ignore: Iterable[str] = DEFAULT_IGNORE) -> list[str]:
+    """The fields in which FOLDER's recorded provenance differs from ``record``, as readable lines
+    ("sizes.num_train: recorded 4, asked 20"); ``["provenance.json: none recorded"]`` when there is none; [] when
+    they match."""
+    recorded = read_provenance(folder)
+    if recorded is None:
+        return [f"{PROVENANCE_FILE}: none recorded"]
+    a, b = _kept(recorded, ignore), _kept(record, ignore)
+    return [f"{k}: recorded {a.get(k)!r}, asked {b.get(k)!r}" for k in sorted(a.keys() | b.keys())
+            if a.get(k) != b.get(k)]
