@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from simforcing import parallel
+from simforcing.checkpoint import is_run_folder
 from simforcing.commands import Subcommand, add_config_args, config_from_args
 from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
 from simforcing.methods import method_preset
@@ -36,9 +37,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _resumed_config(args: argparse.Namespace) -> Config | None:
-    """With --resume and an existing RUN/config.json, that config is the base."""
+    """With --resume and the config.json of a simforcing run folder, that config is the base (a folder that is not a
+    run is refused by the trainer, naming what it holds)."""
     path = Path(args.out or ".") / "config.json"
-    return Config.load(path) if args.resume and args.out and path.exists() else None
+    if not (args.resume and args.out and path.exists() and is_run_folder(args.out)):
+        return None
+    return Config.load(path)
 
 
 def _with_data(cfg: Config, args: argparse.Namespace) -> Config:
