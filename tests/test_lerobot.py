@@ -53,12 +53,26 @@ def encode_av1(path, frames):
             c.mux(p)
 
 
-def write_lerobot_v3(root, lengths, real):
-    """A LeRobot v3.0 folder: packed data parquet + concatenated AV1 mp4 per file, episode/task metadata."""
+def png_bytes(frame):
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(frame)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def write_lerobot_v3(root, lengths, real, images=False):
+    """A LeRobot v3.0 folder: packed data parquet + concatenated AV1 mp4 per file, episode/task metadata.
+
+    ``images``: an image-only dataset (LeRobot's ``use_videos=False``): the camera is an "image" feature whose frames
+    are PNG bytes in the data parquet ({"bytes", "path"} per row); no videos/, no video_path."""
     info = {"codebase_version": "v3.0", "fps": FPS, "robot_type": "test", "total_episodes": len(lengths),
             "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-            "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
-            "features": {CAM: {"dtype": "video", "shape": [32, 48, 3], "names": ["height", "width", "channels"]},
+            "video_path": None if images else "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+            "features": {CAM: {"dtype": "image" if images else "video", "shape": [32, 48, 3],
+                               "names": ["height", "width", "channels"]},
                          "action": {"dtype": "float32", "shape": [7]},
                          "observation.state": {"dtype": "float32", "shape": [7]},
                          "timestamp": {"dtype": "float32", "shape": [1]},
@@ -75,6 +89,8 @@ def write_lerobot_v3(root, lengths, real):
         eps = range(file_index, min(file_index + EPISODES_PER_FILE, len(lengths)))
         cols = {k: [] for k in ("index", "episode_index", "frame_index", "timestamp", "task_index", "action",
                                 "observation.state")}
+        if images:
+            cols[CAM] = []
         video, t0 = [], 0.0
         for e in eps:
             frames, actions, states = episode_arrays(e, lengths[e], real)
@@ -87,20 +103,24 @@ def write_lerobot_v3(root, lengths, real):
             cols["task_index"] += [e % 2] * T
             cols["action"] += list(actions)
             cols["observation.state"] += list(states)
+            if images:
+                cols[CAM] += [{"bytes": png_bytes(f), "path": f"frame_{e}_{t}.png"} for t, f in enumerate(frames)]
             vk = f"videos/{CAM}/"
-            ep_rows.append({"episode_index": e, "length": T, "tasks": [TASKS[e % 2]], "data/chunk_index": 0,
-                            "data/file_index": file_index // EPISODES_PER_FILE, "dataset_from_index": index,
-                            "dataset_to_index": index + T, vk + "chunk_index": 0,
-                            vk + "file_index": file_index // EPISODES_PER_FILE, vk + "from_timestamp": t0,
-                            vk + "to_timestamp": t0 + T / FPS, "meta/episodes/chunk_index": 0,
-                            "meta/episodes/file_index": 0})
+            row = {"episode_index": e, "length": T, "tasks": [TASKS[e % 2]], "data/chunk_index": 0,
+                   "data/file_index": file_index // EPISODES_PER_FILE, "dataset_from_index": index,
+                   "dataset_to_index": index + T, "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0}
+            if not images:
+                row.update({vk + "chunk_index": 0, vk + "file_index": file_index // EPISODES_PER_FILE,
+                            vk + "from_timestamp": t0, vk + "to_timestamp": t0 + T / FPS})
+            ep_rows.append(row)
             index, t0 = index + T, t0 + T / FPS
         name = f"chunk-000/file-{file_index // EPISODES_PER_FILE:03d}"
         table = pa.table({k: (pa.array([np.asarray(v, np.float32) for v in cols[k]], pa.list_(pa.float32(), 7))
                               if k in ("action", "observation.state") else pa.array(cols[k])) for k in cols})
         (root / "data" / "chunk-000").mkdir(parents=True, exist_ok=True)
         pq.write_table(table, root / "data" / f"{name}.parquet")
-        encode_av1(root / "videos" / CAM / f"{name}.mp4", np.concatenate(video))
+        if not images:
+            encode_av1(root / "videos" / CAM / f"{name}.mp4", np.concatenate(video))
     (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(ep_rows), root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
     return root
