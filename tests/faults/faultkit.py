@@ -145,3 +145,57 @@ def stop_process(proc: subprocess.Popen) -> None:
         proc.wait(timeout=60)
 
 
+
+
+def disk_full(monkeypatch, name: str, after: int = 0) -> list[str]:
+    """Writes of a file called ``name`` fail with ENOSPC, as on a full disk, once ``after`` of them have succeeded.
+
+    Covers every way the package writes: an atomic write fails at its rename (``os.replace``), a direct or appending
+    write at ``open``; ``name == "tb"`` makes TensorBoard's record writer fail instead. Returns the paths refused."""
+    import builtins
+    import errno
+    import io
+
+    failed: list[str] = []
+    seen = {"n": 0}
+
+    def full(path) -> bool:
+        seen["n"] += 1
+        if seen["n"] > after:
+            failed.append(str(path))
+            return True
+        return False
+
+    def enospc(path) -> OSError:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    if name == "tb":
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        original_write = RecordWriter.write
+
+        def write(self, data):
+            if full("tb"):
+                raise enospc("tb/events.out.tfevents")
+            return original_write(self, data)
+
+        monkeypatch.setattr(RecordWriter, "write", write)
+        return failed
+
+    real_replace, real_open = os.replace, builtins.open
+
+    def replace(src, dst, *a, **k):
+        if Path(dst).name == name and full(dst):
+            raise enospc(dst)
+        return real_replace(src, dst, *a, **k)
+
+    def open_(file, mode="r", *a, **k):
+        if isinstance(file, (str, Path)) and Path(file).name == name and any(c in mode for c in "wax+") \
+                and full(file):
+            raise enospc(file)
+        return real_open(file, mode, *a, **k)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(builtins, "open", open_)
+    monkeypatch.setattr(io, "open", open_)
+    return failed
