@@ -99,5 +99,5 @@ def check_provenance(folder: str | Path, record: dict, ignore: Iterable[str] = D
     if recorded is None:
         return [f"{PROVENANCE_FILE}: none recorded"]
     a, b = _kept(recorded, ignore), _kept(record, ignore)
-    return [f"{k}: recorded {a.get(k)!r}, asked {b.get(k)!r}" for k in sorted(a.keys() | b.keys())
-            if a.get(k) != b.get(k)]
+    keys = sorted(a.keys() | b.keys(), key=lambda k: (k == "command", k))  # the long command line last
+    return [f"{k}: recorded {a.get(k)!r}, asked {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
