@@ -474,7 +474,7 @@ class Trainer:
                     atomic_write_json(self.run_dir / RUN_RECORD, record)
                 self.run_id = record["run_id"]
                 remove_stale_temp(self.run_dir)
-            except (ConfigError, CheckpointError, OutputError) as e:
+            except Exception as e:  # noqa: BLE001 - every rank must learn rank 0's outcome, whatever it is
                 error = e
         error = parallel.broadcast_object(error)
         self.run_id = parallel.broadcast_object(self.run_id)
@@ -596,9 +596,9 @@ class Trainer:
         try:
             self._setup()
             return self._loop()
-        except ConfigError:
+        except ConfigError as e:
             if self.log is not None and self.log.wrote_status:  # refused after "setting up" was recorded
-                self.log.final_status("failed", 0, "the configuration was refused (see the error)")
+                self.log.final_status("failed", 0, f"ConfigError: {e}")
             raise  # a refusal before that: the run did not start and its folder's status is left as it was
         except Exception as e:
             if self.log is not None:

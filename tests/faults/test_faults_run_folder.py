@@ -19,6 +19,7 @@ from faultkit import ckpt, copy_run, digest, losses, pretrain_args, status, step
 
 from simforcing.checkpoint import load_checkpoint
 from simforcing.cli import main
+from simforcing.locking import is_locked
 
 pytestmark = pytest.mark.faults
 
@@ -59,9 +60,11 @@ def test_a_second_writer_is_refused_and_a_killed_writer_leaves_no_stuck_lock(ref
         assert files_of(run, *RUN_FILES) == before and steps(run) == [4, 6]  # the second writer touched nothing
         code = main(pretrain_args(run, tiny, "--train.max_steps=8", resume=True))  # still held: still refused
         assert code == 2
+        assert is_locked(run)
     finally:
         other.send_signal(signal.SIGKILL)  # a crash: the kernel drops the flock with the process
         other.wait(timeout=60)
+    assert not is_locked(run)  # no stuck lock (the .lock file itself stays; it is not the lock)
     capsys.readouterr()
     with pytest.warns(UserWarning, match="train.max_steps"):
         assert main(pretrain_args(run, tiny, "--train.max_steps=8", resume=True)) == 0
