@@ -90,6 +90,9 @@ class ModelConfig:
     action_hidden: int = 1024
     action_ffn_dim: int = 4096
     use_action_expert: bool = True
+    # policy (SPEC §9): a full last action block, an action output head, and noised action tokens with their own
+    # timestep; False is the world model (clean actions, a K/V-only last action block, no action output)
+    action_head: bool = False
     # parameterisation: "velocity" (Wan2.2) or "x0" (predict the clean latent, returned as a velocity)
     parameterization: str = "velocity"
     tau_min: float = 0.05  # x0 parameterisation: u = (z(tau) - x0) / max(tau, tau_min)
@@ -173,6 +176,25 @@ class EvalConfig:
     i3d_weights: Optional[str] = None
 
 
+POLICY_SETTINGS = ("action_only", "unconditional", "video_action")
+
+
+@dataclass
+class PolicyConfig:
+    """Downstream policy (SPEC §9; ``simforcing policy train|eval``). The action chunk is the window's actions
+    (``data.actions_per_window``); the policy network is the world model built with ``model.action_head``."""
+
+    setting: str = "action_only"  # "action_only" | "unconditional" | "video_action"
+    execute: int = 10  # actions of each chunk executed before re-planning (FastWAM: 10 of 32); capped at the chunk
+    flow_steps: int = 10  # Euler steps per chunk at inference (actions; video + action: both)
+    t_sampling: str = "continuous"  # action flow times: "continuous" (FastWAM) or "discrete"
+    loss_weighting: str = "gaussian_bump"  # action FM per-timestep weight: "gaussian_bump" or "uniform"
+    video_loss: float = 1.0  # weight of the video FM term (first latent excluded), settings with video
+    action_loss: float = 1.0  # weight of the action FM term
+    cameras: int = 2  # external + wrist, side by side (data.width is the concatenated width)
+    gripper_binarize: bool = False  # LIBERO: the gripper output is de-normalised, mapped ×2−1, inverted, sign
+
+
 @dataclass
 class Config:
     preset: str = "bridge"
@@ -184,6 +206,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     # -- derived sizes ------------------------------------------------------------------------------------------------
     @property
@@ -281,6 +304,17 @@ class Config:
                "'mask-file', 'sam3' or 'paired-sim'")
         if d.sim_background is not None:
             parse_color(d.sim_background, "data.sim_background")
+        p = self.policy
+        _check(p.setting in POLICY_SETTINGS, "policy.setting", p.setting, "one of " + ", ".join(POLICY_SETTINGS))
+        _check(p.execute >= 1, "policy.execute", p.execute,
+               "an integer >= 1 (actions executed per predicted chunk; at most data.actions_per_window are)")
+        _check(p.flow_steps >= 1, "policy.flow_steps", p.flow_steps, "an integer >= 1")
+        _check(p.t_sampling in ("discrete", "continuous"), "policy.t_sampling", p.t_sampling,
+               "'discrete' or 'continuous'")
+        _check(p.loss_weighting in ("uniform", "gaussian_bump"), "policy.loss_weighting", p.loss_weighting,
+               "'uniform' or 'gaussian_bump'")
+        _check(p.video_loss >= 0 and p.action_loss >= 0, "policy.video_loss", (p.video_loss, p.action_loss), ">= 0")
+        _check(p.cameras in (1, 2), "policy.cameras", p.cameras, "1 or 2")
         return self
 
 

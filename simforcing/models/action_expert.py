@@ -9,7 +9,11 @@
 - The LAST block is a :class:`KVBlock`: there is no action output head, so after the last joint attention the action
   stream feeds nothing; that block keeps only what the video tokens read (adaLN shift/scale, keys, values, K-norm).
   Its queries, output projection, cross-attention and FFN would be parameters that never receive a gradient.
-  (A future policy head on the action tokens needs a full last block.)
+- With ``model.action_head`` (the downstream policy, SPEC §9) the action expert predicts actions: its last block is a
+  full :class:`DiTBlock`, the stem's head (``action.norm_out``, ``action.proj_out`` = ``Linear(action_hidden →
+  action_dim)``, ``action.scale_shift_table``: the video head's names and adaLN form) maps the action tokens to a
+  velocity, and the action tokens are noised: their adaLN timestep is the action flow time (Wan units, one per
+  sample) instead of 0.
 - ``condition_embedder``: its own time embedding + adaLN projection, evaluated at timestep 0 (actions are clean), and
   its own text projection ``text_dim → action_hidden`` (the key/value source of its cross-attentions; absent when
   the expert has a single, K/V-only, block).
@@ -77,8 +81,9 @@ class KVBlock(nn.Module):
 
 
 def action_block(m, last: bool) -> nn.Module:
-    """Action-expert block for ``m = cfg.model``: a full :class:`DiTBlock`, or a :class:`KVBlock` when ``last``."""
-    if last:
+    """Action-expert block for ``m = cfg.model``: a full :class:`DiTBlock`, or a :class:`KVBlock` when ``last`` (and
+    the model has no action output, ``m.action_head`` False)."""
+    if last and not m.action_head:
         return KVBlock(m.action_hidden, m.num_attention_heads, m.attention_head_dim, m.eps)
     return DiTBlock(m.action_hidden, m.action_ffn_dim, m.num_attention_heads, m.attention_head_dim,
                     action_cross_heads(m.action_hidden, m.attention_head_dim), m.eps, m.cross_attn_norm)
@@ -97,24 +102,50 @@ class ActionConditionEmbedder(nn.Module):
 
     def forward(self, timestep: torch.Tensor, context: torch.Tensor):
         """timestep (B,), context (B, M, text_dim) -> tproj (B, 6·dim), context (B, M, dim) or None."""
-        t = self.timesteps_proj(timestep).to(self.time_embedder.linear_1.weight.dtype)  # (B, freq_dim)
-        temb = self.time_embedder(t)
+        temb = self.embed_time(timestep)
         ctx = self.text_embedder(context) if self.text_embedder is not None else None
         return self.time_proj(self.act_fn(temb)), ctx
 
+    def time_projection(self, timestep: torch.Tensor) -> torch.Tensor:
+        """timestep (B,) in Wan units -> the adaLN projection (B, 6·dim) (the first value of :meth:`forward`)."""
+        return self.time_proj(self.act_fn(self.embed_time(timestep)))
+
+    def embed_time(self, timestep: torch.Tensor) -> torch.Tensor:
+        """timestep (B,) in Wan units -> temb (B, dim) (the action head's modulation source)."""
+        t = self.timesteps_proj(timestep).to(self.time_embedder.linear_1.weight.dtype)  # (B, freq_dim)
+        return self.time_embedder(t)
+
 
 class ActionStem(nn.Module):
-    """Input projection + time (t = 0) / text embedding of the action expert."""
+    """Input projection + time / text embedding of the action expert; with ``head`` (the policy) also the output head
+    (``norm_out``, ``proj_out``, ``scale_shift_table``; ``proj_out`` zero at init, see
+    ``WorldModel.initialize_weights``, so an untrained policy predicts the velocity 0)."""
 
-    def __init__(self, action_dim: int, hidden: int, freq_dim: int, text_dim: int, with_text: bool):
+    def __init__(self, action_dim: int, hidden: int, freq_dim: int, text_dim: int, with_text: bool,
+                 head: bool = False, eps: float = 1e-6):
         super().__init__()
         self.action_in = nn.Linear(action_dim, hidden)
         self.condition_embedder = ActionConditionEmbedder(hidden, freq_dim, text_dim, with_text)
+        self.has_head = head
+        if head:
+            self.norm_out = FP32LayerNorm(hidden, eps, elementwise_affine=False)
+            self.proj_out = nn.Linear(hidden, action_dim)
+            self.scale_shift_table = nn.Parameter(torch.randn(1, 2, hidden) / hidden**0.5)
 
-    def embed(self, actions: torch.Tensor, context: torch.Tensor):
-        """actions (B, A, action_dim), context (B, M, text_dim) ->
-        tokens (B, A, hidden), tproj (B, 1, 6, hidden) at timestep 0, context (B, M, hidden) or None."""
-        t0 = torch.zeros(actions.shape[0], device=actions.device)  # clean actions: timestep 0
-        tproj, ctx = self.condition_embedder(t0, context)
+    def head(self, h: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
+        """The action output: h (B, A, hidden) after the last block, timestep (B,) in Wan units -> (B, A, action_dim)
+        float32."""
+        temb = self.condition_embedder.embed_time(timestep.reshape(-1))  # (B, hidden)
+        shift, scale = (self.scale_shift_table.unsqueeze(0) + temb[:, None, None].float()).chunk(2, dim=2)
+        x = modulate(self.norm_out(h.float()), shift, scale).type_as(h)  # shift, scale (B, 1, 1, hidden)
+        return self.proj_out(x).float()
+
+    def embed(self, actions: torch.Tensor, context: torch.Tensor, timestep: Optional[torch.Tensor] = None):
+        """actions (B, A, action_dim), context (B, M, text_dim), timestep (B,) in Wan units or None (clean actions:
+        0) -> tokens (B, A, hidden), tproj (B, 1, 6, hidden), context (B, M, hidden) or None."""
+        if timestep is None:
+            timestep = torch.zeros(actions.shape[0], device=actions.device)  # clean actions: timestep 0
+        tproj, ctx = self.condition_embedder(timestep.to(actions.device).reshape(-1), context)
         tokens = self.action_in(actions.to(self.action_in.weight.dtype))
         return tokens, tproj.unflatten(1, (6, -1)).unsqueeze(1), ctx  # (B, A, h), (B, 1, 6, h), (B, M, h)
+

@@ -18,6 +18,11 @@ Parameter layout (FSDP2 shards each entry of ``model.layers``, then the root):
 
 Attention modes (``model.attention_mode``, see ``mot.py``): "world_model" (default), "bidirectional" (plain Wan2.2,
 no mask — for parity checks), "policy_unconditional", "policy_video_action".
+
+The downstream policy (SPEC §9) is this network built with ``model.action_head`` (a full last action block, an action
+output head, noised action tokens with their own timestep) and a policy attention mode: :meth:`policy_forward` returns
+(û_video, û_action); :meth:`observation_context` + :meth:`action_velocity` are the same action computation with the
+observation's video features computed once per chunk.
 """
 
 from __future__ import annotations
@@ -71,6 +76,20 @@ class ContextParts:
     tproj_a: Optional[torch.Tensor] = None  # (B, 1, 6, action_hidden) action adaLN projection (timestep 0)
     ctx_a: Optional[torch.Tensor] = None  # (B, M, action_hidden)
     rope_a: Optional[Rope] = None
+
+
+POLICY_MODES = ("policy_unconditional", "policy_video_action")
+
+
+@dataclass
+class ObservationContext:
+    """A policy chunk's observation, computed once by :meth:`WorldModel.observation_context` and read by every action
+    denoising step (:meth:`WorldModel.action_velocity`)."""
+
+    video_kv: list  # per layer: the first-frame video tokens' (k, v), each (B, n_first, H, D)
+    cross_kv_a: list  # per layer: the action cross-attention's (k, v) of the text + state context
+    ctx_a: torch.Tensor  # (B, M, action_hidden)
+    ctx_mask: Optional[torch.Tensor]  # (B, 1, 1, M) bool or None
 
 
 @dataclass
@@ -184,7 +203,12 @@ class WorldModel(nn.Module):
         self.use_action_expert = bool(m.use_action_expert)
         dim = m.dim
         self.video = VideoStem(m.vae.latent_channels, dim, self.patch_size, m.freq_dim, m.text_dim, m.eps)
-        self.action = ActionStem(d.action_dim, m.action_hidden, m.freq_dim, m.text_dim, with_text=m.num_layers > 1) \
+        if m.action_head and not m.use_action_expert:
+            raise ConfigError("model.action_head: True needs model.use_action_expert: True (the head reads the "
+                              "action expert's tokens)")
+        self.action_head = bool(m.action_head)
+        self.action = ActionStem(d.action_dim, m.action_hidden, m.freq_dim, m.text_dim,
+                                 with_text=m.num_layers > 1 or m.action_head, head=m.action_head, eps=m.eps) \
             if m.use_action_expert else None
         self.state_embed = nn.Linear(d.state_dim, m.text_dim)
         self.layers = nn.ModuleList([
@@ -202,7 +226,8 @@ class WorldModel(nn.Module):
 
         Linear: xavier-uniform weight, zero bias; patch embedding: xavier on the flattened kernel; time and text
         embedders: normal(0, 0.02); adaLN tables: randn / sqrt(width); norms: ones/zeros; the output head
-        ``video.proj_out``: zero (so ``x0`` + ``first_frame_skip`` starts as "copy the first latent frame"); every
+        ``video.proj_out``: zero (so ``x0`` + ``first_frame_skip`` starts as "copy the first latent frame"); with
+        ``model.action_head`` the action head ``action.proj_out``: zero (the policy starts at velocity 0); every
         P_j (``layers.*.cond_proj``): weight and bias zero, so at init the condition changes nothing.
         """
         for mod in self.modules():
@@ -222,10 +247,12 @@ class WorldModel(nn.Module):
                 for lin in sub.modules() if sub is not None else ():
                     if isinstance(lin, nn.Linear):
                         nn.init.normal_(lin.weight, std=0.02)
-        table = self.video.scale_shift_table
-        table.copy_(torch.randn_like(table) / table.shape[-1] ** 0.5)
-        nn.init.zeros_(self.video.proj_out.weight)
-        nn.init.zeros_(self.video.proj_out.bias)
+        tables = [self.video.scale_shift_table] + ([self.action.scale_shift_table] if self.action_head else [])
+        for table in tables:
+            table.copy_(torch.randn_like(table) / table.shape[-1] ** 0.5)
+        for head in [self.video.proj_out] + ([self.action.proj_out] if self.action_head else []):
+            nn.init.zeros_(head.weight)  # video: "copy the first frame" with x0 + first_frame_skip; actions: u = 0
+            nn.init.zeros_(head.bias)
         for layer in self.layers:
             nn.init.zeros_(layer.cond_proj.weight)
             nn.init.zeros_(layer.cond_proj.bias)
@@ -247,15 +274,16 @@ class WorldModel(nn.Module):
         return self._rope_cache[key]
 
     def context_parts(self, context: torch.Tensor, context_mask: Optional[torch.Tensor],
-                      actions: Optional[torch.Tensor]) -> ContextParts:
+                      actions: Optional[torch.Tensor], action_timestep: Optional[torch.Tensor] = None) -> ContextParts:
         """The step-invariant embeddings of one forward: context (B, M, text_dim) (state token already appended),
-        context_mask (B, M) bool or None, actions (B, A, action_dim) or None."""
+        context_mask (B, M) bool or None, actions (B, A, action_dim) or None; action_timestep (B,) in Wan units
+        (the policy's noised actions) or None (clean actions, timestep 0)."""
         dtype = self.video.patch_embedding.weight.dtype
         b, device = context.shape[0], context.device
         parts = ContextParts(self.video.embed_text(context.to(dtype)),
                              None if context_mask is None else context_mask.to(torch.bool).view(b, 1, 1, -1))
         if actions is not None and self.action is not None:
-            parts.ha, parts.tproj_a, parts.ctx_a = self.action.embed(actions, context.to(dtype))
+            parts.ha, parts.tproj_a, parts.ctx_a = self.action.embed(actions, context.to(dtype), action_timestep)
             parts.rope_a = self._rope(("a", actions.shape[1], device),
                                       lambda: sequence_rope(actions.shape[1], self.head_dim, device))
         return parts
@@ -274,6 +302,14 @@ class WorldModel(nn.Module):
         static: a :class:`StepContext` of this context (then context, context_mask and actions are not read).
         Returns the head output (B, C, F, H, W) in float32.
         """
+        hv, _, temb, grid = self._trunk(x, timestep, context, context_mask, actions, attn_mask, cond, gate,
+                                        cond_feats, action_keep, static)
+        return self.video.head(hv, temb, grid).float()
+
+    def _trunk(self, x, timestep, context, context_mask=None, actions=None, attn_mask="auto", cond=None, gate=None,
+               cond_feats=None, action_keep=None, static=None, action_timestep=None):
+        """:meth:`backbone` up to the heads: -> (video tokens (B, Nv, dim), action tokens (B, A, action_hidden) or
+        None, temb (B, S, dim), grid). ``action_timestep`` (B,): the noised actions' timestep (policy)."""
         b, _, f, h, w = x.shape
         pt, ph, pw = self.patch_size
         if f % pt or h % ph or w % pw:
@@ -282,10 +318,10 @@ class WorldModel(nn.Module):
         dtype = self.video.patch_embedding.weight.dtype
         hv = self.video.patchify(x.to(dtype))  # (B, Nv, dim)
         n_video, n_first = hv.shape[1], grid[1] * grid[2]
-        parts = static.parts if static is not None else self.context_parts(context, context_mask, actions)
+        parts = static.parts if static is not None else self.context_parts(context, context_mask, actions,
+                                                                            action_timestep)
         temb, tproj_v = self.video.embed_time(timestep.to(x.device), dtype)  # diffusers: the context's dtype
-        rope_v = self._rope(("v", grid, x.device), lambda: video_rope(*grid, self.head_dim, self.rope_max_seq_len,
-                                                                       x.device))
+        rope_v = self._video_rope(grid, x.device)
         n_action = 0 if parts.ha is None else parts.ha.shape[1]
         if isinstance(attn_mask, str):
             if attn_mask != "auto":
@@ -317,7 +353,10 @@ class WorldModel(nn.Module):
                 hv, ha = checkpoint(layer, hv, ha, inp, feat, kv, akv, use_reentrant=False)
             else:
                 hv, ha = layer(hv, ha, inp, feat, kv, akv)
-        return self.video.head(hv, temb, grid).float()
+        return hv, ha, temb, grid
+
+    def _video_rope(self, grid: tuple, device) -> Rope:
+        return self._rope(("v", grid, device), lambda: video_rope(*grid, self.head_dim, self.rope_max_seq_len, device))
 
     def _with_state(self, text: torch.Tensor, text_mask: Optional[torch.Tensor], state0: Optional[torch.Tensor]):
         """Append the proprio state token: -> context (B, M+1, text_dim), mask (B, M+1) bool (or M and as given
@@ -374,15 +413,101 @@ class WorldModel(nn.Module):
             gate = gate.to(device=z_t.device, dtype=torch.float32).reshape(b)
         out = self.backbone(x, timestep, context, ctx_mask, actions, "auto", cond, gate, cond_feats, action_keep,
                             static)
-        head = out[:, :, 1:]  # (B, C, L, h, w) future frames
+        return self._video_velocity(out[:, :, 1:], z_t, z0, tau)
+
+    def _video_velocity(self, head: torch.Tensor, z_t: torch.Tensor, z0: torch.Tensor,
+                        tau: torch.Tensor) -> torch.Tensor:
+        """The future frames' head output (B, C, L, h, w) -> the velocity (``model.parameterization``)."""
         if self.parameterization == "velocity":
             return head
         x_hat = z0.float() + head if self.first_frame_skip else head  # z0 broadcasts over the L future frames
-        return (z_t.float() - x_hat) / tau.clamp(min=self.tau_min).view(b, 1, 1, 1, 1)
+        return (z_t.float() - x_hat) / tau.clamp(min=self.tau_min).view(-1, 1, 1, 1, 1)
+
+    # -- the policy (model.action_head, SPEC §9) ----------------------------------------------------------------------
+    def _require_policy(self) -> None:
+        if not self.action_head or self.attention_mode not in POLICY_MODES:
+            raise ValueError(f"the policy calls need a model built with model.action_head=true and a policy attention "
+                             f"mode ({', '.join(POLICY_MODES)}); got action_head={self.action_head}, "
+                             f"attention_mode={self.attention_mode!r}")
+
+    def policy_forward(self, z_t: Optional[torch.Tensor], tau_v: Optional[torch.Tensor], z0: torch.Tensor,
+                       a_t: torch.Tensor, tau_a: torch.Tensor, state0: Optional[torch.Tensor], text: torch.Tensor,
+                       text_mask: Optional[torch.Tensor] = None) -> tuple[Optional[torch.Tensor], torch.Tensor]:
+        """The policy network: (û_video, û_action).
+
+        z_t (B, C, L, h, w) noisy future latents at flow time tau_v (B,), or None (the observation alone: the
+        action-only setting, or actions without video); z0 (B, C, 1, h, w) the clean observation latent (timestep 0);
+        a_t (B, A, action_dim) noisy actions at flow time tau_a (B,) (their tokens' adaLN timestep is 1000·tau_a);
+        state0 (B, state_dim) the proprio token; text (B, N, text_dim), text_mask (B, N).
+        Returns û_video (B, C, L, h, w) float32 (None when z_t is None) and û_action (B, A, action_dim) float32.
+        Who sees whom is ``attention_mode``: "policy_unconditional" (actions see the first frame only) or
+        "policy_video_action" (actions see every video token); video tokens never see actions."""
+        self._require_policy()
+        if z0.dim() != 5 or z0.shape[2] != 1:
+            raise ValueError(f"z0: expected (B, C, 1, h, w); got {tuple(z0.shape)}")
+        b = z0.shape[0]
+        x = z0 if z_t is None else torch.cat([z0.to(z_t.dtype), z_t], dim=2)  # (B, C, 1 [+ L], h, w)
+        timestep = torch.zeros(b, x.shape[2], device=z0.device)  # first latent frame: timestep 0
+        if z_t is not None:
+            timestep[:, 1:] = 1000.0 * tau_v.to(device=z0.device, dtype=torch.float32).reshape(b, 1)
+        t_a = 1000.0 * tau_a.to(device=z0.device, dtype=torch.float32).reshape(b)
+        context, ctx_mask = self._with_state(text, text_mask, state0)
+        hv, ha, temb, grid = self._trunk(x, timestep, context, ctx_mask, a_t, action_timestep=t_a)
+        u_a = self.action.head(ha, t_a)
+        if z_t is None:
+            return None, u_a
+        out = self.video.head(hv, temb, grid).float()[:, :, 1:]
+        return self._video_velocity(out, z_t, z0, tau_v.to(z0.device, torch.float32).reshape(b)), u_a
+
+    def observation_context(self, z0: torch.Tensor, state0: Optional[torch.Tensor], text: torch.Tensor,
+                            text_mask: Optional[torch.Tensor] = None) -> "ObservationContext":
+        """What every action denoising step of a chunk reads from the observation, computed ONCE per chunk: the video
+        expert on the first latent frame alone (timestep 0) and its per-layer keys/values, the text/state context and
+        every action layer's cross-attention keys/values. Valid for the action-only and unconditional settings, where
+        action tokens attend to first-frame video tokens only and those never see later tokens, so the first frame's
+        features are what a full forward computes (to float rounding). z0 (B, C, 1, h, w)."""
+        self._require_policy()
+        dtype = self.video.patch_embedding.weight.dtype
+        b = z0.shape[0]
+        context, ctx_mask = self._with_state(text, text_mask, state0)
+        parts = self.context_parts(context, ctx_mask, None)
+        ctx_a = self.action.condition_embedder.text_embedder(context.to(dtype))  # (B, M, action_hidden)
+        grid = (1, z0.shape[3] // self.patch_size[1], z0.shape[4] // self.patch_size[2])
+        hv = self.video.patchify(z0.to(dtype))  # (B, n_first, dim)
+        _, tproj_v = self.video.embed_time(torch.zeros(b, 1, device=z0.device), dtype)
+        rope_v = self._video_rope(grid, z0.device)
+        video_kv, cross_kv_a = [], []
+        for j, layer in enumerate(self.layers):
+            mod_v = layer.video.modulation(tproj_v)
+            q, k, v = layer.video.qkv(hv, mod_v, rope_v)
+            video_kv.append((k, v))  # (B, n_first, H, D) each
+            if j < len(self.layers) - 1:  # the last layer's video output feeds nothing the actions read
+                o = mot.joint_attention([q], [k], [v], None)[0]  # first frame -> first frame
+                hv = layer.video.finish(hv, o, mod_v, parts.ctx_v, parts.ctx_mask)
+            cross_kv_a.append(layer.action.attn2.cross_kv(ctx_a))
+        return ObservationContext(video_kv, cross_kv_a, ctx_a, parts.ctx_mask)
+
+    def action_velocity(self, obs: "ObservationContext", a_t: torch.Tensor, tau_a: torch.Tensor) -> torch.Tensor:
+        """û_action (B, A, action_dim) float32 for noisy actions a_t at flow time tau_a (B,), reading the cached
+        :meth:`observation_context`: only the action expert runs (its queries over [first-frame keys/values; its
+        own]), as :meth:`policy_forward` without future video computes it."""
+        self._require_policy()
+        dtype = self.video.patch_embedding.weight.dtype
+        b, n = a_t.shape[:2]
+        t_a = 1000.0 * tau_a.to(device=a_t.device, dtype=torch.float32).reshape(b)
+        tproj = self.action.condition_embedder.time_projection(t_a).unflatten(1, (6, -1)).unsqueeze(1)
+        ha = self.action.action_in(a_t.to(dtype))  # (B, A, action_hidden)
+        rope_a = self._rope(("a", n, a_t.device), lambda: sequence_rope(n, self.head_dim, a_t.device))
+        for layer, (k_v, v_v), kv_a in zip(self.layers, obs.video_kv, obs.cross_kv_a):
+            mod_a = layer.action.modulation(tproj)
+            q, k, v = layer.action.qkv(ha, mod_a, rope_a)
+            o = mot.joint_attention([q], [torch.cat([k_v, k], 1)], [torch.cat([v_v, v], 1)], None)[0]
+            ha = layer.action.finish(ha, o, mod_a, obs.ctx_a, obs.ctx_mask, cross_kv=kv_a)
+        return self.action.head(ha, t_a)
 
 
-def build_world_model(cfg: Config, device="cpu", meta: bool = False) -> WorldModel:
-    """Build the world model for ``cfg``.
+def build_world_model(cfg: Config, device="cpu", meta: bool = False, attention_mode: str = "world_model") -> WorldModel:
+    """Build the world model for ``cfg`` (``attention_mode``: see :class:`WorldModel`; the policy uses its own).
 
     meta=False: parameters on ``device``, initialised by :meth:`WorldModel.initialize_weights`.
     meta=True: on the meta device, uninitialised (for counting, or for ``to_empty(device=...)`` then
@@ -391,7 +516,7 @@ def build_world_model(cfg: Config, device="cpu", meta: bool = False) -> WorldMod
     """
     if meta:
         with torch.device("meta"):
-            return WorldModel(cfg)
+            return WorldModel(cfg, attention_mode)
     with torch.device(device):
-        model = WorldModel(cfg)
+        model = WorldModel(cfg, attention_mode)
     return model.initialize_weights()
