@@ -108,7 +108,8 @@ class EpisodePhysics:
     """One episode's real scene in MuJoCo, its scripted motion and the servo loop that executes it.
 
     ``advance(t)`` runs the physics from frame t−1 to frame t: IK for the commanded target of frame t, then
-    ``SUBSTEPS`` physics steps while the joint setpoints move linearly from the last solution to the new one.
+    ``SUBSTEPS`` physics steps while the joint setpoints move linearly from the last solution to the new one
+    (``drive(pos, rpy, grip)``: the same towards any commanded target).
     """
 
     def __init__(self, seed: int, index: int, length: int):
@@ -140,10 +141,16 @@ class EpisodePhysics:
         mujoco.mj_forward(m, self.data)
 
     def advance(self, t: int) -> None:
-        d, mo = self.data, self.motion
-        q_new = self.ctl.solve(self.q, mo.pos[t], mo.rpy[t])
+        mo = self.motion
+        self.drive(mo.pos[t], mo.rpy[t], mo.grip[t])
+
+    def drive(self, pos: np.ndarray, rpy: np.ndarray, grip: float) -> None:
+        """One frame of physics towards the commanded target: IK for (pos (3,), rpy (3,)), the gripper opening
+        ``grip`` in [0, 1] (``advance`` drives the scripted targets; a closed-loop policy drives its own)."""
+        d = self.data
+        q_new = self.ctl.solve(self.q, pos, rpy)
         qdot = (q_new - self.q) / (SUBSTEPS * TIMESTEP)
-        d.ctrl[self.finger_act] = mo.grip[t] * FINGER_TRAVEL
+        d.ctrl[self.finger_act] = grip * FINGER_TRAVEL
         for s in range(1, SUBSTEPS + 1):
             d.ctrl[self.arm_act] = self.q + (q_new - self.q) * (s / SUBSTEPS) + LEAD * qdot
             mujoco.mj_step(self.model, d)

@@ -7,7 +7,8 @@
   background. It holds no physics of its own: the arm's joint positions are copied into it from the real model.
 
 The arm: a pedestal, 6 hinge joints (base yaw, shoulder, elbow and wrist pitch, wrist tilt, wrist roll) driven by
-position servos, and a parallel gripper of two sliding fingers. Its geoms are named ``arm_*`` (the segmentation mask
+position servos, and a parallel gripper of two sliding fingers, with a wrist camera (``WRIST_CAMERA``) on the hand
+looking past the fingertips (a camera adds no geometry: the free-camera renders of ``data synth`` are unchanged). Its geoms are named ``arm_*`` (the segmentation mask
 selects them). The end-effector site ``ee`` sits between the fingertips; its frame equals the world frame when the
 gripper points straight down with zero yaw, so its roll-pitch-yaw stays far from the ±π wrap.
 World frame: table top at z = 0, robot base at the origin, +x away from the robot, +z up.
@@ -24,6 +25,7 @@ ARM_JOINTS = ("j1", "j2", "j3", "j4", "j5", "j6")
 FINGER_JOINTS = ("finger_l", "finger_r")
 FINGER_TRAVEL = 0.045  # m, each finger's slide range: opening = (q_l + q_r) / (2 · FINGER_TRAVEL) in [0, 1]
 EE_SITE = "ee"
+WRIST_CAMERA = "wrist"  # on the hand, behind the palm, looking past the fingertips (the policy's second camera)
 ARM_GEOM_PREFIX = "arm_"
 HOME_Q = (0.0, 0.35, 1.75, 1.04, 0.0, 0.0)  # elbow-up, gripper pointing down (pitches sum to π)
 TIMESTEP = 0.001  # s, physics step (0.002 lets pinched objects spring away too often)
@@ -113,6 +115,7 @@ def _arm_xml() -> str:
                 <geom name="arm_palm" type="box" size="0.022 0.068 0.014" pos="0 0 0.022" material="arm_dark"
                       mass="0.15" {g}/>
                 <site name="{EE_SITE}" pos="0 0 0.085" quat="0 0 1 0" size="0.005"/>
+                <camera name="{WRIST_CAMERA}" pos="-0.06 0 0" xyaxes="0 1 0 0.894 0 -0.447" fovy="80"/>
                 <body name="finger_l" pos="0 0.01 0.036" gravcomp="1">
                   <joint name="finger_l" type="slide" axis="0 1 0" range="0 {FINGER_TRAVEL}" damping="2"/>
                   <geom name="arm_finger_l" type="box" size="0.012 0.009 0.032" pos="0 0 0.032"

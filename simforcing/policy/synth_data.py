@@ -1,0 +1,119 @@
+"""`simforcing data synth-policy`: scripted-expert demonstrations of the synthetic tasks as a policy dataset.
+
+    simforcing data synth-policy OUT [--per-task 16] [--num-val 2] [--max-steps 30] [--seed 100]
+
+Episode ``(seed, i)`` for i = 0, 1, … is one scene of the synthetic benchmark (``policy.synthetic``); its scripted
+expert acts in the full-appearance scene for at most ``max_steps`` steps, recording both cameras and the state at every
+frame. Only successful demonstrations are kept, cut ``tail`` frames after the first success (so no random filler
+motion is learnt), until each task has ``per_task`` training (+ ``num_val`` validation) episodes. Evaluation scenes are
+drawn from another dataset seed (``policy.evaluate``), so they are held out. The world-model benchmark (`data synth`)
+is unchanged; the two share the simulator only. Then min–max statistics (train) and the text cache.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing as mp
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from simforcing.config import ConfigError, load_config
+from simforcing.data.stats import write_stats
+from simforcing.policy.data import write_policy_episode, write_policy_meta
+from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv
+from simforcing.prep.text import embed_dataset
+
+FPS = 10
+
+
+def demonstrate(seed: int, index: int, max_steps: int, height: int, width: int, tail: int) -> dict:
+    """Run the scripted expert on episode (seed, index): frames uint8 (T, H, 2W, 3), actions (T−1, 7), states (T, 7),
+    the task, whether (and at which step) it succeeded."""
+    env = SyntheticTaskEnv(seed, index, max_steps, height, width)
+    try:
+        frames, states, actions = [env.image()], [env.state()], []
+        first = None
+        for t in range(max_steps):
+            a = env.expert_action()
+            ok = env.step(a)
+            actions.append(np.asarray(a, np.float32))
+            frames.append(env.image())
+            states.append(env.state())
+            if ok and first is None:
+                first = t + 1
+            if first is not None and t + 1 >= first + tail:
+                break
+        return {"index": index, "kind": env.task.kind, "instruction": env.instruction, "success": first is not None,
+                "success_step": first, "frames": np.stack(frames), "actions": np.stack(actions),
+                "states": np.stack(states)}
+    finally:
+        env.close()
+
+
+def _job(args: tuple) -> dict:
+    return demonstrate(*args)
+
+
+def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int = 2, max_steps: int = 30,
+                            height: int = 32, width: int = 48, seed: int = 100, tail: int = 8, workers: int = 1,
+                            overwrite: bool = False, progress: bool = True) -> dict:
+    """Write the dataset (module docstring); returns a summary {"episodes", "attempted", "failed", "per_task"}."""
+    if per_task < 1 or num_val < 0 or max_steps < 2 or tail < 0:
+        raise ConfigError(f"per_task={per_task}, num_val={num_val}, max_steps={max_steps}, tail={tail}: expected "
+                          "per_task >= 1, num_val >= 0, max_steps >= 2, tail >= 0")
+    out = Path(out)
+    if (out / "meta" / "info.json").exists() or (out / "episodes").exists():
+        if not overwrite:
+            raise FileExistsError(f"{out}: already holds a dataset; pass --overwrite to replace it")
+        for sub in ("episodes", "meta", "text_cache"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    want = per_task + num_val
+    kept: dict[str, list[dict]] = {k: [] for k in TASKS}
+    attempted, failed, nxt = 0, 0, 0
+    bar = tqdm(total=want * len(TASKS), desc="synth-policy demos", disable=not progress, file=sys.stderr)
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) if workers > 1 else None
+    try:
+        while any(len(v) < want for v in kept.values()):
+            batch = list(range(nxt, nxt + max(1, workers) * 2))
+            nxt += len(batch)
+            jobs = [(seed, i, max_steps, height, width, tail) for i in batch]
+            results = list(pool.map(_job, jobs)) if pool else [_job(j) for j in jobs]
+            for r in results:
+                attempted += 1
+                if not r["success"]:
+                    failed += 1
+                    continue
+                if len(kept[r["kind"]]) < want:
+                    kept[r["kind"]].append(r)
+                    bar.update()
+            if attempted > 40 * want * len(TASKS):
+                raise RuntimeError(f"synth-policy: only {({k: len(v) for k, v in kept.items()})} successful "
+                                   f"demonstrations after {attempted} episodes")
+    finally:
+        bar.close()
+        if pool:
+            pool.shutdown()
+    episodes, splits = [], {"train": [], "val": []}
+    for kind in TASKS:
+        for j, r in enumerate(sorted(kept[kind], key=lambda r: r["index"])):
+            eid = f"{kind}_{r['index']:05d}"
+            write_policy_episode(out, eid, r["frames"], r["actions"], r["states"], FPS)
+            episodes.append({"episode_id": eid, "length": int(len(r["frames"])), "instruction": r["instruction"],
+                             "task": kind, "has_real": True, "source_index": r["index"]})
+            splits["val" if j >= per_task else "train"].append(eid)
+    info = {"fps": FPS, "height": height, "width": width, "cameras": ["external", "wrist"], "action_dim": 7,
+            "state_dim": 7, "source": "simforcing-synth-policy",
+            "synth": {"seed": seed, "per_task": per_task, "num_val": num_val, "max_steps": max_steps, "tail": tail,
+                      "attempted": attempted, "failed": failed,
+                      "action": "target ee position delta (3), target roll-pitch-yaw delta (3), gripper 0..1 (1)",
+                      "state": "ee position (3), ee roll-pitch-yaw (3), gripper opening 0..1 (1)"}}
+    write_policy_meta(out, info, episodes, splits)
+    write_stats(out, splits=("train",))
+    embed_dataset(out, load_config("demo"))
+    return {"episodes": len(episodes), "attempted": attempted, "failed": failed, "per_task": per_task,
+            "out": str(out)}

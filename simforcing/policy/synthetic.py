@@ -1,0 +1,161 @@
+"""The synthetic closed-loop benchmark for policies: tasks, success predicates, the environment, the scripted expert.
+
+One episode = one scene of the synthetic MuJoCo benchmark (``data/synthetic``: the arm, 2–3 named task objects,
+distractors, a per-episode look and camera) seen in its full-appearance ("real") rendering, and the task its scripted
+motion performs there (reach / push / grasp a named object; the instruction names it). Episode ``(seed, index)`` draws
+everything from ``SeedSequence([seed, index])`` exactly as ``data synth`` does.
+
+Observation: the external camera (the episode's camera pose) and the wrist camera (``scene.WRIST_CAMERA``), each
+``height × width``, side by side [external | wrist] -> uint8 (height, 2·width, 3); the proprio state (7,) = ee position,
+ee roll-pitch-yaw, gripper opening (``EpisodePhysics.state``).
+
+Action (7,), the benchmark's convention (``motions.py``): target ee position delta (3, m), target roll-pitch-yaw delta
+(3, rad), gripper opening command in [0, 1]. The environment keeps the commanded target, adds the deltas, clips it into
+the scripted workspace (as the scripted motions are) and drives the arm one frame (IK + 100 physics steps).
+
+Success predicates, from the simulator state after every step (an episode succeeds at its first step where the
+predicate holds, as LIBERO's ``done``):
+
+- **reach**: the ee site is within ``REACH_RADIUS`` (0.10 m) of the named object's centre;
+- **push**: the object's displacement from its initial position, projected on the named direction, exceeds
+  ``PUSH_DISTANCE`` (0.04 m);
+- **grasp**: the object's centre is ``LIFT_HEIGHT`` (0.05 m) above its initial height.
+
+No initial scene satisfies its predicate (the gripper starts ≥ 0.15 m above every object; objects rest).
+The scripted expert replays the episode's scripted actions through the same ``step``; "do nothing" sends zero deltas
+with the gripper open.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from simforcing.data.synthetic.generate import EpisodePhysics, mujoco
+from simforcing.data.synthetic.motions import KINDS, PUSH_DIRECTIONS, TILT_LIMIT, YAW_LIMIT, _clip
+from simforcing.data.synthetic.scene import WRIST_CAMERA
+
+REACH_RADIUS = 0.10
+PUSH_DISTANCE = 0.04
+LIFT_HEIGHT = 0.05
+TASKS = KINDS  # ("reach", "push", "grasp")
+
+
+@dataclass(frozen=True)
+class Task:
+    """What an episode asks: ``kind``, the named object (index into the scene's objects) and, for push, the
+    direction (unit (2,) in the table plane)."""
+
+    kind: str
+    instruction: str
+    object_index: int
+    object_name: str  # "<colour> <shape>"
+    direction: tuple = ()  # push only
+
+
+def parse_task(kind: str, instruction: str, object_names: list[str]) -> Task:
+    """The task of a scripted instruction: the object named "the <colour> <shape>" in it, and for push the
+    direction phrase (``motions.PUSH_DIRECTIONS``). ValueError when the instruction names none of the objects."""
+    found = [i for i, n in enumerate(object_names) if n != "distractor" and f"the {n}" in instruction]
+    if len(found) != 1:
+        raise ValueError(f"instruction {instruction!r}: expected exactly one of the objects {object_names}; "
+                         f"found {len(found)}")
+    direction: tuple = ()
+    if kind == "push":
+        names = [k for k in PUSH_DIRECTIONS if re.search(rf"\b{re.escape(k)}$", instruction)]
+        if len(names) != 1:
+            raise ValueError(f"push instruction {instruction!r}: expected one direction of {list(PUSH_DIRECTIONS)}")
+        direction = tuple(float(x) for x in PUSH_DIRECTIONS[names[0]])
+    return Task(kind, instruction, found[0], object_names[found[0]], direction)
+
+
+def task_success(task: Task, ee: np.ndarray, obj: np.ndarray, obj0: np.ndarray) -> bool:
+    """The predicate of ``task`` (module docstring): ee (3,) the ee site, obj (3,) the named object's centre now,
+    obj0 (3,) at the start."""
+    if task.kind == "reach":
+        return bool(np.linalg.norm(ee - obj) <= REACH_RADIUS)
+    if task.kind == "push":
+        return bool(np.dot(obj[:2] - obj0[:2], np.asarray(task.direction)) >= PUSH_DISTANCE)
+    if task.kind == "grasp":
+        return bool(obj[2] - obj0[2] >= LIFT_HEIGHT)
+    raise ValueError(f"task kind: got {task.kind!r}; expected one of {TASKS}")
+
+
+class SyntheticTaskEnv:
+    """One closed-loop episode of the synthetic benchmark (module docstring). ``max_steps`` bounds the scripted
+    motion's length (the expert needs it); the caller enforces the step limit."""
+
+    def __init__(self, seed: int, index: int, max_steps: int, height: int = 32, width: int = 48):
+        self.seed, self.index, self.max_steps = seed, index, max_steps
+        self.ep = EpisodePhysics(seed, index, max_steps + 1)
+        names = [f"{o.colour} {o.shape}" if o.colour else "distractor" for o in self.ep.objects]
+        self.task = parse_task(self.ep.motion.kind, self.ep.motion.instruction, names)
+        self._renderer = mujoco.Renderer(self.ep.model, height, width)
+        self._camera = self.ep.camera.to_mjv()
+        mo = self.ep.motion
+        self.target_pos, self.target_rpy, self.grip = mo.pos[0].copy(), mo.rpy[0].copy(), float(mo.grip[0])
+        self.obj0 = self.ep.object_positions()[self.task.object_index].copy()
+        self.expert_actions = mo.actions()  # (max_steps, 7)
+        self.t = 0
+
+    @property
+    def instruction(self) -> str:
+        return self.task.instruction
+
+    def image(self) -> np.ndarray:
+        """uint8 (H, 2W, 3): [external | wrist] of the real scene now."""
+        r, d = self._renderer, self.ep.data
+        r.update_scene(d, camera=self._camera)
+        ext = r.render().copy()
+        r.update_scene(d, camera=WRIST_CAMERA)
+        return np.concatenate([ext, r.render().copy()], axis=1)
+
+    def state(self) -> np.ndarray:
+        """(7,) float32 proprio state."""
+        return self.ep.state().astype(np.float32)
+
+    def success(self) -> bool:
+        obj = self.ep.object_positions()[self.task.object_index]
+        return task_success(self.task, self.ep.data.site_xpos[self.ep.site].copy(), obj, self.obj0)
+
+    def step(self, action: np.ndarray) -> bool:
+        """Apply one 7-D action (module docstring) for one frame; returns the success predicate after it."""
+        a = np.asarray(action, np.float64).reshape(-1)
+        if a.shape != (7,) or not np.all(np.isfinite(a)):
+            raise ValueError(f"action: expected 7 finite numbers; got {a}")
+        self.target_pos = _clip(self.target_pos + a[:3])
+        rpy = self.target_rpy + a[3:6]
+        self.target_rpy = np.concatenate([np.clip(rpy[:2], -TILT_LIMIT, TILT_LIMIT),
+                                          np.clip(rpy[2:], -YAW_LIMIT, YAW_LIMIT)])
+        self.grip = float(np.clip(a[6], 0.0, 1.0))
+        self.ep.drive(self.target_pos, self.target_rpy, self.grip)
+        self.t += 1
+        return self.success()
+
+    def expert_action(self) -> np.ndarray:
+        """The scripted expert's action at the current step (its motion, replayed open loop)."""
+        return self.expert_actions[min(self.t, len(self.expert_actions) - 1)]
+
+    def idle_action(self) -> np.ndarray:
+        """"Do nothing": the target stays, the gripper stays as it is."""
+        return np.array([0, 0, 0, 0, 0, 0, self.grip], np.float64)
+
+    def close(self) -> None:
+        self._renderer.close()
+
+
+def held_out_scenes(seed: int, per_task: int, max_steps: int, tasks=TASKS, start: int = 0) -> dict[str, list[int]]:
+    """Fixed evaluation scenes: the first ``per_task`` episode indices (from ``start``) of dataset seed ``seed`` whose
+    scripted task is each kind (building an episode's physics costs ~15 ms; nothing is rendered or stepped)."""
+    out: dict[str, list[int]] = {k: [] for k in tasks}
+    i = start
+    while any(len(v) < per_task for v in out.values()):
+        if i - start > 50 * per_task * len(tasks) + 50:
+            raise RuntimeError(f"held_out_scenes: found {out} after {i - start} scenes from index {start}")
+        kind = EpisodePhysics(seed, i, max_steps + 1).motion.kind
+        if kind in out and len(out[kind]) < per_task:
+            out[kind].append(i)
+        i += 1
+    return out
