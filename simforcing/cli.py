@@ -39,6 +39,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("data", "embed-text"), "simforcing.commands.data", "fill the instruction-embedding cache with a (um)T5 encoder"),
     (("data", "import-lerobot"), "simforcing.commands.data", "import paired sim/real LeRobot v3.0 datasets"),
     (("data", "encode"), "simforcing.commands.data", "encode windows with the frozen VAE into a latent cache"),
+    (("data", "synth-policy"), "simforcing.commands.policy",
+     "scripted-expert demonstrations of the synthetic tasks, two cameras (a policy dataset)"),
     (("model", "info"), "simforcing.commands.model", "parameters, tokens, FLOPs and per-GPU memory of a preset"),
     (("model", "init-action-expert"), "simforcing.commands.model", "build action-expert weights from Wan2.2 weights"),
     (("model", "fit-vae"), "simforcing.commands.model", "fit the small demo VAE on a dataset's frames"),
@@ -49,6 +51,9 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("evaluate",), "simforcing.commands.evaluate", "PSNR/SSIM/LPIPS/FID/FVD and latency on a split"),
     (("sweep", "cfg"), "simforcing.commands.evaluate", "Tab. A1: p x w over checkpoints"),
     (("sweep", "steps"), "simforcing.commands.evaluate", "Tab. A2-A4: N_s x N_r x w with latency"),
+    (("policy", "train"), "simforcing.commands.policy",
+     "train a policy: --setting action_only|unconditional|video_action --init base|RUN"),
+    (("policy", "eval"), "simforcing.commands.policy", "closed-loop success (synthetic benchmark or LIBERO)"),
     (("bench",), "simforcing.commands.bench", "latency, training-step cost, data throughput and scaling -> JSON"),
     (("demo",), "simforcing.commands.demo", "the whole paper on the embedded synthetic benchmark"),
 ]

@@ -192,7 +192,6 @@ class PolicyConfig:
     video_loss: float = 1.0  # weight of the video FM term (first latent excluded), settings with video
     action_loss: float = 1.0  # weight of the action FM term
     cameras: int = 2  # external + wrist, side by side (data.width is the concatenated width)
-    gripper_binarize: bool = False  # LIBERO: the gripper output is de-normalised, mapped ×2−1, inverted, sign
 
 
 @dataclass

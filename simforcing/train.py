@@ -53,6 +53,10 @@ may: after the optimizer and scheduler state are restored, the config's values a
 the next update is recomputed from the new schedule — one line says what changed, and config.json records the values
 the run trains with. Any other changed field is trained with as given, with a warning naming it.
 
+The loop machinery (run folder, checkpoints, resume, signals, faults, NaN stop, FSDP2) is :class:`Trainer`'s; a
+subclass overrides the hooks ``_check_method``, ``_check_resume``, ``_build_data``, ``_build_models``, ``_latents``,
+``_step_function`` and ``_describe`` (the downstream policy: ``simforcing.policy.train``).
+
 Exit codes: 0 finished; 1 failed (data, checkpoint or other error; status "failed"); 2 config error; 3 diverged (a
 non-finite loss term or gradient norm: the message names the step and the term, no checkpoint is written after it, the
 last good checkpoint is untouched); 75 stopped by SIGTERM/SIGINT (the current step is finished, a checkpoint is
@@ -368,10 +372,12 @@ class Trainer:
     After ``run()``, ``student``/``teacher`` hold the final models (the test of the frozen teacher reads them).
     """
 
+    STAGES = ("pretrain", "train")  # a subclass (the policy's trainer) names its own
+
     def __init__(self, cfg: Config, out_dir: str | Path, stage: str, teacher_run: str | Path | None = None,
                  resume: bool = False, progress: bool = True):
-        if stage not in ("pretrain", "train"):
-            raise ValueError(f"stage: got {stage!r}; expected 'pretrain' or 'train'")
+        if stage not in self.STAGES:
+            raise ValueError(f"stage: got {stage!r}; expected one of {', '.join(map(repr, self.STAGES))}")
         self.cfg, self.run_dir, self.stage = cfg, Path(out_dir), stage
         self.teacher_run = Path(teacher_run) if teacher_run is not None else None
         self.resume, self.progress = resume, progress
@@ -385,11 +391,7 @@ class Trainer:
     # -- checks before any work (read-only: a refused run writes nothing) ------------------------------------------
     def _preflight(self) -> None:
         cfg = self.cfg.validate()
-        if self.stage == "pretrain" and cfg.train.method != STAGE1_METHOD:
-            raise ConfigError(f"train.method: stage 1 trains 'sim_pretrain', got {cfg.train.method!r}")
-        if self.stage == "train" and cfg.train.method not in STAGE2_METHODS:
-            raise ConfigError(f"train.method: got {cfg.train.method!r}; stage 2 expects one of "
-                              f"{', '.join(STAGE2_METHODS)}")
+        self._check_method(cfg)
         if cfg.data.latent_cache is None and not cfg.data.root:
             raise ConfigError("data.root: not set; pass --data DIR (or --data.latent_cache=CACHE)")
         self._check_run_folder()
@@ -425,7 +427,27 @@ class Trainer:
             warnings.warn(f"{self.run_dir / 'config.json'} differs from the config {ref.path.name} was trained with "
                           f"in {', '.join(differs[:8])}; the resume is checked against the checkpoint's own config",
                           stacklevel=4)
+        self._check_resume(theirs)
+
+    def _check_resume(self, theirs: Config) -> None:
+        """Whether this config may continue a run trained with ``theirs`` (hook: a subclass has its own rule)."""
         check_resume_config(self.cfg, theirs, self.stage, self.run_dir)
+
+    def _check_method(self, cfg: Config) -> None:
+        """The stage's method (hook: a subclass trains something else)."""
+        if self.stage == "pretrain" and cfg.train.method != STAGE1_METHOD:
+            raise ConfigError(f"train.method: stage 1 trains 'sim_pretrain', got {cfg.train.method!r}")
+        if self.stage == "train" and cfg.train.method not in STAGE2_METHODS:
+            raise ConfigError(f"train.method: got {cfg.train.method!r}; stage 2 expects one of "
+                              f"{', '.join(STAGE2_METHODS)}")
+
+    def _step_function(self):
+        """``step(student, teacher, batch, cfg, gen) -> (loss, logs)`` (hook: the method's step by default)."""
+        return METHODS[self.cfg.train.method]
+
+    def _describe(self) -> str:
+        """The progress bar's label."""
+        return f"{self.stage} {self.cfg.train.method}"
 
     def _resolve_teacher(self) -> None:
         recorded = self.run_dir / "teacher.json"
@@ -497,7 +519,7 @@ class Trainer:
         self.total = cfg.train.max_steps if cfg.train.max_steps else cfg.train.epochs * self.spe
         self.optimizer, self.scheduler = build_optimizer(self.student, cfg, self.total)
         self.params = [p for p in self.student.parameters() if p.requires_grad]
-        self.step_fn = METHODS[cfg.train.method]
+        self.step_fn = self._step_function()
         self.gen = torch.Generator(device=self.device)
         self.start_step, self.time_offset = 0, 0.0
         restored = self._restore() if self.resume else None
@@ -556,7 +578,7 @@ class Trainer:
             raise CheckpointError("--resume: every checkpoint is damaged; nothing to resume from",
                                   self.run_dir / "checkpoints")
         theirs, _ = trained_config(self.run_dir, ckpt)
-        check_resume_config(self.cfg, theirs, self.stage, self.run_dir)  # the one actually restored
+        self._check_resume(theirs)  # the one actually restored
         changed = config_diff(theirs, self.cfg)
         if changed:
             warnings.warn(f"resuming {self.run_dir} with changed config fields: {', '.join(changed)}", stacklevel=3)
@@ -620,7 +642,7 @@ class Trainer:
         cfg = self.cfg
         self.step = step = self.start_step
         self.log.status("running", step)
-        bar = tqdm(total=self.total, initial=step, desc=f"{self.stage} {cfg.train.method}", dynamic_ncols=True,
+        bar = tqdm(total=self.total, initial=step, desc=self._describe(), dynamic_ncols=True,
                    disable=not (self.progress and self.dist.is_main))
         t_start = t_prev = time.perf_counter()
         last_logs: dict = {}

@@ -1,0 +1,144 @@
+"""`simforcing policy train | eval` and `simforcing data synth-policy` (``simforcing.policy``).
+
+    simforcing data synth-policy OUT [--per-task 16] [--max-steps 30]
+    simforcing policy train --setting action_only|unconditional|video_action --init base|RUN --data DIR --out RUN
+    simforcing policy eval --runs NAME=RUN [NAME=RUN ...] [--per-task 10] --out DIR            (synthetic benchmark)
+    simforcing policy eval --env libero --suite libero_spatial --runs NAME=RUN --out DIR      (needs the extra)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from simforcing import parallel
+from simforcing.commands import Subcommand
+from simforcing.config import POLICY_SETTINGS, Config, ConfigError
+from simforcing.utils import atomic_write_json, atomic_write_text
+
+
+# -- data synth-policy ---------------------------------------------------------------------------------------------------
+def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", help="dataset folder to write")
+    parser.add_argument("--per-task", type=int, default=16, help="successful training demonstrations per task")
+    parser.add_argument("--num-val", type=int, default=2, help="validation demonstrations per task")
+    parser.add_argument("--max-steps", type=int, default=30, help="step limit of a demonstration")
+    parser.add_argument("--height", type=int, default=32, help="camera height")
+    parser.add_argument("--width", type=int, default=48, help="camera width (the video is two cameras wide)")
+    parser.add_argument("--seed", type=int, default=100, help="dataset seed (evaluation scenes use another)")
+    parser.add_argument("--workers", type=int, default=1, help="simulation processes")
+    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    from simforcing.policy.synth_data import generate_policy_dataset  # MuJoCo: only this command needs it
+
+    s = generate_policy_dataset(args.out, per_task=args.per_task, num_val=args.num_val, max_steps=args.max_steps,
+                                height=args.height, width=args.width, seed=args.seed, workers=args.workers,
+                                overwrite=args.overwrite, progress=not args.no_progress)
+    print(f"wrote {s['episodes']} successful demonstrations to {s['out']} ({s['attempted']} episodes simulated, "
+          f"{s['failed']} failed and were dropped)")
+    return 0
+
+
+# -- policy train ----------------------------------------------------------------------------------------------------------
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--setting", required=True, choices=POLICY_SETTINGS)
+    parser.add_argument("--init", default="base", help="'base' (the preset's init + configured pretrained weights) "
+                        "or a world-model run folder (every compatible tensor of both experts)")
+    parser.add_argument("--data", default=None, help="policy dataset folder")
+    parser.add_argument("--out", default=None, help="run folder to create (or continue with --resume)")
+    parser.add_argument("--preset", default="demo", help="with --init base: demo | bridge | interndata_a1")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def train_config(args: argparse.Namespace) -> Config:
+    from simforcing.policy.configs import policy_run_config
+
+    return policy_run_config(args.setting, args.init, args.data, args.preset, args.overrides,
+                             resume_from=args.out if args.resume and args.out else None)
+
+
+def train(args: argparse.Namespace, cfg: Config) -> int:
+    from simforcing.policy.train import policy_train_run
+
+    if not args.out:
+        raise ConfigError("--out: the run folder is required (e.g. --out runs/policy_action_only)")
+    result = policy_train_run(cfg, args.out, args.init, args.resume, progress=not args.no_progress)
+    if result["state"] == "stopped":
+        print(f"simforcing policy train: stopped at step {result['step']} ({result['reason']}); continue with "
+              "--resume", file=sys.stderr, flush=True)
+    elif result["state"] == "finished" and parallel.rank() == 0:
+        print(f"simforcing policy train: finished {result['step']} steps; checkpoint {result['checkpoint']}",
+              flush=True)
+    return int(result["exit_code"])
+
+
+# -- policy eval -----------------------------------------------------------------------------------------------------------
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", nargs="*", default=[], metavar="NAME=RUN",
+                        help="policy runs to evaluate (NAME labels the table row; a bare RUN is named by its folder)")
+    parser.add_argument("--env", choices=("synthetic", "libero"), default="synthetic")
+    parser.add_argument("--out", required=True, help="folder for eval.json and eval.md")
+    parser.add_argument("--per-task", type=int, default=10, help="synthetic: held-out scenes per task")
+    parser.add_argument("--max-steps", type=int, default=30, help="synthetic: step limit of an episode")
+    parser.add_argument("--no-baselines", action="store_true", help="synthetic: leave out the expert / floor rows")
+    parser.add_argument("--suite", default="libero_spatial",
+                        help="libero: libero_spatial | libero_object | libero_goal | libero_10")
+    parser.add_argument("--trials", type=int, default=50, help="libero: trials per task (cycling the init states)")
+    parser.add_argument("--tasks", default=None, help="libero: comma-separated task ids (default: all)")
+    parser.add_argument("--gripper", choices=("open01", "libero"), default="open01",
+                        help="libero: the dataset's gripper convention (open01: FastWAM's 0 close..1 open -> x2-1, "
+                        "inverted, sign; libero: -1 open/+1 close -> sign)")
+    parser.add_argument("--device", default="cpu")
+
+
+def _runs(specs: list[str]) -> dict[str, str]:
+    out = {}
+    for s in specs:
+        name, _, path = s.rpartition("=")
+        out[name or Path(path).name] = path
+    return out
+
+
+def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    out = Path(args.out)
+    runs = _runs(args.runs)
+    if args.env == "libero":
+        from simforcing.policy.libero import evaluate_libero
+
+        if len(runs) != 1:
+            raise ConfigError(f"--runs: LIBERO evaluates one policy run at a time; got {len(runs)}")
+        tasks = [int(t) for t in args.tasks.split(",")] if args.tasks else None
+        res = evaluate_libero(next(iter(runs.values())), args.suite, trials=args.trials, task_ids=tasks,
+                              device=args.device, gripper=args.gripper)
+    else:
+        from simforcing.policy.evaluate import evaluate_synthetic
+
+        if not runs and args.no_baselines:
+            raise ConfigError("--runs: nothing to evaluate (no runs and --no-baselines)")
+        res = evaluate_synthetic(runs, args.per_task, args.max_steps, baselines=not args.no_baselines,
+                                 device=args.device)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "eval.json", res)
+    atomic_write_text(out / "eval.md", res["table_md"] + "\n")
+    print(res["table_md"])
+    print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
+    return 0
+
+
+def _no_config(args: argparse.Namespace) -> None:
+    return None
+
+
+SUBCOMMANDS = {
+    ("data", "synth-policy"): Subcommand(add_synth_arguments, synth),
+    ("policy", "train"): Subcommand(add_train_arguments, train, train_config),
+    ("policy", "eval"): Subcommand(add_eval_arguments, evaluate),
+}

@@ -1,0 +1,44 @@
+"""The config of a policy run: where it starts from (a preset for ``--init base``, the world-model run's config for
+``--init RUN``), the policy dataset's cameras side by side, the setting, then the command line's overrides.
+
+    cfg = policy_run_config("action_only", "runs/demo/simforcing", "data/policy", overrides=["--train.max_steps=800"])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simforcing.config import Config, ConfigError, apply_overrides, load_config, parse_overrides
+from simforcing.policy.data import read_policy_info
+from simforcing.policy.settings import policy_config
+
+
+def policy_run_config(setting: str, init: str, data: str | None, preset: str = "demo",
+                      overrides: list[str] | None = None, resume_from: str | Path | None = None) -> Config:
+    """``resume_from``: a policy run folder whose config.json is the base (``--resume``)."""
+    if resume_from is not None and (Path(resume_from) / "config.json").is_file():
+        cfg = Config.load(Path(resume_from) / "config.json")
+        if cfg.policy.setting != setting:
+            raise ConfigError(f"--setting: {resume_from} was trained with {cfg.policy.setting!r}, not {setting!r}; "
+                              "resume it with the same --setting")
+    else:
+        if init == "base":
+            cfg = load_config(preset)
+        else:
+            path = Path(init) / "config.json"
+            if not path.is_file():
+                raise ConfigError(f"--init: {path} is missing; expected 'base' or a run folder written by "
+                                  "`simforcing pretrain/train/policy train`")
+            cfg = Config.load(path)
+        if not cfg.model.action_head:  # a world model's config: one camera wide -> the cameras side by side
+            cfg.data.width *= cfg.policy.cameras
+        cfg.data.latent_cache = cfg.data.text_cache = None
+        cfg.data.fixed_window = False
+    if data:
+        cfg.data.root = str(data)
+    if not cfg.data.root:
+        raise ConfigError("--data: the policy dataset folder is required (simforcing data synth-policy OUT)")
+    apply_overrides(cfg, parse_overrides(list(overrides or [])))
+    cfg = policy_config(cfg, setting)
+    read_policy_info(cfg.data.root)  # a named error now for a world-model dataset or one camera
+    return cfg

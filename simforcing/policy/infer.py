@@ -1,0 +1,107 @@
+"""A trained policy acting: one action chunk per call, no wasted work (SPEC §9 inference).
+
+    runner = PolicyRunner.load(RUN)                        # newest valid checkpoint, its config and statistics
+    chunk = runner.act(image, state, instruction, gen)     # (A, action_dim) de-normalised actions
+
+Per chunk: the observation ([external | wrist], uint8 (H, cams·W, 3), any size: each camera gets the training
+resize + centre crop) is encoded by the frozen VAE into the clean first latent frame; then ``policy.flow_steps``
+Euler steps of the shift-``flow.shift`` schedule from noise. ``action_only`` / ``unconditional``: the observation's
+video features are computed once (``WorldModel.observation_context``, one video-expert pass over the first frame)
+and every step runs the action expert alone — no future video is made. ``video_action``: every step is one joint
+forward over future video and actions, both denoised together, the first frame fixed. ``runner.counts`` counts what
+ran (observation encodes, action-expert steps, joint forwards) — the bench reports them per chunk.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simforcing import flow
+from simforcing.checkpoint import find_resumable, load_model_state
+from simforcing.config import Config
+from simforcing.data.paired import frames_to_target, to_unit_range
+from simforcing.data.stats import Normalizer
+from simforcing.errors import CheckpointError
+from simforcing.models.text import load_text_encoder
+from simforcing.models.vae import load_vae
+from simforcing.models.world_model import build_world_model
+from simforcing.policy.settings import ATTENTION_MODE
+
+
+class PolicyRunner:
+    def __init__(self, cfg: Config, model: torch.nn.Module, vae, stats: dict, device="cpu", text_encoder=None):
+        self.cfg, self.model, self.vae, self.device = cfg, model.eval(), vae, torch.device(device)
+        self.normalizer = Normalizer(stats)
+        self.counts: Counter = Counter()
+        self._text_encoder = text_encoder
+        self._text: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def load(cls, run_dir: str | Path, device="cpu") -> "PolicyRunner":
+        run_dir = Path(run_dir)
+        if not (run_dir / "config.json").is_file():
+            raise CheckpointError("config.json is missing; expected a run folder of `simforcing policy train`",
+                                  run_dir / "config.json")
+        cfg = Config.load(run_dir / "config.json")
+        if not cfg.model.action_head:
+            raise CheckpointError("this run is a world model (model.action_head false), not a policy run", run_dir)
+        ckpt = find_resumable(run_dir, train_state=False)
+        if ckpt is None:
+            raise CheckpointError("no valid checkpoint in checkpoints/", run_dir)
+        model = build_world_model(cfg, attention_mode=ATTENTION_MODE[cfg.policy.setting])
+        load_model_state(ckpt, model)
+        return cls(cfg, model.to(device), load_vae(cfg, device), ckpt.meta["stats"], device)
+
+    # -- inputs ---------------------------------------------------------------------------------------------------------
+    def text(self, instruction: str) -> torch.Tensor:
+        """(1, n, text_dim) embedding of the instruction (encoded once, as ``data embed-text`` does)."""
+        if instruction not in self._text:
+            if self._text_encoder is None:
+                self._text_encoder = load_text_encoder(self.cfg)
+            self._text[instruction] = self._text_encoder.encode([instruction])[0][None].to(self.device)
+        return self._text[instruction]
+
+    def observation(self, image: np.ndarray) -> torch.Tensor:
+        """uint8 (H, cams·W, 3) -> (1, 3, 1, data.height, data.width) in [−1, 1], each camera resized alone."""
+        cams, d = self.cfg.policy.cameras, self.cfg.data
+        if image.ndim != 3 or image.shape[1] % cams:
+            raise ValueError(f"observation: expected uint8 (H, {cams}·W, 3) with the cameras side by side; got "
+                             f"{image.shape}")
+        w = image.shape[1] // cams
+        parts = [frames_to_target(image[None, :, k * w:(k + 1) * w], d.height, d.width // cams) for k in range(cams)]
+        return to_unit_range(torch.cat(parts, dim=3))[None].to(self.device)  # (1, 3, 1, H, W)
+
+    # -- one chunk ----------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, image: np.ndarray, state: np.ndarray, instruction: str,
+            gen: torch.Generator | None = None) -> np.ndarray:
+        """De-normalised actions (A, action_dim) for the observation now (module docstring)."""
+        cfg, m = self.cfg, self.model
+        z0 = self.vae.encode(self.observation(image))  # (1, C, 1, h, w)
+        s = torch.from_numpy(self.normalizer.normalize("state", np.asarray(state, np.float32)[None])).to(self.device)
+        text = self.text(instruction)
+        a_shape = (1, cfg.data.actions_per_window, cfg.data.action_dim)
+        a = torch.randn(a_shape, generator=gen).to(self.device)
+        taus = flow.euler_schedule(cfg.policy.flow_steps, cfg.flow.shift).to(self.device)
+        if cfg.policy.setting == "video_action":
+            c, (h, w) = z0.shape[1], z0.shape[3:]
+            z = torch.randn((1, c, cfg.latent_frames - 1, h, w), generator=gen).to(self.device)
+            for i in range(cfg.policy.flow_steps):
+                tau = taus[i].expand(1)
+                u_v, u_a = m.policy_forward(z, tau, z0, a, tau, s, text)
+                self.counts["joint_forwards"] += 1
+                z = flow.euler_step(z, u_v, taus[i], taus[i + 1])
+                a = flow.euler_step(a, u_a, taus[i], taus[i + 1])
+        else:
+            obs = m.observation_context(z0, s, text)
+            self.counts["observation_encodes"] += 1
+            for i in range(cfg.policy.flow_steps):
+                u_a = m.action_velocity(obs, a, taus[i].expand(1))
+                self.counts["action_steps"] += 1
+                a = flow.euler_step(a, u_a, taus[i], taus[i + 1])
+        self.counts["chunks"] += 1
+        return self.normalizer.denormalize("action", a[0].float().cpu().numpy())

@@ -1,0 +1,337 @@
+"""The downstream policy (SPEC §9): masks per setting, the frozen video expert of action-only training, actions that
+do not depend on future video, the observation computed once per chunk, initialisation from a world-model run (and
+the error for another architecture), resume, named data errors, a closed-loop episode, the LIBERO loop.
+
+Tiny configs on CPU: one layer, width 32, 5-frame windows, a demo VAE with an identity basis, random-content
+datasets written directly in the policy format (no simulation) except the closed-loop test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from datagen import INSTRUCTIONS, make_lowdim, write_text_cache
+from simforcing.cli import main as cli_main
+from simforcing.config import ConfigError, load_config
+from simforcing.data.stats import write_stats
+from simforcing.errors import DataError
+from simforcing.models import mot
+from simforcing.models.world_model import build_world_model
+from simforcing.policy.configs import policy_run_config
+from simforcing.policy.data import PolicyWindowDataset, write_policy_episode, write_policy_meta
+from simforcing.policy.evaluate import rate, run_episode, wilson
+from simforcing.policy.infer import PolicyRunner
+from simforcing.policy.settings import ATTENTION_MODE, is_video_parameter
+from simforcing.policy.train import policy_train_run
+from simforcing.train import train_run
+from test_train import TINY, make_tiny_data, tiny_cfg
+
+POLICY = [o for o in TINY if not o.startswith("--train.max_steps")] + ["--train.max_steps=3"]
+
+
+def make_policy_dataset(root: Path, n: int = 3, length: int = 12, h: int = 32, w: int = 48, cameras: int = 2,
+                        states: bool = True) -> Path:
+    """Random-content policy dataset: ``n`` train episodes of ``length`` frames, ``cameras`` side by side."""
+    rng = np.random.default_rng(0)
+    episodes = []
+    for i in range(n):
+        eid = f"ep_{i:03d}"
+        frames = rng.integers(0, 255, (length, h, cameras * w, 3), dtype=np.uint8)
+        actions, st = make_lowdim(length, i)
+        write_policy_episode(root, eid, frames, actions, st)
+        if not states:
+            d = root / "episodes" / eid / "lowdim.npz"
+            with open(d, "wb") as f:
+                np.savez_compressed(f, actions=actions)
+        episodes.append({"episode_id": eid, "length": length, "instruction": INSTRUCTIONS[i % len(INSTRUCTIONS)]})
+    write_policy_meta(root, {"fps": 10, "height": h, "width": w, "cameras": ["external", "wrist"][:cameras],
+                             "action_dim": 7, "state_dim": 7}, episodes,
+                      {"train": [e["episode_id"] for e in episodes], "val": []})
+    if states:
+        write_stats(root, splits=("train",))
+    else:  # stats of the actions only would fail; write plausible ones by hand
+        (root / "meta" / "stats.json").write_text(json.dumps(
+            {"action": {"min": [-1] * 7, "max": [1] * 7}, "state": {"min": [-1] * 7, "max": [1] * 7}}))
+    write_text_cache(root, INSTRUCTIONS, load_config("demo").model.text_dim, load_config("demo").data.text_max_tokens)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    base = tmp_path_factory.mktemp("pol")
+    _, vae = make_tiny_data(base)
+    return make_policy_dataset(base / "policy"), vae, base
+
+
+@pytest.fixture(scope="module")
+def world_model_run(tiny, tmp_path_factory):
+    """A tiny stage-1 world-model run (the `--init RUN` source)."""
+    _, vae, base = tiny
+    run = tmp_path_factory.mktemp("wm") / "run"
+    res = train_run(tiny_cfg(base / "data", vae), run, "pretrain", progress=False)
+    assert res["state"] == "finished"
+    return run
+
+
+def pcfg(tiny, setting, init="base", *extra):
+    data, vae, _ = tiny
+    return policy_run_config(setting, init, str(data), "demo", POLICY + [f"--model.vae.path={vae}", *extra])
+
+
+def tiny_model(cfg, seed=0):
+    torch.manual_seed(seed)
+    m = build_world_model(cfg, attention_mode=ATTENTION_MODE[cfg.policy.setting])
+    with torch.no_grad():  # the zero-initialised heads get values so every path changes the output
+        m.action.proj_out.weight.normal_(0, 0.3)
+        m.video.proj_out.weight.normal_(0, 0.2)
+    return m.eval()
+
+
+def inputs(cfg, b=2, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    c, (h, w), lat = cfg.model.vae.latent_channels, cfg.latent_hw, cfg.latent_frames
+    return dict(z_t=torch.randn(b, c, lat - 1, h, w, generator=g), tau_v=torch.rand(b, generator=g),
+                z0=torch.randn(b, c, 1, h, w, generator=g),
+                a_t=torch.randn(b, cfg.data.actions_per_window, 7, generator=g), tau_a=torch.rand(b, generator=g),
+                state0=torch.randn(b, 7, generator=g), text=torch.randn(b, 5, cfg.model.text_dim, generator=g),
+                text_mask=torch.tensor([[True] * 5, [True] * 2 + [False] * 3])[:b])
+
+
+# -- masks and the network ------------------------------------------------------------------------------------------------
+def test_masks_per_setting():
+    n_first, n_video, n_action = 4, 12, 3
+    unc = mot.build_mask(ATTENTION_MODE["unconditional"], n_first, n_video, n_action)[0, 0]
+    va = mot.build_mask(ATTENTION_MODE["video_action"], n_first, n_video, n_action)[0, 0]
+    ao = mot.build_mask(ATTENTION_MODE["action_only"], n_first, n_first, n_action)[0, 0]  # observation tokens only
+    for m, nv in ((unc, n_video), (va, n_video), (ao, n_first)):
+        assert not m[:nv, nv:].any()  # video never sees actions
+        assert m[nv:, nv:].all()  # actions see actions
+        assert not m[:n_first, n_first:nv].any()  # the first frame does not see the future
+    assert unc[n_video:, :n_first].all() and not unc[n_video:, n_first:n_video].any()  # unconditional: first frame
+    assert va[n_video:, :n_video].all()  # video + action: every video token
+    assert ao[n_first:, :n_first].all()
+
+
+def test_policy_head_starts_at_zero_and_world_model_has_none(tiny):
+    cfg = pcfg(tiny, "unconditional")
+    m = build_world_model(cfg, attention_mode="policy_unconditional")
+    inp = inputs(cfg)
+    with torch.no_grad():
+        _, u_a = m.policy_forward(**inp)
+    assert torch.equal(u_a, torch.zeros_like(u_a))
+    wm = build_world_model(load_config("demo", TINY))
+    assert not any(k.startswith("action.proj_out") for k in wm.state_dict())
+    with pytest.raises(ValueError, match="action_head"):
+        wm.policy_forward(**inp)
+
+
+def test_unconditional_actions_do_not_depend_on_future_video(tiny):
+    cfg = pcfg(tiny, "unconditional")
+    m, inp = tiny_model(cfg), inputs(cfg)
+    with torch.no_grad():
+        _, a1 = m.policy_forward(**inp)
+        _, a2 = m.policy_forward(**{**inp, "z_t": inp["z_t"] * 3 + 1, "tau_v": 1 - inp["tau_v"]})
+        _, a0 = m.policy_forward(**{**inp, "z_t": None, "tau_v": None})
+    torch.testing.assert_close(a1, a2, rtol=0, atol=1e-5)
+    torch.testing.assert_close(a1, a0, rtol=0, atol=1e-5)
+
+
+def test_action_only_step_reads_no_future_video(tiny):
+    """The action-only loss is the same whatever the window's future latents hold (only z_0 is read)."""
+    from simforcing.policy.steps import policy_step
+
+    cfg = pcfg(tiny, "action_only")
+    m, inp = tiny_model(cfg), inputs(cfg)
+    z = torch.cat([inp["z0"], inp["z_t"]], 2)
+    batch = {"z": z, "actions": inp["a_t"].clamp(-1, 1), "state0": inp["state0"], "text": inp["text"],
+             "text_mask": inp["text_mask"]}
+    losses = []
+    for future in (z[:, :, 1:], z[:, :, 1:] * 5 - 2):
+        with torch.no_grad():
+            loss, logs = policy_step(m, None, {**batch, "z": torch.cat([z[:, :, :1], future], 2)}, cfg,
+                                     torch.Generator().manual_seed(3))
+        losses.append(float(loss))
+        assert set(logs) == {"fm_action", "loss"}
+    assert losses[0] == losses[1]
+
+
+def test_video_action_actions_do_see_future_video(tiny):
+    cfg = pcfg(tiny, "video_action")
+    m, inp = tiny_model(cfg), inputs(cfg)
+    with torch.no_grad():
+        _, a1 = m.policy_forward(**inp)
+        _, a2 = m.policy_forward(**{**inp, "z_t": inp["z_t"] * 3 + 1})
+    assert (a1 - a2).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("setting", ["unconditional", "action_only"])
+def test_cached_observation_gives_the_plain_forward(tiny, setting):
+    cfg = pcfg(tiny, setting)
+    m, inp = tiny_model(cfg), inputs(cfg)
+    with torch.no_grad():
+        _, a = m.policy_forward(**{**inp, "z_t": None})
+        obs = m.observation_context(inp["z0"], inp["state0"], inp["text"], inp["text_mask"])
+        a_cached = m.action_velocity(obs, inp["a_t"], inp["tau_a"])
+    torch.testing.assert_close(a_cached, a, rtol=0, atol=1e-5)
+
+
+def test_observation_features_are_computed_once_per_chunk(tiny):
+    cfg = pcfg(tiny, "action_only", "base", "--policy.flow_steps=7")
+    data, vae, _ = tiny
+    from simforcing.models.vae import load_vae
+    runner = PolicyRunner(cfg, tiny_model(cfg), load_vae(cfg), json.loads((data / "meta" / "stats.json").read_text()),
+                          text_encoder=_FakeText(cfg))
+    video_calls = {"n": 0}
+    hook = runner.model.video.patch_embedding.register_forward_hook(lambda *a: video_calls.__setitem__(
+        "n", video_calls["n"] + 1))
+    image = np.zeros((32, 96, 3), np.uint8)
+    chunk = runner.act(image, np.zeros(7), "open the drawer")
+    hook.remove()
+    assert chunk.shape == (cfg.data.actions_per_window, 7)
+    assert video_calls["n"] == 1  # the video expert ran once for 7 denoising steps
+    assert runner.counts == {"observation_encodes": 1, "action_steps": 7, "chunks": 1}
+
+
+class _FakeText:
+    def __init__(self, cfg):
+        self.dim = cfg.model.text_dim
+
+    def encode(self, texts):
+        return [torch.ones(3, self.dim) for _ in texts]
+
+
+# -- training --------------------------------------------------------------------------------------------------------------
+def test_action_only_training_leaves_every_video_parameter_unchanged(tiny, world_model_run, tmp_path):
+    cfg = pcfg(tiny, "action_only", str(world_model_run))
+    res = policy_train_run(cfg, tmp_path / "ao", str(world_model_run), progress=False)
+    assert res["state"] == "finished"
+    from safetensors.torch import load_file
+    after = load_file(str(Path(res["checkpoint"]) / "model.safetensors"))
+    before = load_file(str(sorted((world_model_run / "checkpoints").iterdir())[-1] / "model.safetensors"))
+    video = [k for k in after if is_video_parameter(k)]
+    assert video and all(torch.equal(after[k], before[k]) for k in video)
+    trained = [k for k in after if k.startswith("layers.0.action.") and k in before]
+    assert any(not torch.equal(after[k], before[k]) for k in trained)
+    init = json.loads((tmp_path / "ao" / "init.json").read_text())
+    assert init["inherited"] and "action.proj_out.weight" in init["new"]
+
+
+@pytest.mark.parametrize("setting", ["unconditional", "video_action"])
+def test_joint_settings_train_both_experts(tiny, setting, tmp_path):
+    res = policy_train_run(pcfg(tiny, setting), tmp_path / setting, "base", progress=False)
+    assert res["state"] == "finished"
+    logs = [json.loads(x) for x in (tmp_path / setting / "metrics.jsonl").read_text().splitlines()]
+    assert "fm_video" in logs[-1] and "fm_action" in logs[-1]
+
+
+def test_init_from_another_architecture_lists_the_mismatched_tensors(tiny, world_model_run):
+    with pytest.raises(ConfigError, match=r"another architecture.*ffn"):
+        cfg = pcfg(tiny, "action_only", str(world_model_run), "--model.ffn_dim=48")
+        policy_train_run(cfg, world_model_run.parent / "bad", str(world_model_run), progress=False)
+
+
+def test_resume_continues_exactly(tiny, world_model_run, tmp_path):
+    """A run that lost its last checkpoint resumes from the one before and ends with the same losses and weights."""
+    import shutil
+    from safetensors.torch import load_file
+
+    cfg = pcfg(tiny, "unconditional", str(world_model_run), "--train.max_steps=4")
+    full = policy_train_run(cfg, tmp_path / "full", str(world_model_run), progress=False)
+    part = tmp_path / "part"
+    shutil.copytree(tmp_path / "full", part)
+    shutil.rmtree(part / "checkpoints" / "step_000004")
+    res = policy_train_run(cfg, part, str(world_model_run), resume=True, progress=False)
+    assert full["state"] == res["state"] == "finished"
+
+    def losses(run):
+        return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+    assert losses(part) == losses(tmp_path / "full")
+    a = load_file(str(part / "checkpoints" / "step_000004" / "model.safetensors"))
+    b = load_file(str(tmp_path / "full" / "checkpoints" / "step_000004" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- named errors ------------------------------------------------------------------------------------------------------------
+def test_a_dataset_without_the_wrist_camera_or_states_is_named(tiny, tmp_path):
+    _, vae, base = tiny
+    one = make_policy_dataset(tmp_path / "one", cameras=1)
+    with pytest.raises(DataError, match="two cameras") as e:
+        policy_run_config("action_only", "base", str(one), "demo", POLICY + [f"--model.vae.path={vae}"])
+    assert e.value.kind == "missing_camera"
+    nostate = make_policy_dataset(tmp_path / "nostate", states=False)
+    cfg = policy_run_config("action_only", "base", str(nostate), "demo", POLICY + [f"--model.vae.path={vae}"])
+    with pytest.raises(DataError, match="states") as e:
+        PolicyWindowDataset(cfg, nostate)
+    assert e.value.kind == "missing_states"
+    with pytest.raises(DataError, match="simforcing-paired"):
+        policy_run_config("action_only", "base", str(base / "data"), "demo", POLICY)
+
+
+def test_cli_errors_and_libero_not_installed(tiny, tmp_path, capsys, monkeypatch):
+    data, vae, _ = tiny
+    assert cli_main(["policy", "train", "--setting", "action_only", "--init", str(tmp_path / "nope"), "--data",
+                     str(data), "--out", str(tmp_path / "x")]) == 2
+    assert "--init" in capsys.readouterr().err
+    import builtins
+    real_import = builtins.__import__
+
+    def no_libero(name, *a, **k):
+        if name.startswith("libero"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_libero)
+    assert cli_main(["policy", "eval", "--env", "libero", "--runs", str(tmp_path), "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert "not installed" in err and "pip install" in err and ".[libero]" in err
+
+
+# -- evaluation -------------------------------------------------------------------------------------------------------------
+def test_wilson_interval():
+    assert wilson(0, 10)[0] == 0.0 and 0.2 < wilson(0, 10)[1] < 0.35
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-3) and hi == pytest.approx(0.7634, abs=1e-3)
+    assert rate(3, 4)["rate"] == 0.75
+
+
+@pytest.mark.slow
+def test_a_short_closed_loop_episode_end_to_end(tiny, tmp_path):
+    """A trained (tiny) policy acts in the synthetic MuJoCo scene: observation -> chunk -> steps, step limit."""
+    from simforcing.policy.evaluate import evaluate_synthetic
+    from simforcing.policy.synthetic import SyntheticTaskEnv
+
+    res = policy_train_run(pcfg(tiny, "action_only"), tmp_path / "p", "base", progress=False)
+    runner = PolicyRunner.load(tmp_path / "p")
+    runner._text_encoder = _FakeText(runner.cfg)
+    env = SyntheticTaskEnv(9000, 0, 6, 32, 48)
+    try:
+        out = run_episode(env, lambda e, i: runner.act(e.image(), e.state(), e.instruction), 6,
+                          runner.cfg.policy.execute)
+    finally:
+        env.close()
+    assert out["steps"] == 6 or out["success"]
+    assert runner.counts["chunks"] == out["chunks"] >= 1
+    ev = evaluate_synthetic({}, per_task=1, max_steps=20, progress=lambda s: None)
+    assert ev["rows"]["scripted expert (ceiling)"]["average"]["rate"] == 1.0
+    assert ev["rows"]["do nothing (floor)"]["average"]["rate"] == 0.0
+    assert res["state"] == "finished"
+
+
+def test_libero_loop_drives_a_real_env_for_a_few_steps(tiny, tmp_path):
+    pytest.importorskip("libero.libero", reason="the LIBERO extra is not installed (README 'Policy transfer': "
+                        "pip install -e '.[libero]' in an environment of its own)")
+    from simforcing.policy.libero import evaluate_libero
+
+    data, vae, _ = tiny
+    cfg = pcfg(tiny, "action_only", "base", "--data.state_dim=8")
+    model = tiny_model(cfg)
+    stats = {"action": {"min": [-1] * 7, "max": [1] * 7}, "state": {"min": [-1] * 8, "max": [1] * 8}}
+    from simforcing.models.vae import load_vae
+    runner = PolicyRunner(cfg, model, load_vae(cfg), stats, text_encoder=_FakeText(cfg))
+    res = evaluate_libero(tmp_path, "libero_spatial", trials=1, task_ids=[0], max_steps=4, noop_steps=2,
+                          runner=runner, progress=lambda s: None)
+    assert res["tasks"]["task 0"]["episodes"] == 1 and runner.counts["chunks"] >= 1
