@@ -335,3 +335,22 @@ def test_libero_loop_drives_a_real_env_for_a_few_steps(tiny, tmp_path):
     res = evaluate_libero(tmp_path, "libero_spatial", trials=1, task_ids=[0], max_steps=4, noop_steps=2,
                           runner=runner, progress=lambda s: None)
     assert res["tasks"]["task 0"]["episodes"] == 1 and runner.counts["chunks"] >= 1
+
+
+@pytest.mark.slow
+def test_demo_policy_section_end_to_end_at_quick_size(tiny, world_model_run, tmp_path):
+    """The demo hook: data, base + SimForcing-WM action-only policies (2 processes), closed loop, the table."""
+    from simforcing.policy.demo import policy_section
+
+    _, vae, base = tiny
+    # the hook's dataset is the real synthetic one; the tiny world model has the camera size it needs (32 x 48)
+    res = policy_section(tmp_path, {"simforcing": world_model_run}, full=False, seed=1, jobs=2, quick=True,
+                         progress=lambda s: None)
+    assert list(res["rows"]) == ["scripted expert (ceiling)", "do nothing (floor)", "action_only / base",
+                                 "action_only / SimForcing WM"]
+    assert "| action_only / SimForcing WM |" in res["table_md"]
+    assert res["rows"]["scripted expert (ceiling)"]["average"]["rate"] == 1.0
+    assert res["init"]["action_only / SimForcing WM"]["inherited"] > 0
+    assert set(res["commands"]) >= {"data", "train action_only / base", "train action_only / SimForcing WM"}
+    again = policy_section(tmp_path, {"simforcing": world_model_run}, quick=True, progress=lambda s: None)
+    assert again["rows"] == res["rows"]  # cached: nothing retrained or re-evaluated

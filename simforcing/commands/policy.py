@@ -53,6 +53,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=None, help="policy dataset folder")
     parser.add_argument("--out", default=None, help="run folder to create (or continue with --resume)")
     parser.add_argument("--preset", default="demo", help="with --init base: demo | bridge | interndata_a1")
+    parser.add_argument("--config", default=None, help="with --init base: start from this config.json instead of "
+                        "the preset (e.g. a world-model run's: same architecture and VAE, weights not inherited)")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--no-progress", action="store_true")
@@ -62,7 +64,7 @@ def train_config(args: argparse.Namespace) -> Config:
     from simforcing.policy.configs import policy_run_config
 
     return policy_run_config(args.setting, args.init, args.data, args.preset, args.overrides,
-                             resume_from=args.out if args.resume and args.out else None)
+                             resume_from=args.out if args.resume and args.out else None, config=args.config)
 
 
 def train(args: argparse.Namespace, cfg: Config) -> int:

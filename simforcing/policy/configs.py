@@ -14,8 +14,11 @@ from simforcing.policy.settings import policy_config
 
 
 def policy_run_config(setting: str, init: str, data: str | None, preset: str = "demo",
-                      overrides: list[str] | None = None, resume_from: str | Path | None = None) -> Config:
-    """``resume_from``: a policy run folder whose config.json is the base (``--resume``)."""
+                      overrides: list[str] | None = None, resume_from: str | Path | None = None,
+                      config: str | Path | None = None) -> Config:
+    """``resume_from``: a policy run folder whose config.json is the base (``--resume``); ``config``: a config.json
+    to start from instead of the preset (with ``--init base``: e.g. a world-model run's, for a base policy of the
+    same architecture and VAE whose weights are not inherited)."""
     if resume_from is not None and (Path(resume_from) / "config.json").is_file():
         cfg = Config.load(Path(resume_from) / "config.json")
         if cfg.policy.setting != setting:
@@ -23,7 +26,7 @@ def policy_run_config(setting: str, init: str, data: str | None, preset: str = "
                               "resume it with the same --setting")
     else:
         if init == "base":
-            cfg = load_config(preset)
+            cfg = Config.load(config) if config else load_config(preset)
         else:
             path = Path(init) / "config.json"
             if not path.is_file():

@@ -91,7 +91,7 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
                 if len(kept[r["kind"]]) < want:
                     kept[r["kind"]].append(r)
                     bar.update()
-            if attempted > 40 * want * len(TASKS):
+            if attempted > 10 * want * len(TASKS) + 20:
                 raise RuntimeError(f"synth-policy: only {({k: len(v) for k, v in kept.items()})} successful "
                                    f"demonstrations after {attempted} episodes")
     finally:
