@@ -59,6 +59,19 @@ def check_sampler(res: dict, grid) -> None:
         assert {"ok", "ok_cpu", "value", "value_cpu"} <= set(res["targets"][name])
 
 
+def test_policy_chunk_latency_and_counted_work(tiny_run):
+    _, res = tiny_run
+    rows = res["policy"]["settings"]
+    assert set(rows) == {"action_only", "unconditional", "video_action"}
+    for name, r in rows.items():
+        steps = r["flow_steps"]
+        cached = name != "video_action"
+        assert r["counts_per_chunk"] == ({"observation_encodes": 1, "action_steps": steps, "chunks": 1} if cached
+                                         else {"joint_forwards": steps, "chunks": 1})
+        assert r["latency_s"] > 0 and r["plain_s"] > 0
+        assert r["max_abs_diff_vs_plain"] < 1e-3  # the cached observation gives the plain loop's actions
+
+
 def test_sampler_forwards_are_minimal_and_match_the_reference(tiny_run):
     _, res = tiny_run
     assert {w for _, _, w in options.TINY_GRID} == {0.0, 0.6, 1.0}

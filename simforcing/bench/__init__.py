@@ -30,6 +30,9 @@ dataset are needed. Sections (``--sections``, all by default):
    cache (LatentWindowDataset), on a small dataset written to a temporary folder.
 4. ``scaling`` — one forward's time, peak memory and FLOPs (``models.info.forward_flops``: joint attention vs. the
    rest) against the number of frames and the resolution at the preset's width; a PNG plot.
+5. ``policy`` — latency of one action chunk per policy setting (action_only, unconditional, video_action), the
+   network work per chunk counted (observation encodes, action-expert steps, joint forwards), against a plain loop
+   that recomputes the observation at every denoising step (``bench/policy.py``).
 
 GPU readiness is its own mode, ``simforcing bench --gpu`` (``gpu``): the 5B ``bridge`` preset on one CUDA GPU in bf16
 with activation checkpointing — training step (tokens/s, MFU, peak memory), the sampler against the paper's latencies
@@ -47,5 +50,5 @@ the test suite) shrinks every section further. No timing is asserted in tests.
 
 Files, one per section: ``options`` (modes, grids, targets), ``measure`` (clocks, peak memory, machine, bf16 peaks by
 device name), ``inputs`` (random-weight models, VAEs and batches), ``sampler``, ``train_step``, ``throughput`` (data),
-``scaling``, ``gpu`` (``bench --gpu``), ``report`` (targets, tables, the JSON of a whole run).
+``scaling``, ``policy``, ``gpu`` (``bench --gpu``), ``report`` (targets, tables, the JSON of a whole run).
 """

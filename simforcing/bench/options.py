@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 SCHEMA = "simforcing-bench/1"
-SECTIONS = ("sampler", "train", "data", "scaling")  # the GPU benchmark is its own mode: bench --gpu (gpu.py)
+SECTIONS = ("sampler", "train", "data", "scaling", "policy")  # the GPU benchmark is its own mode: bench --gpu (gpu.py)
 FULL_GRID = [(ns, nr, w) for ns in (1, 5, 10, 20) for nr in (1, 5, 10, 20) for w in (0.0, 0.3, 0.6, 1.0)]
 QUICK_GRID = [(1, 10, 0.0), (1, 10, 0.3), (1, 10, 0.6), (1, 10, 1.0), (5, 20, 0.6), (1, 1, 0.6), (20, 1, 1.0)]
 TINY_GRID = [(2, 3, 0.0), (2, 3, 0.6), (2, 3, 1.0)]
@@ -33,6 +33,7 @@ class BenchOptions:
     scaling_scales: tuple = (1, 2, 4)
     scaling_paper_res: bool = True  # add 224x320 to the resolution sweep
     scaling_repeats: int = 5
+    policy_repeats: int = 10  # timed action chunks per policy setting
 
     @classmethod
     def for_mode(cls, quick: bool, tiny: bool) -> "BenchOptions":
@@ -40,9 +41,10 @@ class BenchOptions:
             return cls("tiny", list(TINY_GRID), repeats=1, max_repeats=1, min_config_s=0.0, forward_repeats=3,
                        train_repeats=2, train_batch=2,
                        data_episodes=2, data_length=16, data_passes=1, scaling_frames=(5, 9), scaling_scales=(1, 2),
-                       scaling_paper_res=False, scaling_repeats=1)
+                       scaling_paper_res=False, scaling_repeats=1, policy_repeats=1)
         if quick:
             return cls("quick", list(QUICK_GRID), repeats=5, min_config_s=2.0, forward_repeats=20, train_repeats=12,
                        data_episodes=6,
-                       data_length=40, data_passes=1, scaling_repeats=3, scaling_paper_res=False)
+                       data_length=40, data_passes=1, scaling_repeats=3, scaling_paper_res=False,
+                       policy_repeats=5)
         return cls()

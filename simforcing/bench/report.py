@@ -13,6 +13,7 @@ import torch
 
 from simforcing.bench.measure import STATS, machine_info
 from simforcing.bench.options import SCHEMA, SECTIONS, TARGETS, BenchOptions
+from simforcing.bench.policy import bench_policy, format_policy
 from simforcing.bench.sampler import bench_sampler
 from simforcing.bench.scaling import bench_scaling, plot_scaling
 from simforcing.bench.throughput import bench_data
@@ -247,6 +248,8 @@ def _run_sections(cfg: Config, opts: BenchOptions, out: Path, device: torch.devi
             results["scaling"] = bench_scaling(cfg, device, opts, log)
             png = plot_scaling(results["scaling"], out.with_name(out.stem + "_scaling.png"))
             results["scaling"]["plot"] = png.name if png else None
+        elif name == "policy":
+            results["policy"] = bench_policy(cfg, device, opts, log)
         section_times[name] = time.perf_counter() - s0
     results["targets"] = check_targets(results)
     results["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
