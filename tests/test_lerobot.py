@@ -202,3 +202,38 @@ def test_import_command_and_errors(sources, tmp_path, capsys):
     (old / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v2.1"}))
     assert main(["data", "import-lerobot", "--sim", str(old), "--real", str(real), "--out", str(tmp_path / "x")]) == 1
     assert "codebase_version" in capsys.readouterr().err
+
+
+def test_real_only_two_camera_import_is_a_policy_dataset(sources, tmp_path, capsys):
+    """`data import-lerobot --real DIR --wrist-camera KEY` (LIBERO-style): real only, two cameras side by side."""
+    import shutil
+
+    from simforcing.config import load_config as _load
+    from simforcing.policy.data import PolicyWindowDataset, read_policy_info
+
+    real = tmp_path / "real2"
+    shutil.copytree(sources[1], real)
+    wrist = "observation.images.wrist"
+    info = json.loads((real / "meta" / "info.json").read_text())
+    info["features"][wrist] = dict(info["features"][CAM])
+    (real / "meta" / "info.json").write_text(json.dumps(info))
+    shutil.copytree(real / "videos" / CAM, real / "videos" / wrist)
+    ep_file = real / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
+    table = pq.read_table(ep_file)
+    for col in list(table.column_names):
+        if col.startswith(f"videos/{CAM}/"):
+            table = table.append_column(col.replace(CAM, wrist), table.column(col))
+    pq.write_table(table, ep_file)
+    out = tmp_path / "policy"
+    assert main(["data", "import-lerobot", "--real", str(real), "--camera", CAM, "--wrist-camera", wrist,
+                 "--out", str(out), "--val-fraction", "0"]) == 0
+    assert "policy dataset" in capsys.readouterr().out
+    assert read_policy_info(out)["cameras"] == [CAM, wrist]
+    v = read_video(out / "episodes" / "ep000000" / "obs.mp4")
+    assert v.shape == (12, 32, 96, 3)
+    assert np.abs(v[:, :, :48].astype(int) - v[:, :, 48:].astype(int)).mean() < 2  # the same frames, twice
+    write_text_cache(out, TASKS, _load("demo").model.text_dim, _load("demo").data.text_max_tokens)
+    cfg = _load("demo", {"data.width": "96", "data.frames": "5"}).validate()
+    item = PolicyWindowDataset(cfg, out)[0]
+    assert item["obs"].shape == (3, 5, 32, 96) and item["actions"].shape == (4, 7)
+    assert main(["data", "import-lerobot", "--real", str(real), "--out", str(tmp_path / "x")]) == 2

@@ -137,11 +137,15 @@ def embed_text(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def add_import_lerobot_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sim", required=True, help="simulation LeRobot v3.0 dataset folder")
+    parser.add_argument("--sim", default=None, help="simulation LeRobot v3.0 dataset folder (omit with "
+                        "--wrist-camera: a real-only policy dataset)")
     parser.add_argument("--real", required=True, help="real LeRobot v3.0 dataset folder")
     parser.add_argument("--out", required=True, help="output dataset folder (simforcing format)")
     parser.add_argument("--sim-camera", default=None, help="video feature of the sim dataset (default: the only one)")
     parser.add_argument("--real-camera", default=None, help="video feature of the real dataset (default: the only one)")
+    parser.add_argument("--camera", default=None, help="policy dataset: the external camera's video feature")
+    parser.add_argument("--wrist-camera", default=None, help="policy dataset (real only, two cameras side by side, "
+                        "no --sim): the wrist camera's video feature, e.g. LIBERO's observation.images.wrist_image")
     parser.add_argument("--action-key", default="action")
     parser.add_argument("--state-key", default="observation.state")
     parser.add_argument("--val-fraction", type=float, default=0.1, help="fraction of paired episodes put in val")
@@ -158,6 +162,20 @@ def add_import_lerobot_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    if args.wrist_camera is not None:  # a policy dataset: real episodes, two cameras
+        from simforcing.policy.data import import_lerobot_policy
+
+        if args.sim is not None:
+            raise ConfigError("--sim: a policy dataset (--wrist-camera) is real-only; leave out --sim")
+        s = import_lerobot_policy(args.real, args.out, args.camera or args.real_camera, args.wrist_camera,
+                                  args.action_key, args.state_key, args.val_fraction, args.seed, args.height,
+                                  args.width)
+        print(f"wrote the policy dataset {s['out']}: {s['train']} train, {s['val']} val episodes, two cameras at "
+              f"{s['height']}x{s['width']}; next: simforcing data embed-text {s['out']}")
+        return 0
+    if args.sim is None:
+        raise ConfigError("--sim: required for a paired world-model dataset (or give --wrist-camera for a real-only "
+                          "policy dataset)")
     from simforcing.data.lerobot import import_lerobot as run_import  # pyarrow: only this subcommand needs it
 
     summary = run_import(args.sim, args.real, args.out, args.sim_camera, args.real_camera, args.action_key,

@@ -173,3 +173,50 @@ class PolicyWindowDataset(torch.utils.data.Dataset):
         item["text"], item["text_mask"] = torch.from_numpy(text), torch.from_numpy(mask)
         item["episode_id"], item["start"] = ep.episode_id, int(start)
         return item
+
+
+def import_lerobot_policy(real_dir: str | Path, out: str | Path, camera: str | None, wrist_camera: str,
+                          action_key: str = "action", state_key: str = "observation.state", val_fraction: float = 0.1,
+                          seed: int = 0, height: int | None = None, width: int | None = None,
+                          progress: bool = True) -> dict:
+    """A real-only LeRobot v3.0 dataset (e.g. LIBERO) with two cameras -> a policy dataset (module docstring): each
+    episode's two camera videos resized to one camera size and put side by side; the first T−1 per-frame actions
+    kept as transitions (as ``data import-lerobot`` does); then the statistics of the train split."""
+    from tqdm import tqdm
+
+    from simforcing.data.lerobot import LeRobotV3, _fit  # pyarrow: only this import needs it
+    from simforcing.data.stats import write_stats
+
+    if not 0.0 <= val_fraction < 1.0:
+        raise ConfigError(f"--val-fraction: got {val_fraction}; expected a fraction in [0, 1)")
+    ext = LeRobotV3(real_dir, camera, action_key, state_key)
+    wrist = LeRobotV3(real_dir, wrist_camera, action_key, state_key)
+    if ext.camera == wrist.camera:
+        raise ConfigError(f"--wrist-camera: {wrist.camera!r} is the external camera too; expected a second camera")
+    ids = sorted(ext.episodes)
+    if height is None or width is None:
+        shape = ext.info["features"][ext.camera].get("shape", [])
+        h, w = (int(shape[0]), int(shape[1])) if len(shape) == 3 else ext.frames(ext.episodes[ids[0]]).shape[1:3]
+        height, width = height or h - h % 2, width or w - w % 2
+    rng = np.random.default_rng(seed)
+    n_val = int(round(len(ids) * val_fraction)) if len(ids) > 1 else 0
+    val = {ids[i] for i in rng.permutation(len(ids))[:n_val]}
+    out = Path(out)
+    episodes, splits = [], {"train": [], "val": []}
+    for idx in tqdm(ids, desc="import-lerobot (policy)", disable=not progress):
+        ep = ext.episodes[idx]
+        actions, states, task = ext.lowdim(ep)
+        frames = np.concatenate([_fit(ext.frames(ep), height, width), _fit(wrist.frames(wrist.episodes[idx]),
+                                                                            height, width)], axis=2)
+        eid = f"ep{idx:06d}"
+        write_policy_episode(out, eid, frames, actions[: ep.length - 1], states[: ep.length], int(round(ext.fps)))
+        episodes.append({"episode_id": eid, "length": int(ep.length), "instruction": task, "has_real": True})
+        splits["val" if idx in val else "train"].append(eid)
+    write_policy_meta(out, {"fps": int(round(ext.fps)), "height": height, "width": width,
+                            "cameras": [ext.camera, wrist.camera], "action_dim": int(actions.shape[1]),
+                            "state_dim": int(states.shape[1]), "source": "lerobot-v3.0",
+                            "lerobot": {"real": str(ext.root), "action_key": action_key, "state_key": state_key}},
+                      episodes, splits)
+    write_stats(out, splits=("train",))
+    return {"out": str(out), "train": len(splits["train"]), "val": len(splits["val"]), "height": height,
+            "width": width}
