@@ -394,6 +394,7 @@ def _demo() -> Config:
     t.mixed_precision, t.device = "no", "cpu"
     t.ckpt_every, t.log_every, t.keep_last = 200, 10, 2
     cfg.eval.num_samples = 16
+    cfg.policy.execute = 4  # of the 8-action chunk (FastWAM: 10 of 32), then re-plan
     # At this scale the one-step prediction (the network's conditional mean) scores the best PSNR; more Euler steps
     # sample sharper but less PSNR-accurate futures (the demo's sweep shows N_r = 1, 5, 10). The paper's 5B model
     # is best at N_r = 10, the bridge/interndata_a1 default.

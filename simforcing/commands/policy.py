@@ -91,6 +91,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-task", type=int, default=10, help="synthetic: held-out scenes per task")
     parser.add_argument("--max-steps", type=int, default=30, help="synthetic: step limit of an episode")
     parser.add_argument("--no-baselines", action="store_true", help="synthetic: leave out the expert / floor rows")
+    parser.add_argument("--execute", type=int, default=None, help="actions executed per chunk before re-planning "
+                        "(default: each run's policy.execute)")
     parser.add_argument("--suite", default="libero_spatial",
                         help="libero: libero_spatial | libero_object | libero_goal | libero_10")
     parser.add_argument("--trials", type=int, default=50, help="libero: trials per task (cycling the init states)")
@@ -126,7 +128,7 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         if not runs and args.no_baselines:
             raise ConfigError("--runs: nothing to evaluate (no runs and --no-baselines)")
         res = evaluate_synthetic(runs, args.per_task, args.max_steps, baselines=not args.no_baselines,
-                                 device=args.device)
+                                 device=args.device, execute=args.execute)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "eval.json", res)
     atomic_write_text(out / "eval.md", res["table_md"] + "\n")

@@ -36,6 +36,7 @@ class PolicyBudget:
     train_steps: int = 500
     eval_per_task: int = 10  # held-out scenes per task
     batch_size: int = 8
+    execute: int = 4  # actions of each 8-action chunk executed before re-planning
 
 
 QUICK = PolicyBudget(per_task=1, max_steps=20, train_steps=3, eval_per_task=1, batch_size=2)
@@ -123,6 +124,7 @@ def policy_section(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = F
     rows = _setting_rows(wm_runs, full)
     runs, todo = {}, []
     common = [f"--train.max_steps={budget.train_steps}", f"--train.batch_size={budget.batch_size}",
+              f"--policy.execute={budget.execute}",
               f"--train.seed={seed}", f"--train.ckpt_every={budget.train_steps}", "--train.log_every=25"]
     for label, setting, key in rows:
         run = out / f"{setting}_{key}"

@@ -77,9 +77,10 @@ def policy_chunk_fn(runner: PolicyRunner, seed: int, scene: tuple) -> Callable:
 
 def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_steps: int = 30, seed: int = EVAL_SEED,
                        tasks=TASKS, baselines: bool = True, device="cpu", progress: Callable[[str], None] = print,
-                       height: int | None = None, width: int | None = None) -> dict:
+                       height: int | None = None, width: int | None = None, execute: int | None = None) -> dict:
     """Closed-loop success of each run (name -> policy run folder) and of the expert / floor rows on the same
-    held-out scenes. Returns {"scenes", "rows": {name: {task: rate(...), "average": ...}}, "table_md", ...}."""
+    held-out scenes. ``execute`` overrides the runs' ``policy.execute``. Returns {"scenes", "rows": {name: {task:
+    rate(...), "average": ...}}, "table_md", ...}."""
     scenes = held_out_scenes(seed, per_task, max_steps, tasks)
     runners = {name: PolicyRunner.load(run, device) for name, run in runs.items()}
     if height is None or width is None:
@@ -93,7 +94,7 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
         players[FLOOR] = lambda scene: idle_chunk
     for name, runner in runners.items():
         players[name] = (lambda r: (lambda scene: policy_chunk_fn(r, seed, scene)))(runner)
-    execute = {name: (runners[name].cfg.policy.execute if name in runners else 1) for name in players}
+    execute = {name: (execute or runners[name].cfg.policy.execute if name in runners else 1) for name in players}
     rows: dict = {}
     episodes: dict = {}
     t0 = time.perf_counter()
