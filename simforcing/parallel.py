@@ -46,7 +46,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict, set_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
 from simforcing.config import Config
 from simforcing.utils import resolve_device
@@ -197,11 +197,14 @@ def parallelize(model: torch.nn.Module, cfg: Config, mesh: Any) -> torch.nn.Modu
     return model
 
 
-def shard_from_rank0(model: torch.nn.Module, cfg: Config, mesh: Any, device: torch.device) -> torch.nn.Module:
+def shard_from_rank0(model: torch.nn.Module, cfg: Config, mesh: Any, device: torch.device,
+                     forward_methods: tuple = ()) -> torch.nn.Module:
     """:func:`parallelize` a model that only rank 0 holds in full (its weights on CPU, initialised or loaded); every
     other rank passes the same architecture built on the meta device (``build_world_model(cfg, meta=True)``), so a
     node keeps one full copy in host memory instead of one per rank. After sharding, rank 0's full state is
-    broadcast into every rank's shards. ``mesh`` None: the model moved to ``device``, unchanged otherwise."""
+    broadcast into every rank's shards. ``mesh`` None: the model moved to ``device``, unchanged otherwise.
+    ``forward_methods``: names of other methods the training step calls instead of ``forward`` (FSDP2 then runs its
+    gather/reshard hooks around them as around ``forward``)."""
     if mesh is None:
         return model.to(device)
     meta = any(t.is_meta for t in model.state_dict().values())
@@ -215,6 +218,8 @@ def shard_from_rank0(model: torch.nn.Module, cfg: Config, mesh: Any, device: tor
     else:
         model.to(device)
     set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for name in forward_methods:  # methods called instead of forward (the policy's) gather the root's shards too
+        register_fsdp_forward_method(model, name)
     return model
 
 

@@ -354,3 +354,41 @@ def test_demo_policy_section_end_to_end_at_quick_size(tiny, world_model_run, tmp
     assert set(res["commands"]) >= {"data", "train action_only / base", "train action_only / SimForcing WM"}
     again = policy_section(tmp_path, {"simforcing": world_model_run}, quick=True, progress=lambda s: None)
     assert again["rows"] == res["rows"]  # cached: nothing retrained or re-evaluated
+
+
+def test_a_nan_loss_stops_the_policy_run_as_diverged(tiny, tmp_path, monkeypatch):
+    """The world model's NaN stop: exit code 3, status "diverged", no checkpoint after it."""
+    monkeypatch.setenv("SIMFORCING_FAULT", "nan_loss@2")
+    res = policy_train_run(pcfg(tiny, "action_only", "base", "--train.ckpt_every=1"), tmp_path / "nan", "base",
+                           progress=False)
+    assert res["state"] == "diverged" and res["exit_code"] == 3 and "step 2" in res["reason"]
+    assert json.loads((tmp_path / "nan" / "status.json").read_text())["state"] == "diverged"
+    assert [p.name for p in sorted((tmp_path / "nan" / "checkpoints").iterdir())] == ["step_000001"]
+
+
+@pytest.mark.slow
+def test_two_process_fsdp2_policy_run(tiny, world_model_run, tmp_path):
+    """`torchrun --nproc_per_node=2 -m simforcing policy train` (gloo, CPU, FSDP2 with a frozen video expert):
+    finishes, writes sharded checkpoints, keeps every video parameter, and the run loads for acting."""
+    import os
+    import subprocess
+    import sys
+
+    from simforcing.policy.init import run_state
+
+    data, vae, _ = tiny
+    out = tmp_path / "fsdp"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), OMP_NUM_THREADS="1")
+    env.pop("SIMFORCING_FAULT", None)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                           "simforcing", "policy", "train", "--setting", "action_only", "--init", str(world_model_run),
+                           "--data", str(data), "--out", str(out), "--no-progress", *POLICY,
+                           "--train.max_steps=2", "--train.batch_size=1"], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _, after, ckpt = run_state(out)
+    assert json.loads((Path(ckpt) / "meta.json").read_text())["sharded"]
+    _, before, _ = run_state(world_model_run)
+    video = [k for k in after if is_video_parameter(k)]
+    assert video and all(torch.equal(after[k], before[k]) for k in video)
+    assert PolicyRunner.load(out).cfg.policy.setting == "action_only"

@@ -79,7 +79,8 @@ class PolicyTrainer(Trainer):
                 atomic_write_text(self.run_dir / "init.json", self.init_report.to_json() + "\n")
                 print(self.init_report.summary(), flush=True)
         freeze_for_setting(model, setting)
-        self.student = parallel.shard_from_rank0(model, cfg, self.dist.mesh, self.device).train()
+        self.student = parallel.shard_from_rank0(model, cfg, self.dist.mesh, self.device,
+                                                 forward_methods=("policy_forward",)).train()
         self.teacher = None
 
     def _latents(self, batch: dict, step: int) -> dict:
