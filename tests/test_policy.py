@@ -392,3 +392,21 @@ def test_two_process_fsdp2_policy_run(tiny, world_model_run, tmp_path):
     video = [k for k in after if is_video_parameter(k)]
     assert video and all(torch.equal(after[k], before[k]) for k in video)
     assert PolicyRunner.load(out).cfg.policy.setting == "action_only"
+
+
+def test_world_model_configs_and_checkpoints_from_before_the_policy_still_load(world_model_run, tmp_path):
+    """A run written before the policy existed (no `policy` section, no `model.action_head`) loads unchanged."""
+    import shutil
+
+    from simforcing.checkpoint import load_model_from_run
+    from simforcing.config import Config
+
+    old = tmp_path / "old"
+    shutil.copytree(world_model_run, old)
+    d = json.loads((old / "config.json").read_text())
+    d.pop("policy")
+    d["model"].pop("action_head")
+    (old / "config.json").write_text(json.dumps(d))
+    cfg, model, _ = load_model_from_run(old)
+    assert cfg.model.action_head is False and cfg.model == Config.load(world_model_run / "config.json").model
+    assert not any(k.startswith("action.proj_out") for k in model.state_dict())
