@@ -173,3 +173,11 @@ def test_bad_sections_is_a_config_error(tmp_path, capsys):
     assert main(["bench", "--tiny", "--sections", "sampler,nope", "--out", str(tmp_path / "b.json")]) == 2
     assert "--sections" in capsys.readouterr().err
     assert not (tmp_path / "b.json").exists()
+
+
+def test_policy_table_in_the_markdown(tiny_run):
+    from simforcing.bench.report import format_tables
+
+    _, res = tiny_run
+    md = format_tables(res)
+    assert "| action_only |" in md and "| video_action |" in md and "latency per chunk" in md

@@ -126,6 +126,8 @@ def format_tables(results: dict) -> str:
                              f"{_ms(r['forward_s'])} | {r['peak_bytes'] / 2**20:.1f} | "
                              f"{r['attention_flop_share']:.0%} |")
         lines.append("")
+    if results.get("policy"):
+        lines += format_policy(results["policy"])
     tg = results.get("targets", {})
     if tg:
         def verdict(v: dict) -> str:
