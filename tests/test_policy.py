@@ -395,10 +395,12 @@ def test_two_process_fsdp2_policy_run(tiny, world_model_run, tmp_path):
 
 
 def test_world_model_configs_and_checkpoints_from_before_the_policy_still_load(world_model_run, tmp_path):
-    """A run written before the policy existed (no `policy` section, no `model.action_head`) loads unchanged."""
+    """A run written before the policy existed — RUN/config.json without the `policy` section and
+    `model.action_head`, a checkpoint without its own config copy (its meta's config_hash is the one to match) —
+    loads unchanged: a world model's config hash leaves out the policy's fields."""
     import shutil
 
-    from simforcing.checkpoint import load_model_from_run
+    from simforcing.checkpoint import config_hash, load_model_from_run
     from simforcing.config import Config
 
     old = tmp_path / "old"
@@ -406,7 +408,14 @@ def test_world_model_configs_and_checkpoints_from_before_the_policy_still_load(w
     d = json.loads((old / "config.json").read_text())
     d.pop("policy")
     d["model"].pop("action_head")
-    (old / "config.json").write_text(json.dumps(d))
+    (old / "config.json").write_text(json.dumps(d, indent=2))
+    for ckpt in (old / "checkpoints").iterdir():
+        (ckpt / "config.json").unlink(missing_ok=True)
+        meta = json.loads((ckpt / "meta.json").read_text())
+        meta["files"].pop("config.json", None)
+        (ckpt / "meta.json").write_text(json.dumps(meta))
     cfg, model, _ = load_model_from_run(old)
     assert cfg.model.action_head is False and cfg.model == Config.load(world_model_run / "config.json").model
     assert not any(k.startswith("action.proj_out") for k in model.state_dict())
+    import hashlib
+    assert config_hash(cfg) == hashlib.sha256(json.dumps(d, indent=2).encode()).hexdigest()[:16]
