@@ -44,6 +44,7 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("model", "info"), "simforcing.commands.model", "parameters, tokens, FLOPs and per-GPU memory of a preset"),
     (("model", "init-action-expert"), "simforcing.commands.model", "build action-expert weights from Wan2.2 weights"),
     (("model", "fit-vae"), "simforcing.commands.model", "fit the small demo VAE on a dataset's frames"),
+    (("model", "fit-probe"), "simforcing.commands.model", "fit the state probe behind the action-following error"),
     (("pretrain",), "simforcing.commands.train", "stage 1: train the simulation world model (the teacher)"),
     (("train",), "simforcing.commands.train",
      "stage 2: train the real-domain student with a method (sft ... simforcing)"),

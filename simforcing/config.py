@@ -171,6 +171,10 @@ class SampleConfig:
 class EvalConfig:
     num_samples: int = 100
     include_first_frame: bool = False  # the given first frame is excluded from every metric by default
+    windows_per_episode: int = 1  # evaluation windows per episode: 1 = the centre window; K = K evenly spaced starts
+    probe: Optional[str] = None  # state-probe folder (`simforcing model fit-probe`): the action-following error
+    probe_moving_threshold: float = 0.02  # "moving" frames: the arm is this far (state units) from frame 0
+    action_control: bool = True  # with a probe: also sample each window with another window's actions
     lpips_weights: Optional[str] = None
     inception_weights: Optional[str] = None
     i3d_weights: Optional[str] = None
@@ -301,6 +305,9 @@ class Config:
         _check(0.0 <= s.w, "sample.w", s.w, "a guidance weight >= 0 (paper: 0, 0.3, 0.6, 1)")
         _check(s.mask_mode in ("mask-file", "sam3", "paired-sim"), "sample.mask_mode", s.mask_mode,
                "'mask-file', 'sam3' or 'paired-sim'")
+        e = self.eval
+        _check(e.windows_per_episode >= 1, "eval.windows_per_episode", e.windows_per_episode, "an integer >= 1")
+        _check(e.probe_moving_threshold >= 0, "eval.probe_moving_threshold", e.probe_moving_threshold, ">= 0")
         if d.sim_background is not None:
             parse_color(d.sim_background, "data.sim_background")
         p = self.policy

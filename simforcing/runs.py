@@ -19,6 +19,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
@@ -111,11 +112,20 @@ def with_dataset_settings(cfg: Config, data_root: str | Path) -> Config:
 
 
 def eval_dataset(cfg: Config, data_root: str | Path, split: str, stats: Optional[dict] = None):
-    """The deterministic evaluation windows of a split: one fixed window per episode (the dataset's fixed window),
-    in the split's episode order; sample i is ``ds[i]``."""
+    """The deterministic evaluation windows of a split; sample i is ``ds[i]``.
+
+    ``eval.windows_per_episode`` = 1: one fixed window per episode (the dataset's centre window), in the split's
+    episode order. K > 1: K evenly spaced starts per episode (first to last window), ordered window-major — the
+    first windows of every episode, then the second ones, ... — so the first N samples always span the episodes."""
     c = copy.deepcopy(cfg)
     c.data.fixed_window, c.data.windows_per_episode = True, 1
-    return PairedWindowDataset(c, data_root, splits=(split,), domains=("sim", "real"), stats=stats)
+    ds = PairedWindowDataset(c, data_root, splits=(split,), domains=("sim", "real"), stats=stats)
+    k = int(cfg.eval.windows_per_episode)
+    if k > 1:
+        starts = [np.linspace(0, e.info.length - ds.window_steps, k).round().astype(int).tolist()
+                  for e in ds.episodes]
+        ds.windows = [(i, s[j]) for j in range(k) for i, s in enumerate(starts)]
+    return ds
 
 
 def collate_one(item: dict) -> dict:

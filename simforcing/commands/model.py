@@ -1,4 +1,4 @@
-"""`simforcing model info | init-action-expert | fit-vae`."""
+"""`simforcing model info | init-action-expert | fit-vae | fit-probe`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import argparse
 import json
 
 from simforcing.commands import Subcommand, add_config_args, config_from_args
-from simforcing.config import Config
+from simforcing.config import Config, ConfigError
+from simforcing.evaluate.probe import FitOptions, fit_probe, save_probe
 from simforcing.models.info import format_info, model_info
 from simforcing.models.weights import write_action_expert
 from simforcing.prep.demo_vae import fit_demo_vae
@@ -58,9 +59,49 @@ def fit_vae(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+def add_fit_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="dataset folder (real frames of --split, sim frames of "
+                                                      "--sim-splits; arm masks, when present, for the composites)")
+    parser.add_argument("--out", required=True, help="output folder: probe.safetensors + probe.json")
+    parser.add_argument("--split", default="train", help="real frames to fit on")
+    parser.add_argument("--sim-splits", nargs="+", default=["train", "sim_pool"], help="simulation frames to fit on")
+    parser.add_argument("--val-split", default="val", help="reported only ('' to skip)")
+    parser.add_argument("--steps", type=int, default=FitOptions.steps)
+    parser.add_argument("--batch-size", type=int, default=FitOptions.batch_size)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--position-dims", type=int, nargs="+", default=list(FitOptions.position_dims),
+                        help="state entries read as the end-effector position")
+    parser.add_argument("--gripper-dim", type=int, default=FitOptions.gripper_dim,
+                        help="state entry of the gripper opening (-1: none)")
+    add_config_args(parser)
+
+
+def fit_probe_command(args: argparse.Namespace, cfg: Config) -> int:
+    if args.steps < 1 or args.batch_size < 4:
+        raise ConfigError(f"--steps {args.steps} / --batch-size {args.batch_size}: expected >= 1 / >= 4")
+    opts = FitOptions(splits=(args.split,), sim_splits=tuple(args.sim_splits), val_split=args.val_split or None,
+                      steps=args.steps, batch_size=args.batch_size, seed=args.seed,
+                      position_dims=tuple(args.position_dims),
+                      gripper_dim=None if args.gripper_dim is not None and args.gripper_dim < 0 else args.gripper_dim)
+    try:
+        probe, report = fit_probe(args.data, cfg.data.height, cfg.data.width, opts)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    save_probe(probe, args.out, report)
+    print(f"state probe fitted in {report['fit_seconds']} s on {report['sources']['real_frames']} real + "
+          f"{report['sources']['sim_frames']} simulation frames -> {args.out}")
+    for split, errs in (("train", report["train"]), *(("val", report.get("val", {})),)):
+        for dom, e in errs.items():
+            print(f"  {split} {dom}: position error {e['pos']:.4f} (no motion: {e['no_motion_pos']:.4f})" +
+                  (f", gripper error {e['grip']:.3f}" if "grip" in e else ""))
+    print(f"evaluate with --eval.probe={args.out}")
+    return 0
+
+
 SUBCOMMANDS = {
     ("model", "info"): Subcommand(add_info_arguments, info, config_from_args),
     ("model", "init-action-expert"): Subcommand(add_init_action_expert_arguments, init_action_expert,
                                                 config_from_args),
     ("model", "fit-vae"): Subcommand(add_fit_vae_arguments, fit_vae, config_from_args),
+    ("model", "fit-probe"): Subcommand(add_fit_probe_arguments, fit_probe_command, config_from_args),
 }

@@ -22,7 +22,8 @@ from tqdm import tqdm
 
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.latency import summarize_latency
-from simforcing.evaluate.metrics import MetricAccumulator
+from simforcing.evaluate.metrics import MetricAccumulator, psnr_per_sample
+from simforcing.evaluate.probe import ProbeAccumulator, StateProbe, load_probe, mean_or_none
 from simforcing.models.vae import load_vae
 from simforcing.runs import (collate_one, eval_dataset, load_run, merge_run_config, sample_generator,
                              with_dataset_settings)
@@ -32,8 +33,42 @@ from simforcing.utils import atomic_write_json, atomic_write_text, resolve_devic
 METRIC_KEYS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
 
 
+def uses_actions(sampler) -> bool:
+    """Whether a sampler's output depends on the actions (the control of the action-following metric)."""
+    return isinstance(sampler, GuidedSampler)
+
+
+def raw_states(ds, batch: dict) -> torch.Tensor:
+    """The window's recorded states in the dataset's units: batch["states"] (B, F, S) de-normalised."""
+    st = batch["states"].detach().cpu().double().numpy()
+    return torch.as_tensor(ds.normalizer.denormalize("state", st), dtype=torch.float32)
+
+
+def control_index(i: int, k: int, ds) -> int:
+    """The sample whose actions window i gets in the control: half the evaluation set away, so another episode's
+    window whenever the set spans more than one episode."""
+    j = (i + max(1, k // 2)) % k
+    return j if j != i else (i + 1) % k
+
+
+def probe_summary(acc, control, control_psnr, reason: Optional[str]) -> dict:
+    """The action-following block of eval.json (every key present; None with ``af_reason`` when not computed)."""
+    keys = ProbeAccumulator.KEYS
+    if acc is None:
+        return {**{k: None for k in keys}, "af_control_pos": None, "af_control_psnr": None, "af_reason": reason}
+    out = {k: v for k, v in acc.compute().items() if k != "per_sample"}
+    if control is not None:
+        c = control.compute()
+        out.update({"af_control_pos": c["af_pos"], "af_control_pos_moving": c["af_pos_moving"],
+                    "af_control_psnr": mean_or_none(control_psnr)})
+    else:
+        out.update({"af_control_pos": None, "af_control_psnr": None})
+    return out
+
+
 def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.device,
-                     sim_cache: Optional[dict] = None, progress: bool = False, desc: str = "evaluate") -> dict:
+                     sim_cache: Optional[dict] = None, progress: bool = False, desc: str = "evaluate",
+                     probe: Optional[StateProbe] = None) -> dict:
     """Run ``sampler`` on samples 0..K−1 of ``ds`` and score them against the real videos.
 
     ``sim_cache``: {(i, n_sim): SimRollout} shared between calls of one sweep (a guided sampler with w > 0 reuses the
@@ -45,6 +80,14 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
     if k < 1:
         raise ConfigError(f"eval.num_samples: got {num_samples} with {len(ds)} windows in the split; expected >= 1")
     acc = MetricAccumulator(cfg, device)
+    probe_acc = control_acc = None
+    if probe is not None:
+        frames = acc.protocol.frame_indices(cfg.data.frames)
+        probe_acc = ProbeAccumulator(probe, frames, cfg.eval.probe_moving_threshold)
+        # the control: the same sampler, noise and first frame, with the actions of another episode's window
+        if cfg.eval.action_control and uses_actions(sampler) and k > 1:
+            control_acc = ProbeAccumulator(probe, frames, cfg.eval.probe_moving_threshold)
+            control_psnr: list[float] = []
     lat, fwd, eps, starts, phases = [], [], [], [], []
     guided = isinstance(sampler, GuidedSampler)
     it = range(k)
@@ -63,13 +106,26 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
             res = sampler(batch, gen)
         masks = batch["arm_mask"] if bool(torch.as_tensor(batch["has_arm_mask"]).all()) else None
         acc.update(res.real_video, batch["real"], masks)
+        if probe_acc is not None:
+            states = raw_states(ds, batch)
+            probe_acc.update(res.real_video, batch["real"], states)
+            if control_acc is not None:
+                other = to_device(collate_one(ds[control_index(i, k, ds)]), device)
+                wrong = sampler(dict(batch, actions=other["actions"]), sample_generator(cfg, i))
+                control_acc.update(wrong.real_video, batch["real"], states)
+                control_psnr += psnr_per_sample(wrong.real_video, batch["real"], acc.protocol).tolist()
         lat.append(res.latency)
         phases.append(res.timings)
         fwd.append(res.forwards)
         eps.append(batch["episode_id"][0])
         starts.append(int(batch["start"][0]))
     out = acc.compute()
+    out.update(probe_summary(probe_acc, control_acc, control_psnr if control_acc is not None else None,
+                             None if probe is not None else "eval.probe is not set (fit one with `simforcing model "
+                             "fit-probe --data DIR --out PROBE`, then --eval.probe=PROBE)"))
     per = dict(out.get("per_sample") or {})
+    if probe_acc is not None:
+        per.update(probe_acc.per_sample)
     per.update({"latency_s": lat, "forwards": fwd, "episode_id": eps, "start": starts})
     out["per_sample"] = per
     out["num_samples"] = k
@@ -119,8 +175,14 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
     num_samples = cfg.eval.num_samples if num_samples is None else int(num_samples)
     sampler = build_sampler(cfg, baseline, model, vae, dev)
     ds = eval_dataset(cfg, data_root, split, meta.get("stats") if isinstance(meta, dict) else None)
+    probe = None
+    if cfg.eval.probe:
+        try:
+            probe = load_probe(cfg.eval.probe, dev)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
     res = evaluate_sampler(sampler, ds, cfg, num_samples, dev, progress=progress,
-                           desc=f"evaluate {baseline or Path(run_dir).name}")
+                           desc=f"evaluate {baseline or Path(run_dir).name}", probe=probe)
     res.update({"split": split, "data": str(data_root), "requested_samples": num_samples, "baseline": baseline,
                 "sampler": sampler.settings(), "device": str(dev),
                 "include_first_frame": cfg.eval.include_first_frame,
@@ -142,6 +204,7 @@ def format_result(res: dict) -> str:
     """One line: every metric, the latency and the sample count."""
     return (f"PSNR {_fmt(res['psnr'], 2)} dB | SSIM {_fmt(res['ssim'], 4)} | arm PSNR {_fmt(res.get('psnr_arm'), 2)} | "
             f"LPIPS {_fmt(res.get('lpips'), 4)} | FID {_fmt(res.get('fid'), 2)} | FVD {_fmt(res.get('fvd'), 2)} | "
+            f"action error {_fmt(res.get('af_pos'), 4)} (floor {_fmt(res.get('af_floor_pos'), 4)}) | "
             f"{_fmt(res['latency_s'], 4)} s/sample over {res['num_samples']} samples")
 
 
@@ -156,6 +219,16 @@ def eval_markdown(res: dict, run_dir=None) -> str:
              f"| {_fmt(res.get('psnr'), 2)} | {_fmt(res.get('ssim'), 4)} | {_fmt(res.get('psnr_arm'), 2)} | "
              f"{_fmt(res.get('lpips'), 4)} | {_fmt(res.get('fid'), 2)} | {_fmt(res.get('fvd'), 2)} | "
              f"{_fmt(res.get('latency_s'), 4)} | {res.get('forwards_per_sample')} |", ""]
+    if res.get("af_pos") is not None:
+        lines += ["Action following (state probe, state units; lower is better):", "",
+                  "| error | all frames | moving frames | gripper | probe on the recorded frames (floor) | "
+                  "with another window's actions |",
+                  "|---|---|---|---|---|---|",
+                  f"| position | {_fmt(res['af_pos'], 4)} | {_fmt(res.get('af_pos_moving'), 4)} | "
+                  f"{_fmt(res.get('af_grip'), 3)} | {_fmt(res.get('af_floor_pos'), 4)} | "
+                  f"{_fmt(res.get('af_control_pos'), 4)} |", ""]
+    elif res.get("af_reason"):
+        lines += [f"Action following not computed: {res['af_reason']}", ""]
     reasons = [f"- {k}: {res[k + '_reason']}" for k in METRIC_KEYS if res.get(k) is None and res.get(k + "_reason")]
     if reasons:
         lines += ["Not computed:", *reasons, ""]
