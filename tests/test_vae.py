@@ -231,6 +231,29 @@ def test_fit_demo_vae(blob_root, tmp_path):
     assert torch.equal(z[:, :, 1], z[:, :, 0]) and z[:, 48:].abs().max() == 0
 
 
+def test_pixel_normalisation_makes_the_latent_error_a_pixel_error(blob_root):
+    """'pixel': ‖Δz‖² over a 4-frame group = ‖Δx‖² / (4σ²) for any change of the future latents (σ: the one scale
+    of the mean channels), checked by decoding two latents; 'channel' puts every channel at unit variance."""
+    cfg = load_config("demo")
+    vae, report = fit_demo_vae(blob_root, cfg, max_windows=40, components=16)
+    assert report["normalization"] == "pixel"
+    sigma = float(vae.scale.flatten()[0])
+    torch.testing.assert_close(vae.scale.flatten(), torch.cat([torch.full((48,), sigma), torch.full((16,), 2 * sigma)]))
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(1, 64, 3, 8, 12, generator=g)
+    ratios = []
+    for channels in (slice(0, 48), slice(48, 64), slice(0, 64)):  # mean channels, coefficients, both
+        dz = torch.zeros_like(z)
+        dz[:, channels, 1:] = 0.1 * torch.randn(dz[:, channels, 1:].shape, generator=g)  # z_0 is given, not predicted
+        ratios.append(float(dz.pow(2).sum() / (vae.decode(z + dz) - vae.decode(z)).pow(2).sum()))
+    assert ratios[0] == pytest.approx(ratios[1], rel=1e-2), ratios  # one constant for every channel
+    assert ratios[2] == pytest.approx(ratios[0], rel=5e-2), ratios  # (+ small cross terms: null PCA directions)
+    vae_c, report_c = fit_demo_vae(blob_root, cfg, max_windows=40, components=16, normalization="channel")
+    assert report_c["normalization"] == "channel" and not torch.allclose(vae_c.scale[0, 48:], vae_c.scale[0, 48])
+    with pytest.raises(ConfigError, match="normalization"):
+        fit_demo_vae(blob_root, cfg, max_windows=4, normalization="none")
+
+
 def test_fit_demo_vae_checks_resolution(blob_root):
     cfg = load_config("demo", ["--data.height=64", "--data.width=96"])
     with pytest.raises(DataError, match="data.height"):

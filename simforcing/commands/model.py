@@ -10,7 +10,7 @@ from simforcing.config import Config, ConfigError
 from simforcing.evaluate.probe import FitOptions, fit_probe, save_probe
 from simforcing.models.info import format_info, model_info
 from simforcing.models.weights import write_action_expert
-from simforcing.prep.demo_vae import fit_demo_vae
+from simforcing.prep.demo_vae import NORMALIZATIONS, fit_demo_vae
 
 
 def add_info_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,11 +44,15 @@ def add_fit_vae_arguments(parser: argparse.ArgumentParser) -> None:
                         help="K principal components per 4-frame group (default: model.vae.latent_channels - 48)")
     parser.add_argument("--max-windows", type=int, default=2000, help="windows drawn for the fit")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--normalization", choices=NORMALIZATIONS, default="pixel",
+                        help="latent scale: 'pixel' (latent squared error = pixel squared error) or 'channel' "
+                             "(every channel at unit variance)")
     add_config_args(parser)
 
 
 def fit_vae(args: argparse.Namespace, cfg: Config) -> int:
-    vae, report = fit_demo_vae(args.data, cfg, args.max_windows, args.seed, args.components, args.out)
+    vae, report = fit_demo_vae(args.data, cfg, args.max_windows, args.seed, args.components, args.out,
+                               normalization=args.normalization)
     p = report["psnr_val"]
     print(f"demo VAE: K = {vae.components}, C = {vae.latent_channels} channels, fitted on "
           f"{report['fitted_on']['windows']} windows in {report['fit_seconds']} s -> {args.out}")

@@ -103,15 +103,29 @@ class _WindowReader:
                 yield dom, video[idx]
 
 
+NORMALIZATIONS = ("pixel", "channel")
+
+
 def fit_demo_vae(root: str | Path, cfg: Config, max_windows: int = 2000, seed: int = 0,
                  components: int | None = None, out_dir: str | Path | None = None,
-                 val_windows: int = 256) -> tuple[DemoVAE, dict]:
+                 val_windows: int = 256, normalization: str = "pixel") -> tuple[DemoVAE, dict]:
     """Fit the demo VAE on the sim and real frames of the train + sim_pool episodes of ``root``.
 
     K = ``components`` (default ``cfg.model.vae.latent_channels - 48``). Returns the VAE and a report with the
     reconstruction PSNR of val windows (future frames, the ceiling of every metric) per domain, and per K; saves
     both to ``out_dir`` (config.json + vae.safetensors) when given.
+
+    ``normalization`` sets the latent scale z = (raw − shift) / scale:
+    - "pixel" (default): one scale σ for every mean channel (their pooled std) and 2σ for every coefficient, so a
+      squared error in the latent is the same squared error in pixels, up to one constant (a mean channel is shared
+      by the 4 frames of its group, a coefficient is an orthonormal direction of the group's residuals). The flow
+      loss is then a pixel loss: a high-order component of little pixel energy weighs as little as it shows.
+    - "channel": every channel at unit variance (each PCA coefficient by its own spread) — the loss then weighs
+      the 16th component, ~1/50 of the first mean channel's pixel energy, like the first (kept to reproduce older
+      demo runs).
     """
+    if normalization not in NORMALIZATIONS:
+        raise ConfigError(f"normalization: got {normalization!r}; expected one of {', '.join(NORMALIZATIONS)}")
     t0 = time.time()
     k = cfg.model.vae.latent_channels - DEMO_MEAN_CHANNELS if components is None else int(components)
     if not 0 <= k <= DEMO_RANK:
@@ -146,9 +160,14 @@ def fit_demo_vae(root: str | Path, cfg: Config, max_windows: int = 2000, seed: i
     sigma = (colour_sq / n_mean - mu.pow(2)).clamp_min(1e-8).sqrt()
     coef_scale = eigval.sqrt().clamp_min(1e-3)  # unit second moment per component; floor for null directions
 
+    pooled = sigma.pow(2).mean().sqrt()  # one spread for all mean channels
+
     def build(kk: int) -> DemoVAE:
         shift = torch.cat([mu.repeat_interleave(16), torch.zeros(kk, dtype=torch.float64)])
-        scale = torch.cat([sigma.repeat_interleave(16), coef_scale[:kk]])
+        if normalization == "pixel":
+            scale = torch.cat([pooled.repeat(DEMO_MEAN_CHANNELS), (2 * pooled).repeat(kk)])
+        else:
+            scale = torch.cat([sigma.repeat_interleave(16), coef_scale[:kk]])
         return DemoVAE(eigvec[:, :kk].float(), shift.float(), scale.float())
 
     vae = build(k)
@@ -163,6 +182,7 @@ def fit_demo_vae(root: str | Path, cfg: Config, max_windows: int = 2000, seed: i
         "psnr_val_by_components": {str(kk): v for kk, v in psnr.items()},
         "explained_variance": float(eigval[:k].sum() / eigval.sum().clamp_min(1e-12)),
         "fit_seconds": round(fit_s, 2),
+        "normalization": normalization,
     }
     if out_dir is not None:
         vae.save(out_dir, report)
