@@ -155,6 +155,7 @@ class TrainConfig:
     keep_last: int = 3
     log_every: int = 10
     device: str = "auto"  # "auto", "cpu", "cuda"
+    threads: str = "auto"  # CPU threads: "auto" (all cores, fewer while other processes keep cores busy) or N
 
 
 @dataclass
@@ -165,6 +166,8 @@ class SampleConfig:
     mask_mode: str = "mask-file"  # "mask-file", "sam3", "paired-sim"
     sam3_path: Optional[str] = None
     seed: int = 0
+    condition: str = "rollout"  # c: "rollout" (the simulation rollout, SPEC §5) or "oracle" (the recorded sim video
+    #                             of the window, encoded: an upper bound for analysis, not a sampler)
 
 
 @dataclass
@@ -298,11 +301,14 @@ class Config:
         _check(t.mixed_precision in ("bf16", "no"), "train.mixed_precision", t.mixed_precision, "'bf16' or 'no'")
         _check(t.device in ("auto", "cpu", "cuda"), "train.device", t.device, "'auto', 'cpu' or 'cuda'")
         _check(t.keep_last >= 1, "train.keep_last", t.keep_last, "an integer >= 1")
+        _check(str(t.threads).strip().lower() == "auto" or (str(t.threads).isdigit() and int(t.threads) >= 1),
+               "train.threads", t.threads, "'auto' or an integer >= 1")
         _check(t.ckpt_every >= 1, "train.ckpt_every", t.ckpt_every, "an integer >= 1")
         _check(t.method in METHOD_NAMES, "train.method", t.method, "one of " + ", ".join(METHOD_NAMES))
         s = self.sample
         _check(s.n_sim >= 1 and s.n_real >= 1, "sample.n_real", (s.n_sim, s.n_real), "step counts >= 1")
         _check(0.0 <= s.w, "sample.w", s.w, "a guidance weight >= 0 (paper: 0, 0.3, 0.6, 1)")
+        _check(s.condition in ("rollout", "oracle"), "sample.condition", s.condition, "'rollout' or 'oracle'")
         _check(s.mask_mode in ("mask-file", "sam3", "paired-sim"), "sample.mask_mode", s.mask_mode,
                "'mask-file', 'sam3' or 'paired-sim'")
         e = self.eval
@@ -377,7 +383,7 @@ def _demo() -> Config:
 
     Choices that differ from the paper (all config fields, see README "Demo preset"):
     clean-latent parameterisation with a zero-initialised first-frame skip (a tiny velocity model gives speckled
-    samples), loss weights (1, 0.5, 0.5, 0.25), τ² loss weighting (= clean-latent MSE), continuous t, fp32.
+    samples), loss weights (1, 0.5, 0.5, 0.25), τ² loss weighting (= clean-latent MSE), continuous t, lr 3e-3, fp32.
     """
     cfg = Config(preset="demo")
     d = cfg.data
@@ -397,15 +403,12 @@ def _demo() -> Config:
     cfg.flow.loss_weighting = "tau_squared"  # clean-latent MSE: small-τ velocity errors would dominate otherwise
     cfg.loss = LossConfig(fm_real=1.0, fm_sim=0.5, md_real=0.5, md_sim=0.25, value_real=0.5, value_sim=0.25)
     t = cfg.train
-    t.lr, t.batch_size, t.epochs, t.max_steps = 1e-3, 8, 1000, 600
+    t.lr, t.batch_size, t.epochs, t.max_steps = 3e-3, 8, 1000, 600
     t.mixed_precision, t.device = "no", "cpu"
     t.ckpt_every, t.log_every, t.keep_last = 200, 10, 2
     cfg.eval.num_samples = 16
     cfg.policy.execute = 4  # of the 8-action chunk (FastWAM: 10 of 32), then re-plan
-    # At this scale the one-step prediction (the network's conditional mean) scores the best PSNR; more Euler steps
-    # sample sharper but less PSNR-accurate futures (the demo's sweep shows N_r = 1, 5, 10). The paper's 5B model
-    # is best at N_r = 10, the bridge/interndata_a1 default.
-    cfg.sample.n_real = 1
+    # evaluated at the paper's sampler (N_s, N_r, w) = (1, 10, 0.6), like bridge/interndata_a1 (the defaults)
     return cfg
 
 

@@ -225,6 +225,12 @@ def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: 
             raise ValueError(f"reuse_sim: the rollout has n_sim={reuse_sim.n_sim}; this call asks n_sim={n_sim}")
         sim = reuse_sim
         sw.add("simulation", sim.seconds)
+    elif w != 0.0 and cfg.sample.condition == "oracle":  # analysis: c = the window's recorded sim video
+        if "sim" not in batch:
+            raise ConfigError("sample.condition=oracle: the batch has no recorded 'sim' video to condition on")
+        with sw.phase("simulation"):
+            c = vae.encode(batch["sim"]).float()  # (B, C, L+1, h, w)
+        sim = SimRollout(c, batch["sim"][:, :, 0], 0, sw.times["simulation"], 0)
     elif w != 0.0:
         with sw.phase("simulation"):
             masker = masker or FirstFrameMasker.from_config(cfg, device)
@@ -271,6 +277,7 @@ class GuidedSampler:
 
     def settings(self) -> dict:
         return {"sampler": self.name, "n_sim": self.n_sim, "n_real": self.n_real, "w": self.w,
+                "condition": self.cfg.sample.condition,
                 "mask_mode": self.cfg.sample.mask_mode, "seed": self.cfg.sample.seed, "shift": self.cfg.flow.shift}
 
 

@@ -106,6 +106,7 @@ from simforcing.models.weights import frozen_copy, load_configured_weights
 from simforcing.models.world_model import build_world_model
 from simforcing.plots import plot_loss_curves
 from simforcing.runs import architecture_fields, check_teacher_architecture, differing_fields
+from simforcing.threads import configure_threads
 from simforcing.utils import (append_jsonl, atomic_write_json, atomic_write_text, autocast_context, read_jsonl,
                               seed_everything)
 
@@ -640,6 +641,7 @@ class Trainer:
 
     def _loop(self) -> dict:
         cfg = self.cfg
+        governor = configure_threads(cfg.train.threads, self.device.type)
         self.step = step = self.start_step
         self.log.status("running", step)
         bar = tqdm(total=self.total, initial=step, desc=self._describe(), dynamic_ncols=True,
@@ -658,6 +660,8 @@ class Trainer:
                     now = time.perf_counter()
                     dt, t_prev = now - t_prev, now  # one iteration, data loading included
                     bar.update(1)
+                    if governor is not None:
+                        governor.update()
                     if step % cfg.train.log_every == 0 or step in (1, self.total):
                         last_logs = self._log(step, lr, logs, grad_norm, dt, t_start)
                         bar.set_postfix(loss=f"{logs.get('loss', float('nan')):.4g}")
@@ -739,7 +743,7 @@ class Trainer:
     def _log(self, step: int, lr: float, logs: dict, grad_norm: float, dt: float, t_start: float) -> dict:
         logs = parallel.all_reduce_mean({k: float(v) for k, v in logs.items()}, self.device)
         record = {"step": step, "epoch": (step - 1) // self.spe, "lr": lr, **logs, "grad_norm": grad_norm,
-                  "samples_per_s": self._global_batch() / max(dt, 1e-9),
+                  "samples_per_s": self._global_batch() / max(dt, 1e-9), "threads": torch.get_num_threads(),
                   "time": round(self.time_offset + time.perf_counter() - t_start, 4)}
         self.log.log(record)
         return record

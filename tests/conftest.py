@@ -4,6 +4,8 @@ offscreen MuJoCo rendering."""
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# one thread in this process and every command a test starts (train.threads=auto then has nothing to adapt)
+os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest
 import torch

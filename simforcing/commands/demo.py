@@ -1,5 +1,5 @@
-"""`simforcing demo [--out runs/demo | runs/demo_quick with --quick] [--quick] [--full] [--seeds K]`: the whole paper on the embedded synthetic
-benchmark (``simforcing.demo``)."""
+"""`simforcing demo [--out runs/demo | runs/demo_quick with --quick] [--quick] [--full] [--seeds K] [--jobs N]`: the
+whole paper on the embedded synthetic benchmark (``simforcing.demo``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import argparse
 from pathlib import Path
 
 from simforcing.commands import Subcommand
-from simforcing.config import Config
-from simforcing.demo import BASE_METHODS, FULL_METHODS, demo_budget, demo_config, run_demo
+from simforcing.config import Config, ConfigError
+from simforcing.demo import demo_budget, demo_config, run_demo
+from simforcing.threads import available_cores
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,8 +17,13 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
                         "so a smoke test never shares the full demo's data and runs)")
     parser.add_argument("--data", default=None, help="dataset folder (default: OUT/data, generated when missing)")
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny data and budgets (numbers meaningless)")
-    parser.add_argument("--full", action="store_true", help="also train joint_fm, value_distill and motion_distill")
-    parser.add_argument("--seeds", type=int, default=1, help="stage-2 seeds (paired difference simforcing − sft)")
+    parser.add_argument("--full", action="store_true",
+                        help="also the ablations: Tab. 2 (joint_fm, random windows off, motion_distill), Tab. 3 "
+                             "(value_distill), Tab. A1 (p = 0, 0.3, 1) and all three policy settings")
+    parser.add_argument("--seeds", type=int, default=1, help="stage-2 seeds (paired differences simforcing − sft)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="jobs side by side (default: the cores this process may use); results do not depend on it")
+    parser.add_argument("--no-policy", action="store_true", help="leave out the policy-transfer section")
     parser.add_argument("--stage1-steps", type=int, default=None)
     parser.add_argument("--stage2-steps", type=int, default=None)
     parser.add_argument("--dry-run", action="store_true", help="print the demo config and exit")
@@ -41,8 +47,13 @@ def config(args: argparse.Namespace) -> Config:
 
 
 def demo(args: argparse.Namespace, cfg: Config) -> int:
-    return run_demo(_out(args), _data_root(args), _budget(args), cfg,
-                    FULL_METHODS if args.full else BASE_METHODS, args.seeds)
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds: got {args.seeds}; expected an integer >= 1")
+    jobs = args.jobs if args.jobs is not None else min(4, available_cores())
+    if jobs < 1:
+        raise ConfigError(f"--jobs: got {jobs}; expected an integer >= 1")
+    return run_demo(_out(args), Path(args.data) if args.data else None, _budget(args), list(args.overrides or []),
+                    args.seeds, args.full, jobs, policy=not args.no_policy)
 
 
 SUBCOMMANDS = {("demo",): Subcommand(add_demo_arguments, demo, config)}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from simforcing.commands import Subcommand, add_config_args, config_for_run, config_from_args
 from simforcing.config import Config
-from simforcing.evaluate.run import evaluate_run, format_result
+from simforcing.evaluate.run import DOMAINS, evaluate_run, format_result
 from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps
 from simforcing.sample import BASELINES
 from simforcing.utils import resolve_device
@@ -21,6 +21,9 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-samples", type=int, default=None, help="K windows (default: eval.num_samples)")
     parser.add_argument("--out", required=True, help="output folder for eval.json and eval.md")
     parser.add_argument("--baseline", choices=BASELINES, default=None)
+    parser.add_argument("--domain", choices=DOMAINS, default="real",
+                        help="real (the two-stage sampler) or sim (the model as a simulation world model, w = 0, on "
+                             "the recorded sim videos)")
     parser.add_argument("--device", default=None, help="auto | cpu | cuda (default: train.device)")
     add_config_args(parser)
 
@@ -33,7 +36,7 @@ def evaluate_config(args: argparse.Namespace) -> Config:
 def evaluate(args: argparse.Namespace, cfg: Config) -> int:
     device = resolve_device(args.device) if args.device else None
     res = evaluate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, baseline=args.baseline,
-                       step=args.step, device=device)
+                       step=args.step, device=device, domain=args.domain)
     print(f"{format_result(res)} -> {Path(args.out) / 'eval.json'}")
     return 0
 

@@ -151,11 +151,52 @@ def build_sampler(cfg: Config, baseline: Optional[str], model=None, vae=None, de
     raise ConfigError(f"--baseline: got {baseline!r}; expected one of {', '.join(BASELINES)}")
 
 
+def load_configured_probe(cfg: Config, device) -> Optional[StateProbe]:
+    """The state probe of ``eval.probe`` (None when unset); a bad folder is a ConfigError naming it."""
+    if not cfg.eval.probe:
+        return None
+    try:
+        return load_probe(cfg.eval.probe, device)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
+def sweep_probe(cfg: Config, device) -> Optional[StateProbe]:
+    """The probe for a sweep: its grid shows the action-following error of every cell; the control (another
+    window's actions, twice the sampling) is the evaluation's, not the sweep's."""
+    cfg.eval.action_control = False
+    return load_configured_probe(cfg, device)
+
+
+class SimDomainView:
+    """An evaluation set seen in the simulation domain: each window's recorded sim video stands where the real one
+    does (observation and target), so a model is scored as a simulation world model — the student's simulation
+    rollout (gate off, no condition) or the stage-1 teacher — and the baselines as the simulation's."""
+
+    def __init__(self, ds):
+        self.ds, self.normalizer = ds, ds.normalizer
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> dict:
+        item = dict(self.ds[i])
+        item["real"] = item["sim"]
+        return item
+
+
+DOMAINS = ("real", "sim")
+
+
 def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Optional[Config], split: str,
                  num_samples: Optional[int], out_dir: str | Path, baseline: Optional[str] = None,
                  step: Optional[int] = None, device: Optional[str | torch.device] = None,
-                 progress: bool = True) -> dict:
+                 progress: bool = True, domain: str = "real") -> dict:
     """Evaluate a run's checkpoint (or a baseline) and write ``out_dir/eval.json`` + ``eval.md``; returns the dict.
+
+    ``domain="sim"`` scores the model in simulation (:class:`SimDomainView`): observation and target are the recorded
+    sim video, the sampler runs with w = 0 (the network with its gate off — exactly the simulation rollout of the
+    two-stage sampler, with ``sample.n_real`` steps).
 
     ``cfg`` supplies data/sample/eval settings (the run's own config when None); the network, VAE and flow settings
     come from the run. Baselines need no run: ``cfg`` then must name the VAE (vae-recon).
@@ -172,18 +213,20 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
     elif run_dir is not None:
         cfg = merge_run_config(Config.load(Path(run_dir) / "config.json"), cfg)
     cfg = with_dataset_settings(cfg, data_root)
+    if domain not in DOMAINS:
+        raise ConfigError(f"--domain: got {domain!r}; expected one of {', '.join(DOMAINS)}")
+    if domain == "sim":
+        cfg.sample.w = 0.0  # in simulation the model runs unconditioned: the rollout the sampler conditions on
     num_samples = cfg.eval.num_samples if num_samples is None else int(num_samples)
     sampler = build_sampler(cfg, baseline, model, vae, dev)
     ds = eval_dataset(cfg, data_root, split, meta.get("stats") if isinstance(meta, dict) else None)
-    probe = None
-    if cfg.eval.probe:
-        try:
-            probe = load_probe(cfg.eval.probe, dev)
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
+    if domain == "sim":
+        ds = SimDomainView(ds)
+    probe = load_configured_probe(cfg, dev)
     res = evaluate_sampler(sampler, ds, cfg, num_samples, dev, progress=progress,
                            desc=f"evaluate {baseline or Path(run_dir).name}", probe=probe)
-    res.update({"split": split, "data": str(data_root), "requested_samples": num_samples, "baseline": baseline,
+    res.update({"split": split, "domain": domain, "data": str(data_root), "requested_samples": num_samples,
+                "baseline": baseline,
                 "sampler": sampler.settings(), "device": str(dev),
                 "include_first_frame": cfg.eval.include_first_frame,
                 "checkpoint": None if run_dir is None or baseline else

@@ -26,15 +26,15 @@ import torch
 from matplotlib.figure import Figure
 
 from simforcing.config import Config, ConfigError
-from simforcing.evaluate.run import evaluate_sampler
+from simforcing.evaluate.run import evaluate_sampler, sweep_probe
 from simforcing.runs import eval_dataset, load_run, with_dataset_settings
 from simforcing.sample import GuidedSampler
 from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, resolve_device
 
 PAPER_W = (0.0, 0.3, 0.6, 1.0)
 PAPER_STEPS = (1, 5, 10, 20)
-_KEEP = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd", "latency_s", "latency_phases_s", "forwards_per_sample",
-         "num_samples")
+_KEEP = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd", "af_pos", "af_pos_moving", "af_floor_pos", "latency_s",
+         "latency_phases_s", "forwards_per_sample", "num_samples")
 
 
 def _row(res: dict, **settings) -> dict:
@@ -60,6 +60,7 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
     cfg = with_dataset_settings(cfg, data_root)
     k = cfg.eval.num_samples if num_samples is None else int(num_samples)
     ds = eval_dataset(cfg, data_root, split, meta.get("stats"))
+    probe = sweep_probe(cfg, dev)
     rows: list[dict] = []
     w0: dict[int, dict] = {}  # n_real -> the evaluated w = 0 row
     masker = None
@@ -73,7 +74,7 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
                 sampler = GuidedSampler(model, vae, cfg, ns, nr, w, masker=masker)
                 masker = masker or sampler.masker
                 res = evaluate_sampler(sampler, ds, cfg, k, dev, sim_cache=cache, progress=progress,
-                                       desc=f"N_s={ns} N_r={nr} w={w:g}")
+                                       desc=f"N_s={ns} N_r={nr} w={w:g}", probe=probe)
                 row = _row(res, n_sim=ns, n_real=nr, w=float(w), reused_from=None)
                 if float(w) == 0.0:
                     w0[nr] = row
@@ -81,12 +82,15 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
     out = Path(out_dir)
     keys = [(ns, nr) for ns in n_sim for nr in n_real]
     tables = {metric: _grid(rows, keys, ws, lambda r: (r["n_sim"], r["n_real"]), metric)
-              for metric in ("psnr", "ssim", "latency_s")}
+              for metric in ("psnr", "ssim", "latency_s", "af_pos")}
     heads = ("N_s", "N_r")
-    md = "\n\n".join([
-        _table_md("Tab. A2 — PSNR (dB) ↑", heads, keys, ws, tables["psnr"], 3),
-        _table_md("Tab. A3 — SSIM ↑", heads, keys, ws, tables["ssim"], 4),
-        _table_md("Tab. A4 — latency (s/sample) ↓", heads, keys, ws, tables["latency_s"], 4)])
+    parts = [_table_md("Tab. A2 — PSNR (dB) ↑", heads, keys, ws, tables["psnr"], 3),
+             _table_md("Tab. A3 — SSIM ↑", heads, keys, ws, tables["ssim"], 4),
+             _table_md("Tab. A4 — latency (s/sample) ↓", heads, keys, ws, tables["latency_s"], 4)]
+    if probe is not None:
+        parts.append(_table_md("Action-following error (state probe, state units) ↓", heads, keys, ws,
+                               tables["af_pos"], 4))
+    md = "\n\n".join(parts)
     notes = ["w = 0 rows: predictions are invariant to N_s (no simulation rollout runs); evaluated at the first N_s and "
              "reused for the others (see reused_from); their latency has no simulation cost.",
              "Simulation rollouts are shared across N_r and w > 0 of one N_s; each configuration's latency includes "
@@ -97,7 +101,8 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
     png = out / "sweep_steps.png"
     labels = [f"({a},{b})" for a, b in keys]
     heatmap(png, tables, labels, [f"{w:g}" for w in ws], "(N_s, N_r)",
-            {"psnr": "PSNR (dB)", "ssim": "SSIM", "latency_s": "latency (s)"})
+            {"psnr": "PSNR (dB)", "ssim": "SSIM", "latency_s": "latency (s)",
+             **({"af_pos": "action error"} if probe is not None else {})})
     result = {"run": str(run_dir), "checkpoint_step": meta.get("step"), "split": split, "num_samples": k,
               "n_sim": list(n_sim), "n_real": list(n_real), "w": [float(w) for w in ws],
               "mask_mode": cfg.sample.mask_mode, "seed": cfg.sample.seed, "configs": rows, "tables": tables,
@@ -130,25 +135,31 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
         keys.append(key)
         k = c.eval.num_samples if num_samples is None else int(num_samples)
         ds = eval_dataset(c, data_root, split, meta.get("stats"))
+        probe = sweep_probe(c, dev)
         cache: dict = {}
         masker = None
         for w in ws:
             sampler = GuidedSampler(model, vae, c, w=w, masker=masker)
             masker = masker or sampler.masker
             res = evaluate_sampler(sampler, ds, c, k, dev, sim_cache=cache, progress=progress,
-                                   desc=f"p={p:g} w={w:g}")
+                                   desc=f"p={p:g} w={w:g}", probe=probe)
             rows.append(_row(res, p=p, run=str(run_dir), w=float(w), n_sim=sampler.n_sim, n_real=sampler.n_real,
                              checkpoint_step=meta.get("step")))
         del model, vae
     dup = len({p for p, _ in keys}) < len(keys)
     labels = [f"p={p:g}" + (f" ({name})" if dup else "") for p, name in keys]
-    tables = {m: _grid(rows, keys, ws, lambda r: (r["p"], Path(r["run"]).name), m) for m in ("psnr", "ssim")}
+    tables = {m: _grid(rows, keys, ws, lambda r: (r["p"], Path(r["run"]).name), m) for m in ("psnr", "ssim", "af_pos")}
     cells = [[_pair(a, b) for a, b in zip(ra, rb)] for ra, rb in zip(tables["psnr"], tables["ssim"])]
     md = _table_md("Tab. A1 — PSNR (dB) / SSIM by training p (rows) and guidance w (columns)", ("p",),
                    [(lab,) for lab in labels], ws, cells, None)
+    titles = {"psnr": "PSNR (dB)", "ssim": "SSIM"}
+    if any(v is not None for row in tables["af_pos"] for v in row):
+        md += "\n\n" + _table_md("Tab. A1 — action-following error (state probe, state units) ↓", ("p",),
+                                  [(lab,) for lab in labels], ws, tables["af_pos"], 4)
+        titles["af_pos"] = "action error"
     out = Path(out_dir)
     png = out / "sweep_cfg.png"
-    heatmap(png, tables, labels, [f"{w:g}" for w in ws], "training p", {"psnr": "PSNR (dB)", "ssim": "SSIM"})
+    heatmap(png, tables, labels, [f"{w:g}" for w in ws], "training p", titles)
     result = {"runs": [str(r) for r in run_dirs], "split": split, "num_samples": k, "w": [float(w) for w in ws],
               "configs": rows, "tables": tables, "row_labels": labels, "table_md": md, "heatmap": str(png),
               "json": str(out / "sweep_cfg.json")}

@@ -17,16 +17,14 @@ A finished run or evaluation is reused when the section is called again (the dem
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from simforcing.jobs import Job, run_jobs, timings
 from simforcing.policy.evaluate import EXPERT, FLOOR, format_table
+from simforcing.utils import atomic_write_json, atomic_write_text
 
 
 @dataclass
@@ -59,123 +57,101 @@ def _finished(run: Path, steps: int) -> bool:
     return st.get("state") == "finished" and int(st.get("step", -1)) >= steps
 
 
-def _run_all(cmds: list[tuple[str, list[str], Path]], jobs: int, progress: Callable[[str], None]) -> None:
-    """Run (name, argv, log file) commands, at most ``jobs`` at once, each with one torch thread; raise on failure."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env.setdefault("MUJOCO_GL", "egl")
-    pending, running = list(cmds), []
-    while pending or running:
-        while pending and len(running) < max(1, jobs):
-            name, argv, log = pending.pop(0)
-            log.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(log, "w")
-            running.append((name, subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env), fh, log))
-        time.sleep(0.5)
-        for item in list(running):
-            name, proc, fh, log = item
-            if proc.poll() is None:
-                continue
-            fh.close()
-            running.remove(item)
-            if proc.returncode != 0:
-                for _, other, ofh, _ in running:
-                    other.terminate()
-                    other.wait()
-                    ofh.close()
-                tail = "\n".join(log.read_text().splitlines()[-15:])
-                raise RuntimeError(f"policy section: {name} failed (exit {proc.returncode}); log {log}:\n{tail}")
-            progress(f"policy section: {name} done")
+def _data_ready(data: Path, budget: PolicyBudget) -> bool:
+    info_path = data / "meta" / "info.json"
+    try:
+        have = json.loads(info_path.read_text()).get("synth", {})
+    except (OSError, json.JSONDecodeError):
+        return False
+    return have.get("per_task") == budget.per_task and have.get("max_steps") == budget.max_steps
 
 
-def policy_section(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = False, seed: int = 42, jobs: int = 1,
-                   progress: Callable[[str], None] = print, quick: bool = False,
-                   budget: PolicyBudget | None = None) -> dict:
-    """See the module docstring. ``wm_runs``: {"simforcing": run, "sft": run (used with ``full``)}; the base policy
-    takes the SimForcing run's config (architecture, VAE) without its weights. Returns {"rows", "labels",
-    "table_md", "commands", "wall_time_s", "data", "runs", "init"}."""
-    from simforcing.policy.synth_data import generate_policy_dataset
-
-    budget = budget or (QUICK if quick else PolicyBudget())
+def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = False, seed: int = 42,
+                budget: PolicyBudget | None = None, wm_deps: dict[str, str] | None = None,
+                after: tuple = ()) -> tuple[list[Job], dict]:
+    """The section as jobs of a :mod:`simforcing.jobs` graph (what the demo schedules beside its other work), and
+    what :func:`collect_policy` needs afterwards. ``wm_deps``: the job that makes each world-model run (the
+    policies start when it finished); ``after``: jobs the dataset generation waits for (to leave the cores to them).
+    A finished run, dataset or evaluation is not run again."""
+    budget = budget or PolicyBudget()
     out = Path(out_dir) / "policy"
-    out.mkdir(parents=True, exist_ok=True)
-    exe = [sys.executable, "-m", "simforcing"]
-    t_start = time.perf_counter()
-    wall: dict[str, float] = {}
-    commands: dict[str, str] = {}
+    wm_deps = wm_deps or {}
     if "simforcing" not in wm_runs:
         raise ValueError(f"wm_runs: expected a 'simforcing' run; got {sorted(wm_runs)}")
     sf_cfg = Path(wm_runs["simforcing"]) / "config.json"
-
-    # 1. data -----------------------------------------------------------------------------------------------------
     data = out / "data"
-    want = {"per_task": budget.per_task, "max_steps": budget.max_steps}
-    info_path = data / "meta" / "info.json"
-    have = json.loads(info_path.read_text()).get("synth", {}) if info_path.exists() else {}
-    t0 = time.perf_counter()
-    if any(have.get(k) != v for k, v in want.items()):
-        progress(f"policy section: generating {budget.per_task} demonstrations per task")
-        generate_policy_dataset(data, per_task=budget.per_task, num_val=0, max_steps=budget.max_steps,
-                                workers=max(1, min(jobs, 2)), overwrite=True, progress=False)
-    wall["data"] = time.perf_counter() - t0
-    commands["data"] = (f"simforcing data synth-policy {data} --per-task {budget.per_task} --num-val 0 "
-                        f"--max-steps {budget.max_steps}")
-
-    # 2. training ---------------------------------------------------------------------------------------------------
-    rows = _setting_rows(wm_runs, full)
-    runs, todo = {}, []
+    jobs: list[Job] = []
+    data_argv = ["data", "synth-policy", str(data), "--per-task", str(budget.per_task), "--num-val", "0",
+                 "--max-steps", str(budget.max_steps), "--workers", "1", "--overwrite", "--no-progress"]
+    jobs.append(Job("policy data", data_argv, deps=tuple(after), priority=30,
+                    skip=lambda: _data_ready(data, budget)))
+    runs: dict[str, Path] = {}
     common = [f"--train.max_steps={budget.train_steps}", f"--train.batch_size={budget.batch_size}",
-              f"--policy.execute={budget.execute}",
-              f"--train.seed={seed}", f"--train.ckpt_every={budget.train_steps}", "--train.log_every=25"]
-    for label, setting, key in rows:
+              f"--policy.execute={budget.execute}", f"--train.seed={seed}", f"--train.ckpt_every={budget.train_steps}",
+              "--train.log_every=25", "--train.threads=1"]
+    for label, setting, key in _setting_rows(wm_runs, full):
         run = out / f"{setting}_{key}"
         runs[label] = run
         init = "base" if key == "base" else str(wm_runs[key])
         argv = ["policy", "train", "--setting", setting, "--init", init, "--data", str(data), "--out", str(run)]
         if key == "base":
             argv += ["--config", str(sf_cfg)]
-        argv += common
-        commands[f"train {label}"] = "simforcing " + shlex.join(argv)
-        if not _finished(run, budget.train_steps):
-            todo.append((f"train {label}", exe + argv + ["--no-progress"] + (["--resume"] if (run / "checkpoints")
-                                                                                .exists() else []),
-                         out / "logs" / f"train_{setting}_{key}.log"))
-    t0 = time.perf_counter()
-    _run_all(todo, jobs, progress)
-    wall["train"] = time.perf_counter() - t0
-
-    # 3. closed-loop evaluation -------------------------------------------------------------------------------------
-    t0 = time.perf_counter()
+        argv += common + (["--resume"] if (run / "checkpoints").exists() and not _finished(run, budget.train_steps)
+                          else [])
+        deps = ("policy data",) + tuple(wm_deps[k] for k in ("simforcing", key) if k in wm_deps)
+        jobs.append(Job(f"policy train {label}", argv, deps=tuple(dict.fromkeys(deps)), priority=35,
+                        skip=lambda run=run: _finished(run, budget.train_steps)))
     groups = [[EXPERT]] + [[label] for label in runs]  # the baselines in one process, one process per policy
-    evals, todo = {}, []
+    evals: dict[int, Path] = {}
     for g, members in enumerate(groups):
         ev = out / "eval" / f"part{g}"
         evals[g] = ev
         argv = ["policy", "eval", "--out", str(ev), "--per-task", str(budget.eval_per_task), "--max-steps",
                 str(budget.max_steps)]
-        argv += ["--runs"] + [f"{m}={runs[m]}" for m in members if m in runs] if members != [EXPERT] else []
-        argv += ["--no-baselines"] if members != [EXPERT] else []
-        commands[f"eval {members[0] if members != [EXPERT] else 'expert + floor'}"] = "simforcing " + shlex.join(argv)
-        if not (ev / "eval.json").exists():
-            todo.append((f"eval {g}", exe + argv, out / "logs" / f"eval_{g}.log"))
-    _run_all(todo, jobs, progress)
-    table_rows: dict = {}
-    for g in sorted(evals):
-        table_rows.update(json.loads((evals[g] / "eval.json").read_text())["rows"])
-    wall["eval"] = time.perf_counter() - t0
-    order = [EXPERT, FLOOR] + [label for label in runs]
-    table_rows = {k: table_rows[k] for k in order if k in table_rows}
-    tasks = ["reach", "push", "grasp"]
-    wall["total"] = time.perf_counter() - t_start
+        if members != [EXPERT]:
+            argv += ["--runs", f"{members[0]}={runs[members[0]]}", "--no-baselines"]
+        deps = ("policy data",) if members == [EXPERT] else (f"policy train {members[0]}",)
+        name = f"policy eval {'expert + floor' if members == [EXPERT] else members[0]}"
+        jobs.append(Job(name, argv, deps=deps, priority=25, skip=lambda ev=ev: (ev / "eval.json").exists()))
+    info = {"out": str(out), "data": str(data), "runs": {k: str(v) for k, v in runs.items()},
+            "evals": [str(v) for v in evals.values()], "budget": asdict(budget), "seed": seed,
+            "commands": {j.name: j.cite() for j in jobs}}
+    return jobs, info
+
+
+def collect_policy(info: dict, wall_time_s: dict | None = None) -> dict:
+    """The section's results from the files its jobs wrote: rows (expert, floor, each policy), the Tab. 5 table,
+    the commands, each policy's initialisation report; also written to OUT/policy/results.json and table.md."""
+    rows: dict = {}
+    for ev in info["evals"]:
+        rows.update(json.loads((Path(ev) / "eval.json").read_text())["rows"])
+    order = [EXPERT, FLOOR] + list(info["runs"])
+    rows = {k: rows[k] for k in order if k in rows}
     init = {}
-    for label, run in runs.items():
-        p = run / "init.json"
+    for label, run in info["runs"].items():
+        p = Path(run) / "init.json"
         if p.exists():
             rep = json.loads(p.read_text())
             init[label] = {"source": rep["source"], "inherited": len(rep["inherited"]), "new": len(rep["new"]),
                            "partial": rep["partial"]}
-    res = {"rows": table_rows, "table_md": format_table(table_rows, tasks), "commands": commands,
-           "wall_time_s": wall, "runs": {k: str(v) for k, v in runs.items()}, "init": init,
-           "data": str(data), "budget": asdict(budget), "seed": seed}
-    (out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / "table.md").write_text(res["table_md"] + "\n")
+    res = {"rows": rows, "table_md": format_table(rows, ["reach", "push", "grasp"]), "commands": info["commands"],
+           "wall_time_s": wall_time_s or {}, "runs": info["runs"], "init": init, "data": info["data"],
+           "budget": info["budget"], "seed": info["seed"]}
+    out = Path(info["out"])
+    atomic_write_json(out / "results.json", res)
+    atomic_write_text(out / "table.md", res["table_md"] + "\n")
     return res
+
+
+def policy_section(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = False, seed: int = 42, jobs: int = 1,
+                   progress: Callable[[str], None] = print, quick: bool = False,
+                   budget: PolicyBudget | None = None) -> dict:
+    """The whole section on its own (see the module docstring): :func:`policy_jobs` run on ``jobs`` slots, then
+    :func:`collect_policy`. Returns {"rows", "table_md", "commands", "wall_time_s", "runs", "init", ...}."""
+    budget = budget or (QUICK if quick else PolicyBudget())
+    graph, info = policy_jobs(out_dir, wm_runs, full, seed, budget)
+    t0 = time.perf_counter()
+    results = run_jobs(graph, max(1, jobs), Path(info["out"]) / "logs", echo=progress, status_every=60)
+    wall = timings(results)
+    wall["total"] = round(time.perf_counter() - t0, 1)
+    return collect_policy(info, wall)

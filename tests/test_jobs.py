@@ -1,0 +1,92 @@
+"""The job graph behind the demo: order, slots, skipping, failure, progress, threads per job."""
+
+import json
+import sys
+import time
+
+import pytest
+
+from simforcing.jobs import Job, JobFailed, check_graph, progress_of, run_jobs
+
+
+def _py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def _writer(path, text, sleep=0.0):
+    """A job that sleeps, then appends ``text`` and the wall clock to ``path`` (a JSON line)."""
+    return _py(f"import json, os, time; t0 = time.time(); time.sleep({sleep}); "
+               f"open({str(path)!r}, 'a').write(json.dumps([{text!r}, t0, time.time(), "
+               f"os.environ['OMP_NUM_THREADS']]) + '\\n')")
+
+
+def _lines(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_graph_is_checked():
+    with pytest.raises(ValueError, match="duplicate"):
+        check_graph([Job("a", []), Job("a", [])], 2)
+    with pytest.raises(ValueError, match="unknown dependencies"):
+        check_graph([Job("a", [], deps=("b",))], 2)
+    with pytest.raises(ValueError, match="cycle"):
+        check_graph([Job("a", [], deps=("b",)), Job("b", [], deps=("a",))], 2)
+    with pytest.raises(ValueError, match="needs 2 slots"):
+        check_graph([Job("a", [], slots=2)], 1)
+
+
+def test_dependencies_slots_priority_and_threads(tmp_path):
+    out = tmp_path / "events.jsonl"
+    jobs = [Job("first", _writer(out, "first", 0.3), raw=True, slots=2, threads=2),
+            Job("low", _writer(out, "low", 0.6), raw=True, deps=("first",)),
+            Job("high", _writer(out, "high", 0.6), raw=True, deps=("first",), priority=5),
+            Job("last", _writer(out, "last"), raw=True, deps=("low", "high"))]
+    said = []
+    res = run_jobs(jobs, slots=2, log_dir=tmp_path / "logs", echo=said.append, poll=0.02)
+    assert all(r.state == "done" for r in res.values())
+    ev = {name: (t0, t1, threads) for name, t0, t1, threads in _lines(out)}
+    assert ev["first"][1] <= ev["low"][0] and ev["first"][1] <= ev["high"][0]  # dependencies first
+    assert ev["low"][0] < ev["high"][1] and ev["high"][0] < ev["low"][1]  # two 1-slot jobs side by side
+    assert ev["last"][0] >= max(ev["low"][1], ev["high"][1])
+    assert ev["first"][2] == "2" and ev["low"][2] == "1"  # each job's own thread count
+    assert said[0].endswith("started (2 slots, log " + str(tmp_path / "logs" / "first.log") + ")")
+    starts = [s for s in said if "started" in s]
+    assert "high" in starts[1]  # the higher priority starts first
+    assert (tmp_path / "logs" / "low.log").read_text().startswith("$ " + sys.executable)
+
+
+def test_one_slot_runs_one_job_at_a_time(tmp_path):
+    out = tmp_path / "events.jsonl"
+    run_jobs([Job(n, _writer(out, n, 0.2), raw=True) for n in "abc"], slots=1, log_dir=tmp_path, echo=lambda s: None,
+             poll=0.02)
+    ev = sorted(_lines(out), key=lambda e: e[1])
+    assert all(a[2] <= b[1] for a, b in zip(ev, ev[1:]))
+
+
+def test_skipped_jobs_are_not_run_and_unblock_their_dependents(tmp_path):
+    out = tmp_path / "events.jsonl"
+    res = run_jobs([Job("done", _writer(out, "done"), raw=True, skip=lambda: True),
+                    Job("next", _writer(out, "next"), raw=True, deps=("done",))], 2, tmp_path, echo=lambda s: None,
+                   poll=0.02)
+    assert res["done"].state == "skipped" and res["next"].state == "done"
+    assert [e[0] for e in _lines(out)] == ["next"]
+
+
+def test_a_failed_job_stops_the_graph_and_names_itself(tmp_path):
+    out = tmp_path / "events.jsonl"
+    jobs = [Job("bad", _py("import sys; print('boom: the reason'); sys.exit(3)"), raw=True),
+            Job("slow", _py("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(75)); "
+                            "time.sleep(30)"), raw=True),
+            Job("after", _writer(out, "after"), raw=True, deps=("bad",))]
+    t = time.perf_counter()
+    with pytest.raises(JobFailed, match="'bad' failed with exit code 3") as e:
+        run_jobs(jobs, 2, tmp_path, echo=lambda s: None, poll=0.02)
+    assert "boom: the reason" in str(e.value) and time.perf_counter() - t < 20  # the slow one was stopped
+    assert not out.exists()
+
+
+def test_progress_is_the_last_count_of_the_log(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_bytes(b"step:  10%|#  | 3/30 [00:01<00:09]\rstep:  20%|## | 6/30 [00:02<00:08]\r")
+    assert progress_of(log) == "6/30"
+    assert progress_of(tmp_path / "missing.log") == ""
