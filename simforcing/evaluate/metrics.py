@@ -43,8 +43,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from torch import Tensor
-from torchmetrics.functional.image import structural_similarity_index_measure
-from torchmetrics.image.fid import FrechetInceptionDistance
 
 from simforcing.evaluate.networks import LPIPS, load_fid_inception, load_i3d, load_lpips
 
@@ -115,11 +113,29 @@ def ssim_per_sample(pred: Tensor, gt: Tensor, protocol: MetricProtocol = MetricP
     r = SSIM_KERNEL // 2
     if min(h, w) <= 2 * r:
         raise ValueError(f"SSIM: frames of {h}×{w} are too small for the {SSIM_KERNEL}×{SSIM_KERNEL} window")
-    _, full = structural_similarity_index_measure(
-        p.reshape(b * f, c, h, w), g.reshape(b * f, c, h, w), gaussian_kernel=True, sigma=SSIM_SIGMA,
-        kernel_size=SSIM_KERNEL, data_range=1.0, reduction="none", return_full_image=True)  # full (B·F', 3, H, W)
-    per_frame = full[..., r:-r, r:-r].mean(dim=(1, 2, 3))  # (B·F',)
-    return per_frame.reshape(b, f).mean(dim=1)
+    full = ssim_map(p.reshape(b * f, c, h, w), g.reshape(b * f, c, h, w))  # (B·F', 3, H − 10, W − 10): the interior
+    return full.mean(dim=(1, 2, 3)).reshape(b, f).mean(dim=1)
+
+
+def ssim_map(x: Tensor, y: Tensor, data_range: float = 1.0) -> Tensor:
+    """The SSIM map of images (N, C, H, W) over the interior where the whole Gaussian window fits (11×11, σ 1.5,
+    population statistics, K1 = 0.01, K2 = 0.03): (N, C, H − 10, W − 10), float64. scikit-image's
+    ``structural_similarity(gaussian_weights=True, sigma=1.5, use_sample_covariance=False)`` averages this map."""
+    x, y = x.double(), y.double()
+    c = x.shape[1]
+    t = torch.arange(SSIM_KERNEL, dtype=torch.float64, device=x.device) - SSIM_KERNEL // 2
+    g = torch.exp(-t ** 2 / (2 * SSIM_SIGMA ** 2))
+    g = g / g.sum()
+    kh = g.view(1, 1, -1, 1).repeat(c, 1, 1, 1)  # separable: a column then a row
+    kw = g.view(1, 1, 1, -1).repeat(c, 1, 1, 1)
+
+    def blur(z: Tensor) -> Tensor:
+        return torch.nn.functional.conv2d(torch.nn.functional.conv2d(z, kh, groups=c), kw, groups=c)
+
+    mx, my = blur(x), blur(y)
+    vx, vy, cov = blur(x * x) - mx * mx, blur(y * y) - my * my, blur(x * y) - mx * my
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    return ((2 * mx * my + c1) * (2 * cov + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
 
 
 def masked_psnr_per_sample(pred: Tensor, gt: Tensor, masks: Tensor,
@@ -251,6 +267,9 @@ class MetricAccumulator:
         inception, self.fid_reason = load_fid_inception(cfg.eval.inception_weights, self.device)
         self.fid = None
         if inception is not None:
+            # torchmetrics takes 2 s to import (all its domains): only when FID weights are configured
+            from torchmetrics.image.fid import FrechetInceptionDistance
+
             self.fid = FrechetInceptionDistance(feature=inception, normalize=True).to(self.device)
         self.i3d, self.fvd_reason = load_i3d(cfg.eval.i3d_weights, self.device)
         self.i3d_feats: dict[str, list[Tensor]] = {"real": [], "fake": []}

@@ -12,7 +12,6 @@ Writes OUT/eval.json and OUT/eval.md.
 
 from __future__ import annotations
 
-import copy
 import statistics
 from pathlib import Path
 from typing import Optional

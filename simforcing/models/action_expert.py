@@ -28,11 +28,10 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
-from diffusers.models.embeddings import PixArtAlphaTextProjection, TimestepEmbedding, Timesteps
 from diffusers.models.normalization import FP32LayerNorm
 
 from simforcing.config import ConfigError
-from simforcing.models.video_dit import DiTBlock, Rope, _rms_fp32, apply_rope, modulate
+from simforcing.models.video_dit import ConditionEmbedder, DiTBlock, Rope, _rms_fp32, apply_rope, modulate
 
 
 def action_cross_heads(action_hidden: int, head_dim: int) -> int:
@@ -89,16 +88,12 @@ def action_block(m, last: bool) -> nn.Module:
                     action_cross_heads(m.action_hidden, m.attention_head_dim), m.eps, m.cross_attn_norm)
 
 
-class ActionConditionEmbedder(nn.Module):
-    """Time embedding (+ adaLN projection) and optional text projection; diffusers ``WanTimeTextImageEmbedding`` names."""
+class ActionConditionEmbedder(ConditionEmbedder):
+    """The video expert's condition embedder at the action width (diffusers ``WanTimeTextImageEmbedding`` names),
+    with the calls the action expert makes."""
 
     def __init__(self, dim: int, freq_dim: int, text_dim: int, with_text: bool):
-        super().__init__()
-        self.timesteps_proj = Timesteps(num_channels=freq_dim, flip_sin_to_cos=True, downscale_freq_shift=0)
-        self.time_embedder = TimestepEmbedding(in_channels=freq_dim, time_embed_dim=dim)
-        self.act_fn = nn.SiLU()
-        self.time_proj = nn.Linear(dim, dim * 6)
-        self.text_embedder = PixArtAlphaTextProjection(text_dim, dim, act_fn="gelu_tanh") if with_text else None
+        super().__init__(dim, freq_dim, dim * 6, text_dim, with_text)
 
     def forward(self, timestep: torch.Tensor, context: torch.Tensor):
         """timestep (B,), context (B, M, text_dim) -> tproj (B, 6·dim), context (B, M, dim) or None."""

@@ -20,7 +20,6 @@ import json
 from pathlib import Path
 
 import torch
-from diffusers import AutoencoderKLWan
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -115,6 +114,9 @@ class WanVAE(VideoVAE):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> "WanVAE":
+        # diffusers' autoencoders take ~1.5 s to import: only here, for the real Wan2.2 VAE (the demo's is ours)
+        from diffusers import AutoencoderKLWan
+
         low_mem = importlib.util.find_spec("accelerate") is not None  # without accelerate diffusers only warns
         try:
             vae = AutoencoderKLWan.from_pretrained(str(path), local_files_only=True, torch_dtype=dtype,

@@ -24,9 +24,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from diffusers.models.attention import FeedForward
-from diffusers.models.embeddings import get_1d_rotary_pos_embed
+from diffusers.models.embeddings import (PixArtAlphaTextProjection, TimestepEmbedding, Timesteps,
+                                         get_1d_rotary_pos_embed)
 from diffusers.models.normalization import FP32LayerNorm
-from diffusers.models.transformers.transformer_wan import WanTimeTextImageEmbedding
 
 
 class Rope:
@@ -230,6 +230,21 @@ class DiTBlock(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+class ConditionEmbedder(nn.Module):
+    """Timestep embedding (+ the adaLN projection ``time_proj``) and the text projection, with the names of diffusers'
+    ``WanTimeTextImageEmbedding`` (TI2V-5B has no image embedder). Built from diffusers' embedding layers here, not
+    imported: importing ``diffusers.models.transformers`` loads every transformer of diffusers (~1.5 s per process).
+    ``with_text=False`` leaves out the text projection (the action expert with a single, K/V-only block)."""
+
+    def __init__(self, dim: int, freq_dim: int, time_proj_dim: int, text_dim: int, with_text: bool = True):
+        super().__init__()
+        self.timesteps_proj = Timesteps(num_channels=freq_dim, flip_sin_to_cos=True, downscale_freq_shift=0)
+        self.time_embedder = TimestepEmbedding(in_channels=freq_dim, time_embed_dim=dim)
+        self.act_fn = nn.SiLU()
+        self.time_proj = nn.Linear(dim, time_proj_dim)
+        self.text_embedder = PixArtAlphaTextProjection(text_dim, dim, act_fn="gelu_tanh") if with_text else None
+
+
 class VideoStem(nn.Module):
     """Patch embedding, time/text embedding, output norm + head + unpatchify (diffusers names)."""
 
@@ -237,8 +252,7 @@ class VideoStem(nn.Module):
         super().__init__()
         self.patch_size = tuple(patch_size)
         self.patch_embedding = nn.Conv3d(in_channels, dim, kernel_size=self.patch_size, stride=self.patch_size)
-        self.condition_embedder = WanTimeTextImageEmbedding(dim=dim, time_freq_dim=freq_dim, time_proj_dim=dim * 6,
-                                                            text_embed_dim=text_dim)
+        self.condition_embedder = ConditionEmbedder(dim, freq_dim, dim * 6, text_dim)
         self.norm_out = FP32LayerNorm(dim, eps, elementwise_affine=False)
         self.proj_out = nn.Linear(dim, in_channels * math.prod(self.patch_size))
         self.scale_shift_table = nn.Parameter(torch.randn(1, 2, dim) / dim**0.5)
