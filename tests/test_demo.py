@@ -1,7 +1,5 @@
-"""`simforcing demo --quick` end to end on CPU: the report and results files are complete.
-
-The numbers' ordering belongs to the full demo (README); here only completeness is checked.
-"""
+"""`simforcing demo --quick` end to end on CPU: every job of the graph runs as its own command, and the report and
+results files are complete. The numbers' ordering belongs to the full demo (README); here only completeness."""
 
 import json
 
@@ -13,32 +11,43 @@ from simforcing.cli import main
 @pytest.mark.slow
 def test_demo_quick_writes_a_complete_report(tmp_path):
     out = tmp_path / "demo"
-    assert main(["demo", "--quick", "--out", str(out)]) == 0
+    assert main(["demo", "--quick", "--out", str(out), "--no-policy", "--jobs", "2"]) == 0
     res = json.loads((out / "results.json").read_text())
     for base in ("copy-first", "vae-recon"):
-        for key in ("psnr", "ssim", "psnr_arm"):
+        for key in ("psnr", "ssim", "psnr_arm", "af_pos", "af_floor_pos"):
             assert isinstance(res["baselines"][base][key], float), (base, key)
-        for key in ("lpips", "fid", "fvd"):  # no weights configured: null with a reason, never a number
-            assert res["baselines"][base][key] is None and res["baselines"][base][f"{key}_reason"]
+        for key in ("lpips", "fid", "fvd"):  # no weights configured: null (eval.json gives the reason)
+            assert res["baselines"][base][key] is None
     for method in ("sft", "simforcing"):
-        r = res["methods"][method][str(42)]
-        assert isinstance(r["psnr"], float) and isinstance(r["ssim"], float) and r["latency_s"] is not None
+        r = res["methods"][method]["42"]
+        for key in ("psnr", "ssim", "psnr_arm", "af_pos", "af_pos_moving", "af_control_pos", "latency_s"):
+            assert isinstance(r[key], float), (method, key)
+        assert r["forwards_per_sample"] == {"sft": 10, "simforcing": 21}[method]  # the sampler at (1, 10, 0.6)
         assert (out / method / "loss_curves.png").exists() and (out / method / "metrics.jsonl").exists()
         assert list((out / "videos" / method).glob("*.gif")) and list((out / "videos" / method).glob("*.mp4"))
+        assert isinstance(res["extra_rows"][f"{method} N_r=1"]["psnr"], float)
+    for name, row in res["decomposition"].items():
+        assert isinstance(row["psnr"], float) and isinstance(row["af_pos"], float), name
     assert (out / "stage1" / "loss_curves.png").exists()
     summary = res["summary"]
-    assert summary["paired"]["num_seeds"] == 1 and summary["paired"]["psnr_diff_mean"] is not None
-    assert set(res["wall_time_s"]) >= {"total", "stage 1: simulation world model", "sweep steps"}
-    assert len(res["commands"]) >= 6 and all(c.startswith("simforcing ") for c in res["commands"].values())
-    sweep = res["sweep_steps"]
-    assert sweep["table_md"] and (out / "sweep_steps").exists()
+    assert len(summary["paired"]) == 1 and summary["paired"][0]["seed"] == 42
+    assert set(summary["beats_copy"]) == {"sft", "simforcing"}
+    assert {"stage1", "sweep steps", "train simforcing", "eval simforcing", "total"} <= set(res["wall_time_s"])
+    cmds = res["commands"]
+    assert cmds["stage1"].startswith("simforcing pretrain ") and "--train.threads=auto" in cmds["stage1"]
+    assert all(c.startswith("simforcing ") for c in cmds.values())
+    assert res["sweep_steps"]["table_md"] and "Action-following error" in res["sweep_steps"]["table_md"]
     md = (out / "report.md").read_text()
-    for needle in ("copy first frame", "VAE reconstruction", "| sft |", "| simforcing |", "Loss curves",
-                   "Sweep", "Wall time", "```bash"):
+    for needle in ("copy the first frame", "VAE reconstruction", "| sft (mean", "| simforcing (mean", "Checks",
+                   "Where the gain is lost", "upper bound", "Loss curves", "Sweep", "Wall time", "```bash"):
         assert needle in md, needle
     html = (out / "report.html").read_text()
-    assert html.count("data:image/") >= 4  # loss curves, videos and heatmap inline
-    # a second run reuses the generated data and the finished runs
+    assert html.count("data:image/") >= 4  # loss curves, videos and the heatmap inline
+    # a second run reuses every job's output
     stamp = (out / "data" / "meta" / "info.json").stat().st_mtime_ns
-    assert main(["demo", "--quick", "--out", str(out)]) == 0
+    said = []
+    from simforcing.demo import demo_budget, run_demo
+
+    assert run_demo(out, None, demo_budget(True), jobs=2, policy=False, echo=said.append) == 0
     assert (out / "data" / "meta" / "info.json").stat().st_mtime_ns == stamp
+    assert not [s for s in said if "started" in s], said

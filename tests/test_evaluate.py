@@ -124,3 +124,77 @@ def test_baseline_needs_a_known_name(world):
     tmp, data, _ = world
     with pytest.raises(ConfigError, match="--baseline"):
         evaluate_run(None, data, tiny_cfg(), "val", 1, tmp / "x", baseline="oracle", progress=False)
+
+
+# -- the action-following error, the sim domain, the oracle condition, more windows per episode ---------------------
+
+
+def _oracle_probe(tmp_path, cfg):
+    """A probe file whose network reads nothing (all-zero weights): q̂_t = q_0 for every frame, so its error is the
+    arm's displacement — enough to check the plumbing (a fitted probe is tested in test_probe.py)."""
+    from simforcing.evaluate.probe import ProbeConfig, StateProbe, save_probe
+
+    probe = StateProbe(ProbeConfig(height=cfg.data.height, width=cfg.data.width, state_dim=cfg.data.state_dim))
+    with torch.no_grad():
+        for p in probe.parameters():
+            p.zero_()
+    return save_probe(probe, tmp_path / "probe", {"note": "reads nothing"})
+
+
+def test_action_following_error_its_floor_and_control(world, tmp_path):
+    tmp, data, cfg = world
+    probe = _oracle_probe(tmp_path, cfg)
+    c = tiny_cfg(eval__probe=str(probe), eval__probe_moving_threshold=0.0)
+    c.model.vae.path = cfg.model.vae.path
+    res = evaluate_run(tmp / "run", data, c, "val", 3, tmp_path / "ev", progress=False)
+    copy = evaluate_run(None, data, c, "val", 3, tmp_path / "ev_copy", baseline="copy-first", progress=False)
+    # a probe that reads nothing scores every video like a model that does not move: the displacement
+    assert res["af_pos"] == pytest.approx(res["af_floor_pos"]) == pytest.approx(copy["af_pos"])
+    assert res["af_control_pos"] == pytest.approx(res["af_pos"])  # the control ran (another window's actions)
+    assert copy["af_control_pos"] is None  # copying the first frame uses no actions: no control
+    assert len(res["per_sample"]["af_pos"]) == 3
+    md = (tmp_path / "ev" / "eval.md").read_text()
+    assert "Action following" in md and "another window's actions" in md
+    without = evaluate_run(tmp / "run", data, None, "val", 1, tmp_path / "ev_none", progress=False)
+    assert without["af_pos"] is None and "fit-probe" in without["af_reason"]
+
+
+def test_sim_domain_scores_the_recorded_simulation_video(world, tmp_path):
+    from simforcing.runs import collate_one, eval_dataset
+    from simforcing.evaluate.metrics import psnr_per_sample
+
+    tmp, data, cfg = world
+    c = tiny_cfg()
+    c.model.vae.path = cfg.model.vae.path
+    res = evaluate_run(None, data, c, "val", 3, tmp_path / "sim", baseline="copy-first", progress=False, domain="sim")
+    ds = eval_dataset(c, data, "val")
+    want = [float(psnr_per_sample(b["sim"][:, :, :1].expand_as(b["sim"]), b["sim"])) for b in
+            (collate_one(ds[i]) for i in range(3))]
+    assert res["domain"] == "sim" and res["psnr"] == pytest.approx(float(np.mean(want)))
+    model = evaluate_run(tmp / "run", data, None, "val", 2, tmp_path / "sim_m", progress=False, domain="sim")
+    assert model["w"] == 0.0 and model["forwards_per_sample"] == cfg.sample.n_real  # gate off: no condition
+
+
+def test_oracle_condition_is_the_encoded_recorded_sim_video(world):
+    from simforcing.runs import collate_one, eval_dataset, load_run
+    from simforcing.sample import sample_videos
+
+    tmp, data, cfg = world
+    c = tiny_cfg(sample__condition="oracle")
+    c.model.vae.path = cfg.model.vae.path
+    c, model, vae, _ = load_run(tmp / "run", c)
+    batch = collate_one(eval_dataset(c, data, "val")[0])
+    res = sample_videos(model, vae, batch, c, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(res.sim_latents, vae.encode(batch["sim"]).float())
+    assert res.forwards == 2 * c.sample.n_real  # no simulation rollout ran
+
+
+def test_more_windows_per_episode_span_every_episode_first(world):
+    from simforcing.runs import eval_dataset
+
+    tmp, data, cfg = world
+    c = tiny_cfg(eval__windows_per_episode=3)
+    ds = eval_dataset(c, data, "val")
+    assert len(ds) == 9
+    assert [e for e, _ in ds.windows[:3]] == [0, 1, 2]  # window-major: the first samples span the episodes
+    assert sorted({s for _, s in ds.windows}) == [0, 2, 4]  # 13-frame episodes, 9-frame windows: evenly spaced

@@ -152,7 +152,7 @@ class _Builder:
                 return not check_provenance(folder, rec) and (done_file is None or (folder / done_file).exists())
             if folder.exists() and stale and done_file is not None and (folder / done_file).exists() \
                     and name != "data":
-                self.notes.append(f"{folder}: made again ({'; '.join(stale[:2])})")
+                self.notes.append(f"{folder}: made again ({_why(stale)})")
             on_start, on_done = None, (lambda folder=folder, rec=rec: write_provenance(folder, rec))
         job = Job(name, argv, deps=deps, slots=min(slots, self.slots), threads=threads, priority=priority,
                   skip=complete, on_start=on_start, on_done=on_done)
@@ -163,9 +163,15 @@ class _Builder:
         if not (is_run_folder(folder) or read_provenance(folder) is not None):
             raise ConfigError(f"{folder} is not a run of this demo (no {PROVENANCE_FILE}, not a simforcing run); "
                               "move it away or choose another --out")
-        self.notes.append(f"training {folder} again: it was made from other inputs ({'; '.join(stale[:2])})")
+        self.notes.append(f"training {folder} again: it was made from other inputs ({_why(stale)})")
         with lock_folder(folder, "simforcing demo (removing a stale run)"):
             shutil.rmtree(folder)
+
+
+def _why(stale: list[str]) -> str:
+    """The differing fields of a provenance check, the command line last and left out when others say enough."""
+    lines = [x for x in stale if not x.startswith("command:")] or stale
+    return "; ".join(lines[:4]) + (f"; +{len(lines) - 4} more" if len(lines) > 4 else "")
 
 
 def run_finished(run: Path, steps: int) -> bool:
@@ -199,7 +205,7 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
               extra=("--overwrite",) if is_dataset(data) else ())
         stale_data = is_dataset(data) and check_provenance(data, B.records["data"])
         if stale_data:
-            B.notes.append(f"regenerating {data}: it was not made by this demo run ({'; '.join(stale_data[:2])})")
+            B.notes.append(f"regenerating {data}: it was not made by this demo run ({_why(stale_data)})")
         data_dep: tuple = ("data",)
     else:  # the user's dataset, used as it is
         B.records["data"] = {"given": str(data.resolve())}

@@ -5,7 +5,6 @@ demo runs in tests/test_demo.py), so what is checked here is the reuse decision 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -46,94 +45,84 @@ def test_quick_has_its_own_default_folder(capsys):
     assert full["data"]["root"] == "runs/demo/data"
 
 
-class _Stop(Exception):
-    """Ends the demo after stage 1 (the evaluation is not what is tested here)."""
+def _finish(plan) -> None:
+    """Pretend every job of ``plan`` ran: its start and end hooks (provenance records) and the files that say done."""
+    from simforcing.demo.plan import run_finished  # noqa: F401  (the completeness rule the plan applies)
+
+    for job in plan.jobs:
+        if job.on_start:
+            job.on_start()
+        folder = Path(job.argv[job.argv.index("--out") + 1]) if "--out" in job.argv else None
+        if job.name == "data":
+            folder = plan.data
+            (folder / "meta").mkdir(parents=True, exist_ok=True)
+            (folder / "meta" / "info.json").write_text(json.dumps({"format": "simforcing-paired"}))
+            (folder / "meta" / "stats.json").write_text("{}")
+            (folder / "episodes").mkdir(exist_ok=True)
+        elif folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            steps = [a for a in job.argv if a.startswith("--train.max_steps=")]
+            if steps:  # a training run: finished at its step count
+                (folder / "run.json").write_text(json.dumps({"run_id": "x"}))
+                (folder / "status.json").write_text(json.dumps({"state": "finished",
+                                                                "step": int(steps[0].split("=")[1])}))
+            for name in ("config.json", "probe.json", "eval.json", "sweep_steps.json"):
+                (folder / name).write_text("{}")
+        if job.on_done:
+            job.on_done()
 
 
-@pytest.fixture
-def stages(monkeypatch):
-    """The demo's data generation, VAE fit and training replaced by recorders that write the files the demo reads."""
-    import simforcing.demo as demo
+def _plan(out: Path, quick: bool):
+    from simforcing.demo import build_plan, demo_budget
 
-    calls: dict[str, list] = {"generate": [], "fit": [], "train": []}
-
-    def generate(out, **kw):
-        calls["generate"].append(kw["num_train"])
-        out = Path(out)
-        shutil.rmtree(out, ignore_errors=True)
-        (out / "meta").mkdir(parents=True)
-        (out / "meta" / "info.json").write_text(json.dumps({"num_train": kw["num_train"]}))
-        for name in ("stats.json",):
-            (out / "meta" / name).write_text("{}")
-        (out / "text_cache").mkdir()
-        (out / "text_cache" / "info.json").write_text("{}")
-        if kw.get("finish"):
-            kw["finish"](out)
-        return out
-
-    def fit(root, cfg, out_dir=None, **kw):
-        calls["fit"].append(str(root))
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        (Path(out_dir) / "config.json").write_text(json.dumps({"kind": "demo", "fitted_on": str(root)}))
-        return None, {}
-
-    def train(cfg, run_dir, stage, teacher_run=None, resume=False, progress=True, method=None):
-        calls["train"].append((stage, Path(run_dir).name, cfg.train.max_steps, resume))
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "run.json").write_text(json.dumps({"run_id": "x", "stage": stage}))
-        (run_dir / "status.json").write_text(json.dumps({"state": "finished", "step": cfg.train.max_steps}))
-        return {"state": "finished", "step": cfg.train.max_steps, "exit_code": 0}
-
-    def evaluate(*a, **k):
-        raise _Stop
-
-    monkeypatch.setattr(demo, "generate_dataset", generate)
-    monkeypatch.setattr(demo, "finalize_dataset", lambda root: None)
-    monkeypatch.setattr(demo, "fit_demo_vae", fit)
-    monkeypatch.setattr(demo, "train_run", train)
-    monkeypatch.setattr(demo, "evaluate_run", evaluate)
-    return calls
+    return build_plan(out, None, demo_budget(quick), [], seeds=1, full=False, jobs=2, policy=False)
 
 
-def _demo(out: Path, quick: bool) -> None:
-    from simforcing.demo import demo_budget, demo_config, run_demo
-
-    budget = demo_budget(quick)
-    cfg = demo_config(budget, out / "data", out / "vae", [])
-    with pytest.raises(_Stop):
-        run_demo(out, out / "data", budget, cfg)
+def _todo(plan) -> list[str]:
+    return [j.name for j in plan.jobs if not j.skip()]
 
 
-def test_demo_remakes_data_vae_and_stage1_that_another_demo_run_made(stages, tmp_path, capsys):
+def test_demo_remakes_data_vae_and_stage1_that_another_demo_run_made(tmp_path):
     out = tmp_path / "demo"
-    _demo(out, quick=True)  # e.g. `simforcing demo --quick --out runs/demo`
-    assert stages["generate"] == [4] and len(stages["fit"]) == 1 and stages["train"] == [("pretrain", "stage1", 30,
-                                                                                           False)]
+    quick = _plan(out, quick=True)  # e.g. `simforcing demo --quick --out runs/demo`
+    assert {"data", "vae", "stage1", "train sft", "train simforcing"} <= set(_todo(quick))
+    _finish(quick)
     assert "--num-train 4" in read_provenance(out / "data")["command"]
+    assert _todo(_plan(out, quick=True)) == []  # the same run again: everything is reused
 
-    _demo(out, quick=True)  # the same run again: everything is reused
-    assert stages["generate"] == [4] and len(stages["fit"]) == 1 and len(stages["train"]) == 1
-    assert "reusing the synthetic benchmark" in capsys.readouterr().out
-
-    _demo(out, quick=False)  # then `make demo` into the same folder: nothing of the quick run is reused
-    text = capsys.readouterr().out
-    assert stages["generate"] == [4, 20], "the full demo reused the quick demo's data"
-    assert len(stages["fit"]) == 2, "the VAE fitted on the quick data was reused"
-    assert stages["train"][-1] == ("pretrain", "stage1", 2500, False), "stage 1 of the quick data was reused"
+    full = _plan(out, quick=False)  # then `make demo` into the same folder: nothing of the quick run is reused
+    todo = _todo(full)
+    assert {"data", "vae", "stage1", "probe", "train sft", "train simforcing"} <= set(todo), todo
+    text = "\n".join(full.notes)
     assert "regenerating" in text and "sizes.num_train: recorded 4, asked 20" in text, text
-    assert "training" in text and "again" in text
+    assert "training" in text and "again" in text  # the quick stage-2 runs were removed
+    assert not (out / "sft").exists() and not (out / "simforcing").exists()
+    assert "--overwrite" in next(j for j in full.jobs if j.name == "data").argv
+    assert "--overwrite" not in full.commands["data"]  # what the report cites
+    _finish(full)
     prov = read_provenance(out / "data")
-    assert "--num-train 20" in prov["command"] and prov["sizes"]["num_train"] == 20  # what the report cites
-    assert read_provenance(out / "stage1")["sizes"] == {"stage1_steps": 2500}
+    assert "--num-train 20" in prov["command"] and prov["sizes"]["num_train"] == 20
+    assert read_provenance(out / "stage1")["sizes"] == {"stage1_steps": 2000}
 
 
-def test_demo_never_removes_a_folder_it_did_not_make(stages, tmp_path):
+def test_an_unfinished_run_resumes_and_a_finished_one_is_reused(tmp_path):
+    out = tmp_path / "demo"
+    plan = _plan(out, quick=True)
+    _finish(plan)
+    (out / "sft" / "status.json").write_text(json.dumps({"state": "stopped", "step": 5}))
+    (out / "sft" / "checkpoints").mkdir()
+    again = _plan(out, quick=True)
+    sft = next(j for j in again.jobs if j.name == "train sft")
+    assert not sft.skip() and sft.argv[-1] == "--resume"
+    assert next(j for j in again.jobs if j.name == "train simforcing").skip()
+
+
+def test_demo_never_removes_a_folder_it_did_not_make(tmp_path):
     out = tmp_path / "demo"
     (out / "stage1").mkdir(parents=True)
     (out / "stage1" / "notes.txt").write_text("mine")
     from simforcing.config import ConfigError
 
     with pytest.raises(ConfigError, match="not a run of this demo"):
-        _demo(out, quick=True)
+        _plan(out, quick=True)
     assert (out / "stage1" / "notes.txt").read_text() == "mine"
