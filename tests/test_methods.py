@@ -86,7 +86,7 @@ def test_methods_match_config_names_and_presets():
     vd = make_cfg("value_distill")
     assert vd.loss.md_real == 0.0 and vd.loss.value_real == 0.5 and vd.loss.fm_sim == 0.5
     cfg = load_config("demo")
-    assert method_preset(cfg, "joint_fm") is cfg and cfg.loss.md_real == 0.0 and cfg.train.lr == 1e-3
+    assert method_preset(cfg, "joint_fm") is cfg and cfg.loss.md_real == 0.0 and cfg.train.lr == load_config("demo").train.lr
     with pytest.raises(ConfigError, match="train.method"):
         method_preset(load_config("demo"), "dreamer")
 

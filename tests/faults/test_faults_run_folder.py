@@ -19,6 +19,7 @@ from faultkit import ckpt, copy_run, digest, losses, pretrain_args, status, step
 
 from simforcing.checkpoint import load_checkpoint
 from simforcing.cli import main
+from simforcing.config import load_config
 from simforcing.locking import is_locked
 
 pytestmark = pytest.mark.faults
@@ -89,7 +90,7 @@ def test_two_pretrains_into_one_out_folder(tiny, tmp_path, capsys):
         stop_process(first)
     assert first.returncode == 0, out
     assert [s for s, _ in losses(run)] == [1, 2, 3, 4, 5, 6]  # every step once
-    assert json.loads((run / "config.json").read_text())["train"]["lr"] == 1e-3  # the first run's config
+    assert json.loads((run / "config.json").read_text())["train"]["lr"] == load_config("demo").train.lr  # the first run's
     assert steps(run) == [4, 6] and status(run)["state"] == "finished"
 
 
