@@ -209,6 +209,7 @@ def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: 
     w = float(cfg.sample.w if w is None else w)
     if n_sim < 1 or n_real < 1 or w < 0:
         raise ConfigError(f"sample: got n_sim={n_sim}, n_real={n_real}, w={w}; expected step counts >= 1 and w >= 0")
+    w = effective_w(cfg, w)
     device = model_device(model)
     batch = to_device(batch, device)
     ctx = {k: batch.get(k) for k in CONTEXT_KEYS}
@@ -256,6 +257,13 @@ def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: 
                         timings=dict(sw.times), sim=sim, sim_reused=reuse_sim is not None)
 
 
+def effective_w(cfg: Config, w: float) -> float:
+    """A model trained with ``conditioning.p = 0`` (sft, joint_fm, value/motion distillation) never saw a condition:
+    its zero-initialised ``cond_proj`` stayed zero, so its conditional branch equals the unconditional one and any w
+    gives the w = 0 sample. It samples as w = 0 (no simulation rollout, N_r forwards instead of N_s + 2 N_r)."""
+    return 0.0 if cfg.conditioning.p == 0.0 else float(w)
+
+
 class GuidedSampler:
     """``sample_videos`` with fixed settings: ``sampler(batch, generator) -> SampleResult``."""
 
@@ -266,7 +274,8 @@ class GuidedSampler:
         self.model, self.vae, self.cfg, self.decode_sim = model, vae, cfg, decode_sim
         self.n_sim = cfg.sample.n_sim if n_sim is None else int(n_sim)
         self.n_real = cfg.sample.n_real if n_real is None else int(n_real)
-        self.w = float(cfg.sample.w if w is None else w)
+        self.w_asked = float(cfg.sample.w if w is None else w)
+        self.w = effective_w(cfg, self.w_asked)
         # SAM3 is loaded once here, and only when a simulation rollout will run
         self.masker = masker or (FirstFrameMasker.from_config(cfg, model_device(model)) if self.w != 0 else None)
 
@@ -276,9 +285,12 @@ class GuidedSampler:
                              self.masker, self.decode_sim, reuse_sim)
 
     def settings(self) -> dict:
-        return {"sampler": self.name, "n_sim": self.n_sim, "n_real": self.n_real, "w": self.w,
-                "condition": self.cfg.sample.condition,
-                "mask_mode": self.cfg.sample.mask_mode, "seed": self.cfg.sample.seed, "shift": self.cfg.flow.shift}
+        out = {"sampler": self.name, "n_sim": self.n_sim, "n_real": self.n_real, "w": self.w,
+               "condition": self.cfg.sample.condition,
+               "mask_mode": self.cfg.sample.mask_mode, "seed": self.cfg.sample.seed, "shift": self.cfg.flow.shift}
+        if self.w != self.w_asked:
+            out["w_asked"] = self.w_asked  # an unconditioned model (conditioning.p = 0): see effective_w
+        return out
 
 
 class CopyFirstSampler:

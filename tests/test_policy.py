@@ -351,7 +351,8 @@ def test_demo_policy_section_end_to_end_at_quick_size(tiny, world_model_run, tmp
     assert "| action_only / SimForcing WM |" in res["table_md"]
     assert res["rows"]["scripted expert (ceiling)"]["average"]["rate"] == 1.0
     assert res["init"]["action_only / SimForcing WM"]["inherited"] > 0
-    assert set(res["commands"]) >= {"data", "train action_only / base", "train action_only / SimForcing WM"}
+    assert set(res["commands"]) >= {"policy data", "policy train action_only / base",
+                                    "policy train action_only / SimForcing WM"}
     again = policy_section(tmp_path, {"simforcing": world_model_run}, quick=True, progress=lambda s: None)
     assert again["rows"] == res["rows"]  # cached: nothing retrained or re-evaluated
 

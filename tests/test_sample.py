@@ -7,6 +7,7 @@ not simforcing.flow, so a wrong schedule in the sampler would show.
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -323,12 +324,35 @@ def test_guided_sampler_settings_and_timings(setup):
     cfg, model, vae, batch = setup
     s = GuidedSampler(model, vae, cfg, n_sim=1, n_real=2, w=0.6)
     res = s(batch, torch.Generator().manual_seed(0))
-    assert s.settings() == {"sampler": "simforcing-sampler", "n_sim": 1, "n_real": 2, "w": 0.6,
+    assert s.settings() == {"sampler": "simforcing-sampler", "n_sim": 1, "n_real": 2, "w": 0.6, "condition": "rollout",
                             "mask_mode": "mask-file", "seed": 0, "shift": cfg.flow.shift}
     assert set(res.timings) == {"encode_first_frame", "simulation", "real", "decode"}
     assert res.latency == pytest.approx(sum(res.timings.values())) and res.latency > 0
     assert GuidedSampler(model, vae, cfg, w=0.0).masker is None  # w = 0 needs no masking (no SAM3 load)
     assert json.dumps(s.settings())
+
+
+@torch.no_grad()
+def test_a_model_trained_without_the_condition_samples_unguided(setup):
+    """conditioning.p = 0 (every baseline but simforcing): cond_proj never trains, so w > 0 would spend N_s + 2 N_r
+    forwards on the w = 0 sample; the sampler runs the w = 0 sample directly and says so."""
+    cfg, model, vae, batch = setup
+    cfg = copy.deepcopy(cfg)
+    cfg.conditioning.p = 0.0
+    model = copy.deepcopy(model)
+    for layer in model.layers:  # what training with p = 0 leaves: the zero-initialised projection (init_weights)
+        nn.init.zeros_(layer.cond_proj.weight)
+        nn.init.zeros_(layer.cond_proj.bias)
+    asked = GuidedSampler(model, vae, cfg, n_sim=1, n_real=2, w=0.6)
+    got = asked(batch, torch.Generator().manual_seed(0))
+    want = GuidedSampler(model, vae, cfg, n_sim=1, n_real=2, w=0.0)(batch, torch.Generator().manual_seed(0))
+    assert got.forwards == 2 and got.sim is None and torch.equal(got.real_video, want.real_video)
+    assert asked.settings()["w"] == 0.0 and asked.settings()["w_asked"] == 0.6
+    guided = copy.deepcopy(cfg)
+    guided.conditioning.p = 0.7  # the same zero projection sampled with guidance: the same video, 2 + 2·2 forwards more
+    full = GuidedSampler(model, vae, guided, n_sim=1, n_real=2, w=0.6)(batch, torch.Generator().manual_seed(0))
+    assert full.forwards == 5
+    torch.testing.assert_close(full.real_video, want.real_video)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

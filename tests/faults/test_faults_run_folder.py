@@ -164,7 +164,7 @@ def test_resume_applies_a_changed_lr_weight_decay_and_betas(ref, tiny, tmp_path,
                                   "--train.beta2=0.9", resume=True))
     out = capsys.readouterr().out
     assert code == 0
-    assert "applied to the restored optimizer and scheduler" in out and "train.lr 0.001 -> 0.002" in out, out
+    assert "applied to the restored optimizer and scheduler" in out and f"train.lr {load_config('demo').train.lr} -> 0.002" in out, out
     assert "train.weight_decay 0.01 -> 0.05" in out and "(0.9, 0.95) -> (0.9, 0.9)" in out, out
     assert len(used) == 2  # steps 7 and 8
     for i, groups in enumerate(used):  # update i of 8 (0-based 6, 7); no warm-up at warmup_frac 0.05 of 8 steps
