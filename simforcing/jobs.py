@@ -13,7 +13,9 @@ Scheduling: a job starts when its dependencies have finished and enough slots ar
 highest ``priority`` first (the critical path: stage 1 before the state probe). A job whose ``skip`` returns True
 (it finished in an earlier run) is not run. The first job that fails stops the graph: no new job starts, running
 ones finish their step and checkpoint (SIGTERM), and :class:`JobFailed` names the job, its exit code and the end of
-its log. Ctrl-C does the same and raises ``KeyboardInterrupt`` once the children have stopped.
+its log. Ctrl-C, SIGTERM and SIGHUP do the same and raise ``KeyboardInterrupt`` once the children have stopped.
+Signals go to each job's whole process group (what it started stops with it); a job still running
+``stop_timeout`` seconds after SIGTERM is killed.
 
 Progress: one line when a job starts or ends, and every ``status_every`` seconds one line with each running job's
 progress (the last ``N/M`` of its log, e.g. a tqdm bar), so jobs side by side stay readable.
@@ -27,6 +29,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +124,7 @@ def progress_of(log: Path) -> str:
 
 
 def run_jobs(jobs: Sequence[Job], slots: int, log_dir: str | Path, echo: Callable[[str], None] = print,
-             poll: float = 0.25, status_every: float = 30.0) -> dict[str, JobResult]:
+             poll: float = 0.25, status_every: float = 30.0, stop_timeout: float = 120.0) -> dict[str, JobResult]:
     """Run the graph (see the module docstring); returns every job's result, or raises JobFailed."""
     check_graph(jobs, slots)
     log_dir = Path(log_dir)
@@ -142,13 +145,19 @@ def run_jobs(jobs: Sequence[Job], slots: int, log_dir: str | Path, echo: Callabl
     def stop_all(sig=signal.SIGTERM) -> None:
         for _, proc, fh, _, _ in running.values():
             if proc.poll() is None:
-                proc.send_signal(sig)
+                signal_group(proc, sig)
         for name, (job, proc, fh, start, log) in list(running.items()):
-            proc.wait()
+            try:
+                proc.wait(timeout=stop_timeout)
+            except subprocess.TimeoutExpired:  # a job that ignores SIGTERM: its whole group is killed
+                signal_group(proc, signal.SIGKILL)
+                proc.wait()
+            signal_group(proc, signal.SIGKILL)  # what the job left behind in its group (e.g. pool workers)
             fh.close()
             results[name] = JobResult(name, "stopped", proc.returncode, time.perf_counter() - start, str(log))
         running.clear()
 
+    handlers = _terminate_like_ctrl_c()
     try:
         while pending or running:
             # start every ready job that fits, highest priority first
@@ -206,7 +215,31 @@ def run_jobs(jobs: Sequence[Job], slots: int, log_dir: str | Path, echo: Callabl
         echo(f"{stamp()} interrupted: stopping {', '.join(running) or 'nothing'} (runs checkpoint and resume)")
         stop_all()
         raise
+    finally:
+        for sig, old in handlers.items():
+            signal.signal(sig, old)
     return results
+
+
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """Send ``sig`` to the job's process group (it is the leader: ``start_new_session``), so that what it started
+    (a data generator's worker pool, torchrun's ranks) stops with it."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):  # the group is gone
+        pass
+
+
+def _terminate_like_ctrl_c() -> dict:
+    """SIGTERM / SIGHUP (``kill``, a closed terminal) stop the graph as Ctrl-C does: the jobs run in sessions of
+    their own and would outlive this process otherwise. Only the main thread can install handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
 
 def timings(results: dict[str, JobResult]) -> dict[str, float]:

@@ -90,3 +90,41 @@ def test_progress_is_the_last_count_of_the_log(tmp_path):
     log.write_bytes(b"step:  10%|#  | 3/30 [00:01<00:09]\rstep:  20%|## | 6/30 [00:02<00:08]\r")
     assert progress_of(log) == "6/30"
     assert progress_of(tmp_path / "missing.log") == ""
+
+
+def test_sigterm_stops_every_job_and_what_it_started(tmp_path):
+    """`kill` on the demo stops its jobs and their own children (they run in sessions of their own and would
+    otherwise outlive it, burning the cores)."""
+    import os
+    import signal
+    import subprocess
+
+    pids = tmp_path / "pids"
+    # each job starts a grandchild (as a data generator's worker pool does), records both pids and waits
+    job = ("import os, subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; "
+           "time.sleep(300)']); open(sys.argv[1], 'a').write(f'{os.getpid()} {c.pid}\\n'); time.sleep(300)")
+    driver = (f"import sys; from simforcing.jobs import Job, run_jobs\n"
+              f"jobs = [Job(n, [sys.executable, '-c', {job!r}, {str(pids)!r}], raw=True) for n in 'ab']\n"
+              f"try:\n    run_jobs(jobs, slots=2, log_dir={str(tmp_path / 'logs')!r}, poll=0.02, stop_timeout=20)\n"
+              f"except KeyboardInterrupt:\n    sys.exit(130)\n")
+    proc = subprocess.Popen([sys.executable, "-c", driver])
+    deadline = time.time() + 180  # generous: a loaded 2-core machine
+    while (not pids.exists() or len(pids.read_text().split()) < 4) and time.time() < deadline:
+        time.sleep(0.05)
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 4, started
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 130
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as fh:  # a zombie waiting for its reaper is gone too
+            return fh.read().split(")")[-1].split()[0] != "Z"
+
+    deadline = time.time() + 30
+    while any(alive(p) for p in started) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in started if alive(p)]
