@@ -205,6 +205,36 @@ class _FakeText:
         return [torch.ones(3, self.dim) for _ in texts]
 
 
+def test_runner_inputs_are_the_training_inputs(tiny):
+    """Closed loop sees what training saw: the raw [external | wrist] frame -> the dataset's observation, the raw
+    state -> its normalised state0, the instruction's unpadded embedding without mask -> the padded cached one with
+    its mask (the same action velocity)."""
+    from simforcing.data.format import episode_dir, read_video
+    from simforcing.data.stats import Normalizer
+    from simforcing.policy.data import read_policy_lowdim
+
+    cfg = pcfg(tiny, "action_only")
+    ds = PolicyWindowDataset(cfg, cfg.data.root)
+    item = ds[1]
+    eid, start = item["episode_id"], item["start"]
+    m = tiny_model(cfg)
+    runner = PolicyRunner(cfg, m, None, ds.stats)
+    frame = read_video(episode_dir(cfg.data.root, eid) / "obs.mp4")[start]
+    torch.testing.assert_close(runner.observation(frame)[0], item["obs"][:, :1], rtol=0, atol=0)
+    state = read_policy_lowdim(cfg.data.root, eid)[1][start]
+    torch.testing.assert_close(torch.from_numpy(Normalizer(ds.stats).normalize("state", state[None]))[0],
+                               item["state0"])
+    n = int(item["text_mask"].sum())
+    z0 = torch.randn(1, cfg.model.vae.latent_channels, 1, *cfg.latent_hw, generator=torch.Generator().manual_seed(0))
+    a_t, tau = torch.randn(1, cfg.data.actions_per_window, 7), torch.tensor([0.6])
+    with torch.no_grad():
+        _, u_train = m.policy_forward(None, None, z0, a_t, tau, item["state0"][None], item["text"][None],
+                                      item["text_mask"][None])
+        obs = m.observation_context(z0, item["state0"][None], item["text"][None, :n])
+        u_eval = m.action_velocity(obs, a_t, tau)
+    torch.testing.assert_close(u_eval, u_train, rtol=0, atol=1e-5)
+
+
 # -- training --------------------------------------------------------------------------------------------------------------
 def test_action_only_training_leaves_every_video_parameter_unchanged(tiny, world_model_run, tmp_path):
     cfg = pcfg(tiny, "action_only", str(world_model_run))
