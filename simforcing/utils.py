@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -151,6 +151,11 @@ def _swap_in(tmp: Path, out: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
         raise
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def fmt_num(v: Optional[float], nd: int = 3) -> str:
+    """A number for a markdown table: ``nd`` decimals, "—" for a missing one (a metric without weights, a failed run)."""
+    return "—" if v is None else f"{v:.{nd}f}"
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

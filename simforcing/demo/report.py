@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from simforcing.demo.plan import BASE_METHODS, P_RUNS, Plan, run_tag
-from simforcing.utils import atomic_write_json, atomic_write_text
+from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num
 
 KEYS = ("psnr", "ssim", "psnr_arm", "af_pos", "af_pos_moving", "af_control_pos", "af_floor_pos", "lpips", "fid", "fvd",
         "latency_s", "forwards_per_sample", "num_samples")
@@ -105,7 +105,7 @@ def _cm(v: Optional[float]) -> Optional[float]:
 
 
 def _f(v, nd=2) -> str:
-    return "—" if v is None else f"{v:.{nd}f}"
+    return fmt_num(v, nd)
 
 
 def _pm(mean, std, nd=2, scale=1.0) -> str:

@@ -27,7 +27,7 @@ from simforcing.models.vae import load_vae
 from simforcing.runs import (collate_one, eval_dataset, load_run, merge_run_config, sample_generator,
                              with_dataset_settings)
 from simforcing.sample import BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler, to_device
-from simforcing.utils import atomic_write_json, atomic_write_text, resolve_device
+from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, resolve_device
 
 METRIC_KEYS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
 
@@ -238,16 +238,12 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
     return res
 
 
-def _fmt(v, nd=3) -> str:
-    return "—" if v is None else f"{v:.{nd}f}"
-
-
 def format_result(res: dict) -> str:
     """One line: every metric, the latency and the sample count."""
-    return (f"PSNR {_fmt(res['psnr'], 2)} dB | SSIM {_fmt(res['ssim'], 4)} | arm PSNR {_fmt(res.get('psnr_arm'), 2)} | "
-            f"LPIPS {_fmt(res.get('lpips'), 4)} | FID {_fmt(res.get('fid'), 2)} | FVD {_fmt(res.get('fvd'), 2)} | "
-            f"action error {_fmt(res.get('af_pos'), 4)} (floor {_fmt(res.get('af_floor_pos'), 4)}) | "
-            f"{_fmt(res['latency_s'], 4)} s/sample over {res['num_samples']} samples")
+    return (f"PSNR {fmt_num(res['psnr'], 2)} dB | SSIM {fmt_num(res['ssim'], 4)} | arm PSNR {fmt_num(res.get('psnr_arm'), 2)} | "
+            f"LPIPS {fmt_num(res.get('lpips'), 4)} | FID {fmt_num(res.get('fid'), 2)} | FVD {fmt_num(res.get('fvd'), 2)} | "
+            f"action error {fmt_num(res.get('af_pos'), 4)} (floor {fmt_num(res.get('af_floor_pos'), 4)}) | "
+            f"{fmt_num(res['latency_s'], 4)} s/sample over {res['num_samples']} samples")
 
 
 def eval_markdown(res: dict, run_dir=None) -> str:
@@ -258,17 +254,17 @@ def eval_markdown(res: dict, run_dir=None) -> str:
              f"{'included' if res.get('include_first_frame') else 'excluded'}.", "",
              "| PSNR ↑ | SSIM ↑ | arm PSNR ↑ | LPIPS ↓ | FID ↓ | FVD ↓ | latency s/sample | forwards/sample |",
              "|---|---|---|---|---|---|---|---|",
-             f"| {_fmt(res.get('psnr'), 2)} | {_fmt(res.get('ssim'), 4)} | {_fmt(res.get('psnr_arm'), 2)} | "
-             f"{_fmt(res.get('lpips'), 4)} | {_fmt(res.get('fid'), 2)} | {_fmt(res.get('fvd'), 2)} | "
-             f"{_fmt(res.get('latency_s'), 4)} | {res.get('forwards_per_sample')} |", ""]
+             f"| {fmt_num(res.get('psnr'), 2)} | {fmt_num(res.get('ssim'), 4)} | {fmt_num(res.get('psnr_arm'), 2)} | "
+             f"{fmt_num(res.get('lpips'), 4)} | {fmt_num(res.get('fid'), 2)} | {fmt_num(res.get('fvd'), 2)} | "
+             f"{fmt_num(res.get('latency_s'), 4)} | {res.get('forwards_per_sample')} |", ""]
     if res.get("af_pos") is not None:
         lines += ["Action following (state probe, state units; lower is better):", "",
                   "| error | all frames | moving frames | gripper | probe on the recorded frames (floor) | "
                   "with another window's actions |",
                   "|---|---|---|---|---|---|",
-                  f"| position | {_fmt(res['af_pos'], 4)} | {_fmt(res.get('af_pos_moving'), 4)} | "
-                  f"{_fmt(res.get('af_grip'), 3)} | {_fmt(res.get('af_floor_pos'), 4)} | "
-                  f"{_fmt(res.get('af_control_pos'), 4)} |", ""]
+                  f"| position | {fmt_num(res['af_pos'], 4)} | {fmt_num(res.get('af_pos_moving'), 4)} | "
+                  f"{fmt_num(res.get('af_grip'), 3)} | {fmt_num(res.get('af_floor_pos'), 4)} | "
+                  f"{fmt_num(res.get('af_control_pos'), 4)} |", ""]
     elif res.get("af_reason"):
         lines += [f"Action following not computed: {res['af_reason']}", ""]
     reasons = [f"- {k}: {res[k + '_reason']}" for k in METRIC_KEYS if res.get(k) is None and res.get(k + "_reason")]
@@ -276,7 +272,7 @@ def eval_markdown(res: dict, run_dir=None) -> str:
         lines += ["Not computed:", *reasons, ""]
     lines += [f"Sampler: `{res['sampler']}`", ""]
     lat = res["latency"]
-    lines += [f"Latency: mean {_fmt(lat['mean_s'], 4)} s over {lat['num_timed']} sample(s) "
+    lines += [f"Latency: mean {fmt_num(lat['mean_s'], 4)} s over {lat['num_timed']} sample(s) "
               f"({lat['warmup_excluded']} warm-up excluded{'; ' + lat['note'] if lat.get('note') else ''}); "
               "phases: " + ", ".join(f"{k} {v:.4f} s" for k, v in res["latency_phases_s"].items()), ""]
     if res.get("checkpoint"):
