@@ -28,6 +28,10 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--height", type=int, default=32, help="camera height")
     parser.add_argument("--width", type=int, default=48, help="camera width (the video is two cameras wide)")
     parser.add_argument("--seed", type=int, default=100, help="dataset seed (evaluation scenes use another)")
+    parser.add_argument("--layouts", type=int, default=0, help="LIBERO-like mode: every scene is one of K fixed "
+                        "layouts with the task object jittered (0: every scene its own objects, camera and look)")
+    parser.add_argument("--jitter", type=float, default=0.03, help="with --layouts: the task object's position "
+                        "jitter, metres")
     parser.add_argument("--workers", type=int, default=1, help="simulation processes")
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
@@ -38,7 +42,8 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
     s = generate_policy_dataset(args.out, per_task=args.per_task, num_val=args.num_val, max_steps=args.max_steps,
                                 height=args.height, width=args.width, seed=args.seed, workers=args.workers,
-                                overwrite=args.overwrite, progress=not args.no_progress)
+                                overwrite=args.overwrite, progress=not args.no_progress, layouts=args.layouts,
+                                jitter=args.jitter)
     print(f"wrote {s['episodes']} successful demonstrations to {s['out']} ({s['attempted']} episodes simulated, "
           f"{s['failed']} failed and were dropped)")
     return 0
@@ -90,6 +95,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-task", type=int, default=10, help="synthetic: held-out scenes per task")
     parser.add_argument("--max-steps", type=int, default=30, help="synthetic: step limit of an episode")
     parser.add_argument("--no-baselines", action="store_true", help="synthetic: leave out the expert / floor rows")
+    parser.add_argument("--layouts", type=int, default=None, help="synthetic: the scenes' layouts (default: those of "
+                        "the runs' training data, `data synth-policy --layouts`; 0 without runs)")
+    parser.add_argument("--jitter", type=float, default=None, help="synthetic: with --layouts, the task object's "
+                        "jitter in metres (default: the runs' training data's)")
     parser.add_argument("--execute", type=int, default=None, help="actions executed per chunk before re-planning "
                         "(default: each run's policy.execute)")
     parser.add_argument("--suite", default="libero_spatial",
@@ -127,7 +136,7 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         if not runs and args.no_baselines:
             raise ConfigError("--runs: nothing to evaluate (no runs and --no-baselines)")
         res = evaluate_synthetic(runs, args.per_task, args.max_steps, baselines=not args.no_baselines,
-                                 device=args.device, execute=args.execute)
+                                 device=args.device, execute=args.execute, layouts=args.layouts, jitter=args.jitter)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "eval.json", res)
     atomic_write_text(out / "eval.md", res["table_md"] + "\n")

@@ -3,7 +3,8 @@
     res = policy_section(OUT, {"simforcing": RUN_SF, "sft": RUN_SFT}, full=False, seed=42, jobs=2, progress=print)
     res["table_md"], res["commands"], res["rows"], res["wall_time_s"]
 
-1. the policy dataset (``data synth-policy``: scripted-expert demonstrations, two cameras; cached in OUT/policy/data);
+1. the policy dataset (``data synth-policy --layouts 2``: scripted-expert demonstrations in LIBERO-like fixed layouts,
+   two cameras; cached in OUT/policy/data);
 2. policies trained from ``base`` (the world model's architecture and VAE, weights from the model's own init — what
    stands in for Wan2.2 at demo scale, README "Policy transfer") and from the SimForcing world model; the default is
    the action-only setting (the paper's largest gain); ``full`` adds unconditional and video + action and the
@@ -35,6 +36,8 @@ class PolicyBudget:
     eval_per_task: int = 10  # held-out scenes per task
     batch_size: int = 8
     execute: int = 4  # actions of each 8-action chunk executed before re-planning
+    layouts: int = 2  # LIBERO-like scenes: fixed layouts, the task object jittered (policy.synthetic)
+    jitter: float = 0.03  # metres
 
 
 QUICK = PolicyBudget(per_task=1, max_steps=20, train_steps=3, eval_per_task=1, batch_size=2)
@@ -63,7 +66,8 @@ def _data_ready(data: Path, budget: PolicyBudget) -> bool:
         have = json.loads(info_path.read_text()).get("synth", {})
     except (OSError, json.JSONDecodeError):
         return False
-    return have.get("per_task") == budget.per_task and have.get("max_steps") == budget.max_steps
+    return (have.get("per_task") == budget.per_task and have.get("max_steps") == budget.max_steps
+            and have.get("layouts", 0) == budget.layouts and have.get("jitter", 0.03) == budget.jitter)
 
 
 def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = False, seed: int = 42,
@@ -82,7 +86,8 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
     data = out / "data"
     jobs: list[Job] = []
     data_argv = ["data", "synth-policy", str(data), "--per-task", str(budget.per_task), "--num-val", "0",
-                 "--max-steps", str(budget.max_steps), "--workers", "1", "--overwrite", "--no-progress"]
+                 "--max-steps", str(budget.max_steps), "--layouts", str(budget.layouts), "--jitter", str(budget.jitter),
+                 "--workers", "1", "--overwrite", "--no-progress"]
     jobs.append(Job("policy data", data_argv, deps=tuple(after), priority=30,
                     skip=lambda: _data_ready(data, budget)))
     runs: dict[str, Path] = {}
@@ -107,7 +112,7 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
         ev = out / "eval" / f"part{g}"
         evals[g] = ev
         argv = ["policy", "eval", "--out", str(ev), "--per-task", str(budget.eval_per_task), "--max-steps",
-                str(budget.max_steps)]
+                str(budget.max_steps), "--layouts", str(budget.layouts), "--jitter", str(budget.jitter)]
         if members != [EXPERT]:
             argv += ["--runs", f"{members[0]}={runs[members[0]]}", "--no-baselines"]
         deps = ("policy data",) if members == [EXPERT] else (f"policy train {members[0]}",)

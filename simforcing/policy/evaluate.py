@@ -4,7 +4,8 @@
     print(res["table_md"])
 
 Scenes: the first ``per_task`` episodes of each task (reach, push, grasp) of dataset seed ``EVAL_SEED`` (the policy
-dataset's demonstrations come from another seed, so they are held out); the same scenes, in the same order and with
+dataset's demonstrations come from another seed, so they are held out), in the scene mode the runs were trained on
+(``layouts``: the LIBERO-like fixed layouts of ``policy.synthetic``, or every scene its own); the same scenes, in the same order and with
 the same action noise per (scene, chunk), for every policy. Each episode runs until its success predicate holds or
 ``max_steps`` actions were executed; a policy's chunk is executed for its first ``policy.execute`` actions, then it
 re-plans. Every table carries the scripted expert (ceiling) and "do nothing" (floor). Success rates come with 95 %
@@ -13,6 +14,7 @@ Wilson score intervals (per task over its episodes; the average over tasks with 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from simforcing.config import ConfigError
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.train import derive_seed
@@ -68,6 +71,43 @@ def idle_chunk(env: SyntheticTaskEnv, i: int) -> np.ndarray:
     return env.idle_action()[None]
 
 
+def training_scene_mode(cfg) -> tuple[int, float] | None:
+    """(layouts, jitter) of the `data synth-policy` dataset a policy was trained on (``cfg.data.root``); (0, 0.03) for
+    a synthetic dataset written before layouts existed; None when the dataset is not a synthetic one or is gone."""
+    path = Path(cfg.data.root or "") / "meta" / "info.json"
+    try:
+        synth = json.loads(path.read_text()).get("synth")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(synth, dict):
+        return None
+    return int(synth.get("layouts", 0)), float(synth.get("jitter", 0.03))
+
+
+def scene_mode(cfgs: dict, layouts: int | None, jitter: float | None,
+               progress: Callable[[str], None] = print) -> tuple[int, float]:
+    """The evaluation scenes' (layouts, jitter): the explicit values where given, else those of the runs' training
+    data (:func:`training_scene_mode`; ConfigError when the runs were trained in different modes), else (0, 0.03).
+    Evaluating a run in another mode than it was trained in is allowed (a generalisation test) and said."""
+    trained = {name: m for name, cfg in cfgs.items() if (m := training_scene_mode(cfg)) is not None}
+    if layouts is None:
+        modes = set(trained.values())
+        if len(modes) > 1:
+            raise ConfigError("--layouts: the runs were trained on datasets of different scene modes ("
+                              + ", ".join(f"{n}: layouts {m[0]}" for n, m in trained.items())
+                              + "); pass --layouts K [--jitter M] to choose the evaluation scenes")
+        layouts, jitter_default = modes.pop() if modes else (0, 0.03)
+        jitter = jitter_default if jitter is None else jitter
+    jitter = 0.03 if jitter is None else float(jitter)
+    if layouts < 0 or not 0 <= jitter <= 0.1:
+        raise ConfigError(f"--layouts {layouts} --jitter {jitter}: expected layouts >= 0 and 0 <= jitter <= 0.1 m")
+    for name, m in trained.items():
+        if m[0] != layouts or (layouts and abs(m[1] - jitter) > 1e-12):
+            progress(f"note: {name} was trained on scenes with layouts {m[0]} (jitter {m[1]}); evaluating on layouts "
+                     f"{layouts} (jitter {jitter})")
+    return int(layouts), jitter
+
+
 def policy_chunk_fn(runner: PolicyRunner, seed: int, scene: tuple) -> Callable:
     def fn(env: SyntheticTaskEnv, i: int) -> np.ndarray:
         gen = torch.Generator().manual_seed(derive_seed(seed, "policy-noise", *scene, i) & 0x7FFFFFFF)
@@ -77,12 +117,14 @@ def policy_chunk_fn(runner: PolicyRunner, seed: int, scene: tuple) -> Callable:
 
 def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_steps: int = 30, seed: int = EVAL_SEED,
                        tasks=TASKS, baselines: bool = True, device="cpu", progress: Callable[[str], None] = print,
-                       height: int | None = None, width: int | None = None, execute: int | None = None) -> dict:
+                       height: int | None = None, width: int | None = None, execute: int | None = None,
+                       layouts: int | None = None, jitter: float | None = None) -> dict:
     """Closed-loop success of each run (name -> policy run folder) and of the expert / floor rows on the same
-    held-out scenes. ``execute`` overrides the runs' ``policy.execute``. Returns {"scenes", "rows": {name: {task:
-    rate(...), "average": ...}}, "table_md", ...}."""
-    scenes = held_out_scenes(seed, per_task, max_steps, tasks)
+    held-out scenes. ``execute`` overrides the runs' ``policy.execute``; ``layouts``/``jitter``: the scene mode
+    (:func:`scene_mode`). Returns {"scenes", "rows": {name: {task: rate(...), "average": ...}}, "table_md", ...}."""
     runners = {name: PolicyRunner.load(run, device) for name, run in runs.items()}
+    layouts, jitter = scene_mode({name: r.cfg for name, r in runners.items()}, layouts, jitter, progress)
+    scenes = held_out_scenes(seed, per_task, max_steps, tasks, layouts=layouts, jitter=jitter)
     if height is None or width is None:
         any_cfg = next(iter(runners.values())).cfg if runners else None
         cams = any_cfg.policy.cameras if any_cfg else 2
@@ -104,7 +146,7 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
         for task in tasks:
             outcomes = []
             for idx in scenes[task]:
-                env = SyntheticTaskEnv(seed, idx, max_steps, height, width)
+                env = SyntheticTaskEnv(seed, idx, max_steps, height, width, layouts, jitter)
                 try:
                     outcomes.append(run_episode(env, make((task, idx)), max_steps, execute[name]))
                 finally:
@@ -119,6 +161,7 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
         progress(f"closed loop {name}: " + ", ".join(f"{t} {per[t]['successes']}/{per[t]['episodes']}"
                                                       for t in tasks) + f" ({per['seconds']:.0f} s)")
     return {"scenes": scenes, "seed": seed, "per_task": per_task, "max_steps": max_steps, "tasks": list(tasks),
+            "layouts": layouts, "jitter": jitter,
             "rows": rows, "episodes": episodes, "seconds": time.perf_counter() - t0,
             "table_md": format_table(rows, list(tasks))}
 

@@ -1,12 +1,13 @@
 """`simforcing data synth-policy`: scripted-expert demonstrations of the synthetic tasks as a policy dataset.
 
-    simforcing data synth-policy OUT [--per-task 16] [--num-val 2] [--max-steps 30] [--seed 100]
+    simforcing data synth-policy OUT [--per-task 16] [--num-val 2] [--max-steps 30] [--seed 100] [--layouts K]
 
 Episode ``(seed, i)`` for i = 0, 1, … is one scene of the synthetic benchmark (``policy.synthetic``); its scripted
 expert acts in the full-appearance scene for at most ``max_steps`` steps, recording both cameras and the state at every
 frame. Only successful demonstrations are kept, cut ``tail`` frames after the first success (so no random filler
 motion is learnt), until each task has ``per_task`` training (+ ``num_val`` validation) episodes. Evaluation scenes are
-drawn from another dataset seed (``policy.evaluate``), so they are held out. The world-model benchmark (`data synth`)
+drawn from another dataset seed (``policy.evaluate``), so they are held out (with ``layouts`` = K, the LIBERO-like
+mode of ``policy.synthetic``: the same K layouts, other jitters, tasks and start poses). The world-model benchmark (`data synth`)
 is unchanged; the two share the simulator only. Then min–max statistics (train) and the text cache.
 """
 
@@ -30,10 +31,11 @@ from simforcing.prep.text import embed_dataset
 FPS = 10
 
 
-def demonstrate(seed: int, index: int, max_steps: int, height: int, width: int, tail: int) -> dict:
+def demonstrate(seed: int, index: int, max_steps: int, height: int, width: int, tail: int, layouts: int = 0,
+                jitter: float = 0.03) -> dict:
     """Run the scripted expert on episode (seed, index): frames uint8 (T, H, 2W, 3), actions (T−1, 7), states (T, 7),
     the task, whether (and at which step) it succeeded."""
-    env = SyntheticTaskEnv(seed, index, max_steps, height, width)
+    env = SyntheticTaskEnv(seed, index, max_steps, height, width, layouts, jitter)
     try:
         frames, states, actions = [env.image()], [env.state()], []
         first = None
@@ -60,11 +62,13 @@ def _job(args: tuple) -> dict:
 
 def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int = 2, max_steps: int = 30,
                             height: int = 32, width: int = 48, seed: int = 100, tail: int = 8, workers: int = 1,
-                            overwrite: bool = False, progress: bool = True) -> dict:
+                            overwrite: bool = False, progress: bool = True, layouts: int = 0,
+                            jitter: float = 0.03) -> dict:
     """Write the dataset (module docstring); returns a summary {"episodes", "attempted", "failed", "per_task"}."""
-    if per_task < 1 or num_val < 0 or max_steps < 2 or tail < 0:
-        raise ConfigError(f"per_task={per_task}, num_val={num_val}, max_steps={max_steps}, tail={tail}: expected "
-                          "per_task >= 1, num_val >= 0, max_steps >= 2, tail >= 0")
+    if per_task < 1 or num_val < 0 or max_steps < 2 or tail < 0 or layouts < 0 or not 0 <= jitter <= 0.1:
+        raise ConfigError(f"per_task={per_task}, num_val={num_val}, max_steps={max_steps}, tail={tail}, "
+                          f"layouts={layouts}, jitter={jitter}: expected per_task >= 1, num_val >= 0, max_steps >= 2, "
+                          "tail >= 0, layouts >= 0 (0: every scene its own), 0 <= jitter <= 0.1 (metres)")
     out = Path(out)
     if (out / "meta" / "info.json").exists() or (out / "episodes").exists():
         if not overwrite:
@@ -81,7 +85,7 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
         while any(len(v) < want for v in kept.values()):
             batch = list(range(nxt, nxt + max(1, workers) * 2))
             nxt += len(batch)
-            jobs = [(seed, i, max_steps, height, width, tail) for i in batch]
+            jobs = [(seed, i, max_steps, height, width, tail, layouts, jitter) for i in batch]
             results = list(pool.map(_job, jobs)) if pool else [_job(j) for j in jobs]
             for r in results:
                 attempted += 1
@@ -109,6 +113,7 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
     info = {"fps": FPS, "height": height, "width": width, "cameras": ["external", "wrist"], "action_dim": 7,
             "state_dim": 7, "source": "simforcing-synth-policy",
             "synth": {"seed": seed, "per_task": per_task, "num_val": num_val, "max_steps": max_steps, "tail": tail,
+                      "layouts": layouts, "jitter": jitter,
                       "attempted": attempted, "failed": failed,
                       "action": "target ee position delta (3), target roll-pitch-yaw delta (3), gripper 0..1 (1)",
                       "state": "ee position (3), ee roll-pitch-yaw (3), gripper opening 0..1 (1)"}}

@@ -21,6 +21,14 @@ predicate holds, as LIBERO's ``done``):
   ``PUSH_DISTANCE`` (0.04 m);
 - **grasp**: the object's centre is ``LIFT_HEIGHT`` (0.05 m) above its initial height.
 
+**Layouts** (``layouts`` = K > 0, ``data synth-policy --layouts K``; the demo uses 2): a LIBERO-like mode. As in a
+LIBERO suite, where a task is a fixed scene whose initial states differ by a few centimetres, every scene is one of
+K fixed layouts (one named task object + distractors + a look, the same for every dataset seed, so training
+demonstrations and held-out evaluation scenes share them) with the task object jittered by ±``jitter`` m and the
+nominal camera; the task (reach / push in a direction / grasp) and the start pose still vary per episode. Without
+layouts every episode draws its own 2–3 task objects, camera and look — a generalisation test that a few dozen
+demonstrations do not cover (README "Policy transfer").
+
 No initial scene satisfies its predicate (the gripper starts ≥ 0.15 m above every object; objects rest).
 The scripted expert replays the episode's scripted actions through the same ``step``; "do nothing" sends zero deltas
 with the gripper open.
@@ -87,9 +95,10 @@ class SyntheticTaskEnv:
     """One closed-loop episode of the synthetic benchmark (module docstring). ``max_steps`` bounds the scripted
     motion's length (the expert needs it); the caller enforces the step limit."""
 
-    def __init__(self, seed: int, index: int, max_steps: int, height: int = 32, width: int = 48):
+    def __init__(self, seed: int, index: int, max_steps: int, height: int = 32, width: int = 48, layouts: int = 0,
+                 jitter: float = 0.03):
         self.seed, self.index, self.max_steps = seed, index, max_steps
-        self.ep = EpisodePhysics(seed, index, max_steps + 1)
+        self.ep = EpisodePhysics(seed, index, max_steps + 1, layouts, jitter)
         names = [f"{o.colour} {o.shape}" if o.colour else "distractor" for o in self.ep.objects]
         self.task = parse_task(self.ep.motion.kind, self.ep.motion.instruction, names)
         self._renderer = mujoco.Renderer(self.ep.model, height, width)
@@ -146,7 +155,8 @@ class SyntheticTaskEnv:
         self._renderer.close()
 
 
-def held_out_scenes(seed: int, per_task: int, max_steps: int, tasks=TASKS, start: int = 0) -> dict[str, list[int]]:
+def held_out_scenes(seed: int, per_task: int, max_steps: int, tasks=TASKS, start: int = 0, layouts: int = 0,
+                    jitter: float = 0.03) -> dict[str, list[int]]:
     """Fixed evaluation scenes: the first ``per_task`` episode indices (from ``start``) of dataset seed ``seed`` whose
     scripted task is each kind (building an episode's physics costs ~15 ms; nothing is rendered or stepped)."""
     out: dict[str, list[int]] = {k: [] for k in tasks}
@@ -154,7 +164,7 @@ def held_out_scenes(seed: int, per_task: int, max_steps: int, tasks=TASKS, start
     while any(len(v) < per_task for v in out.values()):
         if i - start > 50 * per_task * len(tasks) + 50:
             raise RuntimeError(f"held_out_scenes: found {out} after {i - start} scenes from index {start}")
-        kind = EpisodePhysics(seed, i, max_steps + 1).motion.kind
+        kind = EpisodePhysics(seed, i, max_steps + 1, layouts, jitter).motion.kind
         if kind in out and len(out[kind]) < per_task:
             out[kind].append(i)
         i += 1

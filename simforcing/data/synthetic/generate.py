@@ -36,7 +36,7 @@ from simforcing.data.format import (EpisodeInfo, is_dataset, read_arm_mask, read
 from simforcing.data.synthetic.motions import ArmController, mat_to_rpy, script_motion  # noqa: E402
 from simforcing.data.synthetic.scene import (  # noqa: E402
     ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, SERVO_GAINS, TIMESTEP, CameraPose,
-    paint_textures, real_xml, sample_appearance, sample_camera, sample_objects, sim_xml)
+    NOMINAL_CAMERA, fixed_layout, paint_textures, real_xml, sample_appearance, sample_camera, sample_objects, sim_xml)
 
 FPS = 10
 SUBSTEPS = round(1.0 / (FPS * TIMESTEP))  # physics steps per video frame (100)
@@ -110,16 +110,27 @@ class EpisodePhysics:
     ``advance(t)`` runs the physics from frame t−1 to frame t: IK for the commanded target of frame t, then
     ``SUBSTEPS`` physics steps while the joint setpoints move linearly from the last solution to the new one
     (``drive(pos, rpy, grip)``: the same towards any commanded target).
+
+    ``layouts`` = K > 0 (the policy benchmark's LIBERO-like mode, ``data synth-policy --layouts K``): the episode's
+    task object, distractors and look are those of fixed layout ``index % K`` (:func:`scene.fixed_layout`, the same
+    for every seed) with the task object jittered by ±``jitter`` m, seen from the nominal camera; its textures, start
+    pose and scripted motion (which task, which instruction) are still the episode's own draws.
     """
 
-    def __init__(self, seed: int, index: int, length: int):
+    def __init__(self, seed: int, index: int, length: int, layouts: int = 0, jitter: float = 0.03):
         if length < 2:
             raise ValueError(f"length: got {length}; an episode needs at least 2 frames (1 action)")
+        if layouts < 0:
+            raise ValueError(f"layouts: got {layouts}; expected 0 (every episode its own scene) or a count >= 1")
         scene_rng, motion_rng, self.noise_rng = (np.random.default_rng(s)
                                                  for s in np.random.SeedSequence([seed, index]).spawn(3))
         self.objects = sample_objects(scene_rng)
         look = sample_appearance(scene_rng)
         self.camera: CameraPose = sample_camera(scene_rng)
+        if layouts:  # LIBERO-like: layout index % layouts, the nominal camera; the rest stays the episode's own
+            self.objects, look = fixed_layout(index % layouts, jitter,
+                                              np.random.default_rng(np.random.SeedSequence([seed, index, 5])))
+            self.camera = NOMINAL_CAMERA
         start_pos = scene_rng.uniform([0.28, -0.12, 0.18], [0.38, 0.12, 0.26])
         start_yaw = float(scene_rng.uniform(-0.4, 0.4))
         self.model = m = mujoco.MjModel.from_xml_string(real_xml(self.objects, look))

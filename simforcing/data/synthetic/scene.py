@@ -17,7 +17,7 @@ World frame: table top at z = 0, robot base at the origin, +x away from the robo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -363,6 +363,25 @@ def sample_objects(rng: np.random.Generator) -> list[SceneObject]:
                                    rgb=tuple(rng.uniform(0.05, 0.95, 3)), pos=xy,
                                    yaw=float(rng.uniform(-np.pi, np.pi)), mass=0.15))
     return objects
+
+
+LAYOUT_SEED = 4242  # the fixed layouts of the LIBERO-like policy benchmark (the same for every dataset seed)
+
+
+def fixed_layout(layout: int, jitter: float, rng: np.random.Generator) -> tuple[list[SceneObject], Appearance]:
+    """Layout number ``layout`` of the LIBERO-like mode (``EpisodePhysics(layouts=K)``): one named task object (the
+    first of :func:`sample_objects`'s), its distractors and a look, all drawn from ``SeedSequence([LAYOUT_SEED,
+    layout])``; the task object's (x, y) then moves by uniform ±``jitter`` metres drawn from ``rng`` (the episode's
+    initial-state variation, as LIBERO's init states)."""
+    if jitter < 0:
+        raise ValueError(f"jitter: got {jitter}; expected >= 0 (metres)")
+    lrng = np.random.default_rng(np.random.SeedSequence([LAYOUT_SEED, int(layout)]))
+    objects = sample_objects(lrng)
+    look = sample_appearance(lrng)
+    task = next(o for o in objects if o.colour)
+    dx, dy = rng.uniform(-jitter, jitter), rng.uniform(-jitter, jitter)
+    task = replace(task, pos=(task.pos[0] + float(dx), task.pos[1] + float(dy)))
+    return [task] + [o for o in objects if not o.colour], look
 
 
 def sample_appearance(rng: np.random.Generator) -> Appearance:
