@@ -383,6 +383,11 @@ def test_demo_policy_section_end_to_end_at_quick_size(tiny, world_model_run, tmp
     assert res["init"]["action_only / SimForcing WM"]["inherited"] > 0
     assert set(res["commands"]) >= {"policy data", "policy train action_only / base",
                                     "policy train action_only / SimForcing WM"}
+    from simforcing.demo.report import _policy_setup
+    synth = json.loads((tmp_path / "policy" / "data" / "meta" / "info.json").read_text())["synth"]
+    assert synth["layouts"] == res["budget"]["layouts"] == 2  # the LIBERO-like scenes, train and evaluation
+    assert json.loads((tmp_path / "policy" / "eval" / "part0" / "eval.json").read_text())["layouts"] == 2
+    assert "2 fixed layouts" in _policy_setup(res["budget"])
     again = policy_section(tmp_path, {"simforcing": world_model_run}, quick=True, progress=lambda s: None)
     assert again["rows"] == res["rows"]  # cached: nothing retrained or re-evaluated
 

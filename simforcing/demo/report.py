@@ -216,7 +216,8 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
     pol = res.get("policy")
     if pol:
         lines += ["", "## Policy transfer (paper Tab. 5): closed-loop success on held-out scenes", "",
-                  pol["table_md"], "", "Success % with 95 % Wilson intervals; every policy on the same scenes. "
+                  pol["table_md"], "", _policy_setup(pol.get("budget", {})) +
+                  "Success % with 95 % Wilson intervals; every policy on the same scenes. "
                   "Initialisations: " + "; ".join(f"{k}: {v['inherited']} tensors inherited, {v['new']} new"
                                                   for k, v in pol.get("init", {}).items())]
     lines += ["", "## Videos (masked first frame | simulation rollout | prediction | ground truth)", ""]
@@ -234,6 +235,16 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
     lines += [f"# {k}\n{v}" for k, v in commands.items()]
     lines += ["```", ""]
     return "\n".join(lines)
+
+
+def _policy_setup(b: dict) -> str:
+    if not b:
+        return ""
+    scenes = (f"LIBERO-like scenes ({b['layouts']} fixed layouts, the task object jittered by ±{100 * b['jitter']:.0f} cm)"
+              if b.get("layouts") else "every scene its own objects, camera and look")
+    return (f"{scenes}; {b['per_task']} scripted demonstrations per task, action-only policies trained "
+            f"{b['train_steps']} steps of batch {b['batch_size']}, {b['eval_per_task']} held-out scenes per task, at most "
+            f"{b['max_steps']} steps, {b['execute']} actions executed per chunk. ")
 
 
 def _yes(v) -> str:

@@ -6,9 +6,10 @@
 1. the policy dataset (``data synth-policy --layouts 2``: scripted-expert demonstrations in LIBERO-like fixed layouts,
    two cameras; cached in OUT/policy/data);
 2. policies trained from ``base`` (the world model's architecture and VAE, weights from the model's own init — what
-   stands in for Wan2.2 at demo scale, README "Policy transfer") and from the SimForcing world model; the default is
-   the action-only setting (the paper's largest gain); ``full`` adds unconditional and video + action and the
-   ``sft`` world model's initialisation (does SimForcing's motion prior, not real-video fine-tuning, transfer?);
+   stands in for Wan2.2 at demo scale, README "Policy transfer"), from the SimForcing world model and from the
+   ``sft`` world model when ``wm_runs`` has one (does SimForcing's motion prior, not real-video fine-tuning,
+   transfer?); the default is the action-only setting (the paper's largest gain); ``full`` adds unconditional and
+   video + action;
    independent trainings run as parallel processes with one thread each when ``jobs > 1``;
 3. closed-loop success on the same held-out scenes with the scripted expert (ceiling) and do-nothing (floor) rows,
    95 % Wilson intervals; evaluation also split across ``jobs`` processes.
@@ -46,7 +47,7 @@ QUICK = PolicyBudget(per_task=1, max_steps=20, train_steps=3, eval_per_task=1, b
 def _setting_rows(wm_runs: dict[str, Path], full: bool) -> list[tuple[str, str, str]]:
     """(row label, setting, init) in table order."""
     inits = [("base", "base"), ("SimForcing WM", "simforcing")]
-    if full and "sft" in wm_runs:
+    if "sft" in wm_runs:  # is it SimForcing's motion prior that transfers, or any real-video fine-tuning?
         inits.insert(1, ("SFT WM", "sft"))
     settings = ("action_only", "unconditional", "video_action") if full else ("action_only",)
     return [(f"{s} / {label}", s, key) for s in settings for label, key in inits]
