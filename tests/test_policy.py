@@ -388,8 +388,25 @@ def test_demo_policy_section_end_to_end_at_quick_size(tiny, world_model_run, tmp
     assert synth["layouts"] == res["budget"]["layouts"] == 2  # the LIBERO-like scenes, train and evaluation
     assert json.loads((tmp_path / "policy" / "eval" / "part0" / "eval.json").read_text())["layouts"] == 2
     assert "2 fixed layouts" in _policy_setup(res["budget"])
-    again = policy_section(tmp_path, {"simforcing": world_model_run}, quick=True, progress=lambda s: None)
+    again = policy_section(tmp_path, {"simforcing": world_model_run}, seed=1, quick=True, progress=lambda s: None)
     assert again["rows"] == res["rows"]  # cached: nothing retrained or re-evaluated
+
+    # provenance: a world model made again (another record) makes its policies and their evaluations stale
+    from simforcing.policy.demo import QUICK, policy_jobs
+    jobs, info = policy_jobs(tmp_path, {"simforcing": world_model_run}, seed=1, budget=QUICK)
+    assert all(j.skip() for j in jobs) and info["notes"] == []
+    jobs, info = policy_jobs(tmp_path, {"simforcing": world_model_run}, seed=1, budget=QUICK,
+                             wm_records={"simforcing": {"command": "simforcing train ... (made again)"}})
+    skipped = {j.name: j.skip() for j in jobs}
+    assert skipped["policy data"] and skipped["policy eval expert + floor"]  # the data does not depend on it
+    assert not any(v for k, v in skipped.items() if "action_only" in k)
+    assert len(info["notes"]) == 2 and all("training" in n and "again" in n for n in info["notes"])
+    assert not any(Path(r).exists() for r in info["runs"].values())  # the stale runs were removed
+    # a changed demonstration budget makes the dataset stale too (and everything after it)
+    import dataclasses
+    jobs, _ = policy_jobs(tmp_path, {"simforcing": world_model_run}, seed=1,
+                          budget=dataclasses.replace(QUICK, layouts=3))
+    assert not any(j.skip() for j in jobs)
 
 
 def test_a_nan_loss_stops_the_policy_run_as_diverged(tiny, tmp_path, monkeypatch):

@@ -297,7 +297,9 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     if policy:
         wm = {"simforcing": runs["simforcing"], "sft": runs["sft"]}
         pjobs, pol = policy_jobs(out, wm, full=full, seed=SEED, budget=b.policy,
-                                 wm_deps={"simforcing": "train simforcing", "sft": "train sft"}, after=("stage1",))
+                                 wm_deps={"simforcing": "train simforcing", "sft": "train sft"}, after=("stage1",),
+                                 wm_records={k: B.records[f"train {k}"] for k in wm})
+        B.notes += pol["notes"]
         for j in pjobs:
             j.slots = min(j.slots, B.slots)
         B.jobs += pjobs

@@ -13,19 +13,26 @@
    independent trainings run as parallel processes with one thread each when ``jobs > 1``;
 3. closed-loop success on the same held-out scenes with the scripted expert (ceiling) and do-nothing (floor) rows,
    95 % Wilson intervals; evaluation also split across ``jobs`` processes.
-A finished run or evaluation is reused when the section is called again (the demo's resume behaviour).
+A finished run or evaluation is reused when the section is called again (the demo's resume behaviour) while its
+recorded provenance matches; what was made from other inputs is made again.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from simforcing.checkpoint import is_run_folder
+from simforcing.config import ConfigError
 from simforcing.jobs import Job, run_jobs, timings
+from simforcing.locking import lock_folder
 from simforcing.policy.evaluate import EXPERT, FLOOR, format_table
+from simforcing.provenance import (PROVENANCE_FILE, check_provenance, digest, provenance_record, read_provenance,
+                                   write_provenance)
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 
@@ -61,37 +68,54 @@ def _finished(run: Path, steps: int) -> bool:
     return st.get("state") == "finished" and int(st.get("step", -1)) >= steps
 
 
-def _data_ready(data: Path, budget: PolicyBudget) -> bool:
-    info_path = data / "meta" / "info.json"
-    try:
-        have = json.loads(info_path.read_text()).get("synth", {})
-    except (OSError, json.JSONDecodeError):
-        return False
-    return (have.get("per_task") == budget.per_task and have.get("max_steps") == budget.max_steps
-            and have.get("layouts", 0) == budget.layouts and have.get("jitter", 0.03) == budget.jitter)
+def _remove_stale_run(run: Path, stale: list[str], notes: list[str]) -> None:
+    if not (is_run_folder(run) or read_provenance(run) is not None):
+        raise ConfigError(f"{run} is not a policy run of this demo (no {PROVENANCE_FILE}, not a simforcing run); move "
+                          "it away or choose another --out")
+    notes.append(f"training {run} again: it was made from other inputs ({'; '.join(stale[:3])})")
+    with lock_folder(run, "simforcing demo (removing a stale policy run)"):
+        shutil.rmtree(run)
 
 
 def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = False, seed: int = 42,
                 budget: PolicyBudget | None = None, wm_deps: dict[str, str] | None = None,
-                after: tuple = ()) -> tuple[list[Job], dict]:
+                after: tuple = (), wm_records: dict[str, dict] | None = None) -> tuple[list[Job], dict]:
     """The section as jobs of a :mod:`simforcing.jobs` graph (what the demo schedules beside its other work), and
     what :func:`collect_policy` needs afterwards. ``wm_deps``: the job that makes each world-model run (the
-    policies start when it finished); ``after``: jobs the dataset generation waits for (to leave the cores to them).
-    A finished run, dataset or evaluation is not run again."""
+    policies start when it finished); ``after``: jobs the dataset generation waits for (to leave the cores to them);
+    ``wm_records``: the provenance records of the world-model runs (:mod:`simforcing.provenance`; default: what
+    each run folder records).
+
+    Every folder records its provenance (the command, the budget, the seed, the digests of its inputs: the dataset
+    for a policy, the world-model run it starts from, the policy for an evaluation) and is not made again while it
+    matches and is complete; a dataset or world model made again makes the policies and evaluations from it stale:
+    a stale policy run is removed and trained again (``info["notes"]`` says so), a stale evaluation is rerun."""
     budget = budget or PolicyBudget()
     out = Path(out_dir) / "policy"
     wm_deps = wm_deps or {}
     if "simforcing" not in wm_runs:
         raise ValueError(f"wm_runs: expected a 'simforcing' run; got {sorted(wm_runs)}")
+    wm_digest = {}
+    for key, run in wm_runs.items():
+        rec = (wm_records or {}).get(key) or read_provenance(run)
+        wm_digest[key] = digest(rec) if rec is not None else f"unrecorded:{Path(run).resolve()}"
+    notes: list[str] = []  # (the commands carry every size; provenance records them with the seed and the inputs)
+
+    def fresh(folder: Path, rec: dict) -> list[str]:
+        return check_provenance(folder, rec) if folder.exists() else ["absent"]
+
     sf_cfg = Path(wm_runs["simforcing"]) / "config.json"
     data = out / "data"
     jobs: list[Job] = []
     data_argv = ["data", "synth-policy", str(data), "--per-task", str(budget.per_task), "--num-val", "0",
                  "--max-steps", str(budget.max_steps), "--layouts", str(budget.layouts), "--jitter", str(budget.jitter),
-                 "--workers", "1", "--overwrite", "--no-progress"]
-    jobs.append(Job("policy data", data_argv, deps=tuple(after), priority=30,
-                    skip=lambda: _data_ready(data, budget)))
+                 "--workers", "1"]
+    data_rec = provenance_record("simforcing " + " ".join(data_argv), None, seed)
+    jobs.append(Job("policy data", data_argv + ["--overwrite", "--no-progress"], deps=tuple(after), priority=30,
+                    skip=lambda: not fresh(data, data_rec) and (data / "meta" / "info.json").exists(),
+                    on_done=lambda: write_provenance(data, data_rec)))
     runs: dict[str, Path] = {}
+    train_recs: dict[str, dict] = {}
     common = [f"--train.max_steps={budget.train_steps}", f"--train.batch_size={budget.batch_size}",
               f"--policy.execute={budget.execute}", f"--train.seed={seed}", f"--train.ckpt_every={budget.train_steps}",
               "--train.log_every=25", "--train.threads=1"]
@@ -102,11 +126,22 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
         argv = ["policy", "train", "--setting", setting, "--init", init, "--data", str(data), "--out", str(run)]
         if key == "base":
             argv += ["--config", str(sf_cfg)]
-        argv += common + (["--resume"] if (run / "checkpoints").exists() and not _finished(run, budget.train_steps)
-                          else [])
+        argv += common
+        inputs = {"data": digest(data_rec), "world model": wm_digest["simforcing" if key == "base" else key]}
+        rec = train_recs[label] = provenance_record("simforcing " + " ".join(argv), None, seed, inputs)
+        stale = fresh(run, rec)
+        if run.exists() and stale:
+            _remove_stale_run(run, stale, notes)
+        elif (run / "checkpoints").exists() and not _finished(run, budget.train_steps):
+            argv = argv + ["--resume"]
+
+        def start(run=run, rec=rec):
+            run.mkdir(parents=True, exist_ok=True)
+            write_provenance(run, rec)
         deps = ("policy data",) + tuple(wm_deps[k] for k in ("simforcing", key) if k in wm_deps)
         jobs.append(Job(f"policy train {label}", argv, deps=tuple(dict.fromkeys(deps)), priority=35,
-                        skip=lambda run=run: _finished(run, budget.train_steps)))
+                        skip=lambda run=run, rec=rec: not fresh(run, rec) and _finished(run, budget.train_steps),
+                        on_start=start))
     groups = [[EXPERT]] + [[label] for label in runs]  # the baselines in one process, one process per policy
     evals: dict[int, Path] = {}
     for g, members in enumerate(groups):
@@ -116,12 +151,16 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
                 str(budget.max_steps), "--layouts", str(budget.layouts), "--jitter", str(budget.jitter)]
         if members != [EXPERT]:
             argv += ["--runs", f"{members[0]}={runs[members[0]]}", "--no-baselines"]
+        inputs = {"policy": digest(train_recs[members[0]])} if members != [EXPERT] else {"data": digest(data_rec)}
+        rec = provenance_record("simforcing " + " ".join(argv), None, seed, inputs)
         deps = ("policy data",) if members == [EXPERT] else (f"policy train {members[0]}",)
         name = f"policy eval {'expert + floor' if members == [EXPERT] else members[0]}"
-        jobs.append(Job(name, argv, deps=deps, priority=25, skip=lambda ev=ev: (ev / "eval.json").exists()))
+        jobs.append(Job(name, argv, deps=deps, priority=25,
+                        skip=lambda ev=ev, rec=rec: not fresh(ev, rec) and (ev / "eval.json").exists(),
+                        on_done=lambda ev=ev, rec=rec: write_provenance(ev, rec)))
     info = {"out": str(out), "data": str(data), "runs": {k: str(v) for k, v in runs.items()},
             "evals": [str(v) for v in evals.values()], "budget": asdict(budget), "seed": seed,
-            "commands": {j.name: j.cite() for j in jobs}}
+            "commands": {j.name: j.cite() for j in jobs}, "notes": notes}
     return jobs, info
 
 
@@ -156,6 +195,8 @@ def policy_section(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = F
     :func:`collect_policy`. Returns {"rows", "table_md", "commands", "wall_time_s", "runs", "init", ...}."""
     budget = budget or (QUICK if quick else PolicyBudget())
     graph, info = policy_jobs(out_dir, wm_runs, full, seed, budget)
+    for line in info["notes"]:
+        progress(line)
     t0 = time.perf_counter()
     results = run_jobs(graph, max(1, jobs), Path(info["out"]) / "logs", echo=progress, status_every=60)
     wall = timings(results)
