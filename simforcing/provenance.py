@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from simforcing import __version__
+from simforcing.checkpoint import is_run_folder
+from simforcing.errors import ConfigError
+from simforcing.locking import lock_folder
 from simforcing.utils import atomic_write_json
 
 PROVENANCE_FILE = "provenance.json"
@@ -101,3 +105,31 @@ def check_provenance(folder: str | Path, record: dict, ignore: Iterable[str] = D
     a, b = _kept(recorded, ignore), _kept(record, ignore)
     keys = sorted(a.keys() | b.keys(), key=lambda k: (k == "command", k))  # the long command line last
     return [f"{k}: recorded {a.get(k)!r}, asked {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
+
+
+def why_stale(stale: list[str]) -> str:
+    """The differing fields of a provenance check, the command line last and left out when others say enough."""
+    lines = [x for x in stale if not x.startswith("command:")] or stale
+    return "; ".join(lines[:4]) + (f"; +{len(lines) - 4} more" if len(lines) > 4 else "")
+
+
+def run_finished(run: str | Path, steps: int) -> bool:
+    """The run's status.json says finished at ``steps`` or later."""
+    try:
+        st = json.loads((Path(run) / "status.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return st.get("state") == "finished" and int(st.get("step", -1)) >= steps
+
+
+def remove_stale_run(folder: str | Path, stale: list[str]) -> str:
+    """Remove a training run made from other inputs (``stale``: :func:`check_provenance`'s fields), under its lock;
+    returns the line that says so. ConfigError, and nothing removed, when the folder is neither a simforcing run nor
+    records a provenance (a folder the demo did not make)."""
+    folder = Path(folder)
+    if not (is_run_folder(folder) or read_provenance(folder) is not None):
+        raise ConfigError(f"{folder} is not a run of this demo (no {PROVENANCE_FILE}, not a simforcing run); "
+                          "move it away or choose another --out")
+    with lock_folder(folder, "simforcing demo (removing a stale run)"):
+        shutil.rmtree(folder)
+    return f"training {folder} again: it was made from other inputs ({why_stale(stale)})"

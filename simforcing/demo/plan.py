@@ -12,20 +12,16 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from simforcing.checkpoint import is_run_folder
-from simforcing.config import ConfigError
 from simforcing.data.format import is_dataset
 from simforcing.data.synthetic.generate import GENERATOR_VERSION
 from simforcing.jobs import Job
-from simforcing.locking import lock_folder
 from simforcing.policy.demo import QUICK as POLICY_QUICK, PolicyBudget, policy_jobs
-from simforcing.provenance import (PROVENANCE_FILE, check_provenance, digest, provenance_record, read_provenance,
-                                   write_provenance)
+from simforcing.provenance import (check_provenance, digest, provenance_record, remove_stale_run, run_finished,
+                                   why_stale, write_provenance)
 
 SEED = 42
 BASE_METHODS = ("sft", "simforcing")
@@ -139,7 +135,7 @@ class _Builder:
             def complete() -> bool:
                 return not check_provenance(folder, rec) and run_finished(folder, run_steps)
             if folder.exists() and stale:
-                self._remove_run(folder, stale)
+                self.notes.append(remove_stale_run(folder, stale))
             elif folder.exists() and (folder / "checkpoints").exists() and not run_finished(folder, run_steps):
                 argv = argv + ["--resume"]
 
@@ -152,35 +148,12 @@ class _Builder:
                 return not check_provenance(folder, rec) and (done_file is None or (folder / done_file).exists())
             if folder.exists() and stale and done_file is not None and (folder / done_file).exists() \
                     and name != "data":
-                self.notes.append(f"{folder}: made again ({_why(stale)})")
+                self.notes.append(f"{folder}: made again ({why_stale(stale)})")
             on_start, on_done = None, (lambda folder=folder, rec=rec: write_provenance(folder, rec))
         job = Job(name, argv, deps=deps, slots=min(slots, self.slots), threads=threads, priority=priority,
                   skip=complete, on_start=on_start, on_done=on_done)
         self.jobs.append(job)
         return job
-
-    def _remove_run(self, folder: Path, stale: list[str]) -> None:
-        if not (is_run_folder(folder) or read_provenance(folder) is not None):
-            raise ConfigError(f"{folder} is not a run of this demo (no {PROVENANCE_FILE}, not a simforcing run); "
-                              "move it away or choose another --out")
-        self.notes.append(f"training {folder} again: it was made from other inputs ({_why(stale)})")
-        with lock_folder(folder, "simforcing demo (removing a stale run)"):
-            shutil.rmtree(folder)
-
-
-def _why(stale: list[str]) -> str:
-    """The differing fields of a provenance check, the command line last and left out when others say enough."""
-    lines = [x for x in stale if not x.startswith("command:")] or stale
-    return "; ".join(lines[:4]) + (f"; +{len(lines) - 4} more" if len(lines) > 4 else "")
-
-
-def run_finished(run: Path, steps: int) -> bool:
-    try:
-        st = json.loads((run / "status.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return st.get("state") == "finished" and int(st.get("step", -1)) >= steps
-
 
 def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[str] = (), seeds: int = 1,
                full: bool = False, jobs: int = 2, policy: bool = True) -> Plan:
@@ -205,7 +178,7 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
               extra=("--overwrite",) if is_dataset(data) else ())
         stale_data = is_dataset(data) and check_provenance(data, B.records["data"])
         if stale_data:
-            B.notes.append(f"regenerating {data}: it was not made by this demo run ({_why(stale_data)})")
+            B.notes.append(f"regenerating {data}: it was not made by this demo run ({why_stale(stale_data)})")
         data_dep: tuple = ("data",)
     else:  # the user's dataset, used as it is
         B.records["data"] = {"given": str(data.resolve())}

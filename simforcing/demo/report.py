@@ -240,11 +240,11 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
 def _policy_setup(b: dict) -> str:
     if not b:
         return ""
-    scenes = (f"LIBERO-like scenes ({b['layouts']} fixed layouts, the task object jittered by ±{100 * b['jitter']:.0f} cm)"
-              if b.get("layouts") else "every scene its own objects, camera and look")
+    scenes = (f"LIBERO-like scenes ({b['layouts']} fixed layouts, the task object jittered by "
+              f"±{100 * b['jitter']:.0f} cm)" if b.get("layouts") else "every scene its own objects, camera and look")
     return (f"{scenes}; {b['per_task']} scripted demonstrations per task, action-only policies trained "
-            f"{b['train_steps']} steps of batch {b['batch_size']}, {b['eval_per_task']} held-out scenes per task, at most "
-            f"{b['max_steps']} steps, {b['execute']} actions executed per chunk. ")
+            f"{b['train_steps']} steps of batch {b['batch_size']}, {b['eval_per_task']} held-out scenes per task, "
+            f"at most {b['max_steps']} steps, {b['execute']} actions executed per chunk. ")
 
 
 def _yes(v) -> str:

@@ -20,19 +20,15 @@ recorded provenance matches; what was made from other inputs is made again.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from simforcing.checkpoint import is_run_folder
-from simforcing.config import ConfigError
 from simforcing.jobs import Job, run_jobs, timings
-from simforcing.locking import lock_folder
 from simforcing.policy.evaluate import EXPERT, FLOOR, format_table
-from simforcing.provenance import (PROVENANCE_FILE, check_provenance, digest, provenance_record, read_provenance,
-                                   write_provenance)
+from simforcing.provenance import (check_provenance, digest, provenance_record, read_provenance, remove_stale_run,
+                                   run_finished, write_provenance)
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 
@@ -60,23 +56,6 @@ def _setting_rows(wm_runs: dict[str, Path], full: bool) -> list[tuple[str, str, 
     return [(f"{s} / {label}", s, key) for s in settings for label, key in inits]
 
 
-def _finished(run: Path, steps: int) -> bool:
-    try:
-        st = json.loads((run / "status.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return st.get("state") == "finished" and int(st.get("step", -1)) >= steps
-
-
-def _remove_stale_run(run: Path, stale: list[str], notes: list[str]) -> None:
-    if not (is_run_folder(run) or read_provenance(run) is not None):
-        raise ConfigError(f"{run} is not a policy run of this demo (no {PROVENANCE_FILE}, not a simforcing run); move "
-                          "it away or choose another --out")
-    notes.append(f"training {run} again: it was made from other inputs ({'; '.join(stale[:3])})")
-    with lock_folder(run, "simforcing demo (removing a stale policy run)"):
-        shutil.rmtree(run)
-
-
 def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = False, seed: int = 42,
                 budget: PolicyBudget | None = None, wm_deps: dict[str, str] | None = None,
                 after: tuple = (), wm_records: dict[str, dict] | None = None) -> tuple[list[Job], dict]:
@@ -101,7 +80,7 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
         wm_digest[key] = digest(rec) if rec is not None else f"unrecorded:{Path(run).resolve()}"
     notes: list[str] = []  # (the commands carry every size; provenance records them with the seed and the inputs)
 
-    def fresh(folder: Path, rec: dict) -> list[str]:
+    def stale_fields(folder: Path, rec: dict) -> list[str]:  # [] when the folder records exactly ``rec``
         return check_provenance(folder, rec) if folder.exists() else ["absent"]
 
     sf_cfg = Path(wm_runs["simforcing"]) / "config.json"
@@ -112,7 +91,7 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
                  "--workers", "1"]
     data_rec = provenance_record("simforcing " + " ".join(data_argv), None, seed)
     jobs.append(Job("policy data", data_argv + ["--overwrite", "--no-progress"], deps=tuple(after), priority=30,
-                    skip=lambda: not fresh(data, data_rec) and (data / "meta" / "info.json").exists(),
+                    skip=lambda: not stale_fields(data, data_rec) and (data / "meta" / "info.json").exists(),
                     on_done=lambda: write_provenance(data, data_rec)))
     runs: dict[str, Path] = {}
     train_recs: dict[str, dict] = {}
@@ -129,10 +108,10 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
         argv += common
         inputs = {"data": digest(data_rec), "world model": wm_digest["simforcing" if key == "base" else key]}
         rec = train_recs[label] = provenance_record("simforcing " + " ".join(argv), None, seed, inputs)
-        stale = fresh(run, rec)
+        stale = stale_fields(run, rec)
         if run.exists() and stale:
-            _remove_stale_run(run, stale, notes)
-        elif (run / "checkpoints").exists() and not _finished(run, budget.train_steps):
+            notes.append(remove_stale_run(run, stale))
+        elif (run / "checkpoints").exists() and not run_finished(run, budget.train_steps):
             argv = argv + ["--resume"]
 
         def start(run=run, rec=rec):
@@ -140,7 +119,8 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
             write_provenance(run, rec)
         deps = ("policy data",) + tuple(wm_deps[k] for k in ("simforcing", key) if k in wm_deps)
         jobs.append(Job(f"policy train {label}", argv, deps=tuple(dict.fromkeys(deps)), priority=35,
-                        skip=lambda run=run, rec=rec: not fresh(run, rec) and _finished(run, budget.train_steps),
+                        skip=lambda run=run, rec=rec: (not stale_fields(run, rec)
+                                                       and run_finished(run, budget.train_steps)),
                         on_start=start))
     groups = [[EXPERT]] + [[label] for label in runs]  # the baselines in one process, one process per policy
     evals: dict[int, Path] = {}
@@ -156,7 +136,7 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
         deps = ("policy data",) if members == [EXPERT] else (f"policy train {members[0]}",)
         name = f"policy eval {'expert + floor' if members == [EXPERT] else members[0]}"
         jobs.append(Job(name, argv, deps=deps, priority=25,
-                        skip=lambda ev=ev, rec=rec: not fresh(ev, rec) and (ev / "eval.json").exists(),
+                        skip=lambda ev=ev, rec=rec: not stale_fields(ev, rec) and (ev / "eval.json").exists(),
                         on_done=lambda ev=ev, rec=rec: write_provenance(ev, rec)))
     info = {"out": str(out), "data": str(data), "runs": {k: str(v) for k, v in runs.items()},
             "evals": [str(v) for v in evals.values()], "budget": asdict(budget), "seed": seed,

@@ -5,11 +5,12 @@
 
 Scenes: the first ``per_task`` episodes of each task (reach, push, grasp) of dataset seed ``EVAL_SEED`` (the policy
 dataset's demonstrations come from another seed, so they are held out), in the scene mode the runs were trained on
-(``layouts``: the LIBERO-like fixed layouts of ``policy.synthetic``, or every scene its own); the same scenes, in the same order and with
-the same action noise per (scene, chunk), for every policy. Each episode runs until its success predicate holds or
-``max_steps`` actions were executed; a policy's chunk is executed for its first ``policy.execute`` actions, then it
-re-plans. Every table carries the scripted expert (ceiling) and "do nothing" (floor). Success rates come with 95 %
-Wilson score intervals (per task over its episodes; the average over tasks with the interval of the pooled count).
+(``layouts``: the LIBERO-like fixed layouts of ``policy.synthetic``, or every scene its own); the same scenes, in the
+same order and with the same action noise per (scene, chunk), for every policy. Each episode runs until its success
+predicate holds or ``max_steps`` actions were executed; a policy's chunk is executed for its first ``policy.execute``
+actions, then it re-plans. Every table carries the scripted expert (ceiling) and "do nothing" (floor). Success rates
+come with 95 % Wilson score intervals (per task over its episodes; the average over tasks with the interval of the
+pooled count).
 """
 
 from __future__ import annotations

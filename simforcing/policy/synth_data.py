@@ -4,11 +4,11 @@
 
 Episode ``(seed, i)`` for i = 0, 1, … is one scene of the synthetic benchmark (``policy.synthetic``); its scripted
 expert acts in the full-appearance scene for at most ``max_steps`` steps, recording both cameras and the state at every
-frame. Only successful demonstrations are kept, cut ``tail`` frames after the first success (so no random filler
-motion is learnt), until each task has ``per_task`` training (+ ``num_val`` validation) episodes. Evaluation scenes are
-drawn from another dataset seed (``policy.evaluate``), so they are held out (with ``layouts`` = K, the LIBERO-like
-mode of ``policy.synthetic``: the same K layouts, other jitters, tasks and start poses). The world-model benchmark (`data synth`)
-is unchanged; the two share the simulator only. Then min–max statistics (train) and the text cache.
+frame. Only successful demonstrations are kept, cut ``tail`` frames after the first success (so no random filler motion
+is learnt), until each task has ``per_task`` training (+ ``num_val`` validation) episodes. Evaluation scenes are drawn
+from another dataset seed (``policy.evaluate``), so they are held out (with ``layouts`` = K, the LIBERO-like mode of
+``policy.synthetic``: the same K layouts, other jitters, tasks and start poses). The world-model benchmark (`data
+synth`) is unchanged; the two share the simulator only. Then min–max statistics (train) and the text cache.
 """
 
 from __future__ import annotations
