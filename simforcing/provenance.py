@@ -107,6 +107,17 @@ def check_provenance(folder: str | Path, record: dict, ignore: Iterable[str] = D
     return [f"{k}: recorded {a.get(k)!r}, asked {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
 
 
+def spelled(path: str | Path) -> Path:
+    """One spelling of a folder for the commands a record holds: relative to the working directory when it lies
+    inside it, else absolute (symlinks resolved). ``runs/demo``, ``./runs/demo/`` and ``$PWD/runs/demo`` are then the
+    same command, so a run asked for with another spelling of the same folder is reused, not made again."""
+    full = Path(path).expanduser().resolve()
+    try:
+        return full.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return full
+
+
 def why_stale(stale: list[str]) -> str:
     """The differing fields of a provenance check, the command line last and left out when others say enough."""
     lines = [x for x in stale if not x.startswith("command:")] or stale

@@ -306,7 +306,7 @@ class LeRobotV3:
         return np.stack(frames)
 
 
-def _fit(frames: np.ndarray, height: int, width: int) -> np.ndarray:
+def fit_frames(frames: np.ndarray, height: int, width: int) -> np.ndarray:
     """uint8 (T, h, w, 3) -> (T, height, width, 3) with the training transform (resize to cover + centre crop)."""
     if frames.shape[1:3] == (height, width):
         return frames
@@ -370,8 +370,8 @@ def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, s
                 src, src_ep = (real, r_ep) if (lowdim_from == "real" and r_ep is not None) else (sim, s_ep)
                 actions, states, task = src.lowdim(src_ep)
                 T = s_ep.length
-                sim_frames = _fit(sim.frames(s_ep), height, width)
-                real_frames = _fit(real.frames(r_ep), height, width) if r_ep is not None else None
+                sim_frames = fit_frames(sim.frames(s_ep), height, width)
+                real_frames = fit_frames(real.frames(r_ep), height, width) if r_ep is not None else None
             except DataError as e:
                 if not skip_bad:
                     raise

@@ -21,7 +21,7 @@ from simforcing.data.synthetic.generate import GENERATOR_VERSION
 from simforcing.jobs import Job
 from simforcing.policy.demo import QUICK as POLICY_QUICK, PolicyBudget, policy_jobs
 from simforcing.provenance import (check_provenance, digest, provenance_record, remove_stale_run, run_finished,
-                                   why_stale, write_provenance)
+                                   spelled, why_stale, write_provenance)
 
 SEED = 42
 BASE_METHODS = ("sft", "simforcing")
@@ -158,9 +158,9 @@ class _Builder:
 def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[str] = (), seeds: int = 1,
                full: bool = False, jobs: int = 2, policy: bool = True) -> Plan:
     """The demo's job graph into ``out`` (see the module docstring)."""
-    out = Path(out)
+    out = spelled(out)  # one spelling of the folder, so the recorded commands compare equal however it was typed
     own_data = data is None
-    data = Path(data) if data is not None else out / "data"
+    data = spelled(data) if data is not None else out / "data"
     b = budget
     B = _Builder(out, data, b, list(overrides), jobs)
     ov = list(overrides)

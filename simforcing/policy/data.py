@@ -24,13 +24,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from simforcing.config import Config, ConfigError
 from simforcing.data.check import check_text_cache
 from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, load_npz_field, meta_dir, read_episodes,
                                     read_json, read_splits, read_stats, read_video, write_video)
 from simforcing.data.paired import draw_window_starts, frames_to_target, to_unit_range, window_frame_indices
-from simforcing.data.stats import Normalizer
+from simforcing.data.stats import Normalizer, write_stats
 from simforcing.data.text_cache import cache_dir, load_embedding
 from simforcing.utils import atomic_write, atomic_write_json
 
@@ -182,10 +183,7 @@ def import_lerobot_policy(real_dir: str | Path, out: str | Path, camera: str | N
     """A real-only LeRobot v3.0 dataset (e.g. LIBERO) with two cameras -> a policy dataset (module docstring): each
     episode's two camera videos resized to one camera size and put side by side; the first T−1 per-frame actions
     kept as transitions (as ``data import-lerobot`` does); then the statistics of the train split."""
-    from tqdm import tqdm
-
-    from simforcing.data.lerobot import LeRobotV3, _fit  # pyarrow: only this import needs it
-    from simforcing.data.stats import write_stats
+    from simforcing.data.lerobot import LeRobotV3, fit_frames  # pyarrow, loaded by the import command alone
 
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"--val-fraction: got {val_fraction}; expected a fraction in [0, 1)")
@@ -206,8 +204,8 @@ def import_lerobot_policy(real_dir: str | Path, out: str | Path, camera: str | N
     for idx in tqdm(ids, desc="import-lerobot (policy)", disable=not progress):
         ep = ext.episodes[idx]
         actions, states, task = ext.lowdim(ep)
-        frames = np.concatenate([_fit(ext.frames(ep), height, width), _fit(wrist.frames(wrist.episodes[idx]),
-                                                                            height, width)], axis=2)
+        frames = np.concatenate([fit_frames(ext.frames(ep), height, width),
+                                 fit_frames(wrist.frames(wrist.episodes[idx]), height, width)], axis=2)
         eid = f"ep{idx:06d}"
         write_policy_episode(out, eid, frames, actions[: ep.length - 1], states[: ep.length], int(round(ext.fps)))
         episodes.append({"episode_id": eid, "length": int(ep.length), "instruction": task, "has_real": True})

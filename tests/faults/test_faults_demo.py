@@ -105,6 +105,24 @@ def test_demo_remakes_data_vae_and_stage1_that_another_demo_run_made(tmp_path):
     assert read_provenance(out / "stage1")["sizes"] == {"stage1_steps": 2000}
 
 
+def test_another_spelling_of_the_same_folder_reuses_everything(tmp_path, monkeypatch):
+    """`--out runs/demo` then `--out $PWD/runs/demo` (or `./runs/demo/`): the same folder, nothing made again, nothing
+    removed; the recorded commands spell it relative to the working directory."""
+    monkeypatch.chdir(tmp_path)
+    plan = _plan(Path("demo"), quick=True)
+    _finish(plan)
+    assert "--out demo/data " in read_provenance(tmp_path / "demo" / "data")["command"]
+    for spelling in (tmp_path / "demo", Path("./demo/"), tmp_path / "x" / ".." / "demo"):
+        again = _plan(spelling, quick=True)
+        assert _todo(again) == [] and again.notes == [], (spelling, again.notes)
+    assert (tmp_path / "demo" / "sft" / "status.json").exists()
+    elsewhere = tmp_path / "sub"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # from another working directory the recorded (relative) commands would not
+    moved = _plan(tmp_path / "demo", quick=True)  # reproduce it: made again, and the note says which field differs
+    assert "stage1" in _todo(moved) and "command: recorded 'simforcing" in "\n".join(moved.notes), moved.notes
+
+
 def test_an_unfinished_run_resumes_and_a_finished_one_is_reused(tmp_path):
     out = tmp_path / "demo"
     plan = _plan(out, quick=True)
