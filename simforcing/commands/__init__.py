@@ -26,6 +26,18 @@ class Subcommand:
     config: Optional[Callable[[argparse.Namespace], Config]] = None
 
 
+def add_dataset_out(parser: argparse.ArgumentParser) -> None:
+    """The dataset folder a generator writes, as OUT or --out OUT (read back with :func:`dataset_out`)."""
+    parser.add_argument("out", nargs="?", default=None, help="dataset folder to write (or --out)")
+    parser.add_argument("--out", dest="out_opt", default=None, help="dataset folder to write")
+
+
+def dataset_out(args: argparse.Namespace) -> str:
+    if (args.out is None) == (args.out_opt is None):
+        raise ConfigError("OUT: give the dataset folder once, as OUT or --out OUT")
+    return args.out or args.out_opt
+
+
 def add_config_args(parser: argparse.ArgumentParser, preset_default: str | None = "demo") -> None:
     """--preset, --config (a run's config.json) and --dry-run; overrides go after them as --section.field=value."""
     parser.add_argument("--preset", default=preset_default, help="demo | bridge | interndata_a1")

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Optional
 
-from simforcing.commands import Subcommand, add_config_args, config_from_args
+from simforcing.commands import Subcommand, add_config_args, add_dataset_out, config_from_args, dataset_out
 from simforcing.config import Config, ConfigError
 from simforcing.data.check import check_dataset
 from simforcing.data.format import meta_dir
@@ -26,8 +26,7 @@ from simforcing.utils import resolve_device
 
 
 def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out", nargs="?", default=None, help="dataset folder to write (or --out)")
-    parser.add_argument("--out", dest="out_opt", default=None, help="dataset folder to write")
+    add_dataset_out(parser)
     parser.add_argument("--num-train", type=int, default=20, help="paired training episodes")
     parser.add_argument("--num-val", type=int, default=16, help="paired validation episodes")
     parser.add_argument("--num-sim-pool", type=int, default=300, help="sim-only episodes (stage 1)")
@@ -49,9 +48,7 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     from simforcing.data.synthetic.generate import generate_dataset, save_preview
     from simforcing.prep.text import finalize_dataset
 
-    if (args.out is None) == (args.out_opt is None):
-        raise ConfigError("OUT: give the dataset folder once, as OUT or --out OUT")
-    out = args.out or args.out_opt
+    out = dataset_out(args)
     counts = (2, 2, 4, 17) if args.quick else (args.num_train, args.num_val, args.num_sim_pool, args.length)
     t0 = time.time()
     out = generate_dataset(out, num_train=counts[0], num_val=counts[1], num_sim_pool=counts[2], length=counts[3],

@@ -1,6 +1,6 @@
 """`simforcing policy train | eval` and `simforcing data synth-policy` (``simforcing.policy``).
 
-    simforcing data synth-policy OUT [--per-task 16] [--max-steps 30]
+    simforcing data synth-policy OUT (or --out OUT) [--per-task 16] [--max-steps 30]
     simforcing policy train --setting action_only|unconditional|video_action --init base|RUN --data DIR --out RUN
     simforcing policy eval --runs NAME=RUN [NAME=RUN ...] [--per-task 10] --out DIR            (synthetic benchmark)
     simforcing policy eval --env libero --suite libero_spatial --runs NAME=RUN --out DIR      (needs the extra)
@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Optional
 
 from simforcing import parallel
-from simforcing.commands import Subcommand
+from simforcing.commands import Subcommand, add_dataset_out, dataset_out
 from simforcing.config import POLICY_SETTINGS, Config, ConfigError
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 
 # -- data synth-policy ---------------------------------------------------------------------------------------------------
 def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("out", help="dataset folder to write")
+    add_dataset_out(parser)
     parser.add_argument("--per-task", type=int, default=16, help="successful training demonstrations per task")
     parser.add_argument("--num-val", type=int, default=2, help="validation demonstrations per task")
     parser.add_argument("--max-steps", type=int, default=30, help="step limit of a demonstration")
@@ -40,7 +40,7 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
 def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     from simforcing.policy.synth_data import generate_policy_dataset  # MuJoCo: only this command needs it
 
-    s = generate_policy_dataset(args.out, per_task=args.per_task, num_val=args.num_val, max_steps=args.max_steps,
+    s = generate_policy_dataset(dataset_out(args), per_task=args.per_task, num_val=args.num_val, max_steps=args.max_steps,
                                 height=args.height, width=args.width, seed=args.seed, workers=args.workers,
                                 overwrite=args.overwrite, progress=not args.no_progress, layouts=args.layouts,
                                 jitter=args.jitter)
@@ -112,11 +112,24 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _runs(specs: list[str]) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for s in specs:
         name, _, path = s.rpartition("=")
-        out[name or Path(path).name] = path
+        name = name or Path(path).name
+        if not path or name in out:
+            raise ConfigError(f"--runs: {s!r}: " + (f"the row name {name!r} is given twice; label the runs NAME=RUN "
+                                                    "with different names" if path else "expected NAME=RUN or RUN"))
+        out[name] = path
     return out
+
+
+def _task_ids(spec: Optional[str]) -> Optional[list[int]]:
+    if spec is None:
+        return None
+    try:
+        return [int(t) for t in spec.split(",")]
+    except ValueError:
+        raise ConfigError(f"--tasks: got {spec!r}; expected comma-separated task ids, e.g. 0,3,7") from None
 
 
 def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
@@ -127,9 +140,8 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
         if len(runs) != 1:
             raise ConfigError(f"--runs: LIBERO evaluates one policy run at a time; got {len(runs)}")
-        tasks = [int(t) for t in args.tasks.split(",")] if args.tasks else None
-        res = evaluate_libero(next(iter(runs.values())), args.suite, trials=args.trials, task_ids=tasks,
-                              device=args.device, gripper=args.gripper)
+        res = evaluate_libero(next(iter(runs.values())), args.suite, trials=args.trials,
+                              task_ids=_task_ids(args.tasks), device=args.device, gripper=args.gripper)
     else:
         from simforcing.policy.evaluate import evaluate_synthetic
 

@@ -123,6 +123,10 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
     """Closed-loop success of each run (name -> policy run folder) and of the expert / floor rows on the same
     held-out scenes. ``execute`` overrides the runs' ``policy.execute``; ``layouts``/``jitter``: the scene mode
     (:func:`scene_mode`). Returns {"scenes", "rows": {name: {task: rate(...), "average": ...}}, "table_md", ...}."""
+    for flag, value, ok in (("--per-task", per_task, per_task >= 1), ("--max-steps", max_steps, max_steps >= 1),
+                            ("--execute", execute, execute is None or execute >= 1)):
+        if not ok:
+            raise ConfigError(f"{flag}: got {value}; expected an integer >= 1")
     runners = {name: PolicyRunner.load(run, device) for name, run in runs.items()}
     layouts, jitter = scene_mode({name: r.cfg for name, r in runners.items()}, layouts, jitter, progress)
     scenes = held_out_scenes(seed, per_task, max_steps, tasks, layouts=layouts, jitter=jitter)
@@ -137,7 +141,8 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
         players[FLOOR] = lambda scene: idle_chunk
     for name, runner in runners.items():
         players[name] = (lambda r: (lambda scene: policy_chunk_fn(r, seed, scene)))(runner)
-    execute = {name: (execute or runners[name].cfg.policy.execute if name in runners else 1) for name in players}
+    execute = {name: (execute if execute is not None else runners[name].cfg.policy.execute) if name in runners else 1
+               for name in players}
     rows: dict = {}
     episodes: dict = {}
     t0 = time.perf_counter()

@@ -121,6 +121,8 @@ def evaluate_libero(run: str | Path, suite: str, trials: int = 50, task_ids: Opt
     shorten the protocol (tests)."""
     if suite not in SUITES:
         raise ConfigError(f"--suite: got {suite!r}; expected one of {', '.join(SUITES)}")
+    if trials < 1:
+        raise ConfigError(f"--trials: got {trials}; expected an integer >= 1")
     benchmark, OffScreenRenderEnv, get_libero_path = require_libero()
     runner = runner or PolicyRunner.load(run, device)
     if runner.cfg.data.state_dim != 8:
@@ -128,6 +130,8 @@ def evaluate_libero(run: str | Path, suite: str, trials: int = 50, task_ids: Opt
                           "state is 8-D (ee position, axis-angle, two gripper joints)")
     ts = benchmark.get_benchmark_dict()[suite]()
     ids = list(range(ts.n_tasks)) if task_ids is None else task_ids
+    if not ids or any(not 0 <= t < ts.n_tasks for t in ids):
+        raise ConfigError(f"--tasks: got {task_ids}; expected task ids in 0..{ts.n_tasks - 1} of {suite}")
     limit = MAX_STEPS[suite] if max_steps is None else max_steps
     rows, t0 = {}, time.perf_counter()
     for tid in ids:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from simforcing.config import ConfigError, load_config
 from simforcing.data.stats import write_stats
+from simforcing.data.synthetic.generate import check_frame_size
 from simforcing.policy.data import write_policy_episode, write_policy_meta
 from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv
 from simforcing.prep.text import embed_dataset
@@ -65,6 +66,9 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
                             overwrite: bool = False, progress: bool = True, layouts: int = 0,
                             jitter: float = 0.03) -> dict:
     """Write the dataset (module docstring); returns a summary {"episodes", "attempted", "failed", "per_task"}."""
+    check_frame_size(height, width)
+    if workers < 1:
+        raise ConfigError(f"workers: got {workers}; expected an integer >= 1")
     if per_task < 1 or num_val < 0 or max_steps < 2 or tail < 0 or layouts < 0 or not 0 <= jitter <= 0.1:
         raise ConfigError(f"per_task={per_task}, num_val={num_val}, max_steps={max_steps}, tail={tail}, "
                           f"layouts={layouts}, jitter={jitter}: expected per_task >= 1, num_val >= 0, max_steps >= 2, "

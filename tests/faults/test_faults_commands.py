@@ -212,3 +212,32 @@ def test_disk_full_writing_videos_or_results_is_named(ref, tiny, tmp_path, capsy
                        "--out", tmp_path / "s", *few]}[name.split("_")[0].split(".")[0]]
     _named(words, capsys, 1, "write error", name, "No space left on device")
     assert refused
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The policy commands' arguments
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_policy_and_dataset_commands_name_a_bad_argument_before_any_work(tmp_path, capsys):
+    """Counts below 1, an odd or empty camera size, an unparsable LIBERO task list, a row name given twice: one config
+    error naming the flag (exit 2), and nothing written — checked before a run is loaded or a scene simulated."""
+    o, run = tmp_path, tmp_path / "no_run_needed"
+    for words, needle in (
+            (["policy", "eval", "--runs", run, "--out", o / "e", "--per-task", "0"], "--per-task: got 0"),
+            (["policy", "eval", "--runs", run, "--out", o / "e", "--per-task", "-1"], "--per-task: got -1"),
+            (["policy", "eval", "--runs", run, "--out", o / "e", "--max-steps", "0"], "--max-steps: got 0"),
+            (["policy", "eval", "--runs", run, "--out", o / "e", "--execute", "0"], "--execute: got 0"),
+            (["policy", "eval", "--runs", f"a={run}", f"a={run}2", "--out", o / "e"], "'a' is given twice"),
+            (["policy", "eval", "--runs", "a=", "--out", o / "e"], "expected NAME=RUN or RUN"),
+            (["policy", "eval", "--env", "libero", "--runs", run, "--out", o / "e", "--tasks", "a,b"],
+             "--tasks: got 'a,b'"),
+            (["policy", "eval", "--env", "libero", "--runs", run, "--out", o / "e", "--trials", "0"],
+             "--trials: got 0"),
+            (["data", "synth-policy", "--out", o / "d", "--height", "31"], "height: got 31"),
+            (["data", "synth-policy", "--out", o / "d", "--width", "0"], "width: got 0"),
+            (["data", "synth-policy", "--out", o / "d", "--workers", "0"], "workers: got 0"),
+            (["data", "synth-policy", o / "d", "--out", o / "d2"], "give the dataset folder once"),
+            (["data", "synth", "--out", o / "d", "--quick", "--workers", "0"], "workers: got 0")):
+        _named(words, capsys, 2, needle)
+    assert sorted(p.name for p in o.iterdir()) == []

@@ -234,8 +234,18 @@ def _write_one(job: tuple) -> EpisodeInfo:
     return EpisodeInfo(episode_id=episode_id, length=length, instruction=ep.instruction, has_real=paired)
 
 
+def check_frame_size(height: int, width: int) -> None:
+    """A camera size the renderer and the video files take: even (H.264), within the models' offscreen buffer."""
+    for name, v, most in (("height", height, 480), ("width", width, 640)):
+        if v <= 0 or v % 2 or v > most:
+            raise ConfigError(f"{name}: got {v}; expected an even number of pixels in 2..{most} "
+                              "(H.264 needs even sizes)")
+
+
 def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, height: int, width: int,
-                layout: str) -> None:
+                layout: str, workers: int = 1) -> None:
+    if workers < 1:
+        raise ConfigError(f"workers: got {workers}; expected an integer >= 1")
     for name, v in (("num_train", num_train), ("num_val", num_val), ("num_sim_pool", num_sim_pool)):
         if v < 0:
             raise ConfigError(f"{name}: got {v}; expected a count >= 0")
@@ -243,10 +253,7 @@ def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, he
         raise ConfigError("num_train + num_val + num_sim_pool is 0; expected at least one episode")
     if length < 2:
         raise ConfigError(f"length: got {length}; expected >= 2 frames")
-    for name, v, most in (("height", height, 480), ("width", width, 640)):  # the models' offscreen buffer
-        if v <= 0 or v % 2 or v > most:
-            raise ConfigError(f"{name}: got {v}; expected an even number of pixels in 2..{most} "
-                             "(H.264 needs even sizes)")
+    check_frame_size(height, width)
     if layout not in ("separate", "side_by_side"):
         raise ConfigError(f"layout: got {layout!r}; expected 'separate' or 'side_by_side'")
 
@@ -263,7 +270,7 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
     ``simforcing.prep.text.finalize_dataset``: stats and the text cache). ``workers`` > 1 simulates episodes in that
     many processes; the output is identical whatever the count.
     """
-    _check_args(num_train, num_val, num_sim_pool, length, height, width, layout)
+    _check_args(num_train, num_val, num_sim_pool, length, height, width, layout, workers)
     out = Path(out)
     with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
         _generate_into(tmp, num_train, num_val, num_sim_pool, length, height, width, seed, layout, progress, workers)
