@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -204,16 +205,15 @@ def test_import_command_and_errors(sources, tmp_path, capsys):
     assert "codebase_version" in capsys.readouterr().err
 
 
-def test_real_only_two_camera_import_is_a_policy_dataset(sources, tmp_path, capsys):
-    """`data import-lerobot --real DIR --wrist-camera KEY` (LIBERO-style): real only, two cameras side by side."""
+WRIST = "observation.images.wrist"
+
+
+def with_wrist_camera(src: Path, real: Path) -> Path:
+    """A copy of the real LeRobot source ``src`` at ``real`` whose camera is also listed as a wrist camera."""
     import shutil
 
-    from simforcing.config import load_config as _load
-    from simforcing.policy.data import PolicyWindowDataset, read_policy_info
-
-    real = tmp_path / "real2"
-    shutil.copytree(sources[1], real)
-    wrist = "observation.images.wrist"
+    shutil.copytree(src, real)
+    wrist = WRIST
     info = json.loads((real / "meta" / "info.json").read_text())
     info["features"][wrist] = dict(info["features"][CAM])
     (real / "meta" / "info.json").write_text(json.dumps(info))
@@ -224,6 +224,15 @@ def test_real_only_two_camera_import_is_a_policy_dataset(sources, tmp_path, caps
         if col.startswith(f"videos/{CAM}/"):
             table = table.append_column(col.replace(CAM, wrist), table.column(col))
     pq.write_table(table, ep_file)
+    return real
+
+
+def test_real_only_two_camera_import_is_a_policy_dataset(sources, tmp_path, capsys):
+    """`data import-lerobot --real DIR --wrist-camera KEY` (LIBERO-style): real only, two cameras side by side."""
+    from simforcing.config import load_config as _load
+    from simforcing.policy.data import PolicyWindowDataset, read_policy_info
+
+    real, wrist = with_wrist_camera(sources[1], tmp_path / "real2"), WRIST
     out = tmp_path / "policy"
     assert main(["data", "import-lerobot", "--real", str(real), "--camera", CAM, "--wrist-camera", wrist,
                  "--out", str(out), "--val-fraction", "0"]) == 0

@@ -166,7 +166,7 @@ def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
             raise ConfigError("--sim: a policy dataset (--wrist-camera) is real-only; leave out --sim")
         s = import_lerobot_policy(args.real, args.out, args.camera or args.real_camera, args.wrist_camera,
                                   args.action_key, args.state_key, args.val_fraction, args.seed, args.height,
-                                  args.width)
+                                  args.width, progress=not args.no_progress, overwrite=args.overwrite)
         print(f"wrote the policy dataset {s['out']}: {s['train']} train, {s['val']} val episodes, two cameras at "
               f"{s['height']}x{s['width']}; next: simforcing data embed-text {s['out']}")
         return 0

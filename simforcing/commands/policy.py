@@ -44,8 +44,9 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
                                 height=args.height, width=args.width, seed=args.seed, workers=args.workers,
                                 overwrite=args.overwrite, progress=not args.no_progress, layouts=args.layouts,
                                 jitter=args.jitter)
-    print(f"wrote {s['episodes']} successful demonstrations to {s['out']} ({s['attempted']} episodes simulated, "
-          f"{s['failed']} failed and were dropped)")
+    surplus = s["attempted"] - s["failed"] - s["episodes"]
+    print(f"wrote {s['episodes']} successful demonstrations to {s['out']} ({s['attempted']} episodes simulated: "
+          f"{s['failed']} failed, {surplus} more than a task needed; both dropped)")
     return 0
 
 

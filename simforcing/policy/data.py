@@ -28,12 +28,12 @@ from tqdm import tqdm
 
 from simforcing.config import Config, ConfigError
 from simforcing.data.check import check_text_cache
-from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, load_npz_field, meta_dir, read_episodes,
-                                    read_json, read_splits, read_stats, read_video, write_video)
+from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, is_dataset, load_npz_field, meta_dir,
+                                    read_episodes, read_json, read_splits, read_stats, read_video, write_video)
 from simforcing.data.paired import draw_window_starts, frames_to_target, to_unit_range, window_frame_indices
 from simforcing.data.stats import Normalizer, write_stats
 from simforcing.data.text_cache import cache_dir, load_embedding
-from simforcing.utils import atomic_write, atomic_write_json
+from simforcing.utils import atomic_write, atomic_write_json, check_output_folder, staged_folder
 
 FORMAT = "simforcing-policy"
 VERSION = 1
@@ -179,14 +179,17 @@ class PolicyWindowDataset(torch.utils.data.Dataset):
 def import_lerobot_policy(real_dir: str | Path, out: str | Path, camera: str | None, wrist_camera: str,
                           action_key: str = "action", state_key: str = "observation.state", val_fraction: float = 0.1,
                           seed: int = 0, height: int | None = None, width: int | None = None,
-                          progress: bool = True) -> dict:
+                          progress: bool = True, overwrite: bool = False) -> dict:
     """A real-only LeRobot v3.0 dataset (e.g. LIBERO) with two cameras -> a policy dataset (module docstring): each
     episode's two camera videos resized to one camera size and put side by side; the first T−1 per-frame actions
-    kept as transitions (as ``data import-lerobot`` does); then the statistics of the train split."""
+    kept as transitions (as ``data import-lerobot`` does); then the statistics of the train split. Written into a
+    temporary sibling that appears at ``out`` only when complete (``utils.staged_folder``); an existing dataset
+    there is refused unless ``overwrite``."""
     from simforcing.data.lerobot import LeRobotV3, fit_frames  # pyarrow, loaded by the import command alone
 
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"--val-fraction: got {val_fraction}; expected a fraction in [0, 1)")
+    check_output_folder(Path(out), overwrite, "dataset", is_dataset)  # before any decoding
     ext = LeRobotV3(real_dir, camera, action_key, state_key)
     wrist = LeRobotV3(real_dir, wrist_camera, action_key, state_key)
     if ext.camera == wrist.camera:
@@ -201,20 +204,23 @@ def import_lerobot_policy(real_dir: str | Path, out: str | Path, camera: str | N
     val = {ids[i] for i in rng.permutation(len(ids))[:n_val]}
     out = Path(out)
     episodes, splits = [], {"train": [], "val": []}
-    for idx in tqdm(ids, desc="import-lerobot (policy)", disable=not progress):
-        ep = ext.episodes[idx]
-        actions, states, task = ext.lowdim(ep)
-        frames = np.concatenate([fit_frames(ext.frames(ep), height, width),
-                                 fit_frames(wrist.frames(wrist.episodes[idx]), height, width)], axis=2)
-        eid = f"ep{idx:06d}"
-        write_policy_episode(out, eid, frames, actions[: ep.length - 1], states[: ep.length], int(round(ext.fps)))
-        episodes.append({"episode_id": eid, "length": int(ep.length), "instruction": task, "has_real": True})
-        splits["val" if idx in val else "train"].append(eid)
-    write_policy_meta(out, {"fps": int(round(ext.fps)), "height": height, "width": width,
-                            "cameras": [ext.camera, wrist.camera], "action_dim": int(actions.shape[1]),
-                            "state_dim": int(states.shape[1]), "source": "lerobot-v3.0",
-                            "lerobot": {"real": str(ext.root), "action_key": action_key, "state_key": state_key}},
-                      episodes, splits)
-    write_stats(out, splits=("train",))
+    with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
+        for idx in tqdm(ids, desc="import-lerobot (policy)", disable=not progress):
+            ep = ext.episodes[idx]
+            actions, states, task = ext.lowdim(ep)
+            frames = np.concatenate([fit_frames(ext.frames(ep), height, width),
+                                     fit_frames(wrist.frames(wrist.episodes[idx]), height, width)], axis=2)
+            eid = f"ep{idx:06d}"
+            write_policy_episode(tmp, eid, frames, actions[: ep.length - 1], states[: ep.length],
+                                 int(round(ext.fps)))
+            episodes.append({"episode_id": eid, "length": int(ep.length), "instruction": task, "has_real": True})
+            splits["val" if idx in val else "train"].append(eid)
+        write_policy_meta(tmp, {"fps": int(round(ext.fps)), "height": height, "width": width,
+                                "cameras": [ext.camera, wrist.camera], "action_dim": int(actions.shape[1]),
+                                "state_dim": int(states.shape[1]), "source": "lerobot-v3.0",
+                                "lerobot": {"real": str(ext.root), "action_key": action_key,
+                                            "state_key": state_key}},
+                          episodes, splits)
+        write_stats(tmp, splits=("train",))
     return {"out": str(out), "train": len(splits["train"]), "val": len(splits["val"]), "height": height,
             "width": width}

@@ -8,12 +8,13 @@ frame. Only successful demonstrations are kept, cut ``tail`` frames after the fi
 is learnt), until each task has ``per_task`` training (+ ``num_val`` validation) episodes. Evaluation scenes are drawn
 from another dataset seed (``policy.evaluate``), so they are held out (with ``layouts`` = K, the LIBERO-like mode of
 ``policy.synthetic``: the same K layouts, other jitters, tasks and start poses). The world-model benchmark (`data
-synth`) is unchanged; the two share the simulator only. Then min–max statistics (train) and the text cache.
+synth`) is unchanged; the two share the simulator only. Then min–max statistics (train) and the text cache. The
+dataset is written into a temporary sibling folder and appears at OUT only when complete (``utils.staged_folder``);
+an existing dataset there is refused unless ``overwrite``.
 """
 
 from __future__ import annotations
 
-import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
 import multiprocessing as mp
@@ -23,11 +24,13 @@ import numpy as np
 from tqdm import tqdm
 
 from simforcing.config import ConfigError, load_config
+from simforcing.data.format import is_dataset
 from simforcing.data.stats import write_stats
 from simforcing.data.synthetic.generate import check_frame_size
 from simforcing.policy.data import write_policy_episode, write_policy_meta
 from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv
 from simforcing.prep.text import embed_dataset
+from simforcing.utils import check_output_folder, staged_folder
 
 FPS = 10
 
@@ -74,12 +77,7 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
                           f"layouts={layouts}, jitter={jitter}: expected per_task >= 1, num_val >= 0, max_steps >= 2, "
                           "tail >= 0, layouts >= 0 (0: every scene its own), 0 <= jitter <= 0.1 (metres)")
     out = Path(out)
-    if (out / "meta" / "info.json").exists() or (out / "episodes").exists():
-        if not overwrite:
-            raise FileExistsError(f"{out}: already holds a dataset; pass --overwrite to replace it")
-        for sub in ("episodes", "meta", "text_cache"):
-            shutil.rmtree(out / sub, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    check_output_folder(out, overwrite, "dataset", is_dataset)  # before simulating (staged_folder checks again)
     want = per_task + num_val
     kept: dict[str, list[dict]] = {k: [] for k in TASKS}
     attempted, failed, nxt = 0, 0, 0
@@ -100,20 +98,30 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
                     kept[r["kind"]].append(r)
                     bar.update()
             if attempted > 10 * want * len(TASKS) + 20:
-                raise RuntimeError(f"synth-policy: only {({k: len(v) for k, v in kept.items()})} successful "
-                                   f"demonstrations after {attempted} episodes")
+                raise ConfigError(f"--max-steps {max_steps}: the scripted expert succeeded only "
+                                  f"{({k: len(v) for k, v in kept.items()})} times in {attempted} episodes (wanted "
+                                  f"{want} per task); give it more steps (the default is 30)")
     finally:
         bar.close()
         if pool:
             pool.shutdown()
     episodes, splits = [], {"train": [], "val": []}
-    for kind in TASKS:
-        for j, r in enumerate(sorted(kept[kind], key=lambda r: r["index"])):
-            eid = f"{kind}_{r['index']:05d}"
-            write_policy_episode(out, eid, r["frames"], r["actions"], r["states"], FPS)
-            episodes.append({"episode_id": eid, "length": int(len(r["frames"])), "instruction": r["instruction"],
-                             "task": kind, "has_real": True, "source_index": r["index"]})
-            splits["val" if j >= per_task else "train"].append(eid)
+    with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
+        for kind in TASKS:
+            for j, r in enumerate(sorted(kept[kind], key=lambda r: r["index"])):
+                eid = f"{kind}_{r['index']:05d}"
+                write_policy_episode(tmp, eid, r["frames"], r["actions"], r["states"], FPS)
+                episodes.append({"episode_id": eid, "length": int(len(r["frames"])), "instruction": r["instruction"],
+                                 "task": kind, "has_real": True, "source_index": r["index"]})
+                splits["val" if j >= per_task else "train"].append(eid)
+        _write_meta(tmp, height, width, seed, per_task, num_val, max_steps, tail, layouts, jitter, attempted, failed,
+                    episodes, splits)
+    return {"episodes": len(episodes), "attempted": attempted, "failed": failed, "per_task": per_task,
+            "out": str(out)}
+
+
+def _write_meta(out: Path, height: int, width: int, seed: int, per_task: int, num_val: int, max_steps: int, tail: int,
+                layouts: int, jitter: float, attempted: int, failed: int, episodes: list, splits: dict) -> None:
     info = {"fps": FPS, "height": height, "width": width, "cameras": ["external", "wrist"], "action_dim": 7,
             "state_dim": 7, "source": "simforcing-synth-policy",
             "synth": {"seed": seed, "per_task": per_task, "num_val": num_val, "max_steps": max_steps, "tail": tail,
@@ -124,5 +132,3 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
     write_policy_meta(out, info, episodes, splits)
     write_stats(out, splits=("train",))
     embed_dataset(out, load_config("demo"))
-    return {"episodes": len(episodes), "attempted": attempted, "failed": failed, "per_task": per_task,
-            "out": str(out)}

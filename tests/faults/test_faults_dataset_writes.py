@@ -163,3 +163,62 @@ def test_a_failed_synth_leaves_nothing_and_the_dataset_it_would_replace(tmp_path
     with pytest.raises(RuntimeError, match="crashed"):
         main(["data", "synth", str(fresh), *SYNTH])
     assert not fresh.exists() and leftovers(fresh) == []  # no half-written dataset
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# policy datasets: data synth-policy, data import-lerobot --wrist-camera
+# ----------------------------------------------------------------------------------------------------------------------
+
+SYNTH_POLICY = ["--per-task", "1", "--num-val", "0", "--no-progress"]
+
+
+def _crash_on_the_second_episode(monkeypatch, module) -> None:
+    original, calls = module.write_policy_episode, []
+
+    def crash(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the writer crashed")
+        return original(*a, **k)
+
+    monkeypatch.setattr(module, "write_policy_episode", crash)
+
+
+def test_a_policy_dataset_appears_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
+    """synth-policy: an existing dataset is refused without --overwrite (before any simulation); a crash while
+    writing leaves nothing new, and an --overwrite that crashes leaves the previous dataset byte for byte."""
+    import simforcing.policy.synth_data as synth_data
+
+    out = tmp_path / "pol"
+    assert main(["data", "synth-policy", "--out", str(out), *SYNTH_POLICY]) == 0
+    before = digest(out)
+    assert main(["data", "synth-policy", "--out", str(out), *SYNTH_POLICY]) == 2
+    assert "already holds a dataset" in capsys.readouterr().err and digest(out) == before
+    _crash_on_the_second_episode(monkeypatch, synth_data)
+    with pytest.raises(RuntimeError, match="crashed"):
+        main(["data", "synth-policy", "--out", str(out), *SYNTH_POLICY, "--overwrite", "--seed", "5"])
+    assert digest(out) == before and leftovers(out) == []
+    fresh = tmp_path / "fresh"
+    _crash_on_the_second_episode(monkeypatch, synth_data)
+    with pytest.raises(RuntimeError, match="crashed"):
+        main(["data", "synth-policy", "--out", str(fresh), *SYNTH_POLICY])
+    assert not fresh.exists() and leftovers(fresh) == []
+
+
+def test_a_two_camera_import_refuses_an_existing_dataset_and_survives_a_failed_reimport(lerobot, tmp_path, capsys,
+                                                                                      monkeypatch):
+    import simforcing.policy.data as policy_data
+    from test_lerobot import CAM, WRIST, with_wrist_camera
+
+    real = with_wrist_camera(lerobot[1], tmp_path / "real")
+    words = ["data", "import-lerobot", "--real", str(real), "--camera", CAM, "--wrist-camera", WRIST,
+             "--val-fraction", "0", "--no-progress", "--out"]
+    out = tmp_path / "pol"
+    assert main([*words, str(out)]) == 0
+    before = digest(out)
+    assert main([*words, str(out)]) == 2
+    assert "already holds a dataset" in capsys.readouterr().err and digest(out) == before
+    _crash_on_the_second_episode(monkeypatch, policy_data)
+    with pytest.raises(RuntimeError, match="crashed"):
+        main([*words, str(out), "--overwrite"])
+    assert digest(out) == before and leftovers(out) == []
