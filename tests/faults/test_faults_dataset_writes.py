@@ -137,6 +137,21 @@ SYNTH = ["--num-train", "1", "--num-val", "0", "--num-sim-pool", "1", "--length"
          "--no-finalize", "--no-progress"]
 
 
+def crash_on_the_second_call(monkeypatch, module, name: str) -> list:
+    """``module.name`` raises RuntimeError("... crashed") on its second call; returns the call list (clear it to arm
+    the crash again)."""
+    original, calls = getattr(module, name), []
+
+    def crash(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError(f"{name} crashed")
+        return original(*a, **k)
+
+    monkeypatch.setattr(module, name, crash)
+    return calls
+
+
 def test_a_failed_synth_leaves_nothing_and_the_dataset_it_would_replace(tmp_path, capsys, monkeypatch):
     import simforcing.data.synthetic.generate as generate
 
@@ -146,15 +161,7 @@ def test_a_failed_synth_leaves_nothing_and_the_dataset_it_would_replace(tmp_path
     assert main(["data", "synth", str(out), *SYNTH]) == 2
     assert "already holds a dataset" in capsys.readouterr().err and digest(out) == before
 
-    original, calls = generate.simulate_episode, []
-
-    def crash_on_the_second(*a, **k):
-        calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError("the simulator crashed")
-        return original(*a, **k)
-
-    monkeypatch.setattr(generate, "simulate_episode", crash_on_the_second)
+    calls = crash_on_the_second_call(monkeypatch, generate, "simulate_episode")
     with pytest.raises(RuntimeError, match="crashed"):
         main(["data", "synth", str(out), *SYNTH, "--overwrite", "--seed", "1"])
     assert digest(out) == before and leftovers(out) == []  # the old dataset, whole
@@ -172,18 +179,6 @@ def test_a_failed_synth_leaves_nothing_and_the_dataset_it_would_replace(tmp_path
 SYNTH_POLICY = ["--per-task", "1", "--num-val", "0", "--no-progress"]
 
 
-def _crash_on_the_second_episode(monkeypatch, module) -> None:
-    original, calls = module.write_policy_episode, []
-
-    def crash(*a, **k):
-        calls.append(1)
-        if len(calls) == 2:
-            raise RuntimeError("the writer crashed")
-        return original(*a, **k)
-
-    monkeypatch.setattr(module, "write_policy_episode", crash)
-
-
 def test_a_policy_dataset_appears_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
     """synth-policy: an existing dataset is refused without --overwrite (before any simulation); a crash while
     writing leaves nothing new, and an --overwrite that crashes leaves the previous dataset byte for byte."""
@@ -194,12 +189,12 @@ def test_a_policy_dataset_appears_whole_or_not_at_all(tmp_path, capsys, monkeypa
     before = digest(out)
     assert main(["data", "synth-policy", "--out", str(out), *SYNTH_POLICY]) == 2
     assert "already holds a dataset" in capsys.readouterr().err and digest(out) == before
-    _crash_on_the_second_episode(monkeypatch, synth_data)
+    calls = crash_on_the_second_call(monkeypatch, synth_data, "write_policy_episode")
     with pytest.raises(RuntimeError, match="crashed"):
         main(["data", "synth-policy", "--out", str(out), *SYNTH_POLICY, "--overwrite", "--seed", "5"])
     assert digest(out) == before and leftovers(out) == []
+    calls.clear()
     fresh = tmp_path / "fresh"
-    _crash_on_the_second_episode(monkeypatch, synth_data)
     with pytest.raises(RuntimeError, match="crashed"):
         main(["data", "synth-policy", "--out", str(fresh), *SYNTH_POLICY])
     assert not fresh.exists() and leftovers(fresh) == []
@@ -218,7 +213,7 @@ def test_a_two_camera_import_refuses_an_existing_dataset_and_survives_a_failed_r
     before = digest(out)
     assert main([*words, str(out)]) == 2
     assert "already holds a dataset" in capsys.readouterr().err and digest(out) == before
-    _crash_on_the_second_episode(monkeypatch, policy_data)
+    crash_on_the_second_call(monkeypatch, policy_data, "write_policy_episode")
     with pytest.raises(RuntimeError, match="crashed"):
         main([*words, str(out), "--overwrite"])
     assert digest(out) == before and leftovers(out) == []
