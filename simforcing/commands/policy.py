@@ -40,10 +40,10 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
 def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     from simforcing.policy.synth_data import generate_policy_dataset  # MuJoCo: only this command needs it
 
-    s = generate_policy_dataset(dataset_out(args), per_task=args.per_task, num_val=args.num_val, max_steps=args.max_steps,
-                                height=args.height, width=args.width, seed=args.seed, workers=args.workers,
-                                overwrite=args.overwrite, progress=not args.no_progress, layouts=args.layouts,
-                                jitter=args.jitter)
+    s = generate_policy_dataset(dataset_out(args), per_task=args.per_task, num_val=args.num_val,
+                                max_steps=args.max_steps, height=args.height, width=args.width, seed=args.seed,
+                                workers=args.workers, overwrite=args.overwrite, progress=not args.no_progress,
+                                layouts=args.layouts, jitter=args.jitter)
     surplus = s["attempted"] - s["failed"] - s["episodes"]
     print(f"wrote {s['episodes']} successful demonstrations to {s['out']} ({s['attempted']} episodes simulated: "
           f"{s['failed']} failed, {surplus} more than a task needed; both dropped)")

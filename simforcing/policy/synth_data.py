@@ -114,21 +114,14 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
                 episodes.append({"episode_id": eid, "length": int(len(r["frames"])), "instruction": r["instruction"],
                                  "task": kind, "has_real": True, "source_index": r["index"]})
                 splits["val" if j >= per_task else "train"].append(eid)
-        _write_meta(tmp, height, width, seed, per_task, num_val, max_steps, tail, layouts, jitter, attempted, failed,
-                    episodes, splits)
+        info = {"fps": FPS, "height": height, "width": width, "cameras": ["external", "wrist"], "action_dim": 7,
+                "state_dim": 7, "source": "simforcing-synth-policy",
+                "synth": {"seed": seed, "per_task": per_task, "num_val": num_val, "max_steps": max_steps,
+                          "tail": tail, "layouts": layouts, "jitter": jitter, "attempted": attempted, "failed": failed,
+                          "action": "target ee position delta (3), target roll-pitch-yaw delta (3), gripper 0..1 (1)",
+                          "state": "ee position (3), ee roll-pitch-yaw (3), gripper opening 0..1 (1)"}}
+        write_policy_meta(tmp, info, episodes, splits)
+        write_stats(tmp, splits=("train",))
+        embed_dataset(tmp, load_config("demo"))
     return {"episodes": len(episodes), "attempted": attempted, "failed": failed, "per_task": per_task,
             "out": str(out)}
-
-
-def _write_meta(out: Path, height: int, width: int, seed: int, per_task: int, num_val: int, max_steps: int, tail: int,
-                layouts: int, jitter: float, attempted: int, failed: int, episodes: list, splits: dict) -> None:
-    info = {"fps": FPS, "height": height, "width": width, "cameras": ["external", "wrist"], "action_dim": 7,
-            "state_dim": 7, "source": "simforcing-synth-policy",
-            "synth": {"seed": seed, "per_task": per_task, "num_val": num_val, "max_steps": max_steps, "tail": tail,
-                      "layouts": layouts, "jitter": jitter,
-                      "attempted": attempted, "failed": failed,
-                      "action": "target ee position delta (3), target roll-pitch-yaw delta (3), gripper 0..1 (1)",
-                      "state": "ee position (3), ee roll-pitch-yaw (3), gripper opening 0..1 (1)"}}
-    write_policy_meta(out, info, episodes, splits)
-    write_stats(out, splits=("train",))
-    embed_dataset(out, load_config("demo"))
