@@ -49,6 +49,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("train",), "simforcing.commands.train",
      "stage 2: train the real-domain student with a method (sft ... simforcing)"),
     (("generate",), "simforcing.commands.sample", "sample videos with the two-stage guided sampler"),
+    (("rollout",), "simforcing.commands.sample",
+     "roll a world model out chunk after chunk over whole episodes; drift against the recorded truth"),
     (("evaluate",), "simforcing.commands.evaluate", "PSNR/SSIM/LPIPS/FID/FVD and latency on a split"),
     (("sweep", "cfg"), "simforcing.commands.evaluate", "Tab. A1: p x w over checkpoints"),
     (("sweep", "steps"), "simforcing.commands.evaluate", "Tab. A2-A4: N_s x N_r x w with latency"),

@@ -183,6 +183,30 @@ class EvalConfig:
     i3d_weights: Optional[str] = None
 
 
+ROLLOUT_STATES = ("integrate", "probe")
+SIM_CHAINS = ("continue", "remask")
+
+
+@dataclass
+class RolloutConfig:
+    """Long-horizon rollouts (``simforcing rollout``, ``simforcing.rollout``): the world model run chunk after chunk,
+    each chunk starting from the previous chunk's last generated frame. The paper is silent on all of it."""
+
+    # the state input of every chunk after the first: "integrate" (the initial state plus the commanded actions,
+    # below) or "probe" (read from the generated frames by the state probe eval.probe, chained chunk to chunk);
+    # never the recorded state
+    state: str = "integrate"
+    # the simulation condition of every chunk after the first: "continue" (the student's own simulation chain,
+    # from its own last frame: no segmentation of a generated frame) or "remask" (the generated real frame masked
+    # by sample.mask_mode, as the first chunk's)
+    sim_chain: str = "continue"
+    # "integrate": action dims that are per-step deltas of the same state dims (the synthetic benchmark and Bridge:
+    # end-effector position and orientation deltas) and action dims that set the same state dim (the gripper
+    # command); state dims in neither keep their initial value
+    delta_dims: tuple = (0, 1, 2, 3, 4, 5)
+    absolute_dims: tuple = (6,)
+
+
 POLICY_SETTINGS = ("action_only", "unconditional", "video_action")
 
 
@@ -213,6 +237,7 @@ class Config:
     sample: SampleConfig = field(default_factory=SampleConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
     # -- derived sizes ------------------------------------------------------------------------------------------------
     @property
@@ -327,6 +352,13 @@ class Config:
                "'uniform' or 'gaussian_bump'")
         _check(p.video_loss >= 0 and p.action_loss >= 0, "policy.video_loss", (p.video_loss, p.action_loss), ">= 0")
         _check(p.cameras in (1, 2), "policy.cameras", p.cameras, "1 or 2")
+        r = self.rollout
+        _check(r.state in ROLLOUT_STATES, "rollout.state", r.state, "one of " + ", ".join(ROLLOUT_STATES))
+        _check(r.sim_chain in SIM_CHAINS, "rollout.sim_chain", r.sim_chain, "one of " + ", ".join(SIM_CHAINS))
+        dims = list(r.delta_dims) + list(r.absolute_dims)
+        _check(len(set(dims)) == len(dims) and all(0 <= i < min(d.action_dim, d.state_dim) for i in dims),
+               "rollout.delta_dims", (r.delta_dims, r.absolute_dims),
+               f"distinct dims in 0..{min(d.action_dim, d.state_dim) - 1}, each either a delta or an absolute dim")
         return self
 
 

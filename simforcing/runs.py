@@ -74,7 +74,7 @@ def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str) -> 
 
 
 def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:
-    """The run's config (model, VAE, flow) with the data/sample/eval sections of ``cfg``.
+    """The run's config (model, VAE, flow) with the data/sample/eval/rollout sections of ``cfg``.
 
     Raises ConfigError naming the first field of ``EVAL_FIXED_FIELDS`` that the run's network cannot accept.
     """
@@ -83,7 +83,8 @@ def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:
         return out
     for name, theirs, ours in differing_fields(run_cfg, cfg, EVAL_FIXED_FIELDS)[:1]:
         raise ConfigError(f"{name}: the checkpoint was trained with {theirs!r}, the evaluation config asks {ours!r}")
-    out.data, out.sample, out.eval = copy.deepcopy(cfg.data), copy.deepcopy(cfg.sample), copy.deepcopy(cfg.eval)
+    for section in ("data", "sample", "eval", "rollout"):
+        setattr(out, section, copy.deepcopy(getattr(cfg, section)))
     return out
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Optional, Protocol, Sequence
 
 import torch
 
@@ -181,9 +181,21 @@ def real_rollout(net: CountingModel, z0_real: torch.Tensor, ctx: dict, noise: to
     return z
 
 
-def _draw_noise(z0: torch.Tensor, num_future: int, generator: Optional[torch.Generator]):
+Generators = Optional[torch.Generator | Sequence[torch.Generator]]
+
+
+def _draw_noise(z0: torch.Tensor, num_future: int, generator: Generators):
     """(ε_r, ε_s), each (B, C, L, h, w) like z0 (B, C, 1, h, w): ε_r first, then ε_s, drawn on the generator's
-    device (a CPU generator gives the same noise whatever device the model runs on), then moved to z0's device."""
+    device (a CPU generator gives the same noise whatever device the model runs on), then moved to z0's device.
+
+    ``generator`` may be one generator for the batch or a sequence of B, one per sample: sample i then draws its own
+    (ε_r, ε_s) from generator i, so a batch of B samples sees the noise of B calls with one sample each."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        gens = list(generator)
+        if len(gens) != z0.shape[0]:
+            raise ValueError(f"generator: got {len(gens)} generators for a batch of {z0.shape[0]} samples")
+        pairs = [_draw_noise(z0[i:i + 1], num_future, g) for i, g in enumerate(gens)]
+        return torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
     shape = (z0.shape[0], z0.shape[1], num_future, z0.shape[3], z0.shape[4])
     where = generator.device if generator is not None else z0.device
     eps_r = torch.randn(shape, generator=generator, device=where, dtype=torch.float32)
@@ -194,14 +206,18 @@ def _draw_noise(z0: torch.Tensor, num_future: int, generator: Optional[torch.Gen
 @torch.no_grad()
 def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: Optional[int] = None,
                   n_real: Optional[int] = None, w: Optional[float] = None,
-                  generator: Optional[torch.Generator] = None, masker: Optional[FirstFrameMasker] = None,
-                  decode_sim: bool = False, reuse_sim: Optional[SimRollout] = None) -> SampleResult:
+                  generator: Generators = None, masker: Optional[FirstFrameMasker] = None,
+                  decode_sim: bool = False, reuse_sim: Optional[SimRollout] = None,
+                  sim_first_frame: Optional[torch.Tensor] = None) -> SampleResult:
     """The two-stage guided sampler on a batch of paired windows (see the module docstring).
 
-    batch: ``real`` (B, 3, F, H, W) (its first frame is the given observation), ``actions`` (B, A_w, action_dim),
-    ``state0`` (B, S), ``text`` (B, N, D), ``text_mask`` (B, N), plus what the masker needs. n_sim/n_real/w default to
-    cfg.sample. ``reuse_sim``: a SimRollout of the same batch and seed with the same N_s (its time and forwards are
-    charged to this call). Pass ``masker`` when calling repeatedly (SAM3 would otherwise load on every call).
+    batch: ``real`` (B, 3, F, H, W) (its first frame is the given observation; F = 1 is enough), ``actions``
+    (B, A_w, action_dim), ``state0`` (B, S), ``text`` (B, N, D), ``text_mask`` (B, N), plus what the masker needs.
+    n_sim/n_real/w default to cfg.sample. ``generator``: one for the batch or one per sample (:func:`_draw_noise`).
+    ``reuse_sim``: a SimRollout of the same batch and seed with the same N_s (its time and forwards are charged to
+    this call). Pass ``masker`` when calling repeatedly (SAM3 would otherwise load on every call).
+    ``sim_first_frame`` (B, 3, H, W): x^s_0 itself — the simulation rollout starts from it and no masking runs (a
+    long rollout continues its simulation chain from its own last frame, ``simforcing.rollout``).
     Returns a SampleResult; ``forwards`` is per sample.
     """
     n_sim = cfg.sample.n_sim if n_sim is None else int(n_sim)
@@ -234,8 +250,11 @@ def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: 
         sim = SimRollout(c, batch["sim"][:, :, 0], 0, sw.times["simulation"], 0)
     elif w != 0.0:
         with sw.phase("simulation"):
-            masker = masker or FirstFrameMasker.from_config(cfg, device)
-            masked, _ = masker(batch)
+            if sim_first_frame is not None:
+                masked = sim_first_frame.to(device)
+            else:
+                masker = masker or FirstFrameMasker.from_config(cfg, device)
+                masked, _ = masker(batch)
             z0_sim = vae.encode(masked[:, :, None]).float()  # (B, C, 1, h, w)
             with amp:
                 uses = n_sim + (n_real if w == 1.0 else 0)  # a w = 1 real rollout shares it
@@ -279,10 +298,10 @@ class GuidedSampler:
         # SAM3 is loaded once here, and only when a simulation rollout will run
         self.masker = masker or (FirstFrameMasker.from_config(cfg, model_device(model)) if self.w != 0 else None)
 
-    def __call__(self, batch: dict, generator: Optional[torch.Generator] = None,
-                 reuse_sim: Optional[SimRollout] = None) -> SampleResult:
+    def __call__(self, batch: dict, generator: Generators = None, reuse_sim: Optional[SimRollout] = None,
+                 sim_first_frame: Optional[torch.Tensor] = None) -> SampleResult:
         return sample_videos(self.model, self.vae, batch, self.cfg, self.n_sim, self.n_real, self.w, generator,
-                             self.masker, self.decode_sim, reuse_sim)
+                             self.masker, self.decode_sim, reuse_sim, sim_first_frame)
 
     def settings(self) -> dict:
         out = {"sampler": self.name, "n_sim": self.n_sim, "n_real": self.n_real, "w": self.w,

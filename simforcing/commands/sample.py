@@ -1,13 +1,16 @@
-"""`simforcing generate`: sample a run's checkpoint on a split and write MP4/GIF/PNG files (``sample.generate_run``)."""
+"""`simforcing generate` (sample a run's checkpoint on a split: MP4/GIF/PNG files, ``sample.generate_run``) and
+`simforcing rollout` (long rollouts chunk after chunk and their drift, ``evaluate.rollouts``)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from simforcing.commands import Subcommand, add_config_args, config_for_run
 from simforcing.config import Config
+from simforcing.evaluate.rollouts import ROWS, evaluate_rollouts
 from simforcing.sample import generate_run
-from simforcing.utils import resolve_device
+from simforcing.utils import fmt_num, resolve_device
 
 
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,4 +33,35 @@ def generate(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-SUBCOMMANDS = {("generate",): Subcommand(add_generate_arguments, generate, config_for_run)}
+def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ckpt", required=True, help="world-model run folder (pretrain or train)")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest valid one)")
+    parser.add_argument("--data", required=True, help="dataset folder (episodes holding the horizon)")
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--horizon", type=int, required=True,
+                        help="actions per episode to roll out (a cut last chunk when not a multiple of "
+                             "data.actions_per_window)")
+    parser.add_argument("--num-episodes", type=int, default=None, help="the split's first N episodes (default: all)")
+    parser.add_argument("--batch-size", type=int, default=None, help="episodes advanced together (default: all)")
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), help="rows to score: " + ", ".join(ROWS))
+    parser.add_argument("--videos", type=int, default=2, help="episodes written as MP4/GIF/PNG")
+    parser.add_argument("--out", required=True, help="output folder: rollout.json, rollout.md, drift.png, videos/")
+    parser.add_argument("--device", default=None, help="auto | cpu | cuda (default: train.device)")
+    add_config_args(parser)
+
+
+def rollout(args: argparse.Namespace, cfg: Config) -> int:
+    res = evaluate_rollouts(args.ckpt, args.data, cfg, args.split, args.horizon, args.out,
+                            num_episodes=args.num_episodes, batch_size=args.batch_size, step=args.step,
+                            device=args.device, videos=args.videos, rows=args.rows)
+    r = res["rows"]["rollout"]["mean"]
+    print(f"rollout of {res['num_episodes']} episodes × {res['chunks']} chunks: PSNR {fmt_num(r.get('psnr'), 2)} dB, "
+          f"arm PSNR {fmt_num(r.get('psnr_arm'), 2)} dB, action error {fmt_num(r.get('af_pos'), 4)} "
+          f"-> {Path(args.out) / 'rollout.json'}")
+    return 0
+
+
+SUBCOMMANDS = {
+    ("generate",): Subcommand(add_generate_arguments, generate, config_for_run),
+    ("rollout",): Subcommand(add_rollout_arguments, rollout, config_for_run),
+}

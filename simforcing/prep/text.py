@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from simforcing.config import Config, load_config
-from simforcing.data.format import read_episodes
+from simforcing.data.format import read_episodes, read_splits
 from simforcing.data.stats import write_stats
 from simforcing.data.text_cache import (cache_dir, clear_cache, has_embedding, read_cache_info, save_embedding,
                                         write_cache_info)
@@ -51,6 +51,11 @@ def embed_dataset(root: str | Path, cfg: Config, encoder: TextEncoder | None = N
 
 
 def finalize_dataset(out: str | Path) -> None:
-    """Min–max stats (train + sim_pool) and the demo text-embedding cache for a freshly generated dataset."""
-    write_stats(out)
+    """Min–max stats (train + sim_pool) and the demo text-embedding cache for a freshly generated dataset. An
+    evaluation-only dataset (no train or sim_pool episode: e.g. long validation episodes for rollouts) gets the
+    statistics of its val split, recorded in stats.json ``computed_on`` — a model normalises with the statistics its
+    checkpoint stores, never with an evaluation set's."""
+    splits = read_splits(out)
+    training = [s for s in ("train", "sim_pool") if splits.get(s)]
+    write_stats(out, training or ["val"])
     embed_dataset(out, load_config("demo"))

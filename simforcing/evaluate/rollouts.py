@@ -1,0 +1,397 @@
+"""Drift of long rollouts against the recorded truth (`simforcing rollout`).
+
+    simforcing rollout --ckpt RUN --data DIR --split val --horizon 64 --out OUT [--eval.probe=PROBE]
+
+Each of the first N episodes of the split is rolled out from its recorded first frame over its first H actions
+(``simforcing.rollout``: chunk after chunk, every chunk from the previous chunk's last generated frame, the state
+integrated from the actions or read by the probe, never recorded), all N together. Every episode must hold H actions
+(a longer validation set: ``simforcing data synth --length 65``). Rows of ``OUT/rollout.json``, each scored per
+frame and per chunk against the recorded real video and states:
+
+| row | what |
+|---|---|
+| ``rollout`` | the long rollout |
+| ``restart`` | the model restarted at every chunk from the recorded frame, recorded state and mask, with the same actions and noise: the one-window number; ``rollout − restart`` is the drift |
+| ``control`` | the rollout with another episode's actions (episode (i + N/2) mod N): it must leave the true video |
+| ``sim chain`` | the rollout's own simulation chain (its condition) against the recorded simulation video |
+| ``copy-first`` | the episode's first frame, repeated (a model that does not move) |
+| ``vae-recon`` | every chunk's recorded window through the VAE (the ceiling) |
+| ``probe floor`` | the state probe chained over the recorded frames (the action error's own floor) |
+
+Per frame t (kept-frame index, 1 … T; chunk k covers its frames s_k + 1 … s_{k+1}): PSNR and SSIM as the metric
+protocol computes them (``evaluate.metrics``, frame t against the recorded frame t), arm-region PSNR over the
+recorded arm masks at the chunk's first frame and at t, and the action error ‖q̂_t − q_t‖ over the position dims of
+the state, where q̂ is read by the state probe and chained over chunks: q̂_t = q̂_{s_k} + P(x̂_{s_k}, x̂_t), q̂_0 the
+recorded initial state (``restart``: q̂_{s_k} the recorded state, the evaluation's one-window metric). Per chunk: the
+mean over its frames, then over episodes; per-episode values are kept for paired comparisons.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from simforcing.config import Config, ConfigError
+from simforcing.data.format import read_episodes, read_lowdim, read_splits
+from simforcing.data.paired import PairedWindowDataset
+from simforcing.evaluate.metrics import MetricProtocol, masked_psnr_per_sample, psnr_per_sample, ssim_per_sample
+from simforcing.evaluate.probe import StateProbe
+from simforcing.evaluate.run import load_configured_probe
+from simforcing.rollout import WorldModelRollout, chunk_sizes, episode_generators, hold_actions
+from simforcing.runs import load_run, with_dataset_settings
+from simforcing.sample import GuidedSampler
+from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, resolve_device
+
+METRICS = ("psnr", "ssim", "psnr_arm", "af_pos")
+ROWS = ("rollout", "restart", "control", "sim chain", "copy-first", "vae-recon", "probe floor")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Episodes
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def horizon_dataset(cfg: Config, root: str | Path, split: str, horizon: int, stats: dict) -> PairedWindowDataset:
+    """The split's episodes as one window of ``horizon`` actions from their first frame (frames 0 … H / stride).
+    An episode shorter than that is a ConfigError naming it."""
+    index, ids = read_episodes(root), read_splits(root).get(split, [])
+    short = [(e, index[e].length) for e in ids if e in index and index[e].length - 1 < horizon]
+    if short:
+        eid, n = short[0]
+        raise ConfigError(f"--horizon {horizon}: episode {eid} of split {split!r} has {n} frames, {n - 1} actions "
+                          f"({len(short)} of {len(ids)} episodes are shorter than the horizon); choose --horizon <= "
+                          f"{min(m for _, m in short) - 1} or longer episodes (simforcing data synth --length)")
+    c = copy.deepcopy(cfg)
+    c.data.frames = horizon // cfg.data.frame_stride + 1
+    c.data.fixed_window, c.data.windows_per_episode = True, 1
+    return PairedWindowDataset(c, root, splits=(split,), domains=("sim", "real"), stats=stats)
+
+
+def load_episodes(ds: PairedWindowDataset, indices: Sequence[int], horizon: int) -> dict:
+    """A batch of whole-horizon episodes: ``real``, ``sim`` (B, 3, 1 + T, H, W), ``arm_mask`` (B, 1 + T, H, W) or
+    None, ``text``, ``text_mask``, the normalised ``actions`` / ``states``, and raw (dataset units) ``raw_actions``
+    (B, H, A) and ``raw_states`` (B, 1 + T, S) as recorded."""
+    items = [ds.item_at(i, 0) for i in indices]
+    batch = default_collate(items)
+    stride = ds.stride
+    raws = [read_lowdim(ds.root, ds.episodes[i].info.episode_id) for i in indices]
+    batch["raw_actions"] = torch.from_numpy(np.stack([a[:horizon] for a, _ in raws]))
+    batch["raw_states"] = torch.from_numpy(np.stack([s[:horizon + 1:stride] for _, s in raws]))
+    if not bool(batch["has_arm_mask"].all()):
+        batch["arm_mask"] = None
+    return batch
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Per-frame metrics
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def chunk_bounds(horizon: int, cfg: Config) -> list[tuple[int, int]]:
+    """(first frame, last frame) of each chunk in kept-frame indices: chunk k makes frames first + 1 … last."""
+    out, t = [], 0
+    for n in chunk_sizes(horizon, cfg.data.actions_per_window, cfg.data.frame_stride):
+        out.append((t, t + n // cfg.data.frame_stride))
+        t += n // cfg.data.frame_stride
+    return out
+
+
+def frame_refs(bounds: list[tuple[int, int]]) -> list[int]:
+    """For every frame t = 1 … T the first frame of its chunk."""
+    return [a for a, b in bounds for _ in range(a + 1, b + 1)]
+
+
+def frame_metrics(pred: torch.Tensor, gt: torch.Tensor, masks: Optional[torch.Tensor],
+                  bounds: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+    """Per-frame PSNR, SSIM and arm-region PSNR of frames 1 … T, (B, T) each (NaN where a frame has no arm
+    pixels): every frame is scored as the metric protocol scores frame t of a window starting at its chunk's first
+    frame (``psnr_per_sample`` etc. on the pair (first frame, frame t), the first frame excluded)."""
+    b = pred.shape[0]
+    refs = frame_refs(bounds)
+    ts = list(range(1, len(refs) + 1))
+
+    def pairs(video: torch.Tensor) -> torch.Tensor:  # (B, 3, 1 + T, ...) -> (B·T, 3, 2, H, W)
+        v = torch.stack([video[:, :, refs], video[:, :, ts]], dim=3)  # (B, 3, T, 2, H, W)
+        return v.permute(0, 2, 1, 3, 4, 5).reshape(b * len(ts), 3, 2, *video.shape[-2:])
+
+    p, g = pairs(pred.float()), pairs(gt.float())
+    proto = MetricProtocol()
+    out = {"psnr": psnr_per_sample(p, g, proto), "ssim": ssim_per_sample(p, g, proto)}
+    if masks is not None:
+        m = torch.stack([masks[:, refs], masks[:, ts]], dim=2).reshape(b * len(ts), 2, *masks.shape[-2:])
+        out["psnr_arm"] = masked_psnr_per_sample(p, g, m, proto)
+    return {k: v.view(b, len(ts)).numpy() for k, v in out.items()}
+
+
+@torch.no_grad()
+def chained_states(probe: StateProbe, video: torch.Tensor, bounds: list[tuple[int, int]],
+                   anchors: torch.Tensor, refs: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The probe's reading of every frame 1 … T, (B, T, S): q̂_t = a_k + P(x_{s_k}, x_t) for t in chunk k, with
+    a_k = ``anchors[:, k]`` (B, K, S) when given as a full tensor, or chained (a_0 = ``anchors[:, 0]``,
+    a_{k+1} = q̂_{s_{k+1}}) when ``anchors`` has one entry per episode (B, 1, S). ``refs`` (B, 3, K, H, W): each
+    chunk's own first frame where it is not frame s_k of ``video`` (a model restarted at every chunk)."""
+    dev = next(probe.parameters()).device
+    out, a = [], anchors[:, 0].float().to(dev)
+    for k, (s, e) in enumerate(bounds):
+        if anchors.shape[1] > 1:
+            a = anchors[:, k].float().to(dev)
+        ref = (video[:, :, s] if refs is None else refs[:, :, k]).float().to(dev)  # (B, 3, H, W)
+        q = torch.stack([a + probe(ref, video[:, :, t].float().to(dev)) for t in range(s + 1, e + 1)], dim=1)
+        out.append(q)
+        a = q[:, -1]
+    return torch.cat(out, dim=1).cpu()
+
+
+def action_errors(probe: StateProbe, q_hat: torch.Tensor, states: torch.Tensor) -> np.ndarray:
+    """‖q̂_t − q_t‖ over the probe's position dims, (B, T); states (B, 1 + T, S) recorded (raw units)."""
+    pos = list(probe.cfg.position_dims)
+    return (q_hat[..., pos] - states[:, 1:, pos].float()).norm(dim=-1).numpy()
+
+
+def score(pred: torch.Tensor, gt: torch.Tensor, masks, bounds, probe: Optional[StateProbe], states: torch.Tensor,
+          anchors: Optional[torch.Tensor] = None, refs: Optional[torch.Tensor] = None) -> dict[str, np.ndarray]:
+    """Every per-frame metric of one row, (B, T) each (``af_pos`` only with a probe; ``anchors`` (B, K, S): the
+    probe's anchors per chunk, else chained from the recorded initial state; ``refs``: see :func:`chained_states`)."""
+    out = frame_metrics(pred, gt, masks, bounds)
+    if probe is not None:
+        a = anchors if anchors is not None else states[:, :1]
+        out["af_pos"] = action_errors(probe, chained_states(probe, pred, bounds, a, refs), states)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Rows
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def restart_video(sampler: GuidedSampler, batch: dict, cfg: Config, normalizer, bounds, sizes,
+                  generators) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model restarted at every chunk from the recorded frame, recorded state and mask (normalised batch
+    entries), with the rollout's window actions (a cut chunk filled with hold actions) and the same noise (each
+    episode's generator, chunk after chunk) -> (video (B, 3, 1 + T, H, W) with the chunks' kept frames, each chunk's
+    own first frame (B, 3, K, H, W): the decoded recorded frame it started from)."""
+    frames, firsts = [batch["real"][:, :, :1]], []
+    a0 = 0
+    for (s, e), n in zip(bounds, sizes):
+        acts = batch["actions"][:, a0:a0 + n]
+        if n < cfg.data.actions_per_window:  # normalised hold actions, as the rollout fills a cut chunk
+            hold = hold_actions(cfg, batch["raw_actions"][:, a0 + n - 1], cfg.data.actions_per_window - n,
+                                acts.shape[0], acts.shape[2])
+            acts = torch.cat([acts, torch.from_numpy(normalizer.normalize("action", hold.numpy())).float()], dim=1)
+        window = {"real": batch["real"][:, :, s:s + 1], "actions": acts, "state0": batch["states"][:, s],
+                  "text": batch["text"], "text_mask": batch["text_mask"], "sim": batch["sim"][:, :, s:s + 1]}
+        if batch["arm_mask"] is not None:
+            window["arm_mask"], window["has_arm_mask"] = batch["arm_mask"][:, s:s + 1], batch["has_arm_mask"]
+        res = sampler(window, generators)
+        video = res.real_video.float().cpu()
+        if s == 0:
+            frames[0] = video[:, :, :1]
+        frames.append(video[:, :, 1:1 + (e - s)])
+        firsts.append(video[:, :, 0])
+        a0 += n
+    return torch.cat(frames, dim=2), torch.stack(firsts, dim=2)
+
+
+def vae_recon_video(vae, batch: dict, bounds, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every chunk's recorded window encoded and decoded (a cut chunk: its frames, the window filled with its last
+    frame) -> (video (B, 3, 1 + T, H, W), each chunk's reconstructed first frame (B, 3, K, H, W))."""
+    real = batch["real"]
+    frames, firsts = [], []
+    for s, e in bounds:
+        f = 4 * math.ceil((e - s) / 4) + 1  # the VAE's 1 + 4L
+        idx = [min(t, e) for t in range(s, s + f)]
+        with torch.no_grad():
+            rec = vae.decode(vae.encode(real[:, :, idx].to(device))).float().clamp(-1, 1).cpu()
+        frames.append(rec[:, :, :1] if s == 0 else rec[:, :, :0])
+        frames.append(rec[:, :, 1:1 + (e - s)])
+        firsts.append(rec[:, :, 0])
+    return torch.cat(frames, dim=2), torch.stack(firsts, dim=2)
+
+
+def other_episodes(n: int) -> list[int]:
+    """The control's actions: episode i gets episode (i + n/2) mod n's (another episode whenever n > 1)."""
+    return [(i + max(1, n // 2)) % n for i in range(n)]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The evaluation
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def summarize(per_frame: dict[str, np.ndarray], bounds) -> dict:
+    """Per-frame (B, T) arrays -> {"per_chunk": {metric: [K]}, "mean": {metric}, "per_frame": {metric: [T]},
+    "per_episode_chunk": {metric: (B, K) lists}} (NaN-aware means; None where nothing was scored)."""
+    def mean(x: np.ndarray, axis=None):
+        with warnings.catch_warnings():  # an all-NaN slice (no arm pixels anywhere) is None below, not a warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmean(x, axis=axis)
+
+    def clean(v):
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+    out: dict = {"per_chunk": {}, "mean": {}, "per_frame": {}, "per_episode_chunk": {}}
+    spans = [(s, e) for s, e in bounds]
+    for k, x in per_frame.items():
+        per_ep_chunk = np.stack([mean(x[:, s:e], axis=1) for s, e in spans], axis=1)  # frames s+1..e = cols s..e-1
+        out["per_episode_chunk"][k] = [[clean(v) for v in row] for row in per_ep_chunk]
+        out["per_chunk"][k] = [clean(v) for v in mean(per_ep_chunk, axis=0)]
+        out["per_frame"][k] = [clean(v) for v in mean(x, axis=0)]
+        out["mean"][k] = clean(mean(per_ep_chunk))
+    return out
+
+
+def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config], split: str, horizon: int,
+                      out_dir: str | Path, num_episodes: Optional[int] = None, batch_size: Optional[int] = None,
+                      step: Optional[int] = None, device=None, videos: int = 2, rows: Sequence[str] = ROWS,
+                      progress=print) -> dict:
+    """Roll out the first ``num_episodes`` episodes of ``split`` over ``horizon`` actions and score every row of
+    ``rows`` (module docstring); writes OUT/rollout.json, rollout.md, drift.png and the first ``videos`` episodes'
+    videos. Returns the result dict."""
+    t_start = time.perf_counter()
+    dev = resolve_device(device) if device is not None else resolve_device(cfg.train.device if cfg else "auto")
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        raise ConfigError(f"--rows: got {unknown}; expected some of {', '.join(ROWS)}")
+    if cfg is not None:  # a bad horizon is named before anything loads
+        chunk_sizes(horizon, cfg.data.actions_per_window, cfg.data.frame_stride)
+    cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
+    cfg = with_dataset_settings(cfg, data_root)
+    cfg.validate()
+    sizes = chunk_sizes(horizon, cfg.data.actions_per_window, cfg.data.frame_stride)
+    ds = horizon_dataset(cfg, data_root, split, horizon, meta["stats"])
+    n = len(ds) if num_episodes is None else int(num_episodes)
+    if not 1 <= n <= len(ds):
+        raise ConfigError(f"--num-episodes: got {n}; split {split!r} holds {len(ds)} episodes of >= {horizon} actions")
+    bsz = n if batch_size is None else int(batch_size)
+    if bsz < 1:
+        raise ConfigError(f"--batch-size: got {bsz}; expected an integer >= 1")
+    probe = load_configured_probe(cfg, dev)
+    sampler = GuidedSampler(model, vae, cfg, decode_sim=True)
+    bounds = chunk_bounds(horizon, cfg)
+    control_of = other_episodes(n)
+    per: dict[str, dict[str, list]] = {r: {} for r in rows}
+    seconds = {"rollout": 0.0}
+    forwards = 0
+    kept_videos: list = []
+    for b0 in range(0, n, bsz):
+        idx = list(range(b0, min(n, b0 + bsz)))
+        batch = load_episodes(ds, idx, horizon)
+        masks = batch["arm_mask"]
+        states = batch["raw_states"]
+
+        def roll() -> WorldModelRollout:
+            return WorldModelRollout(model, vae, cfg, ds.normalizer, batch["real"][:, :, 0], states[:, 0].double(),
+                                     batch["text"], batch["text_mask"], episode_generators(cfg, idx),
+                                     first_mask=None if masks is None else masks[:, 0],
+                                     first_sim=batch["sim"][:, :, 0], probe=probe, sampler=sampler,
+                                     recorded={"sim": batch["sim"], **({} if masks is None else
+                                                                       {"arm_mask": masks})})
+
+        def run(ro: WorldModelRollout, actions: torch.Tensor):  # every chunk of the horizon
+            i = 0
+            for m in sizes:
+                ro.step(actions[:, i:i + m])
+                i += m
+            return ro.result()
+
+        t0 = time.perf_counter()
+        res = run(roll(), batch["raw_actions"])
+        seconds["rollout"] += time.perf_counter() - t0
+        forwards = res.forwards
+        got: dict[str, dict] = {"rollout": score(res.video, batch["real"], masks, bounds, probe, states)}
+        if "sim chain" in rows and res.sim_video is not None:
+            got["sim chain"] = score(res.sim_video, batch["sim"], masks, bounds, probe, states)
+        if "restart" in rows:
+            rv, firsts = restart_video(sampler, batch, cfg, ds.normalizer, bounds, sizes,
+                                       episode_generators(cfg, idx))
+            got["restart"] = score(rv, batch["real"], masks, bounds, probe, states,
+                                   anchors=states[:, [s for s, _ in bounds]], refs=firsts)
+        if "control" in rows and n > 1:
+            other = load_episodes(ds, [control_of[i] for i in idx], horizon)
+            got["control"] = score(run(roll(), other["raw_actions"]).video, batch["real"], masks,
+                                   bounds, probe, states)
+        if "copy-first" in rows:
+            got["copy-first"] = score(batch["real"][:, :, :1].expand_as(batch["real"]), batch["real"], masks, bounds,
+                                      probe, states)
+        if "vae-recon" in rows:
+            recon, firsts = vae_recon_video(vae, batch, bounds, dev)
+            got["vae-recon"] = score(recon, batch["real"], masks, bounds, probe, states, refs=firsts)
+        if "probe floor" in rows and probe is not None:
+            got["probe floor"] = {"af_pos": score(batch["real"], batch["real"], masks, bounds, probe, states)["af_pos"]}
+        for row, metrics in got.items():
+            for k, v in metrics.items():
+                per[row].setdefault(k, []).append(v)
+        if len(kept_videos) < videos:
+            kept_videos.append((batch, res))
+        progress(f"rollout: episodes {idx[0]}–{idx[-1]} done ({time.perf_counter() - t_start:.0f} s)")
+    result = {row: summarize({k: np.concatenate(v) for k, v in metrics.items()}, bounds)
+              for row, metrics in per.items() if metrics}
+    out = Path(out_dir)
+    summary = {
+        "run": str(run_dir), "checkpoint": {"step": meta.get("step"), "path": meta.get("path")},
+        "data": str(data_root), "split": split, "horizon": horizon, "chunks": len(bounds),
+        "chunk_frames": [e - s for s, e in bounds], "frames": bounds[-1][1], "num_episodes": n,
+        "episode_ids": [ds.episodes[i].info.episode_id for i in range(n)],
+        "sampler": sampler.settings(), "state_input": cfg.rollout.state, "sim_chain": cfg.rollout.sim_chain,
+        "probe": cfg.eval.probe, "units": "PSNR dB; af_pos in state units (metres on the synthetic benchmark)",
+        "forwards_per_episode": forwards, "rows": result,
+        "seconds": {"rollout": round(seconds["rollout"], 2), "total": round(time.perf_counter() - t_start, 2)},
+    }
+    atomic_write_json(out / "rollout.json", summary)
+    atomic_write_text(out / "rollout.md", rollout_markdown(summary))
+    write_rollout_pictures(out, summary, kept_videos, videos, cfg)
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Reports
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def chunk_table(rows: dict, metric: str, digits: int = 2, scale: float = 1.0, names: Optional[dict] = None) -> str:
+    """A markdown table: rows × chunks (+ the mean) of one metric."""
+    k = max(len(r["per_chunk"].get(metric, [])) for r in rows.values())
+    lines = ["| | " + " | ".join(f"chunk {i + 1}" for i in range(k)) + " | mean |", "|---" * (k + 2) + "|"]
+    for name, r in rows.items():
+        vals = r["per_chunk"].get(metric)
+        if not vals:
+            continue
+        cells = [fmt_num(None if v is None else v * scale, digits) for v in vals]
+        m = r["mean"].get(metric)
+        lines.append(f"| {(names or {}).get(name, name)} | " + " | ".join(cells)
+                     + f" | {fmt_num(None if m is None else m * scale, digits)} |")
+    return "\n".join(lines)
+
+
+def rollout_markdown(res: dict) -> str:
+    lines = [f"# Rollout: {res['run']}", "",
+             f"{res['num_episodes']} episodes of split `{res['split']}`, {res['horizon']} actions = {res['chunks']} "
+             f"chunks ({res['frames']} frames), state input `{res['state_input']}`, simulation chain "
+             f"`{res['sim_chain']}`, sampler `{res['sampler']}`.", ""]
+    for metric, title, scale, digits in (("psnr", "PSNR (dB) ↑", 1, 2), ("psnr_arm", "arm-region PSNR (dB) ↑", 1, 2),
+                                         ("af_pos", "action error (cm) ↓", 100, 2)):
+        if any(metric in r["per_chunk"] for r in res["rows"].values()):
+            lines += [f"**{title}**", "", chunk_table(res["rows"], metric, digits, scale), ""]
+    lines += [f"Forwards per episode: {res['forwards_per_episode']}; {res['seconds']}", ""]
+    return "\n".join(lines)
+
+
+def write_rollout_pictures(out: Path, res: dict, kept: list, videos: int, cfg: Config) -> None:
+    from simforcing.evaluate.rollout_media import plot_drift, write_rollout_media  # matplotlib, PIL: only here
+
+    plot_drift({"": res}, out / "drift.png", title=f"{Path(res['run']).name}: drift over {res['chunks']} chunks")
+    i = 0
+    for batch, r in kept:
+        for j in range(r.video.shape[0]):
+            if i >= videos:
+                return
+            write_rollout_media(out / "videos" / f"episode_{i:03d}", r, j, batch, res, cfg)
+            i += 1
