@@ -47,12 +47,16 @@ class Budget:
     cfg_sweep_w: tuple = (0.0, 0.3, 0.6, 1.0)
     probe_steps: int = 1200
     report_videos: int = 3
+    long_val: int = 16  # held-out episodes for long rollouts (their own dataset, seed 1)
+    long_length: int = 65  # frames: 8 chunks of 8 actions
+    rollout_horizon: int = 64
+    rollout_videos: int = 2
     policy: PolicyBudget = field(default_factory=PolicyBudget)
 
 
 QUICK = Budget(num_train=4, num_val=3, num_sim_pool=12, length=17, stage1_steps=30, stage1_batch=8, stage2_steps=20,
-               eval_windows=1, sweep_windows=1, sweep_n_real=(1, 2), probe_steps=30, report_videos=1,
-               policy=POLICY_QUICK)
+               eval_windows=1, sweep_windows=1, sweep_n_real=(1, 2), probe_steps=30, report_videos=1, long_val=3,
+               long_length=25, rollout_horizon=24, rollout_videos=1, policy=POLICY_QUICK)
 
 
 def demo_budget(quick: bool = False, stage1_steps: Optional[int] = None,
@@ -106,6 +110,7 @@ class Plan:
     full: bool
     notes: list  # lines printed before running (what is remade and why)
     commands: dict  # job name -> the command a user types to reproduce its output
+    rollouts: dict = field(default_factory=dict)  # {"data": the long episodes, "folders": name -> rollout folder}
 
 
 class _Builder:
@@ -114,6 +119,7 @@ class _Builder:
         self.jobs: list[Job] = []
         self.records: dict[str, dict] = {}  # job name -> provenance record (its digest feeds its dependents)
         self.notes: list[str] = []
+        self.vae, self.probe, self.stage1 = out / "vae", out / "probe", out / "stage1"
 
     # -- provenance --------------------------------------------------------------------------------------------------
     def record(self, name: str, job_argv: list[str], sizes: dict, seed: Optional[int], inputs: tuple) -> dict:
@@ -155,131 +161,184 @@ class _Builder:
         self.jobs.append(job)
         return job
 
+    # -- the sections of the graph ------------------------------------------------------------------------------------
+    def data_and_vae(self, own_data: bool) -> tuple:
+        """1. the benchmark (unless the user gave one) and the demo VAE; returns the data dependency."""
+        b, data = self.b, self.data
+        if own_data:
+            argv = ["data", "synth", "--out", str(data), "--num-train", str(b.num_train), "--num-val", str(b.num_val),
+                    "--num-sim-pool", str(b.num_sim_pool), "--length", str(b.length), "--height", "32", "--width",
+                    "48", "--seed", "0", "--workers", str(min(2, self.slots))]
+            sizes = {"num_train": b.num_train, "num_val": b.num_val, "num_sim_pool": b.num_sim_pool,
+                     "length": b.length, "generator": GENERATOR_VERSION}
+            self.add("data", argv, data, "meta/stats.json", priority=100, slots=2, sizes=sizes, seed=0,
+                     extra=("--overwrite",) if is_dataset(data) else ())
+            stale_data = is_dataset(data) and check_provenance(data, self.records["data"])
+            if stale_data:
+                self.notes.append(f"regenerating {data}: it was not made by this demo run ({why_stale(stale_data)})")
+            data_dep: tuple = ("data",)
+        else:  # the user's dataset, used as it is
+            self.records["data"] = {"given": str(data.resolve())}
+            data_dep = ()
+        self.add("vae", ["model", "fit-vae", "--data", str(data), "--out", str(self.vae)], self.vae, "config.json",
+                 data_dep, inputs=("data",), priority=90)
+        return data_dep
+
+    def stage1_and_probe(self) -> None:
+        """2. stage 1, the simulation world model (both cores); 3. the state probe (after stage 1: it would hold a
+        core stage 1 wants)."""
+        b = self.b
+        s1 = ["pretrain", "--preset", "demo", "--data", str(self.data), "--out", str(self.stage1),
+              f"--model.vae.path={self.vae}", f"--train.max_steps={b.stage1_steps}",
+              f"--train.batch_size={b.stage1_batch}", "--train.threads=auto", *self.ov]
+        self.add("stage1", s1, self.stage1, None, ("vae",), sizes={"stage1_steps": b.stage1_steps}, seed=SEED,
+                 inputs=("data", "vae"), priority=80, slots=b.stage1_threads, threads=b.stage1_threads,
+                 run_steps=b.stage1_steps)
+        self.add("probe", ["model", "fit-probe", "--data", str(self.data), "--out", str(self.probe), "--steps",
+                           str(b.probe_steps)], self.probe, "probe.json", ("stage1",), inputs=("data",), priority=60)
+
+    def stage2(self, names: list[str], seed_list: list[int]) -> dict[str, Path]:
+        """4. stage 2 per method and seed, from the one stage-1 checkpoint."""
+        b, runs = self.b, {}
+        for seed in seed_list:
+            for name in names:
+                method, extra = FULL_RUNS.get(name, (name, []))
+                tag = run_tag(name, seed)
+                run = runs[tag] = self.out / tag
+                argv = ["train", "--method", method, "--teacher", str(self.stage1), "--data", str(self.data), "--out",
+                        str(run), f"--train.seed={seed}", f"--train.max_steps={b.stage2_steps}",
+                        f"--train.batch_size={b.stage2_batch}", "--train.threads=1", *extra, *self.ov]
+                self.add(f"train {tag}", argv, run, None, ("stage1",), sizes={"stage2_steps": b.stage2_steps},
+                         seed=seed, inputs=("stage1",), priority=70 + (5 if method == "simforcing" else 0),
+                         run_steps=b.stage2_steps)
+        return runs
+
+    def evaluations(self, runs: dict[str, Path]) -> dict[str, Path]:
+        """5. evaluation at the paper's sampler (1, 10, 0.6) with the action-following error and its control; the
+        baselines; where the gain is lost."""
+        b, evals = self.b, {}
+        common = ["--data", str(self.data), "--split", "val", "--num-samples", str(b.num_val * b.eval_windows),
+                  f"--eval.probe={self.probe}", f"--eval.windows_per_episode={b.eval_windows}"]
+
+        def evaluate(name: str, argv: list[str], deps: tuple, priority: int = 50) -> None:
+            folder = evals[name] = self.out / "eval" / name.replace(" ", "_")
+            self.add(f"eval {name}", ["evaluate", *argv, "--out", str(folder), *common, *self.ov], folder,
+                     "eval.json", deps + ("probe",), inputs=deps + ("probe",), priority=priority)
+
+        vae = f"--model.vae.path={self.vae}"
+        for base in ("copy-first", "vae-recon"):
+            evaluate(base, ["--baseline", base, "--preset", "demo", vae], ("vae",))
+            evaluate(f"sim {base}", ["--baseline", base, "--preset", "demo", vae, "--domain", "sim"], ("vae",))
+        for tag, run in runs.items():
+            evaluate(tag, ["--ckpt", str(run)], (f"train {tag}",), priority=55)
+        for m in BASE_METHODS:  # the network's one-step prediction (its conditional mean), an extra row
+            evaluate(f"{m} N_r=1", ["--ckpt", str(runs[m]), "--sample.n_real=1", "--eval.action_control=false"],
+                     (f"train {m}",))
+        # where the gain is lost: the teacher in simulation, the students' own simulation rollouts (the condition at
+        # inference, N_s = 1 steps), and the real rollout with the recorded sim video as the condition (upper bound)
+        for steps in (1, 10):
+            evaluate(f"sim teacher N={steps}", ["--ckpt", str(self.stage1), "--domain", "sim",
+                                                f"--sample.n_real={steps}"], ("stage1",))
+        for m in BASE_METHODS:
+            evaluate(f"sim {m} rollout", ["--ckpt", str(runs[m]), "--domain", "sim", "--sample.n_real=1"],
+                     (f"train {m}",))
+        evaluate("simforcing oracle condition", ["--ckpt", str(runs["simforcing"]), "--sample.condition=oracle"],
+                 ("train simforcing",))
+        return evals
+
+    def sweeps_and_videos(self, runs: dict[str, Path], full: bool) -> tuple[dict, dict]:
+        """6. the N_r × w sweep (and Tab. A1's p × w with --full), the sample videos."""
+        b, out = self.b, self.out
+        sweeps = {"steps": out / "sweep_steps"}
+        n_sweep = b.num_val * b.sweep_windows
+        tail = [f"--eval.probe={self.probe}", f"--eval.windows_per_episode={b.sweep_windows}", *self.ov]
+        sw = ["sweep", "steps", "--ckpt", str(runs["simforcing"]), "--data", str(self.data), "--n-sim", "1",
+              "--n-real", *map(str, b.sweep_n_real), "--w", *(f"{w:g}" for w in b.sweep_w), "--num-samples",
+              str(n_sweep), "--out", str(sweeps["steps"]), *tail]
+        self.add("sweep steps", sw, sweeps["steps"], "sweep_steps.json", ("train simforcing", "probe"), priority=45)
+        if full:
+            sweeps["cfg"] = out / "sweep_cfg"
+            sc = ["sweep", "cfg", "--ckpts", *(str(runs[r]) for r in P_RUNS), "--data", str(self.data), "--w",
+                  *(f"{w:g}" for w in b.cfg_sweep_w), "--num-samples", str(n_sweep), "--out", str(sweeps["cfg"]),
+                  *tail]
+            self.add("sweep cfg", sc, sweeps["cfg"], "sweep_cfg.json", tuple(f"train {r}" for r in P_RUNS)
+                     + ("probe",), priority=45)
+        videos = {}
+        for m in BASE_METHODS:
+            videos[m] = out / "videos" / m
+            self.add(f"videos {m}", ["generate", "--ckpt", str(runs[m]), "--data", str(self.data), "--split", "val",
+                                     "--out", str(videos[m]), "--num-samples", str(b.report_videos), *self.ov],
+                     videos[m], None, (f"train {m}",), priority=40)
+        return sweeps, videos
+
+    def rollouts(self, runs: dict[str, Path], seed_list: list[int], full: bool) -> dict:
+        """7. long rollouts: held-out episodes longer than a window (their own dataset), each model rolled out chunk
+        after chunk over ``rollout_horizon`` actions with every drift row; the state input read by the probe instead
+        of integrated; with --full the simulation chain re-masked from the recorded masks and the recorded sim video
+        as the condition (analyses of where the drift comes from)."""
+        b, out = self.b, self.out
+        data_long = out / "data_long"
+        argv = ["data", "synth", "--out", str(data_long), "--num-train", "0", "--num-val", str(b.long_val),
+                "--num-sim-pool", "0", "--length", str(b.long_length), "--height", "32", "--width", "48", "--seed",
+                "1", "--workers", "1"]
+        self.add("data long", argv, data_long, "meta/stats.json", ("stage1",), priority=58,
+                 sizes={"num_val": b.long_val, "length": b.long_length, "generator": GENERATOR_VERSION}, seed=1,
+                 inputs=(), extra=("--overwrite",) if is_dataset(data_long) else ())
+        folders: dict[str, Path] = {}
+        common = ["--data", str(data_long), "--horizon", str(b.rollout_horizon), f"--eval.probe={self.probe}"]
+
+        def add(name: str, run_tag_: str, extra: list[str]) -> None:
+            folder = folders[name] = out / "rollout" / name.replace(" ", "_")
+            self.add(f"rollout {name}", ["rollout", "--ckpt", str(runs[run_tag_]), *common, "--out", str(folder),
+                                         *extra, *self.ov], folder, "rollout.json",
+                     (f"train {run_tag_}", "probe", "data long"), inputs=(f"train {run_tag_}", "probe", "data long"),
+                     priority=52)
+
+        for seed in seed_list:
+            for m in BASE_METHODS:
+                add(run_tag(m, seed), run_tag(m, seed), ["--videos", str(b.rollout_videos if seed == SEED else 0)])
+        for m in BASE_METHODS:
+            add(f"{m} probe state", m, ["--rollout.state=probe", "--rows", "rollout", "--videos", "0"])
+        if full:
+            add("simforcing remask", "simforcing", ["--rollout.sim_chain=remask", "--rows", "rollout", "sim chain",
+                                                    "--videos", "1"])
+            add("simforcing oracle condition", "simforcing", ["--sample.condition=oracle", "--rows", "rollout",
+                                                              "--videos", "0"])
+        return {"data": data_long, "folders": folders}
+
+    def policy_section(self, runs: dict[str, Path], full: bool) -> dict:
+        """8. the policy section (paper Tab. 5): its own jobs, after stage 1."""
+        wm = {"simforcing": runs["simforcing"], "sft": runs["sft"]}
+        pjobs, pol = policy_jobs(self.out, wm, full=full, seed=SEED, budget=self.b.policy,
+                                 wm_deps={"simforcing": "train simforcing", "sft": "train sft"}, after=("stage1",),
+                                 wm_records={k: self.records[f"train {k}"] for k in wm})
+        self.notes += pol["notes"]
+        for j in pjobs:
+            j.slots = min(j.slots, self.slots)
+        self.jobs += pjobs
+        return pol
+
+
 def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[str] = (), seeds: int = 1,
                full: bool = False, jobs: int = 2, policy: bool = True) -> Plan:
     """The demo's job graph into ``out`` (see the module docstring)."""
     out = spelled(out)  # one spelling of the folder, so the recorded commands compare equal however it was typed
     own_data = data is None
     data = spelled(data) if data is not None else out / "data"
-    b = budget
-    B = _Builder(out, data, b, list(overrides), jobs)
-    ov = list(overrides)
-    vae, probe, stage1 = out / "vae", out / "probe", out / "stage1"
-    n_eval = b.num_val * b.eval_windows
-
-    # 1. data, the demo VAE ------------------------------------------------------------------------------------------
-    if own_data:
-        argv = ["data", "synth", "--out", str(data), "--num-train", str(b.num_train), "--num-val", str(b.num_val),
-                "--num-sim-pool", str(b.num_sim_pool), "--length", str(b.length), "--height", "32", "--width", "48",
-                "--seed", "0", "--workers", str(min(2, B.slots))]
-        sizes = {"num_train": b.num_train, "num_val": b.num_val, "num_sim_pool": b.num_sim_pool, "length": b.length,
-                 "generator": GENERATOR_VERSION}
-        B.add("data", argv, data, "meta/stats.json", priority=100, slots=2, sizes=sizes, seed=0,
-              extra=("--overwrite",) if is_dataset(data) else ())
-        stale_data = is_dataset(data) and check_provenance(data, B.records["data"])
-        if stale_data:
-            B.notes.append(f"regenerating {data}: it was not made by this demo run ({why_stale(stale_data)})")
-        data_dep: tuple = ("data",)
-    else:  # the user's dataset, used as it is
-        B.records["data"] = {"given": str(data.resolve())}
-        data_dep = ()
-    B.add("vae", ["model", "fit-vae", "--data", str(data), "--out", str(vae)], vae, "config.json", data_dep,
-          inputs=("data",), priority=90)
-
-    # 2. stage 1: the simulation world model (both cores) --------------------------------------------------------------
-    s1 = ["pretrain", "--preset", "demo", "--data", str(data), "--out", str(stage1), f"--model.vae.path={vae}",
-          f"--train.max_steps={b.stage1_steps}", f"--train.batch_size={b.stage1_batch}", "--train.threads=auto", *ov]
-    B.add("stage1", s1, stage1, None, ("vae",), sizes={"stage1_steps": b.stage1_steps}, seed=SEED,
-          inputs=("data", "vae"), priority=80, slots=b.stage1_threads, threads=b.stage1_threads,
-          run_steps=b.stage1_steps)
-
-    # 3. the state probe (after stage 1: it would hold a core stage 1 wants) ------------------------------------------
-    B.add("probe", ["model", "fit-probe", "--data", str(data), "--out", str(probe), "--steps", str(b.probe_steps)],
-          probe, "probe.json", ("stage1",), inputs=("data",), priority=60)
-
-    # 4. stage 2 per method and seed -------------------------------------------------------------------------------
+    B = _Builder(out, data, budget, list(overrides), jobs)
+    B.data_and_vae(own_data)
+    B.stage1_and_probe()
     seed_list = [SEED + i for i in range(max(1, seeds))]
     names = list(BASE_METHODS) + (list(FULL_RUNS) if full else [])
-    runs: dict[str, Path] = {}
-    for seed in seed_list:
-        for name in names:
-            method, extra = FULL_RUNS.get(name, (name, []))
-            tag = run_tag(name, seed)
-            run = out / tag
-            runs[tag] = run
-            argv = ["train", "--method", method, "--teacher", str(stage1), "--data", str(data), "--out", str(run),
-                    f"--train.seed={seed}", f"--train.max_steps={b.stage2_steps}",
-                    f"--train.batch_size={b.stage2_batch}", "--train.threads=1", *extra, *ov]
-            B.add(f"train {tag}", argv, run, None, ("stage1",), sizes={"stage2_steps": b.stage2_steps}, seed=seed,
-                  inputs=("stage1",), priority=70 + (5 if method == "simforcing" else 0), run_steps=b.stage2_steps)
-
-    # 5. evaluation: the paper's sampler (1, 10, 0.6) with the action-following error and its control ---------------
-    evals: dict[str, Path] = {}
-    common = ["--data", str(data), "--split", "val", "--num-samples", str(n_eval), f"--eval.probe={probe}",
-              f"--eval.windows_per_episode={b.eval_windows}"]
-
-    def evaluate(name: str, argv: list[str], deps: tuple, priority: int = 50) -> None:
-        folder = out / "eval" / name.replace(" ", "_")
-        evals[name] = folder
-        B.add(f"eval {name}", ["evaluate", *argv, "--out", str(folder), *common, *ov], folder, "eval.json",
-              deps + ("probe",), inputs=deps + ("probe",), priority=priority)
-
-    for base in ("copy-first", "vae-recon"):
-        evaluate(base, ["--baseline", base, "--preset", "demo", f"--model.vae.path={vae}"], ("vae",))
-        evaluate(f"sim {base}", ["--baseline", base, "--preset", "demo", f"--model.vae.path={vae}", "--domain", "sim"],
-                 ("vae",))
-    for tag, run in runs.items():
-        evaluate(tag, ["--ckpt", str(run)], (f"train {tag}",), priority=55)
-    for m in BASE_METHODS:  # the network's one-step prediction (its conditional mean), an extra row
-        evaluate(f"{m} N_r=1", ["--ckpt", str(runs[m]), "--sample.n_real=1", "--eval.action_control=false"],
-                 (f"train {m}",))
-    # where the gain is lost: the teacher in simulation, the students' own simulation rollouts (the condition at
-    # inference, N_s = 1 steps), and the real rollout with the recorded sim video as the condition (upper bound)
-    for steps in (1, 10):
-        evaluate(f"sim teacher N={steps}", ["--ckpt", str(stage1), "--domain", "sim", f"--sample.n_real={steps}"],
-                 ("stage1",))
-    for m in BASE_METHODS:
-        evaluate(f"sim {m} rollout", ["--ckpt", str(runs[m]), "--domain", "sim", "--sample.n_real=1"],
-                 (f"train {m}",))
-    evaluate("simforcing oracle condition", ["--ckpt", str(runs["simforcing"]), "--sample.condition=oracle"],
-             ("train simforcing",))
-
-    # 6. sweeps, videos -------------------------------------------------------------------------------------------
-    sweeps = {"steps": out / "sweep_steps"}
-    n_sweep = b.num_val * b.sweep_windows
-    sw = ["sweep", "steps", "--ckpt", str(runs["simforcing"]), "--data", str(data), "--n-sim", "1", "--n-real",
-          *map(str, b.sweep_n_real), "--w", *(f"{w:g}" for w in b.sweep_w), "--num-samples", str(n_sweep),
-          "--out", str(sweeps["steps"]), f"--eval.probe={probe}", f"--eval.windows_per_episode={b.sweep_windows}", *ov]
-    B.add("sweep steps", sw, sweeps["steps"], "sweep_steps.json", ("train simforcing", "probe"), priority=45)
-    if full:
-        sweeps["cfg"] = out / "sweep_cfg"
-        sc = ["sweep", "cfg", "--ckpts", *(str(runs[r]) for r in P_RUNS), "--data", str(data), "--w",
-              *(f"{w:g}" for w in b.cfg_sweep_w), "--num-samples", str(n_sweep), "--out", str(sweeps["cfg"]),
-              f"--eval.probe={probe}", f"--eval.windows_per_episode={b.sweep_windows}", *ov]
-        B.add("sweep cfg", sc, sweeps["cfg"], "sweep_cfg.json", tuple(f"train {r}" for r in P_RUNS) + ("probe",),
-              priority=45)
-    videos = {}
-    for m in BASE_METHODS:
-        videos[m] = out / "videos" / m
-        B.add(f"videos {m}", ["generate", "--ckpt", str(runs[m]), "--data", str(data), "--split", "val", "--out",
-                              str(videos[m]), "--num-samples", str(b.report_videos), *ov], videos[m], None,
-              (f"train {m}",), priority=40)
-
-    # 7. the policy section (paper Tab. 5): its own jobs, after stage 1 ------------------------------------------------
-    pol = None
-    if policy:
-        wm = {"simforcing": runs["simforcing"], "sft": runs["sft"]}
-        pjobs, pol = policy_jobs(out, wm, full=full, seed=SEED, budget=b.policy,
-                                 wm_deps={"simforcing": "train simforcing", "sft": "train sft"}, after=("stage1",),
-                                 wm_records={k: B.records[f"train {k}"] for k in wm})
-        B.notes += pol["notes"]
-        for j in pjobs:
-            j.slots = min(j.slots, B.slots)
-        B.jobs += pjobs
+    runs = B.stage2(names, seed_list)
+    evals = B.evaluations(runs)
+    sweeps, videos = B.sweeps_and_videos(runs, full)
+    rollouts = B.rollouts(runs, seed_list, full)
+    pol = B.policy_section(runs, full) if policy else None
     commands = {j.name: B.records[j.name]["command"] if "command" in B.records.get(j.name, {}) else j.cite()
                 for j in B.jobs}
-    return Plan(out, data, b, B.jobs, evals, runs, sweeps, videos, pol, tuple(names), seed_list, full, B.notes,
-                commands)
+    return Plan(out, data, budget, B.jobs, evals, runs, sweeps, videos, pol, tuple(names), seed_list, full, B.notes,
+                commands, rollouts)
 
 
 def budget_dict(b: Budget) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from simforcing.demo.plan import BASE_METHODS, P_RUNS, Plan, run_tag
+from simforcing.demo.rollout_section import collect_rollouts, rollout_lines
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num
 
 KEYS = ("psnr", "ssim", "psnr_arm", "af_pos", "af_pos_moving", "af_control_pos", "af_floor_pos", "lpips", "fid", "fvd",
@@ -59,6 +60,7 @@ def collect(plan: Plan, wall: dict, policy: Optional[dict]) -> dict:
     res["sweep_cfg"] = _read(plan.sweeps["cfg"] / "sweep_cfg.json") if "cfg" in plan.sweeps else None
     res["videos"] = {m: sorted(str(p) for p in (folder.glob("*.gif") if folder.exists() else []))
                      for m, folder in plan.videos.items()}
+    res["rollouts"] = collect_rollouts(plan)
     res["policy"] = policy
     res["wall_time_s"] = wall
     res["summary"] = summarize(res, plan)
@@ -213,6 +215,7 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
     if sw:
         lines += ["", f"## Sweep N_r × w (N_s = 1, simforcing, {sw['num_samples']} windows)", "", sw["table_md"], "",
                   f"![sweep heatmap]({_rel(sw['heatmap'], plan)})"]
+    lines += rollout_lines(res.get("rollouts"), plan)
     pol = res.get("policy")
     if pol:
         lines += ["", "## Policy transfer (paper Tab. 5): closed-loop success on held-out scenes", "",
