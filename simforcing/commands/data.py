@@ -36,6 +36,10 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layout", choices=("separate", "side_by_side"), default="separate")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="simulation processes")
+    parser.add_argument("--layout-train", type=int, default=0,
+                        help="more paired training episodes in the policy benchmark's LIBERO-like scenes")
+    parser.add_argument("--layouts", type=int, default=2, help="fixed layouts of those episodes")
+    parser.add_argument("--jitter", type=float, default=0.03, help="their task object's jitter (metres)")
     parser.add_argument("--quick", action="store_true", help="a tiny set: 2 train, 2 val, 4 sim-only, 17 frames")
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
     parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
@@ -54,10 +58,11 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     out = generate_dataset(out, num_train=counts[0], num_val=counts[1], num_sim_pool=counts[2], length=counts[3],
                            height=args.height, width=args.width, seed=args.seed, layout=args.layout,
                            progress=not args.no_progress, workers=args.workers, overwrite=args.overwrite,
-                           finish=None if args.no_finalize else finalize_dataset)
+                           finish=None if args.no_finalize else finalize_dataset, layout_train=args.layout_train,
+                           layouts=args.layouts, jitter=args.jitter)
     if args.preview and counts[0] + counts[1] > 0:
         save_preview(out, "ep_00000", args.preview)
-    print(f"wrote {sum(counts[:3])} episodes to {out} in {time.time() - t0:.1f} s")
+    print(f"wrote {sum(counts[:3]) + args.layout_train} episodes to {out} in {time.time() - t0:.1f} s")
     return 0
 
 

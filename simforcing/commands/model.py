@@ -1,4 +1,4 @@
-"""`simforcing model info | init-action-expert | fit-vae | fit-probe`."""
+"""`simforcing model info | init-action-expert | fit-vae | fit-probe | fit-judge`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from simforcing.config import Config, ConfigError
 from simforcing.evaluate.probe import FitOptions, fit_probe, save_probe
 from simforcing.models.info import format_info, model_info
 from simforcing.models.weights import write_action_expert
+from simforcing.policy.judge import JudgeFitOptions, fit_judge, save_judge
 from simforcing.prep.demo_vae import NORMALIZATIONS, fit_demo_vae
 
 
@@ -102,10 +103,34 @@ def fit_probe_command(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+def add_fit_judge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, nargs="+",
+                        help="datasets with objects.npz (paired: `data synth --layout-train N`; policy: `data "
+                             "synth-policy --layouts K`): their train episodes with one task object")
+    parser.add_argument("--out", required=True, help="output folder: judge.safetensors + judge.json")
+    parser.add_argument("--steps", type=int, default=JudgeFitOptions.steps)
+    parser.add_argument("--batch-size", type=int, default=JudgeFitOptions.batch_size)
+    parser.add_argument("--seed", type=int, default=0)
+    add_config_args(parser)
+
+
+def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
+    if args.steps < 1 or args.batch_size < 4:
+        raise ConfigError(f"--steps {args.steps} / --batch-size {args.batch_size}: expected >= 1 / >= 4")
+    opts = JudgeFitOptions(steps=args.steps, batch_size=args.batch_size, seed=args.seed)
+    judge = fit_judge(args.data, cfg.data.height, cfg.data.width, opts)
+    save_judge(judge, args.out)
+    r = judge.report
+    print(f"success judge fitted in {r['fit_seconds']} s on {r['frames']} frames of {r['episodes']} episodes "
+          f"(layouts {judge.benchmark['layouts']}) -> {args.out}; training error (m): {r['train_mean_abs_error_m']}")
+    return 0
+
+
 SUBCOMMANDS = {
     ("model", "info"): Subcommand(add_info_arguments, info, config_from_args),
     ("model", "init-action-expert"): Subcommand(add_init_action_expert_arguments, init_action_expert,
                                                 config_from_args),
     ("model", "fit-vae"): Subcommand(add_fit_vae_arguments, fit_vae, config_from_args),
     ("model", "fit-probe"): Subcommand(add_fit_probe_arguments, fit_probe_command, config_from_args),
+    ("model", "fit-judge"): Subcommand(add_fit_judge_arguments, fit_judge_command, config_from_args),
 }

@@ -4,6 +4,8 @@
     simforcing policy train --setting action_only|unconditional|video_action --init base|RUN --data DIR --out RUN
     simforcing policy eval --runs NAME=RUN [NAME=RUN ...] [--per-task 10] --out DIR            (synthetic benchmark)
     simforcing policy eval --env libero --suite libero_spatial --runs NAME=RUN --out DIR      (needs the extra)
+    simforcing policy eval --env world-model --wm RUN --judge J --runs ... --out DIR         (inside a world model)
+    simforcing policy agreement --sim SIM_EVAL --wm NAME=WM_EVAL ... --out DIR             (world model vs simulator)
 """
 
 from __future__ import annotations
@@ -91,7 +93,15 @@ def train(args: argparse.Namespace, cfg: Config) -> int:
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", nargs="*", default=[], metavar="NAME=RUN",
                         help="policy runs to evaluate (NAME labels the table row; a bare RUN is named by its folder)")
-    parser.add_argument("--env", choices=("synthetic", "libero"), default="synthetic")
+    parser.add_argument("--env", choices=("synthetic", "world-model", "libero"), default="synthetic",
+                        help="synthetic: the MuJoCo simulator; world-model: the same scenes inside a world model "
+                             "(--wm, --judge); libero: LIBERO (needs the extra)")
+    parser.add_argument("--wm", default=None, help="world-model: the world-model run folder (or 'copy-first')")
+    parser.add_argument("--judge", default=None, help="the success judge (`simforcing model fit-judge`): required "
+                        "with --env world-model; with --env synthetic every episode's frames also go through it")
+    parser.add_argument("--expert-noise", type=float, nargs="*", default=[], metavar="SIGMA",
+                        help="synthetic, world-model: also the scripted expert with N(0, SIGMA^2) metres added to "
+                             "each action's position per axis")
     parser.add_argument("--out", required=True, help="folder for eval.json and eval.md")
     parser.add_argument("--per-task", type=int, default=10, help="synthetic: held-out scenes per task")
     parser.add_argument("--max-steps", type=int, default=30, help="synthetic: step limit of an episode")
@@ -144,13 +154,19 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         res = evaluate_libero(next(iter(runs.values())), args.suite, trials=args.trials,
                               task_ids=_task_ids(args.tasks), device=args.device, gripper=args.gripper)
     else:
-        from simforcing.policy.evaluate import evaluate_synthetic
+        from simforcing.policy.judge import load_judge
 
-        if not runs and args.no_baselines:
-            raise ConfigError("--runs: nothing to evaluate (no runs and --no-baselines)")
-        res = evaluate_synthetic(runs, args.per_task, args.max_steps, baselines=not args.no_baselines,
-                                 device=args.device, execute=args.execute, layouts=args.layouts, jitter=args.jitter)
+        if not runs and args.no_baselines and not args.expert_noise:
+            raise ConfigError("--runs: nothing to evaluate (no runs, no --expert-noise and --no-baselines)")
+        try:
+            judge = load_judge(args.judge, args.device) if args.judge else None
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        res = _closed_loop(args, runs, judge)
     out.mkdir(parents=True, exist_ok=True)
+    frames = res.pop("_frames", None)
+    if frames:
+        _save_frames(out / "frames.npz", frames)
     atomic_write_json(out / "eval.json", res)
     atomic_write_text(out / "eval.md", res["table_md"] + "\n")
     print(res["table_md"])
@@ -158,12 +174,63 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     return 0
 
 
-def _no_config(args: argparse.Namespace) -> None:
-    return None
+def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge) -> dict:
+    common = dict(per_task=args.per_task, max_steps=args.max_steps, baselines=not args.no_baselines,
+                  device=args.device, execute=args.execute, layouts=args.layouts, jitter=args.jitter,
+                  expert_noise=args.expert_noise)
+    if args.env == "world-model":
+        from simforcing.policy.world_model_eval import evaluate_world_model
+
+        if not args.wm or judge is None:
+            raise ConfigError("--env world-model needs --wm RUN (or 'copy-first') and --judge DIR (`simforcing model "
+                              "fit-judge`)")
+        return evaluate_world_model(args.wm, judge, runs, **common)
+    from simforcing.policy.evaluate import evaluate_synthetic
+
+    if args.wm:
+        raise ConfigError("--wm: a world model is used with --env world-model only")
+    return evaluate_synthetic(runs, judge=judge, **common)
+
+
+def _save_frames(path: Path, frames: dict) -> None:
+    """OUT/frames.npz: frames uint8 (T, H, W, 3) by "player|task|scene" (the first scene of each task per player):
+    what the side-by-side videos of `simforcing policy agreement` show."""
+    import numpy as np
+
+    from simforcing.utils import atomic_write
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **frames)
+
+    atomic_write(path, write)
+
+
+# -- policy agreement ------------------------------------------------------------------------------------------------------
+def add_agreement_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sim", required=True, help="the simulator's `policy eval` folder (with --judge)")
+    parser.add_argument("--wm", nargs="+", required=True, metavar="NAME=EVAL",
+                        help="world-model `policy eval --env world-model` folders on the same scenes")
+    parser.add_argument("--out", required=True, help="folder for agreement.json, agreement.md, scatter.png, videos/")
+    parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the scenes")
+    parser.add_argument("--video-policy", default=None, help="the policy shown in the side-by-side videos "
+                        "(default: the first learned one)")
+
+
+def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    from simforcing.policy.agreement import write_agreement
+
+    if args.bootstrap < 1:
+        raise ConfigError(f"--bootstrap: got {args.bootstrap}; expected an integer >= 1")
+    res = write_agreement(args.sim, _runs(args.wm), args.out, args.bootstrap, args.video_policy)
+    print(res["table_md"])
+    print(f"wrote {Path(args.out) / 'agreement.json'}, agreement.md, scatter.png, {len(res['videos'])} videos")
+    return 0
 
 
 SUBCOMMANDS = {
     ("data", "synth-policy"): Subcommand(add_synth_arguments, synth),
     ("policy", "train"): Subcommand(add_train_arguments, train, train_config),
     ("policy", "eval"): Subcommand(add_eval_arguments, evaluate),
+    ("policy", "agreement"): Subcommand(add_agreement_arguments, agreement),
 }

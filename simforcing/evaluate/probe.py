@@ -277,7 +277,7 @@ def _pairs(data: ProbeFrames, n: int, reach: int, gen: torch.Generator) -> tuple
     return i, torch.where(data.episode[j] == data.episode[i], j, i)
 
 
-def _ghost(data: ProbeFrames, i: torch.Tensor, j: torch.Tensor, gen: torch.Generator):
+def ghost_frames(data: ProbeFrames, i: torch.Tensor, j: torch.Tensor, gen: torch.Generator):
     """Second frames blended α·x_j + (1 − α)·x_k with k a frame near j in the same episode (a model hedging between
     two arm positions), labelled with the same blend of the states: (frames float (n, 3, H, W), states (n, S))."""
     k = (j + torch.randint(-4, 5, j.shape, generator=gen)).clamp(0, data.frames.shape[0] - 1)
@@ -287,7 +287,7 @@ def _ghost(data: ProbeFrames, i: torch.Tensor, j: torch.Tensor, gen: torch.Gener
     return x, a[:, None] * data.states[j] + (1 - a[:, None]) * data.states[k]
 
 
-def _augment(ref: torch.Tensor, x: torch.Tensor, gen: torch.Generator, shift: int):
+def augment_pair(ref: torch.Tensor, x: torch.Tensor, gen: torch.Generator, shift: int):
     """ref, x (B, 3, H, W) in [-1, 1], augmented alike (one camera): a random shift of up to ``shift`` pixels (edge
     padding), brightness/contrast jitter and pixel noise; blur (on 30 %) and a pixel of extra shift (on 30 %) on
     ``x`` alone — what generated frames do that recorded ones do not."""
@@ -365,7 +365,7 @@ def fit_probe(root: str | Path, height: int, width: int, opts: FitOptions = FitO
     for _ in tqdm(range(opts.steps), desc="fit state probe", leave=False, disable=not progress):
         ir, jr = _pairs(real, opts.batch_size - (parts - 1) * n, opts.reach, gen)
         ig, jg = _pairs(real, n, opts.reach, gen)
-        gx, gq = _ghost(real, ig, jg, gen)
+        gx, gq = ghost_frames(real, ig, jg, gen)
         i_s, j_s = _pairs(sim, n, opts.reach, gen)
         refs = [real.frames[ir], real.frames[ig], sim.frames[i_s]]
         xs = [real.frames[jr], gx, sim.frames[j_s]]
@@ -377,7 +377,7 @@ def fit_probe(root: str | Path, height: int, width: int, opts: FitOptions = FitO
             refs += [composite(sim.frames[ic], bg[:n]), transplant(real.frames[it], real.masks[it], bg[n:])]
             xs += [composite(sim.frames[jc], bg[:n]), transplant(real.frames[jt], real.masks[jt], bg[n:])]
             ys += [sim.states[jc] - sim.states[ic], real.states[jt] - real.states[it]]
-        ref, x = _augment(torch.cat([r.float() for r in refs]).div(127.5).sub(1),
+        ref, x = augment_pair(torch.cat([r.float() for r in refs]).div(127.5).sub(1),
                           torch.cat([f.float() for f in xs]).div(127.5).sub(1), gen, opts.shift)
         loss = F.smooth_l1_loss(probe.normalized(ref, x), torch.cat(ys) / probe.scale, beta=0.1)
         opt.zero_grad(set_to_none=True)

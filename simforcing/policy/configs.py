@@ -34,7 +34,8 @@ def policy_run_config(setting: str, init: str, data: str | None, preset: str = "
                                   "`simforcing pretrain/train/policy train`")
             cfg = Config.load(path)
         if not cfg.model.action_head:  # a world model's config: one camera wide -> the cameras side by side
-            cfg.data.width *= cfg.policy.cameras
+            asked = parse_overrides(list(overrides or [])).get("policy.cameras")
+            cfg.data.width *= int(asked) if asked in ("1", "2") else cfg.policy.cameras  # others: refused below
         cfg.data.latent_cache = cfg.data.text_cache = None
         cfg.data.fixed_window = False
     if data:
@@ -43,5 +44,6 @@ def policy_run_config(setting: str, init: str, data: str | None, preset: str = "
         raise ConfigError("--data: the policy dataset folder is required (simforcing data synth-policy OUT)")
     apply_overrides(cfg, parse_overrides(list(overrides or [])))
     cfg = policy_config(cfg, setting)
-    read_policy_info(cfg.data.root)  # a named error now for a world-model dataset or one camera
+    read_policy_info(cfg.data.root, cfg.policy.cameras)  # a named error now for a world-model dataset or a missing
+    #                                                        camera
     return cfg

@@ -1,4 +1,5 @@
-"""The policy dataset: real-only episodes with two cameras side by side, actions, states, instructions.
+"""The policy dataset: real-only episodes with two cameras side by side, actions, states, instructions (a policy
+reads the first ``policy.cameras`` of them: both, or the external camera alone).
 
     DATASET/
       meta/info.json         {"format": "simforcing-policy", "version": 1, "fps", "height", "width" (per camera),
@@ -64,8 +65,9 @@ def write_policy_meta(root: str | Path, info: dict, episodes: list[dict], splits
                                           "sim_pool": []})
 
 
-def read_policy_info(root: str | Path) -> dict:
-    """meta/info.json of a policy dataset; DataError when it is another format or has fewer than two cameras."""
+def read_policy_info(root: str | Path, cameras: int = 2) -> dict:
+    """meta/info.json of a policy dataset; DataError when it is another format or has fewer than ``cameras`` cameras
+    (a policy reads the first ``policy.cameras`` of them: external, then wrist)."""
     path = meta_dir(root) / "info.json"
     info = read_json(path, "dataset info")
     if info.get("format") != FORMAT:
@@ -75,9 +77,11 @@ def read_policy_info(root: str | Path) -> dict:
         raise DataError(f"field 'format' is {info.get('format')!r}; expected {FORMAT!r}{hint}", path=path,
                         kind="bad_meta")
     cams = info.get("cameras") or []
-    if len(cams) < 2:
-        raise DataError(f"field 'cameras' is {cams!r}; the policy observes two cameras (external + wrist) side by "
-                        "side; import the wrist camera too (--wrist-camera)", path=path, kind="missing_camera")
+    if len(cams) < cameras:
+        what = "two cameras (external + wrist) side by side" if cameras == 2 else f"{cameras} camera(s)"
+        raise DataError(f"field 'cameras' is {cams!r}; the policy observes {what}; import the wrist camera too "
+                        "(--wrist-camera), or train on the external camera alone (--policy.cameras=1)", path=path,
+                        kind="missing_camera")
     return info
 
 
@@ -103,11 +107,11 @@ class PolicyWindowDataset(torch.utils.data.Dataset):
     def __init__(self, cfg: Config, root: str | Path, split: str = "train", stats: dict | None = None):
         self.cfg, self.root = cfg, Path(root)
         d = cfg.data
-        self.info = read_policy_info(self.root)
-        cams = len(self.info["cameras"])
-        if d.width % cams:
-            raise ConfigError(f"data.width: got {d.width}; expected a multiple of the {cams} cameras side by side")
-        self.cam_width = d.width // cams
+        self.used = cfg.policy.cameras  # the first `used` cameras of the video: external (, wrist)
+        self.info = read_policy_info(self.root, self.used)
+        if d.width % self.used:
+            raise ConfigError(f"data.width: got {d.width}; expected a multiple of the {self.used} cameras side by side")
+        self.cam_width = d.width // self.used
         self.frames, self.stride, self.window_steps = d.frames, d.frame_stride, d.window_steps
         self.stats = stats if stats is not None else read_stats(self.root)
         self.normalizer = Normalizer(self.stats)
@@ -153,7 +157,7 @@ class PolicyWindowDataset(torch.utils.data.Dataset):
                                 "cameras side by side", ep.episode_id, path, kind="truncated_video")
             w = video.shape[2] // cams
             halves = [frames_to_target(video[:, :, k * w:(k + 1) * w], self.cfg.data.height, self.cam_width)
-                      for k in range(cams)]  # each (3, T, H, cam_width)
+                      for k in range(self.used)]  # each (3, T, H, cam_width)
             actions, states = read_policy_lowdim(self.root, ep.episode_id)
             self._cache[i] = {"obs": torch.cat(halves, dim=3),
                               "actions": torch.from_numpy(self.normalizer.normalize("action", actions)),

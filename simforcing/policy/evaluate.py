@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +27,7 @@ import torch
 
 from simforcing.config import ConfigError
 from simforcing.policy.infer import PolicyRunner
+from simforcing.policy.judge import first_success, frame_verdicts
 from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.train import derive_seed
 
@@ -49,19 +51,35 @@ def rate(k: int, n: int) -> dict:
 
 
 def run_episode(env: SyntheticTaskEnv, chunk_fn: Callable[[SyntheticTaskEnv, int], np.ndarray], max_steps: int,
-                execute: int) -> dict:
-    """Act until success or ``max_steps`` actions; ``chunk_fn(env, chunk_index)`` gives the next chunk (k, 7)."""
-    steps, chunk_i = 0, 0
-    while steps < max_steps:
+                execute: int, record: bool = False, tail: int = 0) -> dict:
+    """Act until success or ``max_steps`` actions; ``chunk_fn(env, chunk_index)`` gives the next chunk (k, 7).
+    ``record``: also keep the external camera's frames uint8 (T, H, W, 3) and the truth in the success judge's terms
+    (T, 6) (``policy.judge.true_readings``) from the first frame on, and act ``tail`` more steps after a success (the
+    verdict stays the first success) — what the judge is validated on."""
+    steps, chunk_i, success = 0, 0, False
+    frames, truth = ([env.image(1)], [env.truth()]) if record else (None, None)
+    after = 0
+    while steps < max_steps and (not success or after < tail):
         chunk = np.asarray(chunk_fn(env, chunk_i))[:execute]
         chunk_i += 1
         for a in chunk:
             steps += 1
-            if env.step(a):
-                return {"success": True, "steps": steps, "chunks": chunk_i}
-            if steps >= max_steps:
+            hit = env.step(a)
+            if record:
+                frames.append(env.image(1))
+                truth.append(env.truth())
+            if success:
+                after += 1
+            elif hit:
+                success, done = True, {"success": True, "steps": steps, "chunks": chunk_i}
+                if not record:
+                    return done
+            if steps >= max_steps or (success and after >= tail):
                 break
-    return {"success": False, "steps": steps, "chunks": chunk_i}
+    out = done if success else {"success": False, "steps": steps, "chunks": chunk_i}
+    if record:
+        out = dict(out, frames=np.stack(frames), truth=np.stack(truth))
+    return out
 
 
 def expert_chunk(env: SyntheticTaskEnv, i: int) -> np.ndarray:
@@ -70,6 +88,100 @@ def expert_chunk(env: SyntheticTaskEnv, i: int) -> np.ndarray:
 
 def idle_chunk(env: SyntheticTaskEnv, i: int) -> np.ndarray:
     return env.idle_action()[None]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Players: the evaluated policies, acting on a batch of episodes (the simulator runs one, a world model all at once)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scene:
+    """An evaluation scene as an episode starts: what every player may know before acting (``index`` of dataset
+    ``seed``, its task and instruction, the scripted expert's actions, the controller's initial gripper command)."""
+
+    seed: int
+    index: int
+    task: str
+    instruction: str
+    expert_actions: np.ndarray  # (max_steps, 7)
+    grip0: float
+
+    @property
+    def key(self) -> tuple:
+        return (self.task, self.index)
+
+
+def scene_of(env: SyntheticTaskEnv) -> Scene:
+    return Scene(env.seed, env.index, env.task.kind, env.instruction, env.expert_actions, env.target.grip)
+
+
+class Player:
+    """A policy in closed loop: ``chunk(images, states, scenes, steps, chunk_index) -> (B, A, 7)`` raw actions for a
+    batch of episodes (images uint8 (H, cameras·W, 3) each, states (B, 7), each episode's step count); the first
+    ``execute`` are executed, then it plans again."""
+
+    name: str = "player"
+    execute: int = 1
+    cameras: int = 1
+    learned: bool = False
+    span: int = 8  # actions per chunk
+
+    def chunk(self, images, states: np.ndarray, scenes: list[Scene], steps: list[int], chunk_index: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def env_chunk(self, scene: Scene) -> Callable[[SyntheticTaskEnv, int], np.ndarray]:
+        """The simulator's chunk function (:func:`run_episode`) for one episode of ``scene``."""
+        return lambda env, i: self.chunk([env.image(self.cameras)], env.state()[None], [scene], [env.t], i)[0]
+
+
+class ExpertPlayer(Player):
+    """The scripted expert, replayed open loop; with ``noise`` σ > 0 every action's position delta gets N(0, σ²)
+    per axis (metres), drawn from (seed, scene, step): the same noise wherever the episode runs."""
+
+    def __init__(self, noise: float = 0.0, seed: int = EVAL_SEED):
+        self.noise, self.seed = float(noise), seed
+        self.name = EXPERT if noise == 0 else f"scripted expert, noise {100 * noise:g} cm/step"
+
+    def chunk(self, images, states, scenes, steps, chunk_index):
+        out = np.zeros((len(scenes), self.span, 7))
+        for b, (sc, t) in enumerate(zip(scenes, steps)):
+            for k in range(self.span):
+                a = sc.expert_actions[min(t + k, len(sc.expert_actions) - 1)].astype(np.float64).copy()
+                if self.noise:
+                    a[:3] += np.random.default_rng(derive_seed(self.seed, "expert-noise", *sc.key, t + k)).normal(
+                        0.0, self.noise, 3)
+                out[b, k] = a
+        return out
+
+
+class IdlePlayer(Player):
+    """Do nothing: the target stays, the gripper as it started."""
+
+    name = FLOOR
+
+    def chunk(self, images, states, scenes, steps, chunk_index):
+        out = np.zeros((len(scenes), self.span, 7))
+        out[:, :, 6] = [[sc.grip0] for sc in scenes]
+        return out
+
+
+class RunPlayer(Player):
+    """A trained policy run; its noise for chunk i of a scene is drawn from (seed, scene, i), as in every
+    evaluation of it."""
+
+    learned = True
+
+    def __init__(self, name: str, runner: PolicyRunner, seed: int = EVAL_SEED, execute: int | None = None):
+        self.name, self.runner, self.seed = name, runner, seed
+        self.execute = execute if execute is not None else runner.cfg.policy.execute
+        self.cameras = runner.cfg.policy.cameras
+        self.span = runner.cfg.data.actions_per_window
+
+    def chunk(self, images, states, scenes, steps, chunk_index):
+        gens = [torch.Generator().manual_seed(derive_seed(self.seed, "policy-noise", *sc.key, chunk_index)
+                                              & 0x7FFFFFFF) for sc in scenes]
+        return self.runner.act_batch(images, states, [sc.instruction for sc in scenes], gens)
 
 
 def training_scene_mode(cfg) -> tuple[int, float] | None:
@@ -109,67 +221,105 @@ def scene_mode(cfgs: dict, layouts: int | None, jitter: float | None,
     return int(layouts), jitter
 
 
-def policy_chunk_fn(runner: PolicyRunner, seed: int, scene: tuple) -> Callable:
-    def fn(env: SyntheticTaskEnv, i: int) -> np.ndarray:
-        gen = torch.Generator().manual_seed(derive_seed(seed, "policy-noise", *scene, i) & 0x7FFFFFFF)
-        return runner.act(env.image(), env.state(), env.instruction, gen)
-    return fn
+def make_players(runs: dict[str, str | Path], baselines: bool = True, expert_noise=(), seed: int = EVAL_SEED,
+                 device="cpu", execute: int | None = None) -> dict[str, Player]:
+    """The evaluated players by name: the scripted expert (ceiling) and do-nothing (floor) with ``baselines``, the
+    expert at each action-noise level of ``expert_noise`` (m per step), and each policy run (name -> folder)."""
+    players: dict[str, Player] = {}
+    if baselines:
+        players[EXPERT], players[FLOOR] = ExpertPlayer(0.0, seed), IdlePlayer()
+    for sigma in expert_noise:
+        if not 0 < float(sigma) <= 0.2:
+            raise ConfigError(f"--expert-noise: got {sigma}; expected noise levels in (0, 0.2] metres per step")
+        p = ExpertPlayer(float(sigma), seed)
+        players[p.name] = p
+    for name, run in runs.items():
+        players[name] = RunPlayer(name, PolicyRunner.load(run, device), seed, execute)
+    return players
+
+
+def rows_of(episodes: dict[str, dict[str, list]], tasks) -> dict:
+    """Per player: each task's rate with its Wilson interval and the average over tasks (the pooled interval)."""
+    rows = {}
+    for name, per_task in episodes.items():
+        per = {t: rate(sum(o["success"] for o in per_task[t]), len(per_task[t])) for t in tasks}
+        k, n = sum(per[t]["successes"] for t in tasks), sum(per[t]["episodes"] for t in tasks)
+        per["average"] = {"rate": float(np.mean([per[t]["rate"] for t in tasks])), "ci95": list(wilson(k, n)),
+                          "successes": k, "episodes": n}
+        rows[name] = per
+    return rows
+
+
+def judge_episode(judge, outcome: dict, task) -> dict:
+    """The judge's verdicts on a recorded simulator episode: per frame (against the simulator's own predicate on its
+    state) and for the episode (its first success within the episode's steps)."""
+    frames = torch.from_numpy(outcome.pop("frames")).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1)
+    readings = judge.read_video(frames)[0].numpy()  # (T, 6)
+    truth = outcome.pop("truth")
+    judged, true = frame_verdicts(task, readings), frame_verdicts(task, truth)
+    limit = outcome["steps"] + 1 if not outcome["success"] else len(judged)
+    hit = first_success(judged[:limit])
+    return dict(outcome, judged=hit is not None, judged_step=hit, frame_judged=judged.tolist(),
+                frame_true=true.tolist())
 
 
 def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_steps: int = 30, seed: int = EVAL_SEED,
                        tasks=TASKS, baselines: bool = True, device="cpu", progress: Callable[[str], None] = print,
                        height: int | None = None, width: int | None = None, execute: int | None = None,
-                       layouts: int | None = None, jitter: float | None = None) -> dict:
-    """Closed-loop success of each run (name -> policy run folder) and of the expert / floor rows on the same
-    held-out scenes. ``execute`` overrides the runs' ``policy.execute``; ``layouts``/``jitter``: the scene mode
-    (:func:`scene_mode`). Returns {"scenes", "rows": {name: {task: rate(...), "average": ...}}, "table_md", ...}."""
+                       layouts: int | None = None, jitter: float | None = None, expert_noise=(),
+                       judge=None, judge_tail: int = 4) -> dict:
+    """Closed-loop success of each run (name -> policy run folder), of the expert / floor rows and of the noisy
+    experts (``expert_noise``) on the same held-out scenes. ``execute`` overrides the runs' ``policy.execute``;
+    ``layouts``/``jitter``: the scene mode (:func:`scene_mode`). With a success ``judge`` (``policy.judge``) every
+    episode's external frames also go through it: its verdicts beside the simulator's (the judge's validation).
+    Returns {"scenes", "rows": {name: {task: rate(...), "average": ...}}, "episodes", "table_md", ...}."""
     for flag, value, ok in (("--per-task", per_task, per_task >= 1), ("--max-steps", max_steps, max_steps >= 1),
                             ("--execute", execute, execute is None or execute >= 1)):
         if not ok:
             raise ConfigError(f"{flag}: got {value}; expected an integer >= 1")
-    runners = {name: PolicyRunner.load(run, device) for name, run in runs.items()}
-    layouts, jitter = scene_mode({name: r.cfg for name, r in runners.items()}, layouts, jitter, progress)
+    players = make_players(runs, baselines, expert_noise, seed, device, execute)
+    cfgs = {n: p.runner.cfg for n, p in players.items() if isinstance(p, RunPlayer)}
+    layouts, jitter = scene_mode(cfgs, layouts, jitter, progress)
     scenes = held_out_scenes(seed, per_task, max_steps, tasks, layouts=layouts, jitter=jitter)
-    if height is None or width is None:
-        any_cfg = next(iter(runners.values())).cfg if runners else None
-        cams = any_cfg.policy.cameras if any_cfg else 2
-        height = height or (any_cfg.data.height if any_cfg else 32)
-        width = width or (any_cfg.data.width // cams if any_cfg else 48)
-    players: dict[str, Callable] = {}
-    if baselines:
-        players[EXPERT] = lambda scene: expert_chunk
-        players[FLOOR] = lambda scene: idle_chunk
-    for name, runner in runners.items():
-        players[name] = (lambda r: (lambda scene: policy_chunk_fn(r, seed, scene)))(runner)
-    execute = {name: (execute if execute is not None else runners[name].cfg.policy.execute) if name in runners else 1
-               for name in players}
-    rows: dict = {}
+    any_cfg = next(iter(cfgs.values())) if cfgs else None
+    height = height or (any_cfg.data.height if any_cfg else 32)
+    width = width or (any_cfg.data.width // any_cfg.policy.cameras if any_cfg else 48)
+    if judge is not None:
+        judge.check_benchmark(height, width, layouts, "the simulator evaluation")
     episodes: dict = {}
+    seconds: dict = {}
+    kept: dict = {}  # the first scene of each task per player: its frames (recorded with a judge)
     t0 = time.perf_counter()
-    for name, make in players.items():
+    for name, player in players.items():
         t_run = time.perf_counter()
-        per = {}
         for task in tasks:
             outcomes = []
-            for idx in scenes[task]:
+            for j, idx in enumerate(scenes[task]):
                 env = SyntheticTaskEnv(seed, idx, max_steps, height, width, layouts, jitter)
                 try:
-                    outcomes.append(run_episode(env, make((task, idx)), max_steps, execute[name]))
+                    o = run_episode(env, player.env_chunk(scene_of(env)), max_steps, player.execute,
+                                    record=judge is not None, tail=judge_tail)
+                    if judge is not None:
+                        if j == 0:
+                            kept[f"{name}|{task}|{idx}"] = o["frames"]
+                        o = judge_episode(judge, o, env.task)
+                    outcomes.append(dict(o, scene=idx))
                 finally:
                     env.close()
             episodes.setdefault(name, {})[task] = outcomes
-            per[task] = rate(sum(o["success"] for o in outcomes), len(outcomes))
-        k, n = sum(per[t]["successes"] for t in tasks), sum(per[t]["episodes"] for t in tasks)
-        per["average"] = {"rate": float(np.mean([per[t]["rate"] for t in tasks])), "ci95": list(wilson(k, n)),
-                          "successes": k, "episodes": n}
-        per["seconds"] = time.perf_counter() - t_run
-        rows[name] = per
+        seconds[name] = time.perf_counter() - t_run
+        per = rows_of({name: episodes[name]}, tasks)[name]
         progress(f"closed loop {name}: " + ", ".join(f"{t} {per[t]['successes']}/{per[t]['episodes']}"
-                                                      for t in tasks) + f" ({per['seconds']:.0f} s)")
-    return {"scenes": scenes, "seed": seed, "per_task": per_task, "max_steps": max_steps, "tasks": list(tasks),
-            "layouts": layouts, "jitter": jitter,
+                                                      for t in tasks) + f" ({seconds[name]:.0f} s)")
+    rows = rows_of(episodes, tasks)
+    for name in rows:
+        rows[name]["seconds"] = seconds[name]
+    return {"env": "synthetic", "scenes": scenes, "seed": seed, "per_task": per_task, "max_steps": max_steps,
+            "tasks": list(tasks), "layouts": layouts, "jitter": jitter, "resolution": [height, width],
             "rows": rows, "episodes": episodes, "seconds": time.perf_counter() - t0,
-            "table_md": format_table(rows, list(tasks))}
+            "runs": {n: str(p.runner.run_dir) for n, p in players.items() if isinstance(p, RunPlayer)},
+            "learned": [n for n, p in players.items() if p.learned], "table_md": format_table(rows, list(tasks)),
+            "_frames": kept}
 
 
 def _cell(r: dict) -> str:

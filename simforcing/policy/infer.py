@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -39,6 +40,7 @@ class PolicyRunner:
         self.counts: Counter = Counter()
         self._text_encoder = text_encoder
         self._text: dict[str, torch.Tensor] = {}
+        self.run_dir: Path | None = None
 
     @classmethod
     def load(cls, run_dir: str | Path, device="cpu") -> "PolicyRunner":
@@ -54,7 +56,9 @@ class PolicyRunner:
             raise CheckpointError("no valid checkpoint in checkpoints/", run_dir)
         model = build_world_model(cfg, attention_mode=ATTENTION_MODE[cfg.policy.setting])
         load_model_state(ckpt, model)
-        return cls(cfg, model.to(device), load_vae(cfg, device), ckpt.meta["stats"], device)
+        runner = cls(cfg, model.to(device), load_vae(cfg, device), ckpt.meta["stats"], device)
+        runner.run_dir = run_dir
+        return runner
 
     # -- inputs ---------------------------------------------------------------------------------------------------------
     def text(self, instruction: str) -> torch.Tensor:
@@ -76,32 +80,57 @@ class PolicyRunner:
         return to_unit_range(torch.cat(parts, dim=3))[None].to(self.device)  # (1, 3, 1, H, W)
 
     # -- one chunk ----------------------------------------------------------------------------------------------------
-    @torch.no_grad()
     def act(self, image: np.ndarray, state: np.ndarray, instruction: str,
             gen: torch.Generator | None = None) -> np.ndarray:
         """De-normalised actions (A, action_dim) for the observation now (module docstring)."""
+        return self.act_batch([image], np.asarray(state)[None], [instruction], [gen])[0]
+
+    def texts(self, instructions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, n, text_dim) embeddings of the instructions, zero-padded to the longest, and the mask (B, n) — None
+        when all have the same length (one instruction: exactly ``text``)."""
+        embs = [self.text(t)[0] for t in instructions]
+        n = max(e.shape[0] for e in embs)
+        if all(e.shape[0] == n for e in embs):
+            return torch.stack(embs), None
+        out = torch.zeros(len(embs), n, embs[0].shape[1], device=self.device)
+        mask = torch.zeros(len(embs), n, dtype=torch.bool, device=self.device)
+        for i, e in enumerate(embs):
+            out[i, :e.shape[0]], mask[i, :e.shape[0]] = e, True
+        return out, mask
+
+    @torch.no_grad()
+    def act_batch(self, images: Sequence[np.ndarray], states: np.ndarray, instructions: Sequence[str],
+                  gens: Sequence[torch.Generator | None]) -> np.ndarray:
+        """B observations at once -> de-normalised actions (B, A, action_dim): each sample draws its noise from its own
+        generator in the order :meth:`act` does, so row i is :meth:`act` on sample i (to float rounding)."""
         cfg, m = self.cfg, self.model
-        z0 = self.vae.encode(self.observation(image))  # (1, C, 1, h, w)
-        s = torch.from_numpy(self.normalizer.normalize("state", np.asarray(state, np.float32)[None])).to(self.device)
-        text = self.text(instruction)
+        b = len(images)
+        z0 = self.vae.encode(torch.cat([self.observation(img) for img in images]))  # (B, C, 1, h, w)
+        s = torch.from_numpy(self.normalizer.normalize("state", np.asarray(states, np.float32))).to(self.device)
+        text, text_mask = self.texts(instructions)
         a_shape = (1, cfg.data.actions_per_window, cfg.data.action_dim)
-        a = torch.randn(a_shape, generator=gen).to(self.device)
+        video = cfg.policy.setting == "video_action"
+        noise = []
+        for g in gens:
+            a_i = torch.randn(a_shape, generator=g)
+            z_i = torch.randn((1, z0.shape[1], cfg.latent_frames - 1, *z0.shape[3:]), generator=g) if video else None
+            noise.append((a_i, z_i))
+        a = torch.cat([n[0] for n in noise]).to(self.device)
         taus = flow.euler_schedule(cfg.policy.flow_steps, cfg.flow.shift).to(self.device)
-        if cfg.policy.setting == "video_action":
-            c, (h, w) = z0.shape[1], z0.shape[3:]
-            z = torch.randn((1, c, cfg.latent_frames - 1, h, w), generator=gen).to(self.device)
+        if video:
+            z = torch.cat([n[1] for n in noise]).to(self.device)
             for i in range(cfg.policy.flow_steps):
-                tau = taus[i].expand(1)
-                u_v, u_a = m.policy_forward(z, tau, z0, a, tau, s, text)
+                tau = taus[i].expand(b)
+                u_v, u_a = m.policy_forward(z, tau, z0, a, tau, s, text, text_mask)
                 self.counts["joint_forwards"] += 1
                 z = flow.euler_step(z, u_v, taus[i], taus[i + 1])
                 a = flow.euler_step(a, u_a, taus[i], taus[i + 1])
         else:
-            obs = m.observation_context(z0, s, text)
+            obs = m.observation_context(z0, s, text, text_mask)
             self.counts["observation_encodes"] += 1
             for i in range(cfg.policy.flow_steps):
-                u_a = m.action_velocity(obs, a, taus[i].expand(1))
+                u_a = m.action_velocity(obs, a, taus[i].expand(b))
                 self.counts["action_steps"] += 1
                 a = flow.euler_step(a, u_a, taus[i], taus[i + 1])
-        self.counts["chunks"] += 1
-        return self.normalizer.denormalize("action", a[0].float().cpu().numpy())
+        self.counts["chunks"] += b
+        return self.normalizer.denormalize("action", a.float().cpu().numpy())

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from simforcing.config import ConfigError, load_config
 from simforcing.data.format import is_dataset
 from simforcing.data.stats import write_stats
-from simforcing.data.synthetic.generate import check_frame_size
+from simforcing.data.synthetic.generate import check_frame_size, write_objects
 from simforcing.policy.data import write_policy_episode, write_policy_meta
 from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv
 from simforcing.prep.text import embed_dataset
@@ -41,7 +41,7 @@ def demonstrate(seed: int, index: int, max_steps: int, height: int, width: int, 
     the task, whether (and at which step) it succeeded."""
     env = SyntheticTaskEnv(seed, index, max_steps, height, width, layouts, jitter)
     try:
-        frames, states, actions = [env.image()], [env.state()], []
+        frames, states, actions, objects = [env.image()], [env.state()], [], [env.ep.object_positions()]
         first = None
         for t in range(max_steps):
             a = env.expert_action()
@@ -49,13 +49,15 @@ def demonstrate(seed: int, index: int, max_steps: int, height: int, width: int, 
             actions.append(np.asarray(a, np.float32))
             frames.append(env.image())
             states.append(env.state())
+            objects.append(env.ep.object_positions())
             if ok and first is None:
                 first = t + 1
             if first is not None and t + 1 >= first + tail:
                 break
         return {"index": index, "kind": env.task.kind, "instruction": env.instruction, "success": first is not None,
                 "success_step": first, "frames": np.stack(frames), "actions": np.stack(actions),
-                "states": np.stack(states)}
+                "states": np.stack(states), "objects": np.stack(objects), "names": env.object_names,
+                "target": env.task.object_index}
     finally:
         env.close()
 
@@ -111,6 +113,7 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
             for j, r in enumerate(sorted(kept[kind], key=lambda r: r["index"])):
                 eid = f"{kind}_{r['index']:05d}"
                 write_policy_episode(tmp, eid, r["frames"], r["actions"], r["states"], FPS)
+                write_objects(tmp, eid, r["objects"], r["names"], r["target"], r["kind"])
                 episodes.append({"episode_id": eid, "length": int(len(r["frames"])), "instruction": r["instruction"],
                                  "task": kind, "has_real": True, "source_index": r["index"]})
                 splits["val" if j >= per_task else "train"].append(eid)

@@ -36,59 +36,35 @@ with the gripper open.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import numpy as np
 
 from simforcing.data.synthetic.generate import EpisodePhysics, mujoco
-from simforcing.data.synthetic.motions import KINDS, PUSH_DIRECTIONS, TILT_LIMIT, YAW_LIMIT, _clip
+from simforcing.data.synthetic.motions import TILT_LIMIT, YAW_LIMIT, _clip
 from simforcing.data.synthetic.scene import WRIST_CAMERA
+from simforcing.data.synthetic.tasks import (LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, TASKS, Task,  # noqa: F401
+                                             parse_task, task_success)
 
-REACH_RADIUS = 0.10
-PUSH_DISTANCE = 0.04
-LIFT_HEIGHT = 0.05
-TASKS = KINDS  # ("reach", "push", "grasp")
+class CommandedTarget:
+    """The controller's commanded target (module docstring "Action"): the deltas of an action are added to the
+    target, which is clipped into the scripted workspace; the gripper command is clipped to [0, 1]. What the
+    controller executes — the simulator — and what a world model is given instead (the effective action) are the
+    same, without reading any simulator state."""
 
+    def __init__(self, pos: np.ndarray, rpy: np.ndarray, grip: float):
+        self.pos, self.rpy, self.grip = np.array(pos, np.float64), np.array(rpy, np.float64), float(grip)
 
-@dataclass(frozen=True)
-class Task:
-    """What an episode asks: ``kind``, the named object (index into the scene's objects) and, for push, the
-    direction (unit (2,) in the table plane)."""
-
-    kind: str
-    instruction: str
-    object_index: int
-    object_name: str  # "<colour> <shape>"
-    direction: tuple = ()  # push only
-
-
-def parse_task(kind: str, instruction: str, object_names: list[str]) -> Task:
-    """The task of a scripted instruction: the object named "the <colour> <shape>" in it, and for push the
-    direction phrase (``motions.PUSH_DIRECTIONS``). ValueError when the instruction names none of the objects."""
-    found = [i for i, n in enumerate(object_names) if n != "distractor" and f"the {n}" in instruction]
-    if len(found) != 1:
-        raise ValueError(f"instruction {instruction!r}: expected exactly one of the objects {object_names}; "
-                         f"found {len(found)}")
-    direction: tuple = ()
-    if kind == "push":
-        names = [k for k in PUSH_DIRECTIONS if re.search(rf"\b{re.escape(k)}$", instruction)]
-        if len(names) != 1:
-            raise ValueError(f"push instruction {instruction!r}: expected one direction of {list(PUSH_DIRECTIONS)}")
-        direction = tuple(float(x) for x in PUSH_DIRECTIONS[names[0]])
-    return Task(kind, instruction, found[0], object_names[found[0]], direction)
-
-
-def task_success(task: Task, ee: np.ndarray, obj: np.ndarray, obj0: np.ndarray) -> bool:
-    """The predicate of ``task`` (module docstring): ee (3,) the ee site, obj (3,) the named object's centre now,
-    obj0 (3,) at the start."""
-    if task.kind == "reach":
-        return bool(np.linalg.norm(ee - obj) <= REACH_RADIUS)
-    if task.kind == "push":
-        return bool(np.dot(obj[:2] - obj0[:2], np.asarray(task.direction)) >= PUSH_DISTANCE)
-    if task.kind == "grasp":
-        return bool(obj[2] - obj0[2] >= LIFT_HEIGHT)
-    raise ValueError(f"task kind: got {task.kind!r}; expected one of {TASKS}")
+    def apply(self, action: np.ndarray) -> np.ndarray:
+        """Move the target by one 7-D action; returns the effective action (the target's actual change, the
+        clipped gripper command), float64 (7,)."""
+        a = np.asarray(action, np.float64).reshape(-1)
+        if a.shape != (7,) or not np.all(np.isfinite(a)):
+            raise ValueError(f"action: expected 7 finite numbers; got {a}")
+        pos = _clip(self.pos + a[:3])
+        rpy = self.rpy + a[3:6]
+        rpy = np.concatenate([np.clip(rpy[:2], -TILT_LIMIT, TILT_LIMIT), np.clip(rpy[2:], -YAW_LIMIT, YAW_LIMIT)])
+        eff = np.concatenate([pos - self.pos, rpy - self.rpy, [np.clip(a[6], 0.0, 1.0)]])
+        self.pos, self.rpy, self.grip = pos, rpy, float(eff[6])
+        return eff
 
 
 class SyntheticTaskEnv:
@@ -99,12 +75,12 @@ class SyntheticTaskEnv:
                  jitter: float = 0.03):
         self.seed, self.index, self.max_steps = seed, index, max_steps
         self.ep = EpisodePhysics(seed, index, max_steps + 1, layouts, jitter)
-        names = [f"{o.colour} {o.shape}" if o.colour else "distractor" for o in self.ep.objects]
-        self.task = parse_task(self.ep.motion.kind, self.ep.motion.instruction, names)
+        self.object_names = [f"{o.colour} {o.shape}" if o.colour else "distractor" for o in self.ep.objects]
+        self.task = parse_task(self.ep.motion.kind, self.ep.motion.instruction, self.object_names)
         self._renderer = mujoco.Renderer(self.ep.model, height, width)
         self._camera = self.ep.camera.to_mjv()
         mo = self.ep.motion
-        self.target_pos, self.target_rpy, self.grip = mo.pos[0].copy(), mo.rpy[0].copy(), float(mo.grip[0])
+        self.target = CommandedTarget(mo.pos[0], mo.rpy[0], float(mo.grip[0]))
         self.obj0 = self.ep.object_positions()[self.task.object_index].copy()
         self.expert_actions = mo.actions()  # (max_steps, 7)
         self.t = 0
@@ -113,11 +89,13 @@ class SyntheticTaskEnv:
     def instruction(self) -> str:
         return self.task.instruction
 
-    def image(self) -> np.ndarray:
-        """uint8 (H, 2W, 3): [external | wrist] of the real scene now."""
+    def image(self, cameras: int = 2) -> np.ndarray:
+        """uint8 (H, cameras·W, 3): [external | wrist] of the real scene now (``cameras`` = 1: external only)."""
         r, d = self._renderer, self.ep.data
         r.update_scene(d, camera=self._camera)
         ext = r.render().copy()
+        if cameras == 1:
+            return ext
         r.update_scene(d, camera=WRIST_CAMERA)
         return np.concatenate([ext, r.render().copy()], axis=1)
 
@@ -125,21 +103,21 @@ class SyntheticTaskEnv:
         """(7,) float32 proprio state."""
         return self.ep.state().astype(np.float32)
 
+    def truth(self) -> np.ndarray:
+        """The state now in the success judge's terms (``policy.judge``): (6,) = [ee − obj, obj − obj_0] of the
+        task object, metres."""
+        obj = self.ep.object_positions()[self.task.object_index]
+        ee = self.ep.data.site_xpos[self.ep.site]
+        return np.concatenate([ee - obj, obj - self.obj0]).astype(np.float32)
+
     def success(self) -> bool:
         obj = self.ep.object_positions()[self.task.object_index]
         return task_success(self.task, self.ep.data.site_xpos[self.ep.site].copy(), obj, self.obj0)
 
     def step(self, action: np.ndarray) -> bool:
         """Apply one 7-D action (module docstring) for one frame; returns the success predicate after it."""
-        a = np.asarray(action, np.float64).reshape(-1)
-        if a.shape != (7,) or not np.all(np.isfinite(a)):
-            raise ValueError(f"action: expected 7 finite numbers; got {a}")
-        self.target_pos = _clip(self.target_pos + a[:3])
-        rpy = self.target_rpy + a[3:6]
-        self.target_rpy = np.concatenate([np.clip(rpy[:2], -TILT_LIMIT, TILT_LIMIT),
-                                          np.clip(rpy[2:], -YAW_LIMIT, YAW_LIMIT)])
-        self.grip = float(np.clip(a[6], 0.0, 1.0))
-        self.ep.drive(self.target_pos, self.target_rpy, self.grip)
+        self.target.apply(action)
+        self.ep.drive(self.target.pos, self.target.rpy, self.target.grip)
         self.t += 1
         return self.success()
 
@@ -149,7 +127,7 @@ class SyntheticTaskEnv:
 
     def idle_action(self) -> np.ndarray:
         """"Do nothing": the target stays, the gripper stays as it is."""
-        return np.array([0, 0, 0, 0, 0, 0, self.grip], np.float64)
+        return np.array([0, 0, 0, 0, 0, 0, self.target.grip], np.float64)
 
     def close(self) -> None:
         self._renderer.close()

@@ -30,9 +30,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402  (after MUJOCO_GL is set)
 
 from simforcing.config import ConfigError  # noqa: E402
-from simforcing.utils import staged_folder  # noqa: E402
-from simforcing.data.format import (EpisodeInfo, is_dataset, read_arm_mask, read_episode_videos,  # noqa: E402
-                                    read_info, write_episode, write_meta)
+from simforcing.utils import atomic_write, staged_folder  # noqa: E402
+from simforcing.data.format import (EpisodeInfo, episode_file, is_dataset, read_arm_mask,  # noqa: E402
+                                    read_episode_videos, read_info, write_episode, write_meta)
 from simforcing.data.synthetic.motions import ArmController, mat_to_rpy, script_motion  # noqa: E402
 from simforcing.data.synthetic.scene import (  # noqa: E402
     ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, SERVO_GAINS, TIMESTEP, CameraPose,
@@ -42,7 +42,7 @@ FPS = 10
 SUBSTEPS = round(1.0 / (FPS * TIMESTEP))  # physics steps per video frame (100)
 SIM_BACKGROUND = "black"
 LEAD = np.array([kv / kp for kp, kv in SERVO_GAINS])  # s: velocity feed-forward cancels the servos' damping lag
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: objects.npz beside every paired episode; layout episodes (--layout-train)
 
 
 @dataclass
@@ -56,8 +56,9 @@ class Episode:
     arm_mask: np.ndarray | None  # uint8 (T, H, W), 1 = arm visible in the real frame
     actions: np.ndarray  # float32 (T-1, 7)
     states: np.ndarray  # float32 (T, 7): ee position, ee roll-pitch-yaw, gripper opening in [0, 1]
-    object_xyz: np.ndarray  # float32 (T, n_objects, 3): object positions (not written; for checks)
+    object_xyz: np.ndarray  # float32 (T, n_objects, 3): object positions (objects.npz of paired episodes)
     object_names: list[str]  # "<colour> <shape>" of task objects, "distractor" otherwise
+    target: int = -1  # the task's object (index into object_names)
 
 
 class TwinRenderer:
@@ -178,9 +179,11 @@ class EpisodePhysics:
         return self.data.qpos[self.obj_adr[:, None] + np.arange(3)].copy()
 
 
-def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True) -> Episode:
-    """Simulate episode ``index`` of the dataset with ``seed``; render sim always, real + mask when ``paired``."""
-    ep = EpisodePhysics(seed, index, length)
+def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True, layouts: int = 0,
+                     jitter: float = 0.03) -> Episode:
+    """Simulate episode ``index`` of the dataset with ``seed``; render sim always, real + mask when ``paired``;
+    ``layouts`` > 0: the policy benchmark's LIBERO-like scenes (:class:`EpisodePhysics`)."""
+    ep = EpisodePhysics(seed, index, length, layouts, jitter)
     camera = ep.camera.to_mjv()
     real_r = RealRenderer(ep.model, twin.renderer.height, twin.renderer.width) if paired else None
     sims, reals, masks, states, obj_xyz = [], [], [], [], []
@@ -210,7 +213,8 @@ def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, pai
     return Episode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=np.stack(sims), real=real,
                    arm_mask=np.stack(masks) if paired else None, actions=ep.motion.actions(), states=states_arr,
                    object_xyz=np.asarray(obj_xyz, np.float32),
-                   object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects])
+                   object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects],
+                   target=ep.motion.target)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -226,12 +230,33 @@ def _init_worker(height: int, width: int) -> None:
 
 
 def _write_one(job: tuple) -> EpisodeInfo:
-    """Simulate one episode and write its files. job = (out, episode_id, index, paired, seed, length, layout)."""
-    out, episode_id, index, paired, seed, length, layout = job
+    """Simulate one episode and write its files. job = (out, episode_id, index, paired, seed, length, layout,
+    scene_layouts, jitter)."""
+    out, episode_id, index, paired, seed, length, layout, scene_layouts, jitter = job
     assert _TWIN is not None, "_init_worker must run first"
-    ep = simulate_episode(seed, index, length, _TWIN, paired=paired)
+    ep = simulate_episode(seed, index, length, _TWIN, paired=paired, layouts=scene_layouts, jitter=jitter)
     write_episode(out, episode_id, ep.sim, ep.real, ep.actions, ep.states, ep.arm_mask, layout=layout, fps=FPS)
+    if paired:
+        write_objects(out, episode_id, ep.object_xyz, ep.object_names, ep.target, ep.kind)
     return EpisodeInfo(episode_id=episode_id, length=length, instruction=ep.instruction, has_real=paired)
+
+
+OBJECTS_FILE = "objects.npz"
+
+
+def write_objects(root: str | Path, episode_id: str, xyz: np.ndarray, names: list[str], target: int,
+                  kind: str) -> None:
+    """``episodes/<id>/objects.npz``: ``xyz`` float32 (T, n, 3) every object's centre per frame, ``names`` (n,)
+    ("<colour> <shape>" or "distractor"), ``target`` the task's object, ``kind`` the task — what the success judge of
+    the policy benchmark is fitted on (``policy.judge``); world-model and policy training do not read it."""
+    path = episode_file(root, episode_id, OBJECTS_FILE)
+
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, xyz=np.asarray(xyz, np.float32), names=np.array(names), target=np.int64(target),
+                                kind=np.array(kind))
+
+    atomic_write(path, save)
 
 
 def check_frame_size(height: int, width: int) -> None:
@@ -243,14 +268,18 @@ def check_frame_size(height: int, width: int) -> None:
 
 
 def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, height: int, width: int,
-                layout: str, workers: int = 1) -> None:
+                layout: str, workers: int = 1, layout_train: int = 0, layouts: int = 2, jitter: float = 0.03) -> None:
     if workers < 1:
         raise ConfigError(f"workers: got {workers}; expected an integer >= 1")
-    for name, v in (("num_train", num_train), ("num_val", num_val), ("num_sim_pool", num_sim_pool)):
+    if layout_train and (layouts < 1 or not 0 <= jitter <= 0.1):
+        raise ConfigError(f"--layouts {layouts} --jitter {jitter}: layout episodes need layouts >= 1 and "
+                          "0 <= jitter <= 0.1 m")
+    for name, v in (("num_train", num_train), ("num_val", num_val), ("num_sim_pool", num_sim_pool),
+                    ("layout_train", layout_train)):
         if v < 0:
             raise ConfigError(f"{name}: got {v}; expected a count >= 0")
-    if num_train + num_val + num_sim_pool == 0:
-        raise ConfigError("num_train + num_val + num_sim_pool is 0; expected at least one episode")
+    if num_train + num_val + num_sim_pool + layout_train == 0:
+        raise ConfigError("num_train + num_val + num_sim_pool + layout_train is 0; expected at least one episode")
     if length < 2:
         raise ConfigError(f"length: got {length}; expected >= 2 frames")
     check_frame_size(height, width)
@@ -260,7 +289,8 @@ def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, he
 
 def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
                      width: int, seed: int, layout: str = "separate", progress: bool = True,
-                     workers: int = 1, overwrite: bool = False, finish: Callable[[Path], None] | None = None) -> Path:
+                     workers: int = 1, overwrite: bool = False, finish: Callable[[Path], None] | None = None,
+                     layout_train: int = 0, layouts: int = 2, jitter: float = 0.03) -> Path:
     """Write the synthetic paired dataset to ``out`` (videos, lowdim, masks, meta). Returns ``out``.
 
     Everything is written into a temporary sibling folder that becomes ``out`` by a rename once complete
@@ -268,21 +298,30 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
     refused (FileExistsError) unless ``overwrite``, which replaces a dataset there (never another kind of folder).
     ``finish(folder)`` runs on the complete folder before it appears (the command passes
     ``simforcing.prep.text.finalize_dataset``: stats and the text cache). ``workers`` > 1 simulates episodes in that
-    many processes; the output is identical whatever the count.
+    many processes; the output is identical whatever the count. ``layout_train`` more paired training episodes are
+    the policy benchmark's LIBERO-like scenes (``layouts`` fixed layouts, the task object jittered by ±``jitter`` m,
+    the nominal camera: ``policy.synthetic``), appended after the sim pool — so a world model knows the scenes a
+    policy acts in; the other episodes are unchanged.
     """
-    _check_args(num_train, num_val, num_sim_pool, length, height, width, layout, workers)
+    _check_args(num_train, num_val, num_sim_pool, length, height, width, layout, workers, layout_train, layouts,
+                jitter)
     out = Path(out)
+    scene = (layout_train, layouts, jitter)
     with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
-        _generate_into(tmp, num_train, num_val, num_sim_pool, length, height, width, seed, layout, progress, workers)
+        _generate_into(tmp, num_train, num_val, num_sim_pool, length, height, width, seed, layout, progress, workers,
+                       scene)
         if finish is not None:
             finish(tmp)
     return out
 
 
 def _generate_into(out: Path, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
-                   width: int, seed: int, layout: str, progress: bool, workers: int) -> None:
-    plan = [("train", True)] * num_train + [("val", True)] * num_val + [("sim_pool", False)] * num_sim_pool
-    jobs = [(str(out), f"ep_{i:05d}", i, paired, seed, length, layout) for i, (_, paired) in enumerate(plan)]
+                   width: int, seed: int, layout: str, progress: bool, workers: int, scene: tuple = (0, 2, 0.03)) -> None:
+    layout_train, layouts, jitter = scene
+    plan = ([("train", True, 0)] * num_train + [("val", True, 0)] * num_val + [("sim_pool", False, 0)] * num_sim_pool
+            + [("train", True, layouts)] * layout_train)
+    jobs = [(str(out), f"ep_{i:05d}", i, paired, seed, length, layout, k, jitter)
+            for i, (_, paired, k) in enumerate(plan)]
     bar = tqdm(total=len(jobs), desc="synth episodes", unit="ep", disable=not progress, file=sys.stderr)
     infos: list[EpisodeInfo] = []
     if workers <= 1:
@@ -302,10 +341,11 @@ def _generate_into(out: Path, num_train: int, num_val: int, num_sim_pool: int, l
     bar.close()
 
     splits: dict[str, list[str]] = {"train": [], "val": [], "sim_pool": []}
-    for (split, _), info in zip(plan, infos):
+    for (split, _, _), info in zip(plan, infos):
         splits[split].append(info.episode_id)
     settings = {"version": GENERATOR_VERSION, "seed": seed, "num_train": num_train, "num_val": num_val,
-                "num_sim_pool": num_sim_pool, "length": length, "physics_timestep": TIMESTEP, "substeps": SUBSTEPS,
+                "num_sim_pool": num_sim_pool, "length": length, "layout_train": layout_train,
+                "layouts": layouts if layout_train else 0, "jitter": jitter if layout_train else None, "physics_timestep": TIMESTEP, "substeps": SUBSTEPS,
                 "mujoco": mujoco.__version__, "motions": ["reach", "push", "grasp"],
                 "episode_seed": "SeedSequence([seed, index]), index over train, val, sim_pool in order",
                 "state": "ee position (3), ee roll-pitch-yaw xyz (3), gripper opening 0..1 (1)",

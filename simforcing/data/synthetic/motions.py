@@ -20,19 +20,13 @@ from scipy.spatial.transform import Rotation
 
 from simforcing.data.synthetic.scene import (ARM_JOINTS, ARM_REACH, EE_SITE, HOME_Q, SHOULDER_Z, WRIST_ABOVE_EE,
                                              SceneObject)
+from simforcing.data.synthetic.tasks import KINDS, PUSH_DIRECTIONS
 
 # End-effector workspace (m, rad): targets are clipped into it, so the arm stays in view and reachable.
 WORKSPACE_LO = np.array([0.2, -0.36, 0.015])
 WORKSPACE_HI = np.array([0.6, 0.36, 0.34])
 YAW_LIMIT = 1.6
 TILT_LIMIT = 0.12  # |roll|, |pitch| of the commanded gripper
-KINDS = ("reach", "push", "grasp")
-
-# Push directions in the world frame, named as seen from the camera (in front of the robot, +x +y side).
-PUSH_DIRECTIONS = {
-    "to the left": np.array([0.0, -1.0]), "to the right": np.array([0.0, 1.0]),
-    "away from the robot": np.array([1.0, 0.0]), "toward the robot": np.array([-1.0, 0.0]),
-}
 
 
 @dataclass
@@ -52,6 +46,7 @@ class Motion:
     pos: np.ndarray
     rpy: np.ndarray
     grip: np.ndarray
+    target: int = -1  # index of the task's object in the scene's objects
 
     def actions(self) -> np.ndarray:
         """(T−1, 7) float32: target deltas between consecutive frames + the next gripper command."""
@@ -178,7 +173,8 @@ def script_motion(rng: np.random.Generator, objects: list[SceneObject], start_po
     tilt[0] = 0.0
     rpy = np.concatenate([np.clip(tilt, -TILT_LIMIT, TILT_LIMIT),
                           np.clip(np.array(yaw[:T]), -YAW_LIMIT, YAW_LIMIT)[:, None]], axis=1)
-    return Motion(kind=kind, instruction=str(instruction), pos=p, rpy=rpy, grip=np.array(grip[:T], np.float64))
+    return Motion(kind=kind, instruction=str(instruction), pos=p, rpy=rpy, grip=np.array(grip[:T], np.float64),
+                  target=next(i for i, o in enumerate(objects) if o is target))
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""Pictures of the world-model policy evaluation: the agreement scatter plot and side-by-side episode videos."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from simforcing.data.format import write_video  # noqa: E402
+from simforcing.media import _text, side_by_side, write_gif, write_png, frame_strip  # noqa: E402
+from simforcing.utils import atomic_write  # noqa: E402
+
+MARKERS = "osD^v<>Ph*X"
+
+
+def scatter_plot(res: dict, png: str | Path) -> Path:
+    """World-model success against simulator success, one marker per policy, a colour per world model, the 95 %
+    intervals as error bars and the y = x line."""
+    fig, ax = plt.subplots(figsize=(6.2, 6.0))
+    ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="y = x")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ci, (env, rows) in enumerate(res["envs"].items()):
+        for pi, p in enumerate(res["players"]):
+            x, y = res["sim"][p], rows[p]
+            ax.errorbar(x["rate"], y["rate"], xerr=[[x["rate"] - x["ci95"][0]], [x["ci95"][1] - x["rate"]]],
+                        yerr=[[y["rate"] - y["ci95"][0]], [y["ci95"][1] - y["rate"]]], fmt=MARKERS[pi % len(MARKERS)],
+                        color=colours[ci % len(colours)], ms=6, alpha=0.85, capsize=2, lw=0.8,
+                        label=env if pi == 0 else None)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("success in the simulator")
+    ax.set_ylabel("success judged inside the world model")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    keys = "; ".join(f"{MARKERS[i % len(MARKERS)]} {p}" for i, p in enumerate(res["players"]))
+    ax.set_title("policies: " + keys, fontsize=6, wrap=True)
+    fig.tight_layout()
+    png = Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(png, lambda p: fig.savefig(p, dpi=120, format="png"))
+    plt.close(fig)
+    return png
+
+
+def _annotate(frames: np.ndarray, verdicts: list, upscale: int) -> np.ndarray:
+    """uint8 (T, H, W, 3) -> upscaled, each frame with the judge's verdict written on it ("✓ success" / "·")."""
+    out = frames.repeat(upscale, axis=1).repeat(upscale, axis=2)
+    res = []
+    for t, f in enumerate(out):
+        v = verdicts[t] if t < len(verdicts) else None
+        label = "" if v is None else ("judge: success" if v else "judge: -")
+        res.append(_text(np.ascontiguousarray(f), (2, 2), label, fill=(80, 255, 80) if v else (255, 255, 255)))
+    return np.stack(res)
+
+
+def episode_video(stem: str | Path, panels: dict[str, tuple[np.ndarray, list]], title: str, upscale: int = 4,
+                  fps: int = 4) -> dict:
+    """One episode side by side: ``panels`` label -> (frames uint8 (T, H, W, 3), per-frame judge verdicts); shorter
+    panels hold their last frame. Writes stem.mp4, stem.gif and stem.png (rows = panels, every 4th frame)."""
+    t = max(len(f) for f, _ in panels.values())
+    rows = []
+    for frames, verdicts in panels.values():
+        pad = np.concatenate([frames, np.repeat(frames[-1:], t - len(frames), axis=0)]) if len(frames) < t else frames
+        vpad = list(verdicts) + [verdicts[-1] if verdicts else None] * (t - len(verdicts))
+        rows.append(_annotate(pad, vpad, upscale))
+    video = side_by_side(rows, list(panels), title)
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    out = {"mp4": stem.with_suffix(".mp4"), "gif": stem.with_suffix(".gif"), "png": stem.with_suffix(".png")}
+    write_video(out["mp4"], video, fps=fps)
+    write_gif(out["gif"], video, fps=fps)
+    cols = np.arange(0, t, 4)
+    write_png(out["png"], frame_strip([r[cols] for r in rows], list(panels), label_w=110))
+    return out

@@ -1,0 +1,278 @@
+"""The success judge: task success read from frames, by the synthetic benchmark's own predicates.
+
+A frozen network J — the state probe's keypoint architecture (``evaluate.probe.StateProbe``) — reads from an
+episode's first frame x_0 and a frame x_t (external camera) two vectors in metres:
+
+    r̂_t = ee_t − obj_t        the hand relative to the task object
+    d̂_t = obj_t − obj_0       the task object's displacement since the first frame
+
+and the task's predicate (``data.synthetic.tasks``) is applied to them exactly as the simulator applies it to its
+state: reach ‖r̂_t‖ ≤ 0.10 m, push d̂_t·direction ≥ 0.04 m, grasp d̂_t[z] ≥ 0.05 m (``task_success(task, ee=r̂_t,
+obj=0, obj0=−d̂_t)``). An episode succeeds at its first frame where the predicate holds.
+
+The judge reads scenes with one task object — the policy benchmark's LIBERO-like layouts (``data synth-policy
+--layouts K``, ``data synth --layout-train N``), whose only named object is the task's — so it needs no instruction.
+It is fitted (``simforcing model fit-judge``) on recorded frames with the objects' positions (``objects.npz``): the
+paired datasets' real frames of such episodes and the policy datasets' external camera; the same augmentations as the
+probe (shift, blur, light, noise, and ghosts: two frames blended, labelled with the blended truth) model generated
+frames. Its files record the benchmark it was fitted on (resolution, layouts, predicates): an evaluation elsewhere is
+refused by name. Validation (:func:`agreement_stats`) is on simulator rollouts it never saw: precision, recall and
+Cohen's κ of its verdicts against MuJoCo's, per frame and per episode, per task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from simforcing.config import ConfigError
+from simforcing.data.format import (DataError, episode_file, load_npz_field, read_episodes, read_info, read_lowdim,
+                                    read_splits, read_video)
+from simforcing.data.paired import frames_to_target
+from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
+from simforcing.evaluate.probe import ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames
+from simforcing.utils import atomic_write, atomic_write_json
+
+JUDGE_FILE, JUDGE_META = "judge.safetensors", "judge.json"
+OBJECTS = "objects.npz"
+OUTPUTS = ("rel_x", "rel_y", "rel_z", "disp_x", "disp_y", "disp_z")  # r̂ = ee − obj, d̂ = obj − obj_0 (metres)
+PREDICATES = {"reach_radius": REACH_RADIUS, "push_distance": PUSH_DISTANCE, "lift_height": LIFT_HEIGHT}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Verdicts
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def frame_verdicts(task: Task, readings: np.ndarray) -> np.ndarray:
+    """readings (T, 6) = [r̂, d̂] per frame -> bool (T,): the task's predicate on each frame."""
+    zero = np.zeros(3)
+    return np.array([task_success(task, r[:3], zero, -r[3:]) for r in np.asarray(readings, np.float64)], bool)
+
+
+def true_readings(ee: np.ndarray, obj: np.ndarray) -> np.ndarray:
+    """The simulator's truth in the judge's terms: ee (T, 3), obj (T, 3) the task object -> (T, 6) = [ee − obj,
+    obj − obj_0]."""
+    return np.concatenate([ee - obj, obj - obj[:1]], axis=1).astype(np.float32)
+
+
+def first_success(verdicts: Sequence[bool]) -> Optional[int]:
+    """Index of the first True (the frame of the episode's success), or None."""
+    hits = np.flatnonzero(np.asarray(verdicts, bool))
+    return int(hits[0]) if len(hits) else None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The network and its files
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class SuccessJudge:
+    """The frozen judge: ``judge.read(first (B, 3, H, W), frames (B, 3, H, W)) -> (B, 6)`` readings in metres;
+    ``judge.benchmark`` what it was fitted on."""
+
+    def __init__(self, net: StateProbe, benchmark: dict, report: Optional[dict] = None):
+        self.net, self.benchmark, self.report = net.eval(), dict(benchmark), report or {}
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    @torch.no_grad()
+    def read(self, first: torch.Tensor, frames: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+        dev = self.device
+        out = [self.net(first[i:i + chunk].float().to(dev), frames[i:i + chunk].float().to(dev))
+               for i in range(0, frames.shape[0], chunk)]
+        return torch.cat(out).cpu()
+
+    @torch.no_grad()
+    def read_video(self, video: torch.Tensor) -> torch.Tensor:
+        """video (B, 3, T, H, W) in [-1, 1] -> readings (B, T, 6), every frame against the video's frame 0."""
+        b, _, t, h, w = video.shape
+        frames = video.permute(0, 2, 1, 3, 4).reshape(b * t, 3, h, w)
+        first = video[:, :, :1].permute(0, 2, 1, 3, 4).expand(b, t, 3, h, w).reshape(b * t, 3, h, w)
+        return self.read(first, frames).view(b, t, -1)
+
+    def check_benchmark(self, height: int, width: int, layouts: int, where: str) -> None:
+        """A ConfigError when the evaluation's frames or scenes are not those the judge was fitted on."""
+        bm = self.benchmark
+        got = {"resolution": [height, width], "layouts": layouts, "predicates": PREDICATES}
+        for key, value in got.items():
+            if bm.get(key) != value:
+                raise ConfigError(f"--judge: the judge was fitted on a benchmark with {key} {bm.get(key)!r}; {where} "
+                                  f"has {value!r}; fit one on this benchmark (`simforcing model fit-judge`)")
+
+
+def save_judge(judge: SuccessJudge, out: str | Path) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in judge.net.state_dict().items()}
+    atomic_write(out / JUDGE_FILE, lambda p: save_file(state, str(p)))
+    atomic_write_json(out / JUDGE_META, {"format": "simforcing-success-judge", "version": 1,
+                                         "config": asdict(judge.net.cfg), "outputs": list(OUTPUTS),
+                                         "benchmark": judge.benchmark, "report": judge.report})
+    return out
+
+
+def load_judge(folder: str | Path, device: str | torch.device = "cpu") -> SuccessJudge:
+    """The judge written by :func:`save_judge`; a missing or malformed folder is a ValueError naming the file."""
+    folder = Path(folder)
+    meta_path, weights = folder / JUDGE_META, folder / JUDGE_FILE
+    if not meta_path.is_file() or not weights.is_file():
+        raise ValueError(f"--judge: {folder} holds no success judge ({JUDGE_META} + {JUDGE_FILE}); fit one with "
+                         f"`simforcing model fit-judge --data DIR --out {folder}`")
+    try:
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != "simforcing-success-judge":
+            raise ValueError(f"format {meta.get('format')!r}")
+        c = dict(meta["config"])
+        c["position_dims"] = tuple(c["position_dims"])
+        net = StateProbe(ProbeConfig(**c))
+        net.load_state_dict(load_file(str(weights)))
+    except Exception as e:  # safetensors' own error type, JSON, shapes: all "not a judge", named below
+        raise ValueError(f"--judge: {meta_path} / {weights.name} cannot be read as a success judge ({e}); fit it "
+                         "again with `simforcing model fit-judge`") from e
+    return SuccessJudge(net.to(device), meta.get("benchmark", {}), meta.get("report"))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fitting data: recorded frames with the task object's position
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _objects(root: Path, eid: str) -> Optional[dict]:
+    path = episode_file(root, eid, OBJECTS)
+    if not path.exists():
+        return None
+    names = [str(n) for n in load_npz_field(path, "names", eid)]
+    return {"xyz": load_npz_field(path, "xyz", eid).astype(np.float32), "names": names,
+            "target": int(load_npz_field(path, "target", eid))}
+
+
+def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
+                      splits: Sequence[str] = ("train",)) -> tuple[ProbeFrames, dict]:
+    """Frames (external camera / real) of every episode of ``splits`` with one named object and an objects.npz,
+    from paired or policy datasets; states = the judge's labels (N, 6). Returns (frames, benchmark)."""
+    frames, labels, owner, layouts = [], [], [], set()
+    e = 0
+    for root in map(Path, roots):
+        info, index, split_ids = read_info(root), read_episodes(root), read_splits(root)
+        policy = info.get("format") == "simforcing-policy"
+        layouts.add(int((info.get("synth") or {}).get("layouts") or 0))
+        for eid in [x for s in splits for x in split_ids.get(s, [])]:
+            obj = _objects(root, eid)
+            if obj is None or sum(n != "distractor" for n in obj["names"]) != 1:
+                continue
+            ep = index[eid]
+            path = episode_file(root, eid, "obs.mp4" if policy else "real.mp4")
+            video = read_video(path, eid)
+            if policy:
+                video = video[:, :, : video.shape[2] // len(info["cameras"])]  # the external camera
+            _, states = read_lowdim(root, eid)
+            n = min(len(video), len(states), len(obj["xyz"]), ep.length)
+            frames.append(frames_to_target(video[:n], height, width).permute(1, 0, 2, 3))  # (T, 3, H, W)
+            labels.append(torch.from_numpy(true_readings(states[:n, :3], obj["xyz"][:n, obj["target"]])))
+            owner.append(torch.full((n,), e))
+            e += 1
+    if not frames:
+        raise DataError(f"no episode of splits {list(splits)} in {', '.join(map(str, roots))} has one task object "
+                        f"and {OBJECTS} (the policy benchmark's layouts: `simforcing data synth --layout-train N` or "
+                        "`simforcing data synth-policy --layouts K`, generator version >= 2)", kind="empty_split")
+    layouts.discard(0)
+    benchmark = {"resolution": [height, width], "layouts": max(layouts) if layouts else 0, "predicates": PREDICATES,
+                 "camera": "external", "episodes": e}
+    return ProbeFrames(torch.cat(frames), torch.cat(labels), torch.cat(owner)), benchmark
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Fitting
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class JudgeFitOptions:
+    steps: int = 1000
+    batch_size: int = 48
+    lr: float = 2e-3
+    seed: int = 0
+    shift: int = 1
+    ghost_share: float = 0.25  # of each batch: second frames blended from two frames (labels blended)
+
+
+def _first_of_episode(data: ProbeFrames) -> torch.Tensor:
+    """For every frame the index of its episode's first frame."""
+    first = torch.zeros_like(data.episode)
+    for e in data.episode.unique():
+        idx = (data.episode == e).nonzero().flatten()
+        first[idx] = idx[0]
+    return first
+
+
+def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeFitOptions = JudgeFitOptions(),
+              progress: bool = True) -> SuccessJudge:
+    """Fit the judge on ``roots`` (module docstring); its report holds the sources and its training errors."""
+    torch.manual_seed(opts.seed)
+    gen = torch.Generator().manual_seed(opts.seed)
+    data, benchmark = read_judge_frames(roots, height, width)
+    first = _first_of_episode(data)
+    cfg = ProbeConfig(height=height, width=width, state_dim=len(OUTPUTS), position_dims=(0, 1, 2), gripper_dim=None)
+    net = StateProbe(cfg)
+    net.scale.copy_(data.states.std(0).clamp(min=1e-3))
+    opt = torch.optim.AdamW(net.parameters(), lr=opts.lr, weight_decay=1e-4)
+    warm = max(1, opts.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda k: (k + 1) / warm if k < warm else 0.5 * (1 + math.cos(math.pi * (k - warm) / max(1, opts.steps - warm))))
+    n_ghost = int(opts.batch_size * opts.ghost_share)
+    t0 = time.perf_counter()
+    net.train()
+    for _ in tqdm(range(opts.steps), desc="fit success judge", leave=False, disable=not progress):
+        j = torch.randint(0, data.frames.shape[0], (opts.batch_size,), generator=gen)
+        x = data.frames[j].float()
+        y = data.states[j].clone()
+        gx, gy = ghost_frames(data, j[:n_ghost], j[:n_ghost], gen)
+        x[:n_ghost], y[:n_ghost] = gx, gy
+        ref, x = augment_pair(data.frames[first[j]].float().div(127.5).sub(1), x.div(127.5).sub(1), gen, opts.shift)
+        loss = F.smooth_l1_loss(net.normalized(ref, x), y / net.scale, beta=0.1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+    net.eval()
+    with torch.no_grad():
+        pred = torch.cat([net(data.frames[first[k:k + 512]].float().div(127.5).sub(1),
+                              data.frames[k:k + 512].float().div(127.5).sub(1))
+                          for k in range(0, data.frames.shape[0], 512)])
+    err = (pred - data.states).abs().mean(0)
+    report = {"frames": int(data.frames.shape[0]), "episodes": benchmark["episodes"], "steps": opts.steps,
+              "batch_size": opts.batch_size, "seed": opts.seed, "fit_seconds": round(time.perf_counter() - t0, 1),
+              "train_mean_abs_error_m": {k: round(float(v), 4) for k, v in zip(OUTPUTS, err)}}
+    return SuccessJudge(net, benchmark, report)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Agreement with the simulator's verdicts
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def confusion(pred: Sequence[bool], true: Sequence[bool]) -> dict:
+    """Precision, recall, accuracy and Cohen's κ of ``pred`` against ``true`` (None where undefined)."""
+    p, t = np.asarray(pred, bool), np.asarray(true, bool)
+    tp, fp = int((p & t).sum()), int((p & ~t).sum())
+    fn, tn = int((~p & t).sum()), int((~p & ~t).sum())
+    n = tp + fp + fn + tn
+    acc = (tp + tn) / n if n else None
+    pe = ((tp + fp) * (tp + fn) + (fn + tn) * (fp + tn)) / (n * n) if n else None
+    kappa = None if n == 0 or pe is None or pe >= 1 else (acc - pe) / (1 - pe)
+    return {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "n": n,
+            "precision": tp / (tp + fp) if tp + fp else None, "recall": tp / (tp + fn) if tp + fn else None,
+            "accuracy": acc, "kappa": kappa}

@@ -1,0 +1,277 @@
+"""Policies evaluated inside a world model (`simforcing policy eval --env world-model --wm RUN --judge J`).
+
+The same players (``policy.evaluate``: the scripted expert with its action-noise levels, do-nothing, trained policy
+runs), the same held-out scenes, the same executed-actions-per-chunk rule and the same noise as the simulator
+evaluation — only the frames come from the world model and success from the judge:
+
+1. every episode starts from the simulator's rendering of its initial scene (the external camera, the real first
+   frame), its arm mask (MuJoCo's segmentation, the masking the sampler needs) and its state; after that nothing of
+   the simulator is read;
+2. all episodes of all players advance together: per chunk each player acts on its episodes' newest frames and
+   states (a policy observes what the world model predicts; its state input is the initial state plus the effective
+   commanded actions, ``rollout.state = integrate``), the controller's target logic turns the actions into effective
+   actions (``CommandedTarget``: workspace clipping, no simulator state), the first ``execute`` of them are executed
+   — one batched world-model chunk (``simforcing.rollout``: the rest of each plan fills the window, only the
+   executed frames are kept) — and the judge (``policy.judge``) reads every new frame against the episode's first;
+3. an episode succeeds at its first judged success within ``max_steps`` actions (as the simulator's ends at its first
+   success).
+
+The world model's noise of an episode depends on its scene only (every player gets the same), each learned policy's on
+(scene, chunk) as in the simulator. ``--wm copy-first``: a "world model" that repeats the first frame (the floor: no
+episode can succeed unless the judge errs).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from simforcing.config import ConfigError
+from simforcing.data.paired import frames_to_target, to_unit_range
+from simforcing.data.synthetic.generate import RealRenderer
+from simforcing.data.stats import Normalizer
+from simforcing.models.text import load_text_encoder
+from simforcing.policy.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, format_table, make_players, rows_of,
+                                        scene_mode, scene_of)
+from simforcing.policy.judge import SuccessJudge, first_success, frame_verdicts
+from simforcing.policy.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
+from simforcing.rollout import WorldModelRollout
+from simforcing.runs import load_run, sample_generator
+
+COPY_FIRST = "copy-first"
+
+
+class StartFrame:
+    """What the simulator gives an episode once, at its start: the external frame uint8 (H, W, 3), the arm mask
+    (H, W), the state (7,), the scene (task, instruction, expert actions) and the controller's initial target."""
+
+    def __init__(self, env: SyntheticTaskEnv):
+        renderer = RealRenderer(env.ep.model, env._renderer.height, env._renderer.width)
+        try:
+            self.image, self.mask = renderer.render(env.ep.data, env._camera)
+        finally:
+            renderer.close()
+        self.state = env.state()
+        self.scene: Scene = scene_of(env)
+        self.task = env.task
+        t = env.target
+        self.target = (t.pos.copy(), t.rpy.copy(), t.grip)
+
+
+def start_frames(scenes: dict[str, list[int]], seed: int, max_steps: int, height: int, width: int, layouts: int,
+                 jitter: float) -> list[StartFrame]:
+    out = []
+    for task, indices in scenes.items():
+        for idx in indices:
+            env = SyntheticTaskEnv(seed, idx, max_steps, height, width, layouts, jitter)
+            try:
+                out.append(StartFrame(env))
+            finally:
+                env.close()
+    return out
+
+
+class WorldModel:
+    """A world-model run ready to roll out episodes (or ``copy-first``): its model, VAE, config, statistics and text
+    embeddings (padded as training pads them)."""
+
+    def __init__(self, run: str, device="cpu"):
+        self.name, self.device = run, torch.device(device)
+        self.copy = run == COPY_FIRST
+        if self.copy:
+            return
+        self.cfg, self.model, self.vae, meta = load_run(run, None, device)
+        if self.cfg.model.action_head:
+            raise ConfigError(f"--wm: {run} is a policy run; expected a world-model run (`simforcing pretrain` or "
+                              "`simforcing train`) or 'copy-first'")
+        self.normalizer = Normalizer(meta["stats"])
+        self._encoder = None
+
+    def text(self, instructions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, N, D) zero-padded embeddings and their (B, N) mask, N = data.text_max_tokens."""
+        if self._encoder is None:
+            self._encoder = load_text_encoder(self.cfg)
+        d = self.cfg.data
+        embs = self._encoder.encode(list(instructions))
+        out = torch.zeros(len(embs), d.text_max_tokens, self.cfg.model.text_dim)
+        mask = torch.zeros(len(embs), d.text_max_tokens, dtype=torch.bool)
+        for i, e in enumerate(embs):
+            n = min(len(e), d.text_max_tokens)
+            out[i, :n], mask[i, :n] = torch.as_tensor(e[:n]), True
+        return out, mask
+
+
+def check_compatible(wm: WorldModel, players: dict[str, Player], height: int, width: int) -> None:
+    """Named errors for a world model whose frames or actions a player cannot use."""
+    if wm.copy:
+        return
+    d = wm.cfg.data
+    if (d.height, d.width) != (height, width):
+        raise ConfigError(f"--wm: {wm.name} predicts {d.height}×{d.width} frames; the evaluated policies observe "
+                          f"{height}×{width} per camera")
+    for name, p in players.items():
+        if p.cameras > 1:
+            raise ConfigError(f"--runs {name}: the policy observes {p.cameras} cameras side by side (external + "
+                              "wrist); the world model predicts the external camera only — evaluate policies trained "
+                              "with --policy.cameras=1")
+        if isinstance(p, RunPlayer) and p.runner.cfg.data.action_dim != d.action_dim:
+            raise ConfigError(f"--runs {name}: the policy's actions are {p.runner.cfg.data.action_dim}-D; the world "
+                              f"model {wm.name} takes {d.action_dim}-D actions")
+
+
+def _uint8(frames: torch.Tensor) -> np.ndarray:
+    """(B, 3, H, W) in [-1, 1] -> uint8 (B, H, W, 3)."""
+    return ((frames.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def effective(targets: list[CommandedTarget], actions: np.ndarray) -> np.ndarray:
+    """Each episode's actions (B, n, 7) through its controller's target (moved by them) -> effective (B, n, 7)."""
+    return np.stack([[t.apply(a) for a in acts] for t, acts in zip(targets, actions)])
+
+
+def plan_of(targets: list[CommandedTarget], actions: np.ndarray) -> np.ndarray:
+    """The effective actions of an unexecuted plan, from copies of the targets (they do not move)."""
+    copies = [CommandedTarget(t.pos, t.rpy, t.grip) for t in targets]
+    return effective(copies, actions)
+
+
+class Episodes:
+    """All episodes (player × start frame, player-major) of one world-model evaluation, advanced together."""
+
+    def __init__(self, wm: WorldModel, players: dict[str, Player], starts: list[StartFrame]):
+        self.wm, self.players, self.starts = wm, players, starts
+        self.rows = [(name, s) for name in players for s in starts]
+        h, w = starts[0].image.shape[:2]
+        imgs = np.stack([s.image for _, s in self.rows])  # (B, H, W, 3)
+        self.first = to_unit_range(frames_to_target(imgs, h, w)).permute(1, 0, 2, 3)  # (B, 3, H, W)
+        self.targets = [CommandedTarget(*s.target) for _, s in self.rows]
+        self.frames: list[torch.Tensor] = []  # each step's new frames (B, 3, n, H, W)
+        self.ro = None
+        if not wm.copy:
+            scene_no = {id(s): i for i, s in enumerate(starts)}
+            text, mask = wm.text([s.scene.instruction for _, s in self.rows])
+            gens = [sample_generator(wm.cfg, scene_no[id(s)]) for _, s in self.rows]
+            masks = torch.from_numpy(np.stack([s.mask for _, s in self.rows])).bool()
+            states = torch.from_numpy(np.stack([s.state for _, s in self.rows])).double()
+            self.ro = WorldModelRollout(wm.model, wm.vae, wm.cfg, wm.normalizer, self.first, states, text, mask, gens,
+                                        first_mask=masks)
+        self.states = np.stack([s.state for _, s in self.rows]).astype(np.float64)
+
+    def observe(self) -> tuple[np.ndarray, np.ndarray]:
+        """The newest frames uint8 (B, H, W, 3) and the players' state inputs (B, 7) raw: the initial state plus the
+        effective actions executed so far (position and orientation deltas summed, the gripper command set)."""
+        frame = self.ro.frame if self.ro is not None else self.first
+        return _uint8(frame), self.states.copy()
+
+    def act(self, images: np.ndarray, states: np.ndarray, t: int, chunk: int) -> np.ndarray:
+        """Every player's chunk for its episodes -> raw actions (B, A, 7)."""
+        out = None
+        for name, player in self.players.items():
+            idx = [i for i, (n, _) in enumerate(self.rows) if n == name]
+            a = player.chunk(list(images[idx]), states[idx], [self.rows[i][1].scene for i in idx], [t] * len(idx),
+                             chunk)
+            if out is None:
+                out = np.zeros((len(self.rows), a.shape[1], 7))
+            out[idx] = a[:, :out.shape[1]]
+        return out
+
+    def step(self, actions: np.ndarray, n: int) -> torch.Tensor:
+        """Execute the first ``n`` actions of every episode's chunk -> the new frames (B, 3, n, H, W)."""
+        eff = effective(self.targets, actions[:, :n])
+        self.states[:, :6] += eff[:, :, :6].sum(axis=1)
+        self.states[:, 6] = eff[:, -1, 6]
+        if self.ro is None:  # copy-first: the first frame, again
+            new = self.first[:, :, None].expand(-1, -1, n, -1, -1)
+        else:
+            plan = plan_of(self.targets, actions[:, n:])
+            new = self.ro.step(torch.from_numpy(eff), plan=torch.from_numpy(plan) if plan.shape[1] else None)
+        self.frames.append(new)
+        return new
+
+    def video(self) -> torch.Tensor:
+        """(B, 3, 1 + T, H, W): the first frame and every kept frame."""
+        return torch.cat([self.first[:, :, None]] + self.frames, dim=2)
+
+
+def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str | Path], per_task: int = 10,
+                         max_steps: int = 30, seed: int = EVAL_SEED, tasks=TASKS, baselines: bool = True,
+                         expert_noise=(), device="cpu", execute: Optional[int] = None, layouts: Optional[int] = None,
+                         jitter: Optional[float] = None, progress: Callable[[str], None] = print) -> dict:
+    """Closed-loop success inside ``wm_run`` (module docstring), in the layout of ``evaluate_synthetic``'s result
+    (rows, episodes with per-frame verdicts, table) plus the world model's settings and timings."""
+    for flag, value, ok in (("--per-task", per_task, per_task >= 1), ("--max-steps", max_steps, max_steps >= 1),
+                            ("--execute", execute, execute is None or execute >= 1)):
+        if not ok:
+            raise ConfigError(f"{flag}: got {value}; expected an integer >= 1")
+    players = make_players(runs, baselines, expert_noise, seed, device)
+    cfgs = {n: p.runner.cfg for n, p in players.items() if isinstance(p, RunPlayer)}
+    layouts, jitter = scene_mode(cfgs, layouts, jitter, progress)
+    wm = WorldModel(wm_run, device)
+    height, width = judge.benchmark["resolution"]
+    check_compatible(wm, players, height, width)
+    judge.check_benchmark(height, width, layouts, "the world-model evaluation")
+    execute = execute or max([p.execute for p in players.values() if p.learned] or [4])
+    t0 = time.perf_counter()
+    scenes = held_out_scenes(seed, per_task, max_steps, tasks, layouts=layouts, jitter=jitter)
+    starts = start_frames(scenes, seed, max_steps, height, width, layouts, jitter)
+    ep = Episodes(wm, players, starts)
+    seconds = {"start": time.perf_counter() - t0, "world_model": 0.0, "players": 0.0, "judge": 0.0}
+    readings = []
+    t, chunk = 0, 0
+    while t < max_steps:
+        n = min(execute, max_steps - t)
+        t1 = time.perf_counter()
+        images, states = ep.observe()
+        actions = ep.act(images, states, t, chunk)
+        t2 = time.perf_counter()
+        new = ep.step(actions, n)
+        t3 = time.perf_counter()
+        first = ep.first[:, :, None].expand(-1, -1, n, -1, -1)
+        b, _, k, h, w = new.shape
+        r = judge.read(first.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
+                       new.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w)).view(b, k, -1)
+        readings.append(r)
+        seconds["players"] += t2 - t1
+        seconds["world_model"] += t3 - t2
+        seconds["judge"] += time.perf_counter() - t3
+        t, chunk = t + n, chunk + 1
+        progress(f"world model {Path(wm_run).name if not wm.copy else wm_run}: {t}/{max_steps} steps of "
+                 f"{len(ep.rows)} episodes ({time.perf_counter() - t0:.0f} s)")
+    result = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps)
+    rows = rows_of(result, tasks)
+    total = time.perf_counter() - t0
+    return {"env": "world-model", "wm": str(wm_run), "judge": judge.benchmark, "scenes": scenes, "seed": seed,
+            "per_task": per_task, "max_steps": max_steps, "execute": execute, "tasks": list(tasks),
+            "layouts": layouts, "jitter": jitter, "resolution": [height, width], "rows": rows, "episodes": result,
+            "learned": [n for n, p in players.items() if p.learned],
+            "sampler": None if wm.copy else {k: v for k, v in ep.ro.sampler.settings().items()},
+            "seconds": total, "timing": {k: round(v, 2) for k, v in seconds.items()},
+            "episodes_per_minute": round(60 * len(ep.rows) / max(total, 1e-9), 1),
+            "runs": {n: str(p.runner.run_dir) for n, p in players.items() if isinstance(p, RunPlayer)},
+            "table_md": format_table(rows, list(tasks)), "_frames": first_scene_frames(ep)}
+
+
+def first_scene_frames(ep: Episodes) -> dict[str, np.ndarray]:
+    """The frames uint8 (1 + T, H, W, 3) of each player's episode on the first scene of each task."""
+    video, out, seen = ep.video(), {}, set()
+    for i, (name, s) in enumerate(ep.rows):
+        if (name, s.scene.task) in seen:
+            continue
+        seen.add((name, s.scene.task))
+        out[f"{name}|{s.scene.task}|{s.scene.index}"] = _uint8(video[i].permute(1, 0, 2, 3))
+    return out
+
+
+def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int) -> dict:
+    """Per player and task the outcomes: success at the first judged frame, its step, the per-frame verdicts."""
+    out: dict = {name: {task: [] for task in tasks} for name in ep.players}
+    for i, (name, s) in enumerate(ep.rows):
+        verdicts = frame_verdicts(s.task, readings[i])  # frames 1 … T
+        hit = first_success(verdicts)
+        out[name][s.scene.task].append({"success": hit is not None, "steps": hit + 1 if hit is not None else max_steps,
+                                        "scene": s.scene.index, "frame_judged": verdicts.tolist()})
+    return out
