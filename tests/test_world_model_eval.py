@@ -1,0 +1,239 @@
+"""Policies evaluated inside a world model: the success judge, the world-model environment (nothing of the simulator
+after the first frame; every player on the same scenes and noise), the agreement statistics and the named errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from simforcing.config import ConfigError
+from simforcing.data.synthetic.tasks import Task, task_success
+from simforcing.policy.agreement import agreement, mmrv, pearson, spearman
+from simforcing.policy.evaluate import (ExpertPlayer, RunPlayer, evaluate_synthetic, run_episode, scene_of)
+from simforcing.policy.infer import PolicyRunner
+from simforcing.policy.judge import (JudgeFitOptions, SuccessJudge, confusion, fit_judge, first_success,
+                                     frame_verdicts, load_judge, save_judge, true_readings)
+from simforcing.policy.synthetic import SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.train import policy_train_run
+from test_policy import _FakeText, pcfg, tiny, world_model_run  # noqa: F401  (fixtures)
+
+LAYOUTS = 2
+
+
+@pytest.fixture(scope="module")
+def judge_dir(tmp_path_factory):
+    """A success judge fitted for a few steps on two layout episodes (its verdicts mean nothing; its files do)."""
+    from simforcing.data.synthetic.generate import generate_dataset
+
+    tmp = tmp_path_factory.mktemp("judge")
+    data = generate_dataset(tmp / "data", num_train=0, num_val=0, num_sim_pool=0, length=9, height=32, width=48,
+                            seed=3, progress=False, layout_train=2, layouts=LAYOUTS)
+    judge = fit_judge([data], 32, 48, JudgeFitOptions(steps=3, batch_size=8), progress=False)
+    return save_judge(judge, tmp / "judge")
+
+
+@pytest.fixture(scope="module")
+def one_camera_policy(tiny, tmp_path_factory):  # noqa: F811
+    run = tmp_path_factory.mktemp("pol1") / "p"
+    res = policy_train_run(pcfg(tiny, "action_only", "base", "--policy.cameras=1"), run, "base", progress=False)
+    assert res["state"] == "finished"
+    return run
+
+
+def _runner(run) -> PolicyRunner:
+    r = PolicyRunner.load(run)
+    r._text_encoder = _FakeText(r.cfg)
+    return r
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The judge's terms and the simulator's verdicts
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_judges_terms_give_the_simulators_verdicts_on_scripted_episodes():
+    """The harness: the truth recorded per frame, in the judge's terms (ee − obj, obj − obj_0), through the judge's
+    predicates, gives the simulator's own verdict and step on every scripted episode (expert and noisy expert)."""
+    scenes = held_out_scenes(9000, 2, 30, layouts=LAYOUTS)
+    checked = 0
+    for player in (ExpertPlayer(0.0), ExpertPlayer(0.02)):
+        for task, indices in scenes.items():
+            for idx in indices:
+                env = SyntheticTaskEnv(9000, idx, 30, 32, 48, LAYOUTS)
+                try:
+                    o = run_episode(env, player.env_chunk(scene_of(env)), 30, 1, record=True, tail=3)
+                    verdicts = frame_verdicts(env.task, o["truth"])
+                finally:
+                    env.close()
+                hit = first_success(verdicts)
+                assert (hit is not None) == o["success"]
+                if o["success"]:
+                    assert hit == o["steps"]  # frame k is the state after step k
+                assert len(o["frames"]) == len(o["truth"]) == o["steps"] + 1 + (3 if o["success"] else 0) or \
+                    len(o["frames"]) == 31
+                checked += 1
+    assert checked == 12
+
+
+def test_frame_verdicts_apply_the_benchmarks_predicates():
+    rng = np.random.default_rng(0)
+    tasks = [Task("reach", "", 0, "x"), Task("push", "", 0, "x", (0.0, -1.0)), Task("grasp", "", 0, "x")]
+    for task in tasks:
+        ee, obj = rng.normal(0, 0.08, (20, 3)), rng.normal(0, 0.05, (20, 3))
+        want = [task_success(task, ee[t], obj[t], obj[0]) for t in range(20)]
+        assert frame_verdicts(task, true_readings(ee, obj)).tolist() == want
+
+
+def test_judge_files_round_trip_and_refuse_another_benchmark(judge_dir, tmp_path):
+    judge = load_judge(judge_dir)
+    x = torch.rand(3, 3, 32, 48) * 2 - 1
+    assert judge.read(x, x).shape == (3, 6)
+    judge.check_benchmark(32, 48, LAYOUTS, "here")
+    with pytest.raises(ConfigError, match="layouts"):
+        judge.check_benchmark(32, 48, 0, "an evaluation without layouts")
+    with pytest.raises(ConfigError, match="resolution"):
+        judge.check_benchmark(64, 96, LAYOUTS, "a larger camera")
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "judge.json").write_text("{}")
+    (tmp_path / "j" / "judge.safetensors").write_bytes(b"not a tensor file")
+    with pytest.raises(ValueError, match="success judge"):
+        load_judge(tmp_path / "j")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The world-model environment
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_batched_inference_is_each_samples_own(one_camera_policy):
+    r = _runner(one_camera_policy)
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (32, 48, 3), dtype=np.uint8) for _ in range(3)]
+    states = rng.normal(0, 0.1, (3, 7)).astype(np.float32)
+    texts = ["open the drawer", "put the red block in the bowl", "open the drawer"]
+    batch = r.act_batch(images, states, texts, [torch.Generator().manual_seed(i) for i in range(3)])
+    for i in range(3):
+        one = r.act(images[i], states[i], texts[i], torch.Generator().manual_seed(i))
+        np.testing.assert_allclose(batch[i], one, atol=1e-5)
+
+
+def _wm_eval(wm, judge_dir, runs, **kw):
+    from simforcing.policy.world_model_eval import evaluate_world_model
+
+    return evaluate_world_model(str(wm), load_judge(judge_dir), runs, per_task=1, max_steps=6, layouts=LAYOUTS,
+                                jitter=0.03, progress=lambda s: None, **kw)
+
+
+def test_nothing_of_the_simulator_is_read_after_the_first_frame(world_model_run, judge_dir, monkeypatch):
+    import simforcing.policy.world_model_eval as wme
+    from simforcing.data.synthetic.generate import EpisodePhysics
+
+    made = wme.start_frames
+
+    def then_forbid(*a, **k):
+        out = made(*a, **k)
+
+        def refuse(*_, **__):
+            raise AssertionError("the simulator was read after the first frame")
+
+        for cls, names in ((SyntheticTaskEnv, ("__init__", "step", "image", "state", "truth", "success")),
+                           (EpisodePhysics, ("__init__", "drive", "advance", "state", "object_positions"))):
+            for n in names:
+                monkeypatch.setattr(cls, n, refuse)
+        return out
+
+    monkeypatch.setattr(wme, "start_frames", then_forbid)
+    res = _wm_eval(world_model_run, judge_dir, {}, expert_noise=(0.01,))
+    assert set(res["rows"]) == {"scripted expert (ceiling)", "do nothing (floor)", "scripted expert, noise 1 cm/step"}
+    assert res["max_steps"] == 6 and all(len(o["frame_judged"]) == 6 for per in res["episodes"].values()
+                                         for os_ in per.values() for o in os_)
+
+
+def test_every_player_sees_the_same_scenes_and_noise(world_model_run, judge_dir, one_camera_policy):
+    res = _wm_eval(world_model_run, judge_dir, {"a": one_camera_policy, "b": one_camera_policy}, baselines=False)
+    scenes = {p: [(t, o["scene"]) for t, os_ in per.items() for o in os_] for p, per in res["episodes"].items()}
+    assert scenes["a"] == scenes["b"]
+    frames = res["_frames"]
+    for key, v in frames.items():
+        name, task, scene = key.split("|")
+        if name == "a":  # the same policy under two names: the same actions and world-model noise, the same video
+            assert np.array_equal(v, frames[f"b|{task}|{scene}"])
+    sim = evaluate_synthetic({"a": one_camera_policy}, per_task=1, max_steps=6, baselines=False, layouts=LAYOUTS,
+                             progress=lambda s: None)
+    assert [(t, o["scene"]) for t, os_ in sim["episodes"]["a"].items() for o in os_] == scenes["a"]
+
+
+def test_named_errors_for_what_the_world_model_cannot_serve(world_model_run, judge_dir, tiny, tmp_path,  # noqa: F811
+                                                            capsys):
+    from simforcing.cli import main
+    from simforcing.policy.world_model_eval import WorldModel, check_compatible
+
+    two = tmp_path / "two"
+    policy_train_run(pcfg(tiny, "action_only"), two, "base", progress=False)
+    wm = WorldModel(str(world_model_run))
+    players = {"two cameras": RunPlayer("two cameras", PolicyRunner.load(two))}
+    with pytest.raises(ConfigError, match="external camera only"):
+        check_compatible(wm, players, 32, 48)
+    with pytest.raises(ConfigError, match="predicts 32×48 frames"):
+        check_compatible(wm, {}, 64, 96)
+    runner = PolicyRunner.load(two)
+    runner.cfg.policy.cameras, runner.cfg.data.action_dim = 1, 8
+    with pytest.raises(ConfigError, match="8-D"):
+        check_compatible(wm, {"p": RunPlayer("p", runner)}, 32, 48)
+    with pytest.raises(ConfigError, match="policy run"):
+        WorldModel(str(two))
+    for argv, msg in ((["--wm", str(world_model_run)], "--judge"),
+                      (["--wm", str(world_model_run), "--judge", str(tmp_path)], "holds no success judge"),
+                      (["--wm", str(world_model_run), "--judge", str(judge_dir), "--layouts", "0"], "layouts")):
+        rc = main(["policy", "eval", "--env", "world-model", "--out", str(tmp_path / "o"), "--per-task", "1",
+                   "--max-steps", "4", *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and msg in err and "Traceback" not in err, err
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Agreement statistics
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_mmrv_pearson_spearman_against_their_definitions():
+    from scipy.stats import spearmanr
+
+    r, s = np.array([0.9, 0.5, 0.1, 0.5]), np.array([0.6, 0.7, 0.0, 0.7])
+    # SPEC §10 by hand: pairs ordered differently (strict comparisons): (0,1) 0.9>0.5 but 0.6<0.7 -> 0.4;
+    # (0,3) the same -> 0.4; (1,3) 0.5=0.5 and 0.7=0.7 -> agree; per i the largest violated gap: 0.4, 0.4, 0, 0.4
+    assert mmrv(r, s) == pytest.approx((0.4 + 0.4 + 0 + 0.4) / 4)
+    assert mmrv(r, r) == 0.0
+    assert pearson(r, s) == pytest.approx(np.corrcoef(r, s)[0, 1])
+    assert spearman(r, s) == pytest.approx(spearmanr(r, s).statistic)
+
+
+def test_confusion_and_kappa_by_hand():
+    c = confusion([1, 1, 0, 0, 1, 0], [1, 0, 0, 0, 1, 1])
+    assert (c["tp"], c["fp"], c["fn"], c["tn"]) == (2, 1, 1, 2)
+    po, pe = 4 / 6, (3 * 3 + 3 * 3) / 36
+    assert c["kappa"] == pytest.approx((po - pe) / (1 - pe)) and c["precision"] == pytest.approx(2 / 3)
+
+
+def _eval(rates: dict, tasks=("reach", "push"), n=4, learned=()) -> dict:
+    """An eval.json-like dict: player -> success per scene (the first k of n scenes of each task succeed)."""
+    eps = {p: {t: [{"success": j < k, "scene": 10 * i + j} for j in range(n)] for i, t in enumerate(tasks)}
+           for p, k in rates.items()}
+    return {"tasks": list(tasks), "rows": {p: {} for p in rates}, "episodes": eps, "scenes": {}, "seed": 0,
+            "learned": list(learned)}
+
+
+def test_agreement_ranks_and_counts_episodes():
+    sim = _eval({"a": 4, "b": 2, "c": 0}, learned=("a", "b"))
+    same = _eval({"a": 3, "b": 2, "c": 0})
+    swapped = _eval({"a": 1, "b": 2, "c": 0})
+    res = agreement(sim, {"same order": same, "swapped": swapped}, n_boot=50)
+    assert res["ranking"]["same order"]["all"]["mmrv"] == 0.0
+    assert res["ranking"]["swapped"]["all"]["mmrv"] == pytest.approx((0.5 + 0.5 + 0) / 3)
+    assert res["episode_agreement"]["same order"]["a"] == pytest.approx(6 / 8)
+    assert res["ranking"]["swapped"]["learned"]["n_policies"] == 2
+    lo, hi = res["ranking"]["same order"]["all"]["pearson_ci95"]
+    assert lo <= res["ranking"]["same order"]["all"]["pearson"] <= hi
+    with pytest.raises(ConfigError, match="scenes"):
+        agreement(sim, {"other": dict(same, seed=1)})
