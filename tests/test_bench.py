@@ -175,6 +175,22 @@ def test_bad_sections_is_a_config_error(tmp_path, capsys):
     assert not (tmp_path / "b.json").exists()
 
 
+def test_rollout_and_world_model_policy_sections(tiny_run):
+    """Episodes rolled out together do the minimal forwards per chunk; the world-model evaluation's episodes per
+    minute are reported against the simulator and one episode at a time (no timing asserted)."""
+    out, res = tiny_run
+    ro = res["rollout"]
+    assert [r["batch"] for r in ro["rows"]] == [1, 2]
+    for r in ro["rows"]:
+        assert r["forwards_per_chunk"] == r["minimal_forwards_per_chunk"] == 1 + 2 * 10  # (1, 10, 0.6)
+        assert r["seconds"] > 0 and r["seconds_one_at_a_time"] > 0
+    wm = res["wm_policy"]
+    assert wm["episodes"] == 2 * 3 and set(wm["episodes_per_minute"]) == {
+        "world_model_batched", "world_model_one_at_a_time", "simulator"}
+    md = out.with_suffix(".md").read_text()
+    assert "Long rollouts" in md and "Policies inside a world model" in md
+
+
 def test_policy_table_in_the_markdown(tiny_run):
     from simforcing.bench.report import format_tables
 
