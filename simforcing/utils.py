@@ -153,6 +153,16 @@ def _swap_in(tmp: Path, out: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def relative_to(path: str | Path, base: str | Path) -> str:
+    """``path`` relative to ``base`` when it lies inside it (both resolved), else as given: how a report in ``base``
+    links its pictures."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path(base).resolve()))
+    except ValueError:
+        return str(p)
+
+
 def fmt_num(v: Optional[float], nd: int = 3) -> str:
     """A number for a markdown table: ``nd`` decimals, "—" for a missing one (a metric without weights, a failed run)."""
     return "—" if v is None else f"{v:.{nd}f}"

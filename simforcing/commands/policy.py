@@ -208,7 +208,8 @@ def _save_frames(path: Path, frames: dict) -> None:
 
 # -- policy agreement ------------------------------------------------------------------------------------------------------
 def add_agreement_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sim", required=True, help="the simulator's `policy eval` folder (with --judge)")
+    parser.add_argument("--sim", required=True, nargs="+", help="the simulator's `policy eval` folder(s) (with "
+                        "--judge; several: disjoint policies on the same scenes)")
     parser.add_argument("--wm", nargs="+", required=True, metavar="NAME=EVAL",
                         help="world-model `policy eval --env world-model` folders on the same scenes")
     parser.add_argument("--out", required=True, help="folder for agreement.json, agreement.md, scatter.png, videos/")

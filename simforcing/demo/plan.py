@@ -28,6 +28,22 @@ BASE_METHODS = ("sft", "simforcing")
 
 
 @dataclass
+class WorldModelEvalBudget:
+    """The world-model policy evaluation's sizes (``_Builder.world_model_eval``)."""
+
+    per_task: int = 10  # held-out layout scenes per task (the default demo)
+    per_task_full: int = 30  # with --full
+    budgets: tuple = (500,)  # training steps of the one-camera policies (the default demo)
+    budgets_full: tuple = (250, 500)  # with --full: two budgets
+    expert_noise: tuple = (0.01, 0.02, 0.04)  # metres per step: the scripted expert degraded
+    judge_steps: int = 1000
+
+
+WM_EVAL_QUICK = WorldModelEvalBudget(per_task=1, per_task_full=1, budgets=(3,), budgets_full=(3,), expert_noise=(0.02,),
+                                     judge_steps=20)
+
+
+@dataclass
 class Budget:
     """Sizes of one demo run; `--quick` and the default differ only here."""
 
@@ -51,12 +67,15 @@ class Budget:
     long_length: int = 65  # frames: 8 chunks of 8 actions
     rollout_horizon: int = 64
     rollout_videos: int = 2
+    layout_train: int = 20  # paired training episodes in the policy benchmark's layouts (the world model knows them)
     policy: PolicyBudget = field(default_factory=PolicyBudget)
+    wm_eval: WorldModelEvalBudget = field(default_factory=WorldModelEvalBudget)
 
 
 QUICK = Budget(num_train=4, num_val=3, num_sim_pool=12, length=17, stage1_steps=30, stage1_batch=8, stage2_steps=20,
                eval_windows=1, sweep_windows=1, sweep_n_real=(1, 2), probe_steps=30, report_videos=1, long_val=3,
-               long_length=25, rollout_horizon=24, rollout_videos=1, policy=POLICY_QUICK)
+               long_length=25, rollout_horizon=24, rollout_videos=1, layout_train=4, policy=POLICY_QUICK,
+               wm_eval=WM_EVAL_QUICK)
 
 
 def demo_budget(quick: bool = False, stage1_steps: Optional[int] = None,
@@ -111,6 +130,7 @@ class Plan:
     notes: list  # lines printed before running (what is remade and why)
     commands: dict  # job name -> the command a user types to reproduce its output
     rollouts: dict = field(default_factory=dict)  # {"data": the long episodes, "folders": name -> rollout folder}
+    wm_eval: Optional[dict] = None  # the world-model policy evaluation's folders (None without it)
 
 
 class _Builder:
@@ -169,8 +189,11 @@ class _Builder:
             argv = ["data", "synth", "--out", str(data), "--num-train", str(b.num_train), "--num-val", str(b.num_val),
                     "--num-sim-pool", str(b.num_sim_pool), "--length", str(b.length), "--height", "32", "--width",
                     "48", "--seed", "0", "--workers", str(min(2, self.slots))]
+            if b.layout_train:  # the policy benchmark's scenes, so the world models know where policies act
+                argv += ["--layout-train", str(b.layout_train), "--layouts", str(b.policy.layouts), "--jitter",
+                         f"{b.policy.jitter:g}"]
             sizes = {"num_train": b.num_train, "num_val": b.num_val, "num_sim_pool": b.num_sim_pool,
-                     "length": b.length, "generator": GENERATOR_VERSION}
+                     "length": b.length, "generator": GENERATOR_VERSION, "layout_train": b.layout_train}
             self.add("data", argv, data, "meta/stats.json", priority=100, slots=2, sizes=sizes, seed=0,
                      extra=("--overwrite",) if is_dataset(data) else ())
             stale_data = is_dataset(data) and check_provenance(data, self.records["data"])
@@ -306,6 +329,58 @@ class _Builder:
                                                               "--videos", "0"])
         return {"data": data_long, "folders": folders}
 
+    def world_model_eval(self, runs: dict[str, Path], pol: dict, full: bool) -> dict:
+        """9. policies evaluated inside the world models (``policy.world_model_eval``), on the policy benchmark's
+        held-out layout scenes, against the simulator: the success judge fitted on the layout episodes of the
+        demo's data and the policy demonstrations; one-camera action-only policies (the world model predicts the
+        external camera) from base, the `sft` and the SimForcing world model (two budgets with --full); the
+        scripted expert at several action-noise levels and do-nothing; the simulator's evaluation with the judge on
+        its own frames; each world model's (sft, simforcing, copy-first: the floor); their agreement."""
+        b, w, out = self.b, self.b.wm_eval, self.out / "wm_eval"
+        pdata = Path(pol["data"])
+        self.records["policy data"] = {"command": pol["commands"]["policy data"], "generator": GENERATOR_VERSION}
+        judge = out / "judge"
+        self.add("judge", ["model", "fit-judge", "--data", str(self.data), str(pdata), "--out", str(judge), "--steps",
+                           str(w.judge_steps)], judge, "judge.json", ("data", "policy data"), priority=57)
+        budgets = w.budgets_full if full else w.budgets
+        policies: dict[str, Path] = {}
+        for steps in budgets:
+            for label, init in (("base", "base"), ("SFT-WM", "sft"), ("SimForcing-WM", "simforcing")):
+                name = f"{label}@{steps}"
+                run = policies[name] = out / "policies" / f"{init}_{steps}"
+                argv = ["policy", "train", "--setting", "action_only", "--init",
+                        "base" if init == "base" else str(runs[init]), "--data", str(pdata), "--out", str(run)]
+                argv += (["--config", str(runs["simforcing"] / "config.json")] if init == "base" else [])
+                argv += [f"--train.max_steps={steps}", f"--train.batch_size={b.policy.batch_size}",
+                         f"--policy.execute={b.policy.execute}", f"--train.seed={SEED}", f"--train.ckpt_every={steps}",
+                         "--train.log_every=25", "--train.threads=1", "--policy.cameras=1"]
+                deps = ("policy data",) + ((f"train {init}",) if init != "base" else ("train simforcing",))
+                self.add(f"wm-eval policy {name}", argv, run, None, deps, inputs=deps, priority=35, seed=SEED,
+                         run_steps=steps)
+        common = ["--per-task", str(w.per_task_full if full else w.per_task), "--max-steps", str(b.policy.max_steps),
+                  "--layouts", str(b.policy.layouts), "--jitter", str(b.policy.jitter), "--judge", str(judge)]
+        noise = ["--expert-noise", *(f"{x:g}" for x in w.expert_noise)]
+        learned = [f"{n}={p}" for n, p in policies.items()]
+        evals = {"sim experts": (out / "sim_experts", ["policy", "eval", *noise, *common]),
+                 "sim policies": (out / "sim_policies", ["policy", "eval", "--runs", *learned, "--no-baselines",
+                                                         *common])}
+        for wm, run in (("sft", runs["sft"]), ("simforcing", runs["simforcing"]), ("copy-first", "copy-first")):
+            evals[f"world model {wm}"] = (out / f"wm_{wm}", ["policy", "eval", "--env", "world-model", "--wm", str(run),
+                                                             "--runs", *learned, *noise, *common])
+        for name, (folder, argv) in evals.items():
+            deps = ("judge",) + tuple(f"wm-eval policy {n}" for n in policies if "experts" not in name)
+            deps += tuple(f"train {m}" for m in ("sft", "simforcing") if name.endswith(m))
+            self.add(f"wm-eval {name}", argv + ["--out", str(folder)], folder, "eval.json", deps, inputs=deps,
+                     priority=30)
+        agree = out / "agreement"
+        wms = [f"{wm}={out / f'wm_{wm}'}" for wm in ("simforcing", "sft", "copy-first")]
+        argv = ["policy", "agreement", "--sim", str(out / "sim_experts"), str(out / "sim_policies"), "--wm", *wms,
+                "--out", str(agree)]
+        deps = tuple(f"wm-eval {n}" for n in evals)
+        self.add("wm-eval agreement", argv, agree, "agreement.json", deps, inputs=deps, priority=30)
+        return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
+                "evals": {k: v[0] for k, v in evals.items()}}
+
     def policy_section(self, runs: dict[str, Path], full: bool) -> dict:
         """8. the policy section (paper Tab. 5): its own jobs, after stage 1."""
         wm = {"simforcing": runs["simforcing"], "sft": runs["sft"]}
@@ -335,10 +410,11 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     sweeps, videos = B.sweeps_and_videos(runs, full)
     rollouts = B.rollouts(runs, seed_list, full)
     pol = B.policy_section(runs, full) if policy else None
+    wm_eval = B.world_model_eval(runs, pol, full) if policy and budget.layout_train else None
     commands = {j.name: B.records[j.name]["command"] if "command" in B.records.get(j.name, {}) else j.cite()
                 for j in B.jobs}
     return Plan(out, data, budget, B.jobs, evals, runs, sweeps, videos, pol, tuple(names), seed_list, full, B.notes,
-                commands, rollouts)
+                commands, rollouts, wm_eval)
 
 
 def budget_dict(b: Budget) -> dict:

@@ -16,7 +16,8 @@ from typing import Optional
 
 from simforcing.demo.plan import BASE_METHODS, P_RUNS, Plan, run_tag
 from simforcing.demo.rollout_section import collect_rollouts, rollout_lines
-from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num
+from simforcing.demo.wm_eval_section import collect_wm_eval, wm_eval_lines
+from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, relative_to
 
 KEYS = ("psnr", "ssim", "psnr_arm", "af_pos", "af_pos_moving", "af_control_pos", "af_floor_pos", "lpips", "fid", "fvd",
         "latency_s", "forwards_per_sample", "num_samples")
@@ -61,6 +62,7 @@ def collect(plan: Plan, wall: dict, policy: Optional[dict]) -> dict:
     res["videos"] = {m: sorted(str(p) for p in (folder.glob("*.gif") if folder.exists() else []))
                      for m, folder in plan.videos.items()}
     res["rollouts"] = collect_rollouts(plan)
+    res["wm_eval"] = collect_wm_eval(plan)
     res["policy"] = policy
     res["wall_time_s"] = wall
     res["summary"] = summarize(res, plan)
@@ -210,11 +212,12 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
                   "", "**Tab. A1** training runs (p at the default w = 0.6)", "",
                   *_ablation_table(res, [(f"p = {p}", r) for p, r in zip(("0", "0.3", "0.7", "1"), P_RUNS)])]
         if res.get("sweep_cfg"):
-            lines += ["", res["sweep_cfg"]["table_md"], "", f"![Tab. A1]({_rel(res['sweep_cfg']['heatmap'], plan)})"]
+            lines += ["", res["sweep_cfg"]["table_md"], "",
+                      f"![Tab. A1]({relative_to(res['sweep_cfg']['heatmap'], plan.out)})"]
     sw = res.get("sweep_steps")
     if sw:
         lines += ["", f"## Sweep N_r × w (N_s = 1, simforcing, {sw['num_samples']} windows)", "", sw["table_md"], "",
-                  f"![sweep heatmap]({_rel(sw['heatmap'], plan)})"]
+                  f"![sweep heatmap]({relative_to(sw['heatmap'], plan.out)})"]
     lines += rollout_lines(res.get("rollouts"), plan)
     pol = res.get("policy")
     if pol:
@@ -225,10 +228,11 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
                   "transfer': three policy seeds, and world models retrained under load, where the rows tie). "
                   "Initialisations: " + "; ".join(f"{k}: {v['inherited']} tensors inherited, {v['new']} new"
                                                   for k, v in pol.get("init", {}).items())]
+    lines += wm_eval_lines(res.get("wm_eval"), plan)
     lines += ["", "## Videos (masked first frame | simulation rollout | prediction | ground truth)", ""]
     for m, files in res["videos"].items():
         for f in files:
-            lines += [f"**{m}** ![{m}]({_rel(f, plan)})", ""]
+            lines += [f"**{m}** ![{m}]({relative_to(f, plan.out)})", ""]
     lines += ["## Loss curves", ""]
     for name in ["stage1", *plan.runs]:
         png = plan.out / name / "loss_curves.png"
@@ -254,14 +258,6 @@ def _policy_setup(b: dict) -> str:
 
 def _yes(v) -> str:
     return "—" if v is None else ("yes" if v else "**no**")
-
-
-def _rel(path: str, plan: Plan) -> str:
-    p = Path(path)
-    try:
-        return str(p.resolve().relative_to(plan.out.resolve()))
-    except ValueError:
-        return str(p)
 
 
 def write_report(plan: Plan, res: dict, commands: dict) -> None:
@@ -327,4 +323,3 @@ def _inline(text: str) -> str:
     t = _h.escape(text)
     t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
     return re.sub(r"`(.+?)`", r"<code>\1</code>", t)
-

@@ -13,7 +13,7 @@ import numpy as np
 from simforcing.demo.plan import SEED, Plan, run_tag
 from simforcing.evaluate.rollout_media import plot_drift
 from simforcing.evaluate.rollouts import chunk_table
-from simforcing.utils import fmt_num
+from simforcing.utils import fmt_num, relative_to
 
 METRICS = (("psnr", "PSNR (dB)", 1.0), ("psnr_arm", "arm-region PSNR (dB)", 1.0), ("af_pos", "action error (cm)", 100.0))
 
@@ -169,19 +169,11 @@ def rollout_lines(res: Optional[dict], plan: Plan) -> list[str]:
                          f"{fmt_num(None if mm.get('af_pos') is None else 100 * mm['af_pos'], 2)} cm (rollout, "
                          "mean over chunks)")
     if res.get("drift_png"):
-        lines += ["", f"![drift curves]({_rel(res['drift_png'], plan)})", ""]
+        lines += ["", f"![drift curves]({relative_to(res['drift_png'], plan.out)})", ""]
     for m in ("simforcing", "sft"):
         strip = plan.out / "rollout" / run_tag(m, SEED) / "videos" / "episode_000.png"
         if strip.exists():
             lines += [f"**{m}**, one episode (rows: masked first frame, simulation chain, prediction, truth; columns: "
                       f"frame 0 and every chunk's last frame; the GIF/MP4 beside it has every frame) "
-                      f"![{m} rollout]({_rel(str(strip), plan)})", ""]
+                      f"![{m} rollout]({relative_to(str(strip), plan.out)})", ""]
     return lines
-
-
-def _rel(path: str, plan: Plan) -> str:
-    p = Path(path)
-    try:
-        return str(p.resolve().relative_to(plan.out.resolve()))
-    except ValueError:
-        return str(p)

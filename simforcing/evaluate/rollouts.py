@@ -186,8 +186,10 @@ def restart_video(sampler: GuidedSampler, batch: dict, cfg: Config, normalizer, 
             hold = hold_actions(cfg, batch["raw_actions"][:, a0 + n - 1], cfg.data.actions_per_window - n,
                                 acts.shape[0], acts.shape[2])
             acts = torch.cat([acts, torch.from_numpy(normalizer.normalize("action", hold.numpy())).float()], dim=1)
+        oracle = cfg.sample.condition == "oracle"  # the condition is the recorded sim video of the whole chunk
+        sim = batch["sim"][:, :, s:s + (cfg.data.frames if oracle else 1)]
         window = {"real": batch["real"][:, :, s:s + 1], "actions": acts, "state0": batch["states"][:, s],
-                  "text": batch["text"], "text_mask": batch["text_mask"], "sim": batch["sim"][:, :, s:s + 1]}
+                  "text": batch["text"], "text_mask": batch["text_mask"], "sim": sim}
         if batch["arm_mask"] is not None:
             window["arm_mask"], window["has_arm_mask"] = batch["arm_mask"][:, s:s + 1], batch["has_arm_mask"]
         res = sampler(window, generators)

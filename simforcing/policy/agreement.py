@@ -212,13 +212,28 @@ def agreement_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def write_agreement(sim_dir: str | Path, wm_dirs: dict[str, str | Path], out: str | Path, n_boot: int = 2000,
-                    video_policy: Optional[str] = None) -> dict:
-    """Read the evaluations, compute :func:`agreement`, write agreement.json / .md, scatter.png and the side-by-side
-    videos of ``video_policy`` (default: the first learned policy) on the first scene of each task."""
+def merge_evals(evals: list[dict]) -> dict:
+    """Simulator evaluations of disjoint players on the same scenes (e.g. one process per group) as one."""
+    out = dict(evals[0], rows=dict(evals[0]["rows"]), episodes=dict(evals[0]["episodes"]),
+               learned=list(evals[0].get("learned", [])), runs=dict(evals[0].get("runs", {})))
+    for e in evals[1:]:
+        if e["scenes"] != out["scenes"] or e["seed"] != out["seed"]:
+            raise ConfigError("--sim: the simulator evaluations were made on other scenes; evaluate them with the same "
+                              "--per-task, --layouts and seed")
+        for key in ("rows", "episodes", "runs"):
+            out[key].update(e.get(key, {}))
+        out["learned"] += e.get("learned", [])
+    return out
+
+
+def write_agreement(sim_dirs: list[str | Path], wm_dirs: dict[str, str | Path], out: str | Path,
+                    n_boot: int = 2000, video_policy: Optional[str] = None) -> dict:
+    """Read the evaluations (the simulator's may be several folders of disjoint players), compute
+    :func:`agreement`, write agreement.json / .md, scatter.png and the side-by-side videos of ``video_policy``
+    (default: the first learned policy) on the first scene of each task."""
     from simforcing.policy.agreement_media import scatter_plot  # matplotlib: only here
 
-    sim = read_eval(sim_dir, "--sim")
+    sim = merge_evals([read_eval(d, "--sim") for d in sim_dirs])
     wms = {name: read_eval(d, f"--wm {name}") for name, d in wm_dirs.items()}
     res = agreement(sim, wms, n_boot)
     res["table_md"] = agreement_markdown(res)
@@ -227,13 +242,13 @@ def write_agreement(sim_dir: str | Path, wm_dirs: dict[str, str | Path], out: st
     player = video_policy or (res["learned"] or res["players"])[0]
     if player not in res["players"]:
         raise ConfigError(f"--video-policy: {player!r} is not one of the evaluated policies {res['players']}")
-    res["videos"] = write_episode_videos(sim_dir, sim, {n: (wm_dirs[n], w) for n, w in wms.items()}, player, out)
+    res["videos"] = write_episode_videos(sim_dirs, sim, {n: (wm_dirs[n], w) for n, w in wms.items()}, player, out)
     atomic_write_json(out / "agreement.json", res)
     atomic_write_text(out / "agreement.md", res["table_md"] + "\n")
     return res
 
 
-def write_episode_videos(sim_dir, sim: dict, wms: dict[str, tuple], player: str, out: Path) -> list[str]:
+def write_episode_videos(sim_dirs: list, sim: dict, wms: dict[str, tuple], player: str, out: Path) -> list[str]:
     """One episode of ``player`` per task, side by side: the simulator, each world model (frames.npz of each
     evaluation folder), each frame marked with the judge's verdict."""
     from simforcing.policy.agreement_media import episode_video
@@ -249,7 +264,7 @@ def write_episode_videos(sim_dir, sim: dict, wms: dict[str, tuple], player: str,
         o = next(o for o in res["episodes"][player][task] if o["scene"] == scene)
         return [None] * offset + list(o.get("frame_judged", []))
 
-    sim_frames, written = frames(sim_dir), []
+    sim_frames, written = {k: v for d in sim_dirs for k, v in frames(d).items()}, []
     wm_frames = {n: frames(d) for n, (d, _) in wms.items()}
     for key, f in sim_frames.items():
         name, task, scene = key.split("|")

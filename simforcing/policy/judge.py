@@ -36,11 +36,12 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from simforcing.config import ConfigError
-from simforcing.data.format import (DataError, episode_file, load_npz_field, read_episodes, read_info, read_lowdim,
-                                    read_splits, read_video)
+from simforcing.data.format import (DataError, episode_file, load_npz_field, meta_dir, read_episodes, read_info,
+                                    read_json, read_lowdim, read_splits, read_video)
 from simforcing.data.paired import frames_to_target
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
 from simforcing.evaluate.probe import ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames
+from simforcing.policy.data import FORMAT as POLICY_FORMAT, read_policy_info
 from simforcing.utils import atomic_write, atomic_write_json
 
 JUDGE_FILE, JUDGE_META = "judge.safetensors", "judge.json"
@@ -166,8 +167,9 @@ def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
     frames, labels, owner, layouts = [], [], [], set()
     e = 0
     for root in map(Path, roots):
-        info, index, split_ids = read_info(root), read_episodes(root), read_splits(root)
-        policy = info.get("format") == "simforcing-policy"
+        policy = read_json(meta_dir(root) / "info.json", "dataset info").get("format") == POLICY_FORMAT
+        info = read_policy_info(root, 1) if policy else read_info(root)
+        index, split_ids = read_episodes(root), read_splits(root)
         layouts.add(int((info.get("synth") or {}).get("layouts") or 0))
         for eid in [x for s in splits for x in split_ids.get(s, [])]:
             obj = _objects(root, eid)
