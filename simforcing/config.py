@@ -156,6 +156,10 @@ class TrainConfig:
     log_every: int = 10
     device: str = "auto"  # "auto", "cpu", "cuda"
     threads: str = "auto"  # CPU threads: "auto" (all cores, fewer while other processes keep cores busy) or N
+    # training on the model's own rollouts (against the drift of long rollouts; the paper has none): with this
+    # probability per sample, the window's first frame is the model's own prediction of it from the previous chunk
+    # (methods.own_first_frames), as a long rollout hands a chunk over; 0 = always the recorded frame
+    rollout_prob: float = 0.0
 
 
 @dataclass
@@ -329,6 +333,9 @@ class Config:
         _check(str(t.threads).strip().lower() == "auto" or (str(t.threads).isdigit() and int(t.threads) >= 1),
                "train.threads", t.threads, "'auto' or an integer >= 1")
         _check(t.ckpt_every >= 1, "train.ckpt_every", t.ckpt_every, "an integer >= 1")
+        _check(0.0 <= t.rollout_prob <= 1.0, "train.rollout_prob", t.rollout_prob, "a probability in [0, 1]")
+        _check(t.rollout_prob == 0 or not d.latent_cache, "train.rollout_prob", t.rollout_prob,
+               "0 with data.latent_cache (training on the model's own rollouts decodes two chunks per window)")
         _check(t.method in METHOD_NAMES, "train.method", t.method, "one of " + ", ".join(METHOD_NAMES))
         s = self.sample
         _check(s.n_sim >= 1 and s.n_real >= 1, "sample.n_real", (s.n_sim, s.n_real), "step counts >= 1")

@@ -294,3 +294,46 @@ def method_preset(cfg: Config, name: str) -> Config:
     if not recipe.condition:
         cfg.conditioning.p = 0.0
     return cfg
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Training on the model's own rollouts (train.rollout_prob)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def rollout_windows(cfg: Config) -> Config:
+    """The data config of a run training on its own rollouts: windows of two chunks (2F − 1 frames, the first one
+    to predict the second's first frame from); ``cfg`` itself otherwise."""
+    if cfg.train.rollout_prob <= 0:
+        return cfg
+    c = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, frames=2 * cfg.data.frames - 1))
+    return c
+
+
+@torch.no_grad()
+def own_first_frames(student: nn.Module, vae, batch: dict, cfg: Config, gen: torch.Generator,
+                     domain: str) -> dict:
+    """The window's first latent replaced, with probability ``train.rollout_prob`` per sample, by the student's own
+    prediction of that frame: one Euler step from noise over the previous chunk of the same episode (its
+    conditional mean: no condition, no gradient), decoded, its last frame re-encoded as a first frame — what a long
+    rollout hands the next chunk (``simforcing.rollout``); the targets stay the recorded future. The batch carries
+    the previous chunk as ``z_<domain>_prev``, ``actions_prev``, ``state0_prev`` (the trainer's two-chunk windows).
+    Returns a new batch (``rollout_frac`` in it: the share replaced)."""
+    key = f"z_{domain}"
+    z = batch[key]
+    sel = torch.rand(z.shape[0], generator=gen, device=gen.device).to(z.device) < cfg.train.rollout_prob
+    out = dict(batch, rollout_frac=sel.float().mean())
+    if not bool(sel.any()):
+        return out
+    prev = batch[f"{key}_prev"][sel]  # (b, C, L+1, h, w)
+    z0, future = prev[:, :, :1], prev[:, :, 1:]
+    noise = torch.randn(future.shape, generator=gen, device=gen.device).to(future)
+    tau = torch.ones(prev.shape[0], device=z.device)
+    mask = batch.get("text_mask")
+    u = student(noise, tau, z0, batch["actions_prev"][sel], batch["state0_prev"][sel], batch["text"][sel],
+                text_mask=None if mask is None else mask[sel]).float()
+    video = vae.decode(torch.cat([z0, flow.clean_estimate(noise, tau, u)], dim=2))  # (b, 3, F, H, W)
+    replaced = z.clone()
+    replaced[sel, :, :1] = vae.encode(video[:, :, -1:].clamp(-1, 1)).to(z.dtype)
+    out[key] = replaced
+    return out

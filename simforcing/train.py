@@ -100,7 +100,7 @@ from simforcing.data.paired import PairedWindowDataset
 from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, CheckpointError, OutputError, os_cause
 from simforcing.locking import FolderLock, lock_folder
 from simforcing.losses import NonFiniteLoss
-from simforcing.methods import METHODS, method_preset, needs_teacher
+from simforcing.methods import METHODS, method_preset, needs_teacher, own_first_frames, rollout_windows
 from simforcing.models.vae import load_vae
 from simforcing.models.weights import frozen_copy, load_configured_weights
 from simforcing.models.world_model import build_world_model
@@ -110,7 +110,8 @@ from simforcing.threads import configure_threads
 from simforcing.utils import (append_jsonl, atomic_write_json, atomic_write_text, autocast_context, read_jsonl,
                               seed_everything)
 
-_BATCH_KEYS = ("sim", "real", "z_sim", "z_real", "actions", "state0", "text", "text_mask")  # what the steps read
+# what the steps read ("states": the second chunk's first state when training on own rollouts)
+_BATCH_KEYS = ("sim", "real", "z_sim", "z_real", "actions", "state0", "text", "text_mask", "states")
 
 
 def derive_seed(*parts: Any) -> int:
@@ -544,7 +545,7 @@ class Trainer:
         if cfg.data.latent_cache:
             self.dataset = LatentWindowDataset(cfg, cfg.data.latent_cache, splits, domains, 0, stats)
         else:
-            self.dataset = PairedWindowDataset(cfg, cfg.data.root, splits, domains, 0, stats)
+            self.dataset = PairedWindowDataset(rollout_windows(cfg), cfg.data.root, splits, domains, 0, stats)
             self.vae = load_vae(cfg, self.device)
         self.stats = self.dataset.stats
         self.domains = domains
@@ -699,12 +700,23 @@ class Trainer:
                                            pin_memory=self.device.type == "cuda")
 
     def _latents(self, batch: dict, step: int) -> dict:
-        """Move to the device; pixels -> latents with the frozen VAE (no grad)."""
+        """Move to the device; pixels -> latents with the frozen VAE (no grad). With ``train.rollout_prob`` the
+        windows hold two chunks: the second is the training window, the first its ``*_prev`` (own_first_frames)."""
         out = {k: batch[k].to(self.device, non_blocking=True) for k in _BATCH_KEYS if k in batch}
+        states = out.pop("states", None)
         if self.vae is not None:
             with torch.no_grad():
                 for d in self.domains:
-                    out[f"z_{d}"] = self.vae.encode(out.pop(d))  # (B, 3, F, H, W) -> (B, C, L+1, h, w)
+                    video = out.pop(d)  # (B, 3, F, H, W) (two chunks: 2F - 1 frames)
+                    if self.cfg.train.rollout_prob > 0:
+                        f = self.cfg.data.frames
+                        out[f"z_{d}_prev"] = self.vae.encode(video[:, :, :f])
+                        video = video[:, :, f - 1:]
+                    out[f"z_{d}"] = self.vae.encode(video)  # (B, 3, F, H, W) -> (B, C, L+1, h, w)
+            if self.cfg.train.rollout_prob > 0:
+                a = self.cfg.data.actions_per_window
+                out["actions_prev"], out["actions"] = out["actions"][:, :a], out["actions"][:, a:]
+                out["state0_prev"], out["state0"] = out["state0"], states[:, self.cfg.data.frames - 1]
         if step in self.faults.nan_batch:
             for d in self.domains:
                 out[f"z_{d}"] = torch.full_like(out[f"z_{d}"], float("nan"))
@@ -714,11 +726,16 @@ class Trainer:
         """One optimizer update; raises Diverged (on every rank) on a non-finite loss term or gradient norm."""
         z = self._latents(batch, step)
         self.gen.manual_seed(derive_seed(self.cfg.train.seed, "step", step, self.dist.rank))
+        if self.cfg.train.rollout_prob > 0:
+            z = own_first_frames(self.student, self.vae, z, self.cfg, self.gen,
+                                 "sim" if self.stage == "pretrain" else "real")
         bad: Optional[tuple[str, float]] = None
         loss, logs = None, {}
         try:
             with autocast_context(self.cfg, self.device):
                 loss, logs = self.step_fn(self.student, self.teacher, z, self.cfg, self.gen)
+                if "rollout_frac" in z:
+                    logs["rollout_frac"] = float(z["rollout_frac"])
             if step in self.faults.nan_loss:
                 loss = loss * float("nan")
             if not torch.isfinite(loss.detach()).item():
