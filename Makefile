@@ -3,15 +3,18 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# CPU wheel of PyTorch on this machine; a GPU user installs a CUDA torch first (see README).
+# CPU wheel of PyTorch on this machine and the torchvision release paired with it (SAM3 masking: PyPI's is a CUDA
+# build whose compiled ops do not load beside the CPU wheel; simforcing/torchvision_ops.py stands in for the two SAM3
+# can call). A GPU user installs a CUDA pair instead (see README).
 TORCH_SPEC ?= torch==2.13.0
+TORCHVISION_SPEC ?= torchvision==0.28.0
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test install clean bench-gpu
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q "$(TORCH_SPEC)" -e ".[test]"
+	$(BIN)/pip install -q "$(TORCH_SPEC)" "$(TORCHVISION_SPEC)" -e ".[test,sam3]"
 	touch $(STAMP)
 
 install: $(STAMP)
