@@ -9,8 +9,11 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 TORCHVISION_SPEC ?= torchvision==0.28.0
 STAMP := $(VENV)/.installed
+# LIBERO's extra needs MuJoCo < 4 (.venv runs MuJoCo 4): its tests run in an environment of their own
+LIBERO_VENV := .venv-libero
+LIBERO_STAMP := $(LIBERO_VENV)/.installed
 
-.PHONY: demo test install clean bench-gpu
+.PHONY: demo test test-libero install clean bench-gpu
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +27,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/python -m pytest -q tests
+
+$(LIBERO_STAMP): pyproject.toml
+	test -x $(LIBERO_VENV)/bin/python || $(PY) -m venv $(LIBERO_VENV)
+	$(LIBERO_VENV)/bin/pip install -q "$(TORCH_SPEC)" -e ".[libero,test]"
+	touch $(LIBERO_STAMP)
+
+# The LIBERO tests (a real libero_spatial env through the evaluation loop); SIMFORCING_TEST_LIBERO=1 makes a missing
+# extra a failure there, not a skip
+test-libero: $(LIBERO_STAMP)
+	MUJOCO_GL=$${MUJOCO_GL:-egl} SIMFORCING_TEST_LIBERO=1 $(LIBERO_VENV)/bin/python -m pytest -q tests/test_policy.py -k libero
 
 # GPU readiness on one CUDA GPU (under 8 minutes): the 5B bridge preset with random weights -> runs/bench_gpu.{json,md};
 # without CUDA it says so and exits with 69
