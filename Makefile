@@ -3,15 +3,21 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# CPU wheel of PyTorch on this machine; a GPU user installs a CUDA torch first (see README).
+# CPU wheel of PyTorch on this machine and the torchvision release paired with it (SAM3 masking: PyPI's is a CUDA
+# build whose compiled ops do not load beside the CPU wheel; simforcing/torchvision_ops.py stands in for the two SAM3
+# can call). A GPU user installs a CUDA pair instead (see README).
 TORCH_SPEC ?= torch==2.13.0
+TORCHVISION_SPEC ?= torchvision==0.28.0
 STAMP := $(VENV)/.installed
+# LIBERO's extra needs MuJoCo < 4 (.venv runs MuJoCo 4): its tests run in an environment of their own
+LIBERO_VENV := .venv-libero
+LIBERO_STAMP := $(LIBERO_VENV)/.installed
 
-.PHONY: demo test install clean bench-gpu
+.PHONY: demo test test-libero install clean bench-gpu
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q "$(TORCH_SPEC)" -e ".[test]"
+	$(BIN)/pip install -q "$(TORCH_SPEC)" "$(TORCHVISION_SPEC)" -e ".[test,sam3]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -21,6 +27,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/python -m pytest -q tests
+
+$(LIBERO_STAMP): pyproject.toml
+	test -x $(LIBERO_VENV)/bin/python || $(PY) -m venv $(LIBERO_VENV)
+	$(LIBERO_VENV)/bin/pip install -q "$(TORCH_SPEC)" -e ".[libero,test]"
+	touch $(LIBERO_STAMP)
+
+# The LIBERO tests (a real libero_spatial env through the evaluation loop); SIMFORCING_TEST_LIBERO=1 makes a missing
+# extra a failure there, not a skip
+test-libero: $(LIBERO_STAMP)
+	MUJOCO_GL=$${MUJOCO_GL:-egl} SIMFORCING_TEST_LIBERO=1 $(LIBERO_VENV)/bin/python -m pytest -q tests/test_policy.py -k libero
 
 # GPU readiness on one CUDA GPU (under 8 minutes): the 5B bridge preset with random weights -> runs/bench_gpu.{json,md};
 # without CUDA it says so and exits with 69

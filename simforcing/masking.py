@@ -18,6 +18,7 @@ rollout. Three modes, ``cfg.sample.mask_mode``:
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Callable, Optional
 
 import torch
@@ -55,7 +56,8 @@ class Sam3Segmenter:
 
     ``__call__(frames (B, 3, H, W) in [-1, 1]) -> (B, H, W) bool``: the union of all instances SAM3 finds for the
     prompt with score > ``score_threshold`` (mask probabilities binarised at ``mask_threshold``), at frame size.
-    SAM3's image processor needs torchvision, which the CPU install does not have: install the ``sam3`` extra.
+    SAM3 needs torchvision (the ``sam3`` extra, which ``make install`` includes; beside the CPU wheel of torch its
+    nms and roi_align come from ``simforcing.torchvision_ops``).
     """
 
     def __init__(self, path: Optional[str], device: str | torch.device = "cpu", prompt: str = "robot arm",
@@ -66,11 +68,14 @@ class Sam3Segmenter:
         if importlib.util.find_spec("torchvision") is None:
             raise ImportError(
                 "sample.mask_mode='sam3' needs torchvision (SAM3's image processor and box ops use it), which is not "
-                "installed; install the `sam3` extra on a GPU machine (pip install -e '.[sam3]'), or choose "
-                "--sample.mask_mode=mask-file / paired-sim. Weights are read from sample.sam3_path="
-                f"{path!r}.")
-        from transformers import Sam3Model, Sam3Processor  # the optional sam3 extra (torchvision), checked just above
+                "installed; install the `sam3` extra (pip install -e '.[sam3]' with the torchvision built for your "
+                "torch; `make install` does it), or choose --sample.mask_mode=mask-file / paired-sim. Weights are "
+                f"read from sample.sam3_path={path!r}.")
+        from transformers import Sam3Model, Sam3Processor  # the sam3 extra (torchvision), checked just above
 
+        if not (Path(path) / "config.json").is_file():  # else transformers would read the path as a hub repo id
+            raise ConfigError(f"sample.sam3_path: {path!r} has no config.json; expected a local folder with the SAM3 "
+                              "weights and processor files in transformers' layout (save_pretrained)")
         try:
             self.processor = Sam3Processor.from_pretrained(path, local_files_only=True)
             self.model = Sam3Model.from_pretrained(path, local_files_only=True, use_safetensors=True).to(device).eval()
