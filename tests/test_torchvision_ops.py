@@ -150,3 +150,15 @@ def test_the_stand_in_serves_exactly_when_torchvision_compiled_ops_did_not_load(
     if torchvision_ops.PROVIDED:
         with pytest.raises(NotImplementedError, match="torchvision_ops.py"):
             torch.ops.torchvision.qnms(torch.zeros(1, 4), torch.zeros(1), 0.5)
+
+
+def test_import_simforcing_stays_light_and_torchvision_imports_after_it():
+    """``import simforcing`` imports neither torch nor torchvision; the first torchvision import (from anywhere) then
+    works beside this torch (the import hook of simforcing/__init__)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, simforcing; assert 'torch' not in sys.modules and 'torchvision' not in sys.modules; "
+            "from diffusers import AutoencoderKLWan; import torchvision.ops; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
