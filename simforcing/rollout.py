@@ -108,6 +108,12 @@ class WorldModelRollout:
             raise ConfigError("rollout.state=probe reads each chunk's state from the generated frames with the state "
                               "probe: set --eval.probe=PROBE (`simforcing model fit-probe`) or use "
                               "--rollout.state=integrate")
+        d, r = cfg.data, cfg.rollout
+        top = min(d.action_dim, d.state_dim)
+        if cfg.rollout.state == "integrate" and any(i >= top for i in (*r.delta_dims, *r.absolute_dims)):
+            raise ConfigError(f"rollout.delta_dims {r.delta_dims} / rollout.absolute_dims {r.absolute_dims}: dims of "
+                              f"{d.action_dim}-D actions and {d.state_dim}-D states are 0..{top - 1}; set them to this "
+                              "dataset's action convention (--rollout.delta_dims=... --rollout.absolute_dims=...)")
         b = first_frame.shape[0]
         if len(generators) != b:
             raise ValueError(f"generators: got {len(generators)} for {b} episodes; expected one per episode")

@@ -53,8 +53,8 @@ def _finish(plan) -> None:
         if job.on_start:
             job.on_start()
         folder = Path(job.argv[job.argv.index("--out") + 1]) if "--out" in job.argv else None
-        if job.name == "data":
-            folder = plan.data
+        if job.name.startswith("data"):  # the benchmark, the long held-out episodes
+            folder = plan.data if job.name == "data" else folder
             (folder / "meta").mkdir(parents=True, exist_ok=True)
             (folder / "meta" / "info.json").write_text(json.dumps({"format": "simforcing-paired"}))
             (folder / "meta" / "stats.json").write_text("{}")
@@ -66,7 +66,8 @@ def _finish(plan) -> None:
                 (folder / "run.json").write_text(json.dumps({"run_id": "x"}))
                 (folder / "status.json").write_text(json.dumps({"state": "finished",
                                                                 "step": int(steps[0].split("=")[1])}))
-            for name in ("config.json", "probe.json", "eval.json", "sweep_steps.json"):
+            for name in ("config.json", "probe.json", "eval.json", "sweep_steps.json", "rollout.json", "judge.json",
+                         "agreement.json"):
                 (folder / name).write_text("{}")
         if job.on_done:
             job.on_done()
