@@ -37,3 +37,13 @@ class _TorchvisionFirst(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 if "torchvision" not in sys.modules:
     sys.meta_path.insert(0, _TorchvisionFirst())
+
+
+def __getattr__(name: str):
+    """``from simforcing import WorldModelPipeline`` (and the other names of ``simforcing.api``) without importing
+    torch at ``import simforcing``."""
+    if name in ("WorldModelPipeline", "Prediction", "load_policy", "evaluate_policies", "evaluate", "rollout_drift"):
+        from simforcing import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'simforcing' has no attribute {name!r}")

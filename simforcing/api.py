@@ -1,0 +1,202 @@
+"""The Python face of simforcing: a trained world model, a policy and their evaluations in a few lines.
+
+    from simforcing import WorldModelPipeline
+
+    pipe = WorldModelPipeline.from_run("runs/demo/simforcing")            # newest valid checkpoint (or step=N)
+    out = pipe(frame, "push the blue ball to the left", state, actions)    # one window, the paper's sampler
+    out.video                                                             # uint8 (F, H, W, 3): frame 0 = given
+    long = pipe.rollout(frame, instruction, state, many_actions)           # any length, chunk after chunk
+
+Inputs are what a robot logs, in the dataset's units: ``frame`` uint8 (H, W, 3) (any size: resized and centre-cropped
+as in training), ``state`` (S,), ``actions`` (A, action_dim) — one window's ``data.actions_per_window`` for a call,
+any number for a rollout. The first frame is masked for the simulation branch as ``sample.mask_mode`` says: pass
+``arm_mask`` (H, W) bool for ``mask-file``, ``sim_frame`` for ``paired-sim``; ``sam3`` segments it. The sampler's
+settings (``n_sim``, ``n_real``, ``w``) and the noise (``seed``) are arguments. The same objects the command line uses
+stay reachable: ``pipe.model``, ``pipe.vae``, ``pipe.cfg``, ``pipe.normalizer``, and :func:`evaluate` /
+:func:`rollout_drift` / :func:`evaluate_policies` / :func:`load_policy` are the functions behind ``simforcing
+evaluate``, ``rollout`` and ``policy eval``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from simforcing.config import Config, ConfigError
+from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_range
+from simforcing.data.stats import Normalizer
+from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
+from simforcing.evaluate.run import evaluate_run as evaluate  # noqa: F401  (re-exported)
+from simforcing.models.text import load_text_encoder
+from simforcing.policy.infer import PolicyRunner
+from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
+from simforcing.runs import load_run
+from simforcing.sample import sample_videos
+from simforcing.utils import resolve_device
+
+
+def _uint8(video: torch.Tensor) -> np.ndarray:
+    """(3, F, H, W) in [-1, 1] -> uint8 (F, H, W, 3)."""
+    return ((video.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 3, 0).numpy()
+
+
+@dataclass
+class Prediction:
+    """What one call or rollout made: ``video`` uint8 (F, H, W, 3) (frame 0: the given first frame as the VAE
+    reconstructs it), ``sim_video`` the simulation branch (None when w = 0), ``masked_frame`` uint8 (H, W, 3) its
+    start, ``forwards`` the network evaluations, ``raw`` the library's result (tensors)."""
+
+    video: np.ndarray
+    sim_video: Optional[np.ndarray]
+    masked_frame: Optional[np.ndarray]
+    forwards: int
+    raw: object
+
+
+class WorldModelPipeline:
+    """A trained world-model run ready to predict (module docstring)."""
+
+    def __init__(self, cfg: Config, model, vae, stats: dict, checkpoint: Optional[dict] = None):
+        self.cfg, self.model, self.vae = cfg, model, vae
+        self.normalizer = Normalizer(stats)
+        self.checkpoint = checkpoint or {}
+        self._text_encoder = None
+        self._text: dict = {}
+
+    @classmethod
+    def from_run(cls, run: str | Path, step: Optional[int] = None, device: str = "auto",
+                 overrides: Optional[list[str]] = None) -> "WorldModelPipeline":
+        """The run's newest valid checkpoint (or ``step``) with the config it was trained with; ``overrides``
+        (``["--sample.w=1"]``) change its sampling/evaluation sections."""
+        from simforcing.config import apply_overrides, parse_overrides
+
+        cfg = None
+        if overrides:
+            cfg = Config.load(Path(run) / "config.json")
+            apply_overrides(cfg, parse_overrides(list(overrides)))
+            cfg.validate()
+        cfg, model, vae, meta = load_run(run, cfg, resolve_device(device), step)
+        if cfg.model.action_head:
+            raise ConfigError(f"{run} is a policy run; load it with simforcing.api.load_policy")
+        return cls(cfg, model, vae, meta["stats"], {"run": str(run), "step": meta.get("step"),
+                                                    "path": meta.get("path")})
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- inputs -------------------------------------------------------------------------------------------------------
+    def text(self, instruction: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1, N, D) embedding padded to data.text_max_tokens and its (1, N) mask, with the run's text encoder."""
+        if instruction not in self._text:
+            if self._text_encoder is None:
+                self._text_encoder = load_text_encoder(self.cfg)
+            d = self.cfg.data
+            emb = torch.as_tensor(self._text_encoder.encode([instruction])[0])[: d.text_max_tokens]
+            text = torch.zeros(1, d.text_max_tokens, emb.shape[-1])
+            mask = torch.zeros(1, d.text_max_tokens, dtype=torch.bool)
+            text[0, : len(emb)], mask[0, : len(emb)] = emb, True
+            self._text[instruction] = (text, mask)
+        return self._text[instruction]
+
+    def frame(self, image: np.ndarray) -> torch.Tensor:
+        """uint8 (H, W, 3) -> (1, 3, H', W') in [-1, 1] at the model's resolution (training resize + centre crop)."""
+        image = np.asarray(image)
+        if image.ndim != 3 or image.shape[-1] != 3 or image.dtype != np.uint8:
+            raise ValueError(f"frame: expected uint8 (H, W, 3); got {image.dtype} {image.shape}")
+        d = self.cfg.data
+        return to_unit_range(frames_to_target(image[None], d.height, d.width)).permute(1, 0, 2, 3)
+
+    def _mask(self, arm_mask: Optional[np.ndarray]) -> Optional[torch.Tensor]:
+        if arm_mask is None:
+            if self.cfg.sample.mask_mode == "mask-file":
+                raise ConfigError("arm_mask: sample.mask_mode is mask-file; pass arm_mask (H, W) bool for the first "
+                                  "frame, or load with overrides=['--sample.mask_mode=sam3', "
+                                  "'--sample.sam3_path=DIR']")
+            return None
+        d = self.cfg.data
+        return masks_to_target(np.asarray(arm_mask)[None], d.height, d.width)
+
+    def _check_actions(self, actions: np.ndarray, exact: bool) -> np.ndarray:
+        a = np.asarray(actions, np.float64)
+        d = self.cfg.data
+        if a.ndim != 2 or a.shape[1] != d.action_dim or (exact and len(a) != d.actions_per_window):
+            want = f"({d.actions_per_window}, {d.action_dim})" if exact else f"(H, {d.action_dim})"
+            raise ValueError(f"actions: expected {want} in the dataset's units; got {a.shape}")
+        return a
+
+    # -- one window -----------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def __call__(self, frame: np.ndarray, instruction: str, state: np.ndarray, actions: np.ndarray,
+                 arm_mask: Optional[np.ndarray] = None, sim_frame: Optional[np.ndarray] = None,
+                 n_sim: Optional[int] = None, n_real: Optional[int] = None, w: Optional[float] = None,
+                 seed: int = 0) -> Prediction:
+        """One window from ``frame``: the two-stage guided sampler (SPEC §5) with the run's or the given settings."""
+        a = self._check_actions(actions, exact=True)
+        text, mask = self.text(instruction)
+        x = self.frame(frame)
+        batch = {"real": x[:, :, None], "actions": torch.from_numpy(self.normalizer.normalize("action", a[None])),
+                 "state0": torch.from_numpy(self.normalizer.normalize("state", np.asarray(state)[None])),
+                 "text": text, "text_mask": mask}
+        m = self._mask(arm_mask)
+        if m is not None:
+            batch["arm_mask"], batch["has_arm_mask"] = m[None], torch.ones(1, dtype=torch.bool)
+        if sim_frame is not None:
+            batch["sim"] = self.frame(sim_frame)[:, :, None]
+        res = sample_videos(self.model, self.vae, batch, self.cfg, n_sim, n_real, w,
+                            torch.Generator().manual_seed(int(seed)), decode_sim=True)
+        return Prediction(_uint8(res.real_video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
+                          None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
+                          res.forwards, res)
+
+    # -- any length ---------------------------------------------------------------------------------------------------
+    def rollout(self, frame: np.ndarray, instruction: str, state: np.ndarray, actions: np.ndarray,
+                arm_mask: Optional[np.ndarray] = None, sim_frame: Optional[np.ndarray] = None,
+                seed: int = 0) -> Prediction:
+        """``actions`` (H, action_dim) of any length, chunk after chunk (``simforcing.rollout``; a last chunk that
+        is not whole is cut): each chunk starts from the previous one's last generated frame, its state integrated
+        from the actions (``rollout.state``), its condition from the simulation chain (``rollout.sim_chain``)."""
+        a = torch.from_numpy(self._check_actions(actions, exact=False))[None]
+        chunk_sizes(a.shape[1], self.cfg.data.actions_per_window, self.cfg.data.frame_stride)  # named errors first
+        text, mask = self.text(instruction)
+        m = self._mask(arm_mask)
+        ro = WorldModelRollout(self.model, self.vae, self.cfg, self.normalizer, self.frame(frame),
+                               torch.as_tensor(np.asarray(state, np.float64))[None], text, mask,
+                               [torch.Generator().manual_seed(int(seed))], first_mask=m,
+                               first_sim=None if sim_frame is None else self.frame(sim_frame))
+        i = 0
+        for n in chunk_sizes(a.shape[1], self.cfg.data.actions_per_window, self.cfg.data.frame_stride):
+            ro.step(a[:, i:i + n])
+            i += n
+        res: RolloutResult = ro.result()
+        return Prediction(_uint8(res.video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
+                          None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
+                          res.forwards, res)
+
+
+def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:
+    """A trained policy: ``policy.act(image uint8 (H, cameras·W, 3), state, instruction, generator)`` -> actions
+    (A, action_dim) in the dataset's units (``simforcing.policy.infer``)."""
+    return PolicyRunner.load(run, device)
+
+
+def evaluate_policies(runs: dict[str, str | Path], world_model: Optional[str | Path] = None,
+                      judge: Optional[str | Path] = None, **kwargs) -> dict:
+    """Closed-loop success of policy runs (name -> folder) on the synthetic benchmark's held-out scenes: in the
+    simulator, or inside ``world_model`` judged by ``judge`` (``simforcing policy eval [--env world-model]``);
+    ``kwargs``: per_task, max_steps, expert_noise, baselines, layouts, jitter, device, ..."""
+    from simforcing.policy.judge import load_judge  # MuJoCo and the judge load only here
+
+    if world_model is None:
+        from simforcing.policy.evaluate import evaluate_synthetic
+
+        return evaluate_synthetic(runs, judge=load_judge(judge) if judge else None, **kwargs)
+    from simforcing.policy.world_model_eval import evaluate_world_model
+
+    if judge is None:
+        raise ConfigError("judge: a world-model evaluation needs the success judge (`simforcing model fit-judge`)")
+    return evaluate_world_model(str(world_model), load_judge(judge), runs, **kwargs)
