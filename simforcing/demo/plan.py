@@ -329,13 +329,13 @@ class _Builder:
                                                               "--videos", "0"])
         return {"data": data_long, "folders": folders}
 
-    def world_model_eval(self, runs: dict[str, Path], pol: dict, full: bool) -> dict:
+    def world_model_eval(self, runs: dict[str, Path], pol: dict, full: bool, seeds: list[int]) -> dict:
         """9. policies evaluated inside the world models (``policy.world_model_eval``), on the policy benchmark's
         held-out layout scenes, against the simulator: the success judge fitted on the layout episodes of the
         demo's data and the policy demonstrations; one-camera action-only policies (the world model predicts the
         external camera) from base, the `sft` and the SimForcing world model (two budgets with --full); the
         scripted expert at several action-noise levels and do-nothing; the simulator's evaluation with the judge on
-        its own frames; each world model's (sft, simforcing, copy-first: the floor); their agreement."""
+        its own frames; each world model's (sft and simforcing of every seed, copy-first: the floor); their agreement."""
         b, w, out = self.b, self.b.wm_eval, self.out / "wm_eval"
         pdata = Path(pol["data"])
         self.records["policy data"] = {"command": pol["commands"]["policy data"], "generator": GENERATOR_VERSION}
@@ -364,18 +364,23 @@ class _Builder:
         evals = {"sim experts": (out / "sim_experts", ["policy", "eval", *noise, *common]),
                  "sim policies": (out / "sim_policies", ["policy", "eval", "--runs", *learned, "--no-baselines",
                                                          *common])}
-        for wm, run in (("sft", runs["sft"]), ("simforcing", runs["simforcing"]), ("copy-first", "copy-first")):
+        wms = {"copy-first": "copy-first"}  # name -> world-model run; every seed's sft and simforcing
+        for seed in seeds:
+            for m in ("simforcing", "sft"):
+                wms[run_tag(m, seed)] = runs[run_tag(m, seed)]
+        for wm, run in wms.items():
             evals[f"world model {wm}"] = (out / f"wm_{wm}", ["policy", "eval", "--env", "world-model", "--wm", str(run),
                                                              "--runs", *learned, *noise, *common])
         for name, (folder, argv) in evals.items():
             deps = ("judge",) + tuple(f"wm-eval policy {n}" for n in policies if "experts" not in name)
-            deps += tuple(f"train {m}" for m in ("sft", "simforcing") if name.endswith(m))
+            wm = name.removeprefix("world model ")
+            deps += (f"train {wm}",) if wm in wms and wm != "copy-first" else ()
             self.add(f"wm-eval {name}", argv + ["--out", str(folder)], folder, "eval.json", deps, inputs=deps,
                      priority=30)
         agree = out / "agreement"
-        wms = [f"{wm}={out / f'wm_{wm}'}" for wm in ("simforcing", "sft", "copy-first")]
-        argv = ["policy", "agreement", "--sim", str(out / "sim_experts"), str(out / "sim_policies"), "--wm", *wms,
-                "--out", str(agree)]
+        order = [w for w in wms if w != "copy-first"] + ["copy-first"]
+        argv = ["policy", "agreement", "--sim", str(out / "sim_experts"), str(out / "sim_policies"), "--wm",
+                *(f"{w}={out / f'wm_{w}'}" for w in order), "--out", str(agree)]
         deps = tuple(f"wm-eval {n}" for n in evals)
         self.add("wm-eval agreement", argv, agree, "agreement.json", deps, inputs=deps, priority=30)
         return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
@@ -410,7 +415,7 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     sweeps, videos = B.sweeps_and_videos(runs, full)
     rollouts = B.rollouts(runs, seed_list, full)
     pol = B.policy_section(runs, full) if policy else None
-    wm_eval = B.world_model_eval(runs, pol, full) if policy and budget.layout_train else None
+    wm_eval = B.world_model_eval(runs, pol, full, seed_list) if policy and budget.layout_train else None
     commands = {j.name: B.records[j.name]["command"] if "command" in B.records.get(j.name, {}) else j.cite()
                 for j in B.jobs}
     return Plan(out, data, budget, B.jobs, evals, runs, sweeps, videos, pol, tuple(names), seed_list, full, B.notes,

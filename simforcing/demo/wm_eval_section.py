@@ -7,8 +7,63 @@ import json
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
 from simforcing.demo.plan import Plan
 from simforcing.utils import relative_to
+
+
+def seed_pairs(res: dict) -> list[tuple[str, str, str]]:
+    """(seed label, simforcing world model, sft world model) for every seed evaluated with both."""
+    envs = set(res["envs"])
+    out = []
+    for name in sorted(envs):
+        if name.startswith("simforcing"):
+            sft = "sft" + name[len("simforcing"):]
+            if sft in envs:
+                out.append((name[len("simforcing_"):] or "42", name, sft))
+    return out
+
+
+def seed_lines(res: dict) -> list[str]:
+    """SimForcing's world model against the sft one as an evaluator, per seed: Pearson, MMRV, episode agreement."""
+    pairs = seed_pairs(res)
+    if not pairs:
+        return []
+    lines = ["Which world model is the more faithful evaluator, per world-model seed (simforcing / sft):", "",
+             "| seed | Pearson, all | MMRV, all | Pearson, learned | MMRV, learned | episodes agreeing |",
+             "|---|---|---|---|---|---|"]
+    diffs: dict[str, list] = {"pearson": [], "mmrv": [], "agree": []}
+    for seed, sf, sft in pairs:
+        r = res["ranking"]
+        cells = []
+        for subset in ("all", "learned"):
+            for key in ("pearson", "mmrv"):
+                a, b = (r[sf].get(subset) or {}).get(key), (r[sft].get(subset) or {}).get(key)
+                cells.append(f"{_f(a)} \\| {_f(b)}")
+        ea, eb = res["episode_agreement"][sf]["all"], res["episode_agreement"][sft]["all"]
+        cells.append(f"{100 * ea:.0f} % \\| {100 * eb:.0f} %")
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+        for key, subset in (("pearson", "all"), ("mmrv", "all")):
+            a, b = r[sf]["all"].get(key), r[sft]["all"].get(key)
+            if a is not None and b is not None:
+                diffs[key].append(a - b)
+        diffs["agree"].append(ea - eb)
+    if len(pairs) > 1:
+        lines.append(f"| simforcing − sft (mean ± std) | {_pm(diffs['pearson'])} | {_pm(diffs['mmrv'])} | | | "
+                     f"{_pm([100 * d for d in diffs['agree']], ' points')} |")
+    return lines + [""]
+
+
+def _f(v) -> str:
+    return "—" if v is None or v != v else f"{v:.2f}"
+
+
+def _pm(vals: list, unit: str = "") -> str:
+    if not vals:
+        return "—"
+    m = float(np.mean(vals))
+    return f"{m:+.2f}" + (f" ± {float(np.std(vals, ddof=1)):.2f}" if len(vals) > 1 else "") + unit
 
 
 def collect_wm_eval(plan: Plan) -> Optional[dict]:
@@ -51,6 +106,7 @@ def wm_eval_lines(res: Optional[dict], plan: Plan) -> list[str]:
     for gif in res.get("videos", []):
         png = Path(gif).with_suffix(".png")
         lines += [f"{Path(gif).stem}: ![episode]({relative_to(str(png), plan.out)})", ""]
+    lines += seed_lines(res)
     if res.get("timing"):
         lines += ["| evaluation | episodes | seconds | episodes / minute |", "|---|---|---|---|"]
         for name, t in res["timing"].items():
