@@ -40,9 +40,9 @@ def seed_lines(res: dict) -> list[str]:
         for subset in ("all", "learned"):
             for key in ("pearson", "mmrv"):
                 a, b = (r[sf].get(subset) or {}).get(key), (r[sft].get(subset) or {}).get(key)
-                cells.append(f"{_f(a)} \\| {_f(b)}")
+                cells.append(f"{_f(a)} / {_f(b)}")
         ea, eb = res["episode_agreement"][sf]["all"], res["episode_agreement"][sft]["all"]
-        cells.append(f"{100 * ea:.0f} % \\| {100 * eb:.0f} %")
+        cells.append(f"{100 * ea:.0f} % / {100 * eb:.0f} %")
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
         for key, subset in (("pearson", "all"), ("mmrv", "all")):
             a, b = r[sf]["all"].get(key), r[sft]["all"].get(key)
