@@ -453,7 +453,8 @@ def test_world_model_configs_and_checkpoints_from_before_the_policy_still_load(w
     loads unchanged: a world model's config hash leaves out the policy's fields."""
     import shutil
 
-    from simforcing.checkpoint import config_hash, load_model_from_run
+    from simforcing.checkpoint import config_hash
+    from simforcing.runfolder import load_model_from_run
     from simforcing.config import Config
 
     old = tmp_path / "old"

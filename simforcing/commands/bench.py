@@ -110,4 +110,4 @@ def bench_gpu(args: argparse.Namespace, cfg: Config) -> int:
     return EXIT_OK
 
 
-SUBCOMMANDS = {("bench",): Subcommand(add_bench_arguments, bench, config_for_bench)}
+BENCH = Subcommand(add_bench_arguments, bench, config_for_bench)

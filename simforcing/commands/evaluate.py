@@ -9,6 +9,7 @@ from simforcing.commands import Subcommand, add_config_args, config_for_run, con
 from simforcing.config import Config
 from simforcing.evaluate.run import DOMAINS, evaluate_run, format_result
 from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps
+from simforcing.runfolder import WORLD_MODELS, require_kind
 from simforcing.sample import BASELINES
 from simforcing.utils import resolve_device
 
@@ -58,8 +59,11 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, steps: bool) -> None:
 
 
 def sweep_config(args: argparse.Namespace) -> Config:
-    """The (first) run's config + overrides: its data/sample/eval sections are used."""
+    """The (first) run's config + overrides: its data/sample/eval sections are used. Every run must be a world
+    model (a policy run is refused by name)."""
     if args.command == ("sweep", "cfg"):
+        for run in args.ckpts[1:]:
+            require_kind(run, WORLD_MODELS, "--ckpts", "sample")
         args.ckpt = args.ckpts[0]
     return config_for_run(args)
 
@@ -78,8 +82,6 @@ def sweep(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-SUBCOMMANDS = {
-    ("evaluate",): Subcommand(add_evaluate_arguments, evaluate, evaluate_config),
-    ("sweep", "cfg"): Subcommand(lambda p: add_sweep_arguments(p, steps=False), sweep, sweep_config),
-    ("sweep", "steps"): Subcommand(lambda p: add_sweep_arguments(p, steps=True), sweep, sweep_config),
-}
+EVALUATE = Subcommand(add_evaluate_arguments, evaluate, evaluate_config)
+SWEEP_CFG = Subcommand(lambda p: add_sweep_arguments(p, steps=False), sweep, sweep_config)
+SWEEP_STEPS = Subcommand(lambda p: add_sweep_arguments(p, steps=True), sweep, sweep_config)

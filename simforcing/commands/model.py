@@ -102,10 +102,7 @@ def fit_probe_command(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-SUBCOMMANDS = {
-    ("model", "info"): Subcommand(add_info_arguments, info, config_from_args),
-    ("model", "init-action-expert"): Subcommand(add_init_action_expert_arguments, init_action_expert,
-                                                config_from_args),
-    ("model", "fit-vae"): Subcommand(add_fit_vae_arguments, fit_vae, config_from_args),
-    ("model", "fit-probe"): Subcommand(add_fit_probe_arguments, fit_probe_command, config_from_args),
-}
+INFO = Subcommand(add_info_arguments, info, config_from_args)
+INIT_ACTION_EXPERT = Subcommand(add_init_action_expert_arguments, init_action_expert, config_from_args)
+FIT_VAE = Subcommand(add_fit_vae_arguments, fit_vae, config_from_args)
+FIT_PROBE = Subcommand(add_fit_probe_arguments, fit_probe_command, config_from_args)

@@ -30,4 +30,4 @@ def generate(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-SUBCOMMANDS = {("generate",): Subcommand(add_generate_arguments, generate, config_for_run)}
+GENERATE = Subcommand(add_generate_arguments, generate, config_for_run)

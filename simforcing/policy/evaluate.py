@@ -27,7 +27,7 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
-from simforcing.train import derive_seed
+from simforcing.utils import derive_seed
 
 EVAL_SEED = 9000  # dataset seed of the held-out evaluation scenes (synth-policy demonstrations use 100)
 EXPERT, FLOOR = "scripted expert (ceiling)", "do nothing (floor)"

@@ -32,7 +32,7 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.policy.evaluate import format_table, rate, wilson
 from simforcing.policy.infer import PolicyRunner
-from simforcing.train import derive_seed
+from simforcing.utils import derive_seed
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 MAX_STEPS = {"libero_spatial": 400, "libero_object": 400, "libero_goal": 400, "libero_10": 700}
