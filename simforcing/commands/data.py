@@ -18,7 +18,7 @@ from simforcing.data.check import check_dataset
 from simforcing.data.format import meta_dir
 from simforcing.data.stats import STATS_KEYS, write_stats
 from simforcing.data.text_cache import cache_dir
-from simforcing.utils import resolve_device
+from simforcing.utils import check_output_path, resolve_device
 
 # ----------------------------------------------------------------------------------------------------------------------
 # data synth
@@ -193,6 +193,13 @@ def add_import_lerobot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true")
 
 
+def _print_skipped(skipped: list[tuple[str, str, str]]) -> None:
+    for _, kind, why in skipped:
+        print(f"  skipped [{kind}] {why}")
+    if skipped:
+        print(f"{len(skipped)} bad episodes skipped")
+
+
 def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     if args.wrist_camera is not None:  # a policy dataset: real episodes, two cameras
         from simforcing.policy.data import import_lerobot_policy
@@ -201,7 +208,9 @@ def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
             raise ConfigError("--sim: a policy dataset (--wrist-camera) is real-only; leave out --sim")
         s = import_lerobot_policy(args.real, args.out, args.camera or args.real_camera, args.wrist_camera,
                                   args.action_key, args.state_key, args.val_fraction, args.seed, args.height,
-                                  args.width, progress=not args.no_progress, overwrite=args.overwrite)
+                                  args.width, progress=not args.no_progress, overwrite=args.overwrite,
+                                  skip_bad=args.skip_bad)
+        _print_skipped(s["skipped"])
         print(f"wrote the policy dataset {s['out']}: {s['train']} train, {s['val']} val episodes, two cameras at "
               f"{s['height']}x{s['width']}; next: simforcing data embed-text {s['out']}")
         return 0
@@ -214,10 +223,7 @@ def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
                          args.state_key, args.val_fraction, args.seed, args.height, args.width, args.lowdim_from,
                          args.sim_background, progress=not args.no_progress, overwrite=args.overwrite,
                          skip_bad=args.skip_bad)
-    for eid, kind, why in summary["skipped"]:
-        print(f"  skipped [{kind}] {why}")
-    if summary["skipped"]:
-        print(f"{len(summary['skipped'])} bad episodes skipped")
+    _print_skipped(summary["skipped"])
     print(f"wrote {summary['out']}: {summary['train']} train, {summary['val']} val, {summary['sim_pool']} sim-only "
           f"episodes at {summary['height']}x{summary['width']}; statistics in meta/stats.json")
     if summary["skipped_real_only"]:
@@ -251,6 +257,7 @@ def encode_config(args: argparse.Namespace) -> Config:
 def encode(args: argparse.Namespace, cfg: Config) -> int:
     from simforcing.prep.latents import encode_latent_cache  # the VAE (diffusers): only this subcommand needs it
 
+    check_output_path(args.out, "--out")
     index = encode_latent_cache(cfg, args.data, args.out, args.windows_per_episode, tuple(args.splits),
                                 args.batch_size, resolve_device(cfg.train.device), progress=not args.no_progress)
     n = sum(len(e["windows"]) for e in index["episodes"])

@@ -207,7 +207,7 @@ class PairedWindowDataset(torch.utils.data.Dataset):
         if not self.cfg.data.skip_bad:
             raise e
         log.warning("skipping episode %s [%s]: %s", e.episode, e.kind, e)
-        self.skipped.append((e.episode, str(e)))
+        self.skipped.append((e.episode, f"[{e.kind}] {e}"))  # (episode, "[kind] message")
 
     # -- epochs ---------------------------------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simforcing.config import Config, ConfigError, apply_overrides, load_config, parse_overrides
-from simforcing.policy.data import read_policy_info
+from simforcing.data.policy_format import read_policy_info
 from simforcing.policy.settings import policy_config
 from simforcing.runfolder import CONFIG_FILE, KINDS, require_kind, run_config
 
