@@ -135,10 +135,10 @@ def run_kind(run_dir: str | Path) -> Optional[str]:
 def describe_kind(kind: str, cfg: Optional[Config]) -> str:
     """"a stage-2 run (a real-domain world model, train.method 'sft')" and the like."""
     if kind == "stage1":
-        return "a stage-1 run (the simulation world model of `simforcing pretrain`)"
+        return "a stage-1 run (the simulation world model)"
     if kind == "stage2":
         return f"a stage-2 run (a real-domain world model, train.method {cfg.train.method if cfg else '?'!r})"
-    return f"a policy run (`simforcing policy train`, policy.setting {cfg.policy.setting if cfg else '?'!r})"
+    return f"a policy run (policy.setting {cfg.policy.setting if cfg else '?'!r})"
 
 
 def resume_command(run_dir: str | Path, kind: str, cfg: Optional[Config] = None) -> str:
@@ -181,9 +181,9 @@ def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> st
 # what each use of a run needs, said in the refusal
 USE_NEEDS = {"sample": "this command samples a world model", "policy": "`policy eval` scores policy runs",
              "teacher": "stage 2 starts from a stage-1 run",
-             "resume_pretrain": "`simforcing pretrain --resume` cannot continue it",
-             "resume_train": "`simforcing train --resume` cannot continue it",
-             "resume_policy": "`simforcing policy train --resume` cannot continue it"}
+             "resume_pretrain": "simforcing pretrain --resume cannot continue it",
+             "resume_train": "simforcing train --resume cannot continue it",
+             "resume_policy": "simforcing policy train --resume cannot continue it"}
 
 
 def require_kind(run_dir: str | Path, kinds: tuple[str, ...], flag: str, use: str) -> Optional[str]:

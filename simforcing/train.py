@@ -47,7 +47,7 @@ from simforcing.training.faults import FaultPlan, StopFlag
 from simforcing.training.optim import apply_optimizer_settings, build_optimizer, lr_factor, param_groups
 from simforcing.training.runlog import RunLog
 from simforcing.training.step import StepHooks, train_step
-from simforcing.utils import atomic_write_json, derive_seed, seed_everything
+from simforcing.utils import atomic_write_json, check_output_path, derive_seed, resolve_device, seed_everything
 
 __all__ = ["Diverged", "Trainer", "derive_seed", "lr_factor", "param_groups", "train_run"]
 
@@ -92,6 +92,8 @@ class Trainer:
         self._check_method(cfg)
         if cfg.data.latent_cache is None and not cfg.data.root:
             raise ConfigError("data.root: not set; pass --data DIR (or --data.latent_cache=CACHE)")
+        resolve_device(cfg.train.device)  # a device this machine has, before anything is built
+        check_output_path(self.run_dir, "--out")
         self._check_run_folder()
         if self.stage == "train":
             self.teacher_run, teacher = resolve_teacher(self.run_dir, self.teacher_run, self.resume, self.cfg)

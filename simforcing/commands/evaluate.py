@@ -11,7 +11,7 @@ from simforcing.evaluate.run import DOMAINS, evaluate_run, format_result
 from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps
 from simforcing.runfolder import WORLD_MODELS, require_kind
 from simforcing.sample import BASELINES
-from simforcing.utils import resolve_device
+from simforcing.utils import check_output_path, resolve_device
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,8 @@ def evaluate_config(args: argparse.Namespace) -> Config:
 
 
 def evaluate(args: argparse.Namespace, cfg: Config) -> int:
-    device = resolve_device(args.device) if args.device else None
+    check_output_path(args.out, "--out")  # before any sample is generated
+    device = resolve_device(args.device, "--device") if args.device else resolve_device(cfg.train.device)
     res = evaluate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, baseline=args.baseline,
                        step=args.step, device=device, domain=args.domain)
     print(f"{format_result(res)} -> {Path(args.out) / 'eval.json'}")
@@ -69,7 +70,8 @@ def sweep_config(args: argparse.Namespace) -> Config:
 
 
 def sweep(args: argparse.Namespace, cfg: Config) -> int:
-    device = resolve_device(args.device) if args.device else None
+    check_output_path(args.out or ("sweep_cfg" if args.command == ("sweep", "cfg") else "sweep_steps"), "--out")
+    device = resolve_device(args.device, "--device") if args.device else resolve_device(cfg.train.device)
     if args.command == ("sweep", "cfg"):
         res = sweep_cfg(args.ckpts, args.data, cfg, ws=args.w, num_samples=args.num_samples,
                         out_dir=args.out or "sweep_cfg", split=args.split, device=device)

@@ -11,6 +11,7 @@ from simforcing.evaluate.probe import FitOptions, fit_probe, save_probe
 from simforcing.models.info import format_info, model_info
 from simforcing.models.weights import write_action_expert
 from simforcing.prep.demo_vae import NORMALIZATIONS, fit_demo_vae
+from simforcing.utils import check_output_path
 
 
 def add_info_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +32,7 @@ def add_init_action_expert_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def init_action_expert(args: argparse.Namespace, cfg: Config) -> int:
+    check_output_path(args.out, "--out", folder=False)
     tensors = write_action_expert(cfg, args.weights, args.out)
     print(f"wrote {len(tensors)} action-expert tensors ({sum(t.numel() for t in tensors.values()) / 1e6:.1f} M "
           f"parameters) to {args.out}; action.action_in keeps its init")
@@ -51,6 +53,7 @@ def add_fit_vae_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def fit_vae(args: argparse.Namespace, cfg: Config) -> int:
+    check_output_path(args.out, "--out")  # before the fit
     vae, report = fit_demo_vae(args.data, cfg, args.max_windows, args.seed, args.components, args.out,
                                normalization=args.normalization)
     p = report["psnr_val"]
@@ -83,6 +86,7 @@ def add_fit_probe_arguments(parser: argparse.ArgumentParser) -> None:
 def fit_probe_command(args: argparse.Namespace, cfg: Config) -> int:
     if args.steps < 1 or args.batch_size < 4:
         raise ConfigError(f"--steps {args.steps} / --batch-size {args.batch_size}: expected >= 1 / >= 4")
+    check_output_path(args.out, "--out")  # before the fit
     opts = FitOptions(splits=(args.split,), sim_splits=tuple(args.sim_splits), val_split=args.val_split or None,
                       steps=args.steps, batch_size=args.batch_size, seed=args.seed,
                       position_dims=tuple(args.position_dims),

@@ -7,7 +7,7 @@ import argparse
 from simforcing.commands import Subcommand, add_config_args, config_for_run
 from simforcing.config import Config
 from simforcing.sample import generate_run
-from simforcing.utils import resolve_device
+from simforcing.utils import check_output_path, resolve_device
 
 
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +24,10 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def generate(args: argparse.Namespace, cfg: Config) -> int:
+    check_output_path(args.out, "--out")  # before any sample is generated
+    device = resolve_device(args.device, "--device")
     gifs = generate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, step=args.step,
-                        device=resolve_device(args.device), upscale=args.upscale, fps=args.fps)
+                        device=device, upscale=args.upscale, fps=args.fps)
     print(f"wrote {len(gifs)} sample(s) to {args.out} (MP4, GIF and PNG strip each)")
     return 0
 

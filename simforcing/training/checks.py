@@ -34,7 +34,7 @@ def check_resume_kind(theirs: Config, stage: str, run_dir: Path) -> None:
     kind = kind_of_config(theirs, (run_dir / TEACHER_FILE).exists())
     if kind != STAGE_KIND[stage]:
         command = "simforcing policy train" if stage == "policy" else f"simforcing {stage}"
-        raise ConfigError(f"--out: {run_dir} is {describe_kind(kind, theirs)}; `{command} --resume` cannot continue "
+        raise ConfigError(f"--out: {run_dir} is {describe_kind(kind, theirs)}; {command} --resume cannot continue "
                           f"it — use `{resume_command(run_dir, kind, theirs)}`")
 
 
