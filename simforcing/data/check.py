@@ -112,6 +112,16 @@ def check_resolution(h: int, w: int, height: int, width: int, episode: str | Non
                         f"{MIN_CROP_FRACTION:.0%}", episode, path, kind="bad_resolution")
 
 
+def skip_or_raise(e: DataError, skip_bad: bool, episode: str | None = None) -> tuple[str, str, str]:
+    """What every reader does with a bad episode: raise ``e``, or with ``skip_bad`` log it once and return
+    (episode, kind, message) for the reader's list of skipped episodes."""
+    if not skip_bad:
+        raise e
+    eid = episode if episode is not None else e.episode
+    log.warning("skipping episode %s [%s]: %s", eid, e.kind, e)
+    return eid, e.kind, str(e)
+
+
 def check_text_cache(cache: Path, cfg: Config) -> dict:
     """The cache's info.json must exist and match model.text_dim (DataError kind bad_text_embedding otherwise)."""
     info = read_cache_info(cache)
@@ -405,10 +415,7 @@ def check_dataset(root: str | Path, cfg: Config, skip_bad: bool = False) -> Chec
     report = CheckReport(str(root), cfg.preset, f"policy, {len(info['cameras'])} cameras" if policy else "paired")
 
     def bad(e: DataError) -> None:
-        if not skip_bad:
-            raise e
-        log.warning("skipping episode %s [%s]: %s", e.episode, e.kind, e)
-        report.skipped.append((e.episode, e.kind, str(e)))
+        report.skipped.append(skip_or_raise(e, skip_bad))
 
     for e in problems:
         bad(e)

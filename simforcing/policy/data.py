@@ -11,7 +11,6 @@ and frames, the cameras against the video, finite values); ``data.skip_bad`` ski
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.check import (check_policy_cameras, check_text_cache, resolve_split_episodes,
+from simforcing.data.check import (check_policy_cameras, check_text_cache, resolve_split_episodes, skip_or_raise,
                                    validate_policy_episode)
 from simforcing.data.format import DataError, EpisodeInfo, episode_file, is_dataset, meta_dir, read_stats, read_video
 from simforcing.data.policy_format import (FORMAT, VERSION, VIDEO, read_policy_info, read_policy_lowdim,
@@ -29,7 +28,6 @@ from simforcing.data.stats import Normalizer, write_stats
 from simforcing.data.text_cache import cache_dir, load_embedding
 from simforcing.utils import check_output_folder, staged_folder
 
-log = logging.getLogger("simforcing.data")
 __all__ = ["FORMAT", "VERSION", "PolicyWindowDataset", "import_lerobot_policy", "read_policy_info",
            "read_policy_lowdim", "write_policy_episode", "write_policy_meta"]  # the format: data.policy_format
 
@@ -80,10 +78,8 @@ class PolicyWindowDataset(torch.utils.data.Dataset):
         return kept
 
     def _bad(self, e: DataError) -> None:
-        if not self.cfg.data.skip_bad:
-            raise e
-        log.warning("skipping episode %s [%s]: %s", e.episode, e.kind, e)
-        self.skipped.append((e.episode, f"[{e.kind}] {e}"))  # (episode, "[kind] message")
+        eid, kind, message = skip_or_raise(e, self.cfg.data.skip_bad)
+        self.skipped.append((eid, f"[{kind}] {message}"))  # (episode, "[kind] message")
 
     def set_epoch(self, epoch: int) -> None:
         self.windows = draw_window_starts([e.length for e in self.episodes], self.window_steps,
@@ -187,10 +183,7 @@ def import_lerobot_policy(real_dir: str | Path, out: str | Path, camera: str | N
             try:
                 frames, actions, states, task = _lerobot_episode(ext, wrist, idx, eid, height, width, fit_frames)
             except DataError as e:
-                if not skip_bad:
-                    raise
-                log.warning("skipping episode %s [%s]: %s", eid, e.kind, e)
-                skipped.append((eid, e.kind, str(e)))
+                skipped.append(skip_or_raise(e, skip_bad, eid))
                 continue
             write_policy_episode(tmp, eid, frames, actions, states, int(round(ext.fps)))
             dims = (int(actions.shape[1]), int(states.shape[1]))
