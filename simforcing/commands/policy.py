@@ -17,6 +17,7 @@ from typing import Optional
 
 from simforcing.commands import Subcommand, note_unused_config, report_training
 from simforcing.config import POLICY_SETTINGS, Config, ConfigError
+from simforcing.runfolder import CONFIG_FILE
 from simforcing.utils import atomic_write_json, atomic_write_text, check_output_path, resolve_device
 
 
@@ -51,7 +52,7 @@ def train_config(args: argparse.Namespace) -> Config:
                           "that architecture")
     cfg = policy_run_config(args.setting, args.init, args.data, args.preset or "demo", args.overrides,
                             resume_from=resume, config=args.config)
-    if resume is not None and (Path(resume) / "config.json").is_file():
+    if resume is not None and (Path(resume) / CONFIG_FILE).is_file():
         args.given = frozenset({"preset"} if args.preset else ())
         note_unused_config(args, cfg, resume)
     return cfg

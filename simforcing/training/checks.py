@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from simforcing.config import Config, ConfigError
 from simforcing.errors import CheckpointError
-from simforcing.runfolder import (STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config, open_run,
+from simforcing.runfolder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config, open_run,
                                   resume_command)
 from simforcing.runs import architecture_fields, check_teacher_architecture, differing_fields
 
@@ -93,7 +93,7 @@ def resolve_teacher(run_dir: Path, teacher_run: Optional[Path], resume: bool, cf
         teacher = open_run(teacher_run, ("stage1",), "--teacher", "teacher", checkpoint=checkpoint)
     except CheckpointError as e:
         if "no valid checkpoint" in str(e):
-            raise CheckpointError("no valid checkpoint to start stage 2 from", teacher_run / "checkpoints") from e
+            raise CheckpointError("no valid checkpoint to start stage 2 from", teacher_run / CHECKPOINTS_DIR) from e
         raise
     check_teacher_architecture(cfg, teacher.cfg, str(teacher_run))
     return teacher_run, teacher
