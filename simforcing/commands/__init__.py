@@ -27,7 +27,7 @@ class Subcommand:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Optional[Config]], int]
     config: Optional[Callable[[argparse.Namespace], Config]] = None
-    interrupted: str = "nothing was left half-written; run the same command again"  # said after Ctrl-C (exit 130)
+    interrupted: str = "run the same command again"  # what is said after Ctrl-C (exit 130)
 
 
 def add_dataset_out(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def dataset_out(args: argparse.Namespace) -> str:
     return args.out or args.out_opt
 
 
-class _Given(argparse.Action):
+class Given(argparse.Action):
     """Store the value and note that the option was given, so a default can be told from a choice."""
 
     def __call__(self, parser, namespace, values, option_string=None):
@@ -57,7 +57,7 @@ def given(args: argparse.Namespace, dest: str) -> bool:
 
 def add_config_args(parser: argparse.ArgumentParser, preset_default: str | None = "demo") -> None:
     """--preset, --config (a run's config.json) and --dry-run; overrides go after them as --section.field=value."""
-    parser.add_argument("--preset", default=preset_default, action=_Given, help="demo | bridge | interndata_a1")
+    parser.add_argument("--preset", default=preset_default, action=Given, help="demo | bridge | interndata_a1")
     parser.add_argument("--config", default=None, help="start from this config.json instead of a preset")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
 

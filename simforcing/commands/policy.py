@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from simforcing.commands import Subcommand, note_unused_config, report_training
+from simforcing.commands import Given, Subcommand, note_unused_config, report_training
 from simforcing.config import POLICY_SETTINGS, Config, ConfigError
 from simforcing.runfolder import CONFIG_FILE
 from simforcing.utils import atomic_write_json, atomic_write_text, check_output_path, resolve_device
@@ -28,8 +28,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "or a run folder (every compatible tensor of both experts; its checkpoint's own config)")
     parser.add_argument("--data", default=None, help="policy dataset folder")
     parser.add_argument("--out", default=None, help="run folder to create (or continue with --resume)")
-    parser.add_argument("--preset", default=None, help="with --init base: demo | bridge | interndata_a1 (default: "
-                        "demo)")
+    parser.add_argument("--preset", default=None, action=Given, help="with --init base: demo | bridge | "
+                        "interndata_a1 (default: demo)")
     parser.add_argument("--config", default=None, help="with --init base: start from this config.json instead of "
                         "the preset (e.g. a world-model run's: same architecture and VAE, weights not inherited)")
     parser.add_argument("--resume", action="store_true", help="continue --out with its own config (--init, "
@@ -53,7 +53,6 @@ def train_config(args: argparse.Namespace) -> Config:
     cfg = policy_run_config(args.setting, args.init, args.data, args.preset or "demo", args.overrides,
                             resume_from=resume, config=args.config)
     if resume is not None and (Path(resume) / CONFIG_FILE).is_file():
-        args.given = frozenset({"preset"} if args.preset else ())
         note_unused_config(args, cfg, resume)
     return cfg
 

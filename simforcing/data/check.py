@@ -384,8 +384,8 @@ class CheckReport:
     def format(self) -> str:
         lines = [f"dataset {self.root} ({self.kind}; checked with preset {self.preset})"]
         for s, v in self.splits.items():
-            lines.append(f"  {s:<9} {v['episodes']:>6} episodes  {v['frames']:>8} frames  {v['paired']:>6} paired  "
-                         f"{v['masks']:>6} with arm masks")
+            pairs = f"  {v['paired']:>6} paired  {v['masks']:>6} with arm masks" if self.kind == "paired" else ""
+            lines.append(f"  {s:<9} {v['episodes']:>6} episodes  {v['frames']:>8} frames{pairs}")
         lines.append("  resolutions: " + ", ".join(f"{k} ({v} episodes)" for k, v in self.resolutions.items()))
         for name, v in self.windows.items():
             lines.append(f"  preset {name:<14} window {v['window_steps']:>4} steps: {v['windows']:>8} distinct "
