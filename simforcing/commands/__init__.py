@@ -5,7 +5,8 @@ Each module holds the subcommands of one group (``data``, ``model``, ``train``, 
 with their words (the one place the words are spelt). ``simforcing.cli`` finds the command, builds its parser,
 resolves its config with ``Subcommand.config`` (preset or ``--config`` or a run's config, plus
 ``--section.field=value`` overrides, validated), answers ``--dry-run``, calls ``Subcommand.run(args, cfg)`` and turns
-the errors of ``simforcing.errors`` into messages and exit codes — once, for every command.
+the errors of ``simforcing.errors`` into messages and exit codes — once, for every command. The helpers of commands
+that take a run folder are in ``commands.runs`` (they load torch and the model code; ``data check`` does not).
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from simforcing import parallel
 from simforcing.config import Config, ConfigError, apply_overrides, load_config, parse_overrides
-from simforcing.runfolder import WORLD_MODELS, run_config
 
 
 @dataclass(frozen=True)
@@ -92,22 +91,3 @@ def note_unused_config(args: argparse.Namespace, run_cfg: Config, run: str) -> N
         print(f"note: --resume continues {run} with its own config (preset {run_cfg.preset!r}); "
               f"{' and '.join(unused)} not used — give changes as --section.field=value", file=sys.stderr,
               flush=True)
-
-
-def config_for_run(args: argparse.Namespace) -> Config:
-    """The config ``--ckpt``'s checkpoint (``--step``, or the newest) was trained with + command-line overrides
-    (validated); a policy run is refused by name, and so are --preset/--config (the run decides the config)."""
-    refuse_config_with(args, "--ckpt", "the run's own config is the base")
-    return config_from_args(args, base=run_config(args.ckpt, WORLD_MODELS, "--ckpt", "sample",
-                                                  step=getattr(args, "step", None)))
-
-
-def report_training(prog: str, result: dict) -> int:
-    """The one line a training command ends with (stopped: how to continue; finished: the checkpoint); its exit
-    code."""
-    if result["state"] == "stopped":
-        print(f"{prog}: stopped at step {result['step']} ({result['reason']}); continue with --resume",
-              file=sys.stderr, flush=True)
-    elif result["state"] == "finished" and parallel.rank() == 0:
-        print(f"{prog}: finished {result['step']} steps; checkpoint {result['checkpoint']}", flush=True)
-    return int(result["exit_code"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simforcing.commands import Subcommand, add_config_args, config_for_run, config_from_args
+from simforcing.commands import Subcommand, add_config_args, config_from_args
+from simforcing.commands.runs import config_for_run
 from simforcing.config import Config
 from simforcing.evaluate.run import DOMAINS, evaluate_run, format_result
 from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from simforcing.commands import Subcommand, add_config_args, config_for_run
+from simforcing.commands import Subcommand, add_config_args
+from simforcing.commands.runs import config_for_run
 from simforcing.config import Config
 from simforcing.sample import generate_run
 from simforcing.utils import check_output_path, resolve_device

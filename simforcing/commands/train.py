@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simforcing.commands import Subcommand, add_config_args, config_from_args, note_unused_config, report_training
+from simforcing.commands import Subcommand, add_config_args, config_from_args, note_unused_config
+from simforcing.commands.runs import report_training
 from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
 from simforcing.methods import method_preset
 from simforcing.runfolder import CONFIG_FILE, STAGE_KIND, is_run_folder, require_kind, run_config

@@ -81,12 +81,11 @@ def test_an_unavailable_device_is_a_named_error_in_every_command(ref, policy_run
 def test_a_run_folder_with_an_equals_sign_reaches_policy_eval(policy_run, tmp_path, capsys):
     """`sweep/lr=1e-4` could not be given to `policy eval --runs` in any spelling."""
     run = copy_run(policy_run, tmp_path / "sweep" / "lr=1e-4")
-    for spelling, row in (([str(run)], "lr=1e-4"), ([f"best={run}"], "best"), (["--run", "best", str(run)], "best")):
-        out = tmp_path / f"eval_{row}_{len(spelling)}"
-        words = quiet_eval_args(out) + spelling if spelling[0] == "--run" else quiet_eval_args(out, *spelling)
-        assert main(words) == 0, capsys.readouterr().err
-        rec = json.loads((out / "eval.json").read_text())["runs"]
-        assert list(rec) == [row] and rec[row]["run"] == str(run.resolve())
+    out = tmp_path / "eval"  # the three spellings at once: a bare RUN, NAME=RUN, --run NAME RUN
+    assert main(quiet_eval_args(out, str(run), f"best={run}") + ["--run", "third", str(run)]) == 0, \
+        capsys.readouterr().err
+    rec = json.loads((out / "eval.json").read_text())["runs"]
+    assert list(rec) == ["lr=1e-4", "best", "third"] and {r["run"] for r in rec.values()} == {str(run.resolve())}
     # a spelling that names two folders is refused, naming both readings and the way out
     (tmp_path / "sweep" / "lr").mkdir()
     shutil.copytree(run, tmp_path / "1e-4")
