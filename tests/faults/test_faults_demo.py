@@ -210,8 +210,11 @@ def test_ctrl_c_stops_the_demo_with_130_and_one_line(tmp_path):
     import sys
     import time
 
+    # as from a terminal: SIGINT at its default even when this suite runs in the background (a shell without job
+    # control starts background commands with SIGINT ignored, and Python then keeps it ignored)
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "demo")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = ""
         deadline = time.monotonic() + 120
