@@ -1,9 +1,6 @@
-"""Checkpoints: written atomically, verified on load, resumable, and readable by the sampler.
+"""Checkpoints: written atomically, verified on load, resumable. (The run folder around them, its other files and
+how a run is opened: ``simforcing.runfolder``.)
 
-    RUN/run.json                                  {"run_id", "stage", "created", "simforcing"}: marks a simforcing
-                                                  run folder; run_id names the checkpoints this run wrote
-    RUN/.lock                                     the writer's lock (simforcing.locking; one writer per run folder)
-    RUN/config.json                               the resolved config (written once the run has started)
     RUN/checkpoints/step_000123/
         config.json           the exact config this checkpoint was trained with (its sha256 is meta's config_hash
                               source; a resume compares against it, not against RUN/config.json)
@@ -13,7 +10,7 @@
                               random) and the data position (epoch, batch position within the epoch); only tensors
                               and primitive containers, so ``torch.load(weights_only=True)`` reads it
         meta.json             {"format", "step", "epoch", "stats", "config_hash", "run_id", "world_size", "time",
-                               "files": {relative path: sha256}}
+                               "files": {relative path: sha256}, "data": what the run trained on (root, episodes)}
 
 Writing: everything goes to the writer's own ``checkpoints/.tmp-step_N-w<pid>``; each file is fsynced, then
 ``meta.json`` (holding the sha256 of every other file) is written last, the folder is renamed to ``step_N``
@@ -26,8 +23,8 @@ found by scanning the ``step_*`` folders (no symlink).
 
 Loading (:func:`load_checkpoint`) checks every sha256 listed in meta.json: a truncated or bit-flipped file raises
 :class:`CheckpointError` naming it. :func:`find_resumable` walks back from the newest checkpoint to the newest valid
-one, warning about each damaged one it skips. :func:`load_model_from_run` gives the sampler and the evaluator
-``(cfg, model, meta)``.
+one, warning about each damaged one it skips. A checkpoint's own config.json is the config its weights were trained
+with (``runfolder.trained_config``).
 """
 
 from __future__ import annotations
@@ -38,7 +35,6 @@ import os
 import random
 import shutil
 import time
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,19 +45,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from simforcing import __version__, parallel
-from simforcing.config import Config, ConfigError, config_diff
+from simforcing import parallel
+from simforcing.config import Config, ConfigError
 from simforcing.errors import CheckpointError
-from simforcing.models.world_model import build_world_model
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
 CONFIG_FILE = "config.json"
-RUN_RECORD = "run.json"
-# what a simforcing run folder holds: a folder with any of these but no run record is someone else's
-RUN_FILES = ("config.json", "metrics.jsonl", "status.json", "tb", "checkpoints", "teacher.json", "loss_curves.png")
+CHECKPOINTS_DIR = "checkpoints"  # RUN/checkpoints/ (the other run-folder names: simforcing.runfolder)
 SHARDED_DIR = "dcp"
 _PREFIX = "step_"
 _TMP_PREFIX = ".tmp-"
@@ -88,12 +81,12 @@ class Checkpoint:
 
 
 def step_dir(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"{_PREFIX}{step:06d}"
+    return Path(run_dir) / CHECKPOINTS_DIR / f"{_PREFIX}{step:06d}"
 
 
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     """Finished checkpoints of a run as (step, folder), oldest first; temporary folders are ignored."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS_DIR
     out = []
     if root.is_dir():
         for p in root.iterdir():
@@ -119,45 +112,6 @@ def config_hash(cfg: Config) -> str:
     return hashlib.sha256(json.dumps(d, indent=2).encode()).hexdigest()[:16]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# The run record: which folders are simforcing runs, and which run wrote a checkpoint
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def read_run_record(run_dir: str | Path) -> dict | None:
-    """RUN/run.json, or None when absent or unreadable."""
-    try:
-        rec = json.loads((Path(run_dir) / RUN_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("run_id"), str) else None
-
-
-def new_run_record(stage: str) -> dict:
-    return {"run_id": uuid.uuid4().hex, "stage": stage, "created": time.time(), "simforcing": __version__}
-
-
-def is_run_folder(run_dir: str | Path) -> bool:
-    """A simforcing run: it has a run record, or (runs from before run records) finished checkpoints."""
-    return read_run_record(run_dir) is not None or bool(list_checkpoints(run_dir))
-
-
-def foreign_files(run_dir: str | Path) -> list[str]:
-    """The names of ``RUN_FILES`` present in a folder that is not a simforcing run (what a run would overwrite)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir() or is_run_folder(run_dir):
-        return []
-    return [n for n in RUN_FILES if (run_dir / n).exists() or (run_dir / n).is_symlink()]
-
-
-def check_not_foreign(run_dir: str | Path) -> None:
-    """ConfigError naming the files when ``run_dir`` holds run-like files that simforcing did not write."""
-    found = foreign_files(run_dir)
-    if found:
-        raise ConfigError(f"--out: {run_dir} is not a simforcing run folder (no {RUN_RECORD}) but holds "
-                          f"{', '.join(found)}; a run would overwrite them — choose another folder or move them away")
-
-
 def temp_dir(final: Path) -> Path:
     """This writer's temporary folder for the checkpoint folder ``final``."""
     return final.parent / f"{_TMP_PREFIX}{final.name}-w{os.getpid()}"
@@ -166,7 +120,7 @@ def temp_dir(final: Path) -> Path:
 def remove_stale_temp(run_dir: str | Path) -> list[str]:
     """Remove every temporary folder in RUN/checkpoints. Only for the holder of the run folder's lock (then no
     other writer is alive: what is left is from a crashed one). Returns the names removed."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS_DIR
     removed = []
     if root.is_dir():
         for stale in root.glob(f"{_TMP_PREFIX}*"):
@@ -247,14 +201,16 @@ def _cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     scheduler: Any, rng_state: dict, data_state: dict, stats: dict | None, cfg: Config,
-                    on_partial: Callable[[], None] | None = None, run_id: str | None = None) -> Path:
+                    on_partial: Callable[[], None] | None = None, run_id: str | None = None,
+                    data: dict | None = None) -> Path:
     """Write ``RUN/checkpoints/step_N`` atomically and keep the last ``cfg.train.keep_last`` of run ``run_id``
     (None: every checkpoint of the folder counts as the run's). Returns the folder.
 
     With a process group of world size > 1 every rank must call this (model and optimizer go through DCP);
     rank 0 writes the rest. ``on_partial`` is called once the weights are written and before the folder is
-    finalised (the fault-injection hook of the train loop). Raises CheckpointError when a write fails; the
-    previous checkpoints are then untouched.
+    finalised (the fault-injection hook of the train loop); ``data`` is what the run records about its data
+    (meta.json ``data``, ``training.checks.data_record``). Raises CheckpointError when a write fails; the previous
+    checkpoints are then untouched.
     """
     run_dir = Path(run_dir)
     final = step_dir(run_dir, step)
@@ -292,6 +248,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
                 meta = {"format": FORMAT_VERSION, "step": step, "epoch": data_state.get("epoch"), "stats": stats,
                         "config_hash": config_hash(cfg), "run_id": run_id, "world_size": parallel.world_size(),
                         "sharded": sharded, "time": time.time(), "files": files}
+                if data is not None:
+                    meta["data"] = data
                 text = json.dumps(meta, indent=2) + "\n"
                 _write_file(tmp / META_FILE, lambda p: p.write_text(text))
                 _fsync_dir(tmp)
@@ -404,32 +362,6 @@ def checkpoint_config(path: str | Path) -> Config | None:
         raise CheckpointError(f"cannot read the checkpoint's config ({e})", p) from e
 
 
-def trained_config(run_dir: str | Path, ckpt: "Checkpoint") -> tuple[Config, list[str]]:
-    """(the config ``ckpt`` was trained with, the fields in which RUN/config.json differs from it).
-
-    The checkpoint's own config.json when it has one. Checkpoints from before that: RUN/config.json, which must then
-    be the config the checkpoint was written with (its hash equals meta.json's ``config_hash``) — otherwise nobody
-    knows what the weights were trained with, and CheckpointError names both."""
-    cfg_path = Path(run_dir) / "config.json"
-    if not cfg_path.exists():
-        raise CheckpointError("config.json is missing; expected a run folder written by `simforcing pretrain/train`",
-                              cfg_path)
-    try:
-        run_cfg = Config.load(cfg_path)
-    except ConfigError as e:
-        raise CheckpointError(f"cannot read the run's config ({e})", cfg_path) from e
-    own = checkpoint_config(ckpt.path)
-    if own is not None:
-        return own, config_diff(own, run_cfg)
-    recorded = ckpt.meta.get("config_hash")
-    if recorded and recorded != config_hash(run_cfg):
-        raise CheckpointError(f"config_hash {config_hash(run_cfg)} differs from {recorded} in {ckpt.path.name}"
-                              f"/meta.json: config.json is not the config this checkpoint was written with (was it "
-                              "rewritten by another run?) and the checkpoint holds no copy; restore config.json",
-                              cfg_path)
-    return run_cfg, []
-
-
 def find_resumable(run_dir: str | Path, weights: bool = True, train_state: bool = True) -> Checkpoint | None:
     """The newest checkpoint that verifies; damaged newer ones are skipped with a warning. None when there is none."""
     for _, path in reversed(list_checkpoints(run_dir)):
@@ -453,35 +385,3 @@ def load_model_state(ckpt: Checkpoint, model: torch.nn.Module) -> None:
     if missing or unexpected:
         raise CheckpointError(f"weights do not match the model: missing {sorted(missing)[:8]}, unexpected "
                               f"{sorted(unexpected)[:8]} (was the config changed?)", ckpt.path)
-
-
-def load_model_from_run(run_dir: str | Path, device: str | torch.device = "cpu",
-                        step: int | None = None) -> tuple[Config, torch.nn.Module, dict]:
-    """(cfg, model in eval mode on ``device``, meta) from a run folder: the newest valid checkpoint, or ``step``.
-
-    ``meta`` is the checkpoint's meta.json plus ``path`` (the checkpoint folder); ``meta["stats"]`` holds the
-    action/state normalisation statistics the model was trained with.
-    """
-    run_dir = Path(run_dir)
-    cfg_path = run_dir / "config.json"
-    if not cfg_path.exists():
-        raise CheckpointError("config.json is missing; expected a run folder written by `simforcing pretrain/train`",
-                              cfg_path)
-    if step is None:
-        ckpt = find_resumable(run_dir, train_state=False)
-        if ckpt is None:
-            raise CheckpointError("no valid checkpoint in checkpoints/", run_dir)
-    else:
-        available = [s for s, _ in list_checkpoints(run_dir)]
-        if step not in available:
-            raise CheckpointError(f"no checkpoint for step {step}; available steps: {available}", run_dir)
-        ckpt = load_checkpoint(step_dir(run_dir, step), train_state=False)
-    cfg, differs = trained_config(run_dir, ckpt)
-    if differs:
-        warnings.warn(f"{cfg_path} differs from the config {ckpt.path.name} was trained with in "
-                      f"{', '.join(differs[:8])}; the model is built from the checkpoint's own config", stacklevel=2)
-    model = build_world_model(cfg, device="cpu")
-    load_model_state(ckpt, model)
-    model.to(device).eval()
-    meta = dict(ckpt.meta, path=str(ckpt.path))
-    return cfg, model, meta

@@ -1,7 +1,8 @@
 """The ``simforcing`` command: finds the subcommand, then runs it under one preamble and one error policy.
 
 Subcommands live in ``simforcing.commands`` (one module per group, imported only when one of its commands runs),
-each a ``Subcommand(add_arguments, run, config)``. For every command, :func:`run_subcommand`:
+each a ``Subcommand(add_arguments, run, config)`` that :data:`COMMANDS` names with its words. For every command,
+:func:`run_subcommand`:
 
 1. resolves the config with ``config(args)`` (preset or ``--config`` or a run's config.json, plus the
    ``--section.field=value`` overrides argparse did not know, validated); a command without a config refuses
@@ -17,8 +18,10 @@ each a ``Subcommand(add_arguments, run, config)``. For every command, :func:`run
    | CheckpointError                          | ``simforcing CMD: checkpoint error: ...``  | 1    |
    | OutputError (a write failed: disk full)  | ``simforcing CMD: write error: FILE: ...`` | 1    |
    | any other OSError (the OS said no)       | ``simforcing CMD: I/O error: ...``         | 1    |
+   | KeyboardInterrupt (Ctrl-C)               | ``simforcing CMD: interrupted; <how to continue>`` | 130 |
 
-   Any other exception is a bug and keeps its traceback. Errors: ``simforcing.errors``.
+   Any other exception is a bug and keeps its traceback. Errors: ``simforcing.errors``. (Training commands turn
+   SIGINT/SIGTERM into a checkpoint and exit 75 themselves; Ctrl-C reaches this handler before or after the loop.)
 """
 
 from __future__ import annotations
@@ -28,42 +31,49 @@ import importlib
 import sys
 
 from simforcing import __version__
-from simforcing.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_OK, CheckpointError, ConfigError, DataError,
-                               OutputError)
+from simforcing.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, CheckpointError, ConfigError,
+                               DataError, OutputError)
 
-# (command words, module, one-line help)
+# (command words, "module:ATTRIBUTE" of its Subcommand, one-line help): the one place the command words are spelt
 COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
-    (("data", "synth"), "simforcing.commands.data", "generate the embedded MuJoCo paired sim/real benchmark"),
-    (("data", "check"), "simforcing.commands.data", "validate a paired dataset and print a summary"),
-    (("data", "stats"), "simforcing.commands.data", "compute min-max action/state statistics on the training split"),
-    (("data", "embed-text"), "simforcing.commands.data", "fill the instruction-embedding cache with a (um)T5 encoder"),
-    (("data", "import-lerobot"), "simforcing.commands.data", "import paired sim/real LeRobot v3.0 datasets"),
-    (("data", "encode"), "simforcing.commands.data", "encode windows with the frozen VAE into a latent cache"),
-    (("data", "synth-policy"), "simforcing.commands.policy",
+    (("data", "synth"), "simforcing.commands.data:SYNTH",
+     "generate the embedded MuJoCo paired sim/real benchmark"),
+    (("data", "check"), "simforcing.commands.data:CHECK",
+     "validate a dataset (paired world-model or policy) and print a summary"),
+    (("data", "stats"), "simforcing.commands.data:STATS",
+     "compute min-max action/state statistics on the training split"),
+    (("data", "embed-text"), "simforcing.commands.data:EMBED_TEXT",
+     "fill the instruction-embedding cache with a (um)T5 encoder"),
+    (("data", "import-lerobot"), "simforcing.commands.data:IMPORT_LEROBOT",
+     "import paired sim/real LeRobot v3.0 datasets (or, with --wrist-camera, a policy dataset)"),
+    (("data", "encode"), "simforcing.commands.data:ENCODE", "encode windows with the frozen VAE into a latent cache"),
+    (("data", "synth-policy"), "simforcing.commands.data:SYNTH_POLICY",
      "scripted-expert demonstrations of the synthetic tasks, two cameras (a policy dataset)"),
-    (("model", "info"), "simforcing.commands.model", "parameters, tokens, FLOPs and per-GPU memory of a preset"),
-    (("model", "init-action-expert"), "simforcing.commands.model", "build action-expert weights from Wan2.2 weights"),
-    (("model", "fit-vae"), "simforcing.commands.model", "fit the small demo VAE on a dataset's frames"),
-    (("model", "fit-probe"), "simforcing.commands.model", "fit the state probe behind the action-following error"),
-    (("model", "fit-judge"), "simforcing.commands.model",
+    (("model", "info"), "simforcing.commands.model:INFO", "parameters, tokens, FLOPs and per-GPU memory of a preset"),
+    (("model", "init-action-expert"), "simforcing.commands.model:INIT_ACTION_EXPERT",
+     "build action-expert weights from Wan2.2 weights"),
+    (("model", "fit-vae"), "simforcing.commands.model:FIT_VAE", "fit the small demo VAE on a dataset's frames"),
+    (("model", "fit-probe"), "simforcing.commands.model:FIT_PROBE",
+     "fit the state probe behind the action-following error"),
+    (("model", "fit-judge"), "simforcing.commands.model:FIT_JUDGE",
      "fit the success judge that reads task success from frames (world-model policy evaluation)"),
-    (("pretrain",), "simforcing.commands.train", "stage 1: train the simulation world model (the teacher)"),
-    (("train",), "simforcing.commands.train",
+    (("pretrain",), "simforcing.commands.train:PRETRAIN", "stage 1: train the simulation world model (the teacher)"),
+    (("train",), "simforcing.commands.train:TRAIN",
      "stage 2: train the real-domain student with a method (sft ... simforcing)"),
-    (("generate",), "simforcing.commands.sample", "sample videos with the two-stage guided sampler"),
-    (("rollout",), "simforcing.commands.sample",
+    (("generate",), "simforcing.commands.sample:GENERATE", "sample videos with the two-stage guided sampler"),
+    (("rollout",), "simforcing.commands.sample:ROLLOUT",
      "roll a world model out chunk after chunk over whole episodes; drift against the recorded truth"),
-    (("evaluate",), "simforcing.commands.evaluate", "PSNR/SSIM/LPIPS/FID/FVD and latency on a split"),
-    (("sweep", "cfg"), "simforcing.commands.evaluate", "Tab. A1: p x w over checkpoints"),
-    (("sweep", "steps"), "simforcing.commands.evaluate", "Tab. A2-A4: N_s x N_r x w with latency"),
-    (("policy", "train"), "simforcing.commands.policy",
+    (("evaluate",), "simforcing.commands.evaluate:EVALUATE", "PSNR/SSIM/LPIPS/FID/FVD and latency on a split"),
+    (("sweep", "cfg"), "simforcing.commands.evaluate:SWEEP_CFG", "Tab. A1: p x w over checkpoints"),
+    (("sweep", "steps"), "simforcing.commands.evaluate:SWEEP_STEPS", "Tab. A2-A4: N_s x N_r x w with latency"),
+    (("policy", "train"), "simforcing.commands.policy:TRAIN",
      "train a policy: --setting action_only|unconditional|video_action --init base|RUN"),
-    (("policy", "eval"), "simforcing.commands.policy",
+    (("policy", "eval"), "simforcing.commands.policy:EVAL",
      "closed-loop success (synthetic benchmark, inside a world model, or LIBERO)"),
-    (("policy", "agreement"), "simforcing.commands.policy",
+    (("policy", "agreement"), "simforcing.commands.policy:AGREEMENT",
      "does a world model rank policies as the simulator does? correlations, MMRV, per-episode agreement"),
-    (("bench",), "simforcing.commands.bench", "latency, training-step cost, data throughput and scaling -> JSON"),
-    (("demo",), "simforcing.commands.demo", "the whole paper on the embedded synthetic benchmark"),
+    (("bench",), "simforcing.commands.bench:BENCH", "latency, training-step cost, data throughput and scaling -> JSON"),
+    (("demo",), "simforcing.commands.demo:DEMO", "the whole paper on the embedded synthetic benchmark"),
 ]
 
 
@@ -103,6 +113,9 @@ def run_subcommand(sub, args: argparse.Namespace) -> int:
     except OSError as e:  # the environment, not a bug: a missing permission, a full disk outside our writers ...
         print(f"{prog}: I/O error: {e}", file=sys.stderr, flush=True)
         return EXIT_FAILED
+    except KeyboardInterrupt:  # Ctrl-C: the conventional 128 + SIGINT, one line, no traceback
+        print(f"\n{prog}: interrupted; {sub.interrupted}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if argv[1:] in ([], ["-h"], ["--help"]) else 2
         print(f"simforcing: unknown command {argv[0]!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
-    words, module_name, help_ = match
-    sub = importlib.import_module(module_name).SUBCOMMANDS[words]
+    words, target, help_ = match
+    module_name, attribute = target.split(":")
+    sub = getattr(importlib.import_module(module_name), attribute)
     parser = argparse.ArgumentParser(prog="simforcing " + " ".join(words), description=help_,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                      epilog="Any config field can be overridden: --section.field=value")

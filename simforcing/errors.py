@@ -8,7 +8,8 @@
   message names the file and the operating system's cause. Any other ``OSError`` reaching the command line is
   reported the same way (``I/O error``), without a traceback.
 
-Training adds two outcomes that are results, not errors: diverged (3) and stopped by a signal (75). A command that
+Training adds two outcomes that are results, not errors: diverged (3) and stopped by a signal (75). Ctrl-C anywhere
+else ends a command with 130 and one line saying how to continue. A command that
 needs a CUDA device and finds none (``bench --gpu``) says so and exits with 69 (``EX_UNAVAILABLE`` of sysexits).
 The policy itself (which message, which code) lives in ``simforcing.cli``; this module imports nothing heavy so the
 command line can name the classes before any subcommand runs.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_STOPPED = 0, 1, 2, 3, 75
 EXIT_NO_DEVICE = 69
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), the shell's convention
 
 
 class ConfigError(ValueError):

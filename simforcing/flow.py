@@ -7,6 +7,7 @@ data**. (The ``flow_matching`` library runs the other way: its t = 1 is data. Ne
     u    = ε − z                      velocity_target   (dz(τ)/dτ along the straight path)
     ẑ    = z(τ) − τ·û                 clean_estimate
     τ    = s·t / (1 + (s − 1)·t)      shift_time, s = cfg.flow.shift (5)
+    1000·τ                            wan_timestep: what Wan's network reads as its timestep
 
 ``t`` is the unshifted time: either one of the ``N = cfg.flow.num_train_timesteps`` training levels ``k/N``,
 ``k = 1..N``, drawn uniformly (diffusers ``FlowMatchEulerDiscreteScheduler``, DiffSynth-Studio's Wan training), or
@@ -23,6 +24,13 @@ import torch
 from simforcing.config import FlowConfig
 
 Time = Union[torch.Tensor, float]
+
+WAN_TIMESTEP_SCALE = 1000.0  # Wan's timestep for flow time τ is 1000·τ (its schedule's 1000 levels)
+
+
+def wan_timestep(tau: torch.Tensor) -> torch.Tensor:
+    """The timestep Wan's network embeds for flow time τ: 1000·τ (same shape and dtype as ``tau``)."""
+    return WAN_TIMESTEP_SCALE * tau
 
 
 def shift_time(t: Time, shift: float) -> Time:

@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import IO, Callable, Optional, Sequence
 
 _PROGRESS = re.compile(rb"(\d+)/(\d+) \[")
 
@@ -123,102 +123,139 @@ def progress_of(log: Path) -> str:
     return f"{int(marks[-1][0])}/{int(marks[-1][1])}" if marks else ""
 
 
+@dataclass
+class Running:
+    """A job that has been started: its process, its open log file and when it started."""
+
+    job: Job
+    proc: subprocess.Popen
+    log_file: IO[bytes]
+    log: Path
+    start: float
+
+
+class _Scheduler:
+    """The state of one :func:`run_jobs` call: what is pending, running and done."""
+
+    def __init__(self, jobs: Sequence[Job], slots: int, log_dir: Path, echo: Callable[[str], None],
+                 stop_timeout: float):
+        self.pending, self.slots, self.log_dir, self.echo = list(jobs), slots, log_dir, echo
+        self.stop_timeout = stop_timeout
+        self.results: dict[str, JobResult] = {j.name: JobResult(j.name, "not run") for j in jobs}
+        self.running: dict[str, Running] = {}
+        self.t0 = time.perf_counter()
+
+    def stamp(self) -> str:
+        s = int(time.perf_counter() - self.t0)
+        return f"[{s // 60:02d}:{s % 60:02d}]"
+
+    def finished(self, name: str) -> bool:
+        return self.results[name].state in ("done", "skipped")
+
+    def start_ready(self) -> bool:
+        """Skip the ready jobs that are already done, else start every ready job that fits, highest priority first.
+        Returns True when jobs were skipped (their dependents may be ready now: look again)."""
+        ready = sorted((j for j in self.pending if all(self.finished(d) for d in j.deps)), key=lambda j: -j.priority)
+        skipped = [j for j in ready if j.skip is not None and j.skip()]
+        for job in skipped:
+            self.pending.remove(job)
+            self.results[job.name] = JobResult(job.name, "skipped")
+            self.echo(f"{self.stamp()} {job.name}: already done, reused")
+        if skipped:
+            return True
+        free = self.slots - sum(r.job.slots for r in self.running.values())
+        for job in ready:
+            if job.slots <= free:
+                self.start(job)
+                free -= job.slots
+        return False
+
+    def start(self, job: Job) -> None:
+        self.pending.remove(job)
+        if job.on_start is not None:
+            job.on_start()
+        log = self.log_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", job.name) + ".log")
+        fh = open(log, "wb")
+        fh.write(("$ " + job.cite() + "\n").encode())
+        fh.flush()
+        proc = subprocess.Popen(job.command(), stdout=fh, stderr=subprocess.STDOUT, env=job_env(job.threads),
+                                start_new_session=True)  # Ctrl-C reaches us; we stop the children
+        self.running[job.name] = Running(job, proc, fh, log, time.perf_counter())
+        self.echo(f"{self.stamp()} {job.name}: started ({job.slots} slot{'s' if job.slots > 1 else ''}, log {log})")
+
+    def reap(self) -> None:
+        """Record every job that has ended; the first failure stops the others and raises JobFailed."""
+        for name, r in list(self.running.items()):
+            if r.proc.poll() is None:
+                continue
+            r.log_file.close()
+            del self.running[name]
+            secs = time.perf_counter() - r.start
+            if r.proc.returncode == 0:
+                if r.job.on_done is not None:
+                    r.job.on_done()
+                self.results[name] = JobResult(name, "done", 0, secs, str(r.log))
+                self.echo(f"{self.stamp()} {name}: done in {secs:.0f} s")
+                continue
+            self.results[name] = JobResult(name, "failed", r.proc.returncode, secs, str(r.log))
+            self.stop_all()
+            tail = b"\n".join(r.log.read_bytes().splitlines()[-12:]).decode(errors="replace")
+            raise JobFailed(name, r.proc.returncode, r.log, tail)
+
+    def status_line(self) -> str:
+        parts = [f"{n} {progress_of(r.log) or '…'}" for n, r in self.running.items()]
+        done = sum(self.finished(n) for n in self.results)
+        return f"{self.stamp()} running: {' | '.join(parts)} — {done}/{len(self.results)} done"
+
+    def stop_all(self) -> None:
+        """SIGTERM every running job's process group (runs checkpoint and exit), SIGKILL what outlives
+        ``stop_timeout`` and what a job left behind."""
+        for r in self.running.values():
+            if r.proc.poll() is None:
+                signal_group(r.proc, signal.SIGTERM)
+        for name, r in list(self.running.items()):
+            try:
+                r.proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:  # a job that ignores SIGTERM: its whole group is killed
+                signal_group(r.proc, signal.SIGKILL)
+                r.proc.wait()
+            signal_group(r.proc, signal.SIGKILL)  # what the job left behind in its group (e.g. pool workers)
+            r.log_file.close()
+            self.results[name] = JobResult(name, "stopped", r.proc.returncode, time.perf_counter() - r.start,
+                                           str(r.log))
+        self.running.clear()
+
+
 def run_jobs(jobs: Sequence[Job], slots: int, log_dir: str | Path, echo: Callable[[str], None] = print,
              poll: float = 0.25, status_every: float = 30.0, stop_timeout: float = 120.0) -> dict[str, JobResult]:
     """Run the graph (see the module docstring); returns every job's result, or raises JobFailed."""
     check_graph(jobs, slots)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    results: dict[str, JobResult] = {j.name: JobResult(j.name, "not run") for j in jobs}
-    pending = list(jobs)
-    running: dict[str, tuple[Job, subprocess.Popen, object, float, Path]] = {}
+    s = _Scheduler(jobs, slots, log_dir, echo, stop_timeout)
     last_status = time.perf_counter()
-
-    def stamp() -> str:
-        s = int(time.perf_counter() - t0)
-        return f"[{s // 60:02d}:{s % 60:02d}]"
-
-    def finished(name: str) -> bool:
-        return results[name].state in ("done", "skipped")
-
-    def stop_all(sig=signal.SIGTERM) -> None:
-        for _, proc, fh, _, _ in running.values():
-            if proc.poll() is None:
-                signal_group(proc, sig)
-        for name, (job, proc, fh, start, log) in list(running.items()):
-            try:
-                proc.wait(timeout=stop_timeout)
-            except subprocess.TimeoutExpired:  # a job that ignores SIGTERM: its whole group is killed
-                signal_group(proc, signal.SIGKILL)
-                proc.wait()
-            signal_group(proc, signal.SIGKILL)  # what the job left behind in its group (e.g. pool workers)
-            fh.close()
-            results[name] = JobResult(name, "stopped", proc.returncode, time.perf_counter() - start, str(log))
-        running.clear()
-
     handlers = _terminate_like_ctrl_c()
     try:
-        while pending or running:
-            # start every ready job that fits, highest priority first
-            free = slots - sum(j.slots for j, *_ in running.values())
-            ready = sorted((j for j in pending if all(finished(d) for d in j.deps)), key=lambda j: -j.priority)
-            skipped = [j for j in ready if j.skip is not None and j.skip()]
-            for job in skipped:
-                pending.remove(job)
-                results[job.name] = JobResult(job.name, "skipped")
-                echo(f"{stamp()} {job.name}: already done, reused")
-            if skipped:
-                continue  # their dependents may be ready now
-            for job in ready:
-                if job.slots > free:
-                    continue
-                pending.remove(job)
-                if job.on_start is not None:
-                    job.on_start()
-                log = log_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", job.name) + ".log")
-                fh = open(log, "wb")
-                fh.write(("$ " + job.cite() + "\n").encode())
-                fh.flush()
-                proc = subprocess.Popen(job.command(), stdout=fh, stderr=subprocess.STDOUT, env=job_env(job.threads),
-                                        start_new_session=True)  # Ctrl-C reaches us; we stop the children
-                running[job.name] = (job, proc, fh, time.perf_counter(), log)
-                free -= job.slots
-                echo(f"{stamp()} {job.name}: started ({job.slots} slot{'s' if job.slots > 1 else ''}, log {log})")
-            if not running:
-                if pending:  # nothing runs and nothing can start: a dependency did not finish
-                    raise RuntimeError(f"jobs: {', '.join(j.name for j in pending)} cannot start")
+        while s.pending or s.running:
+            if s.start_ready():
+                continue
+            if not s.running:
+                if s.pending:  # nothing runs and nothing can start: a dependency did not finish
+                    raise RuntimeError(f"jobs: {', '.join(j.name for j in s.pending)} cannot start")
                 break
             time.sleep(poll)
-            for name, (job, proc, fh, start, log) in list(running.items()):
-                if proc.poll() is None:
-                    continue
-                fh.close()
-                del running[name]
-                secs = time.perf_counter() - start
-                if proc.returncode == 0:
-                    if job.on_done is not None:
-                        job.on_done()
-                    results[name] = JobResult(name, "done", 0, secs, str(log))
-                    echo(f"{stamp()} {name}: done in {secs:.0f} s")
-                    continue
-                results[name] = JobResult(name, "failed", proc.returncode, secs, str(log))
-                stop_all()
-                tail = b"\n".join(log.read_bytes().splitlines()[-12:]).decode(errors="replace")
-                raise JobFailed(name, proc.returncode, log, tail)
-            if running and time.perf_counter() - last_status >= status_every:
+            s.reap()
+            if s.running and time.perf_counter() - last_status >= status_every:
                 last_status = time.perf_counter()
-                parts = [f"{n} {progress_of(r[4]) or '…'}" for n, r in running.items()]
-                done = sum(finished(n) for n in results)
-                echo(f"{stamp()} running: {' | '.join(parts)} — {done}/{len(results)} done")
+                echo(s.status_line())
     except KeyboardInterrupt:
-        echo(f"{stamp()} interrupted: stopping {', '.join(running) or 'nothing'} (runs checkpoint and resume)")
-        stop_all()
+        echo(f"{s.stamp()} interrupted: stopping {', '.join(s.running) or 'nothing'} (runs checkpoint and resume)")
+        s.stop_all()
         raise
     finally:
         for sig, old in handlers.items():
             signal.signal(sig, old)
-    return results
+    return s.results
 
 
 def signal_group(proc: subprocess.Popen, sig: int) -> None:

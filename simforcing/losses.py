@@ -2,11 +2,13 @@
 
 Every loss returns a :class:`Term`: ``per_sample`` (B,) = mean squared error over all of a sample's elements times
 that sample's weight (the flow-matching timestep weight), and ``value`` = its batch mean (a scalar). Teacher-side
-inputs are detached inside the distillation losses (``sg``), so a caller cannot forget it.
+inputs are detached inside the distillation losses (``sg``), so a caller cannot forget it. :func:`weighted_total` is
+the one place a step function sums its terms and checks them for NaN/inf (world-model methods and the policy alike).
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -21,6 +23,23 @@ class NonFiniteLoss(FloatingPointError):
         self.term = term
         self.value = value
         super().__init__(f"non-finite loss: term {term!r} = {value}")
+
+
+def weighted_total(terms: dict[str, tuple[float, torch.Tensor]]) -> tuple[torch.Tensor, dict[str, float]]:
+    """Σ λ·value over ``terms`` (name -> (λ, scalar value)), in their order; returns (total, logs) with logs = every
+    term's value (before its λ) and ``loss`` (the total). Raises NonFiniteLoss naming the first NaN/inf term, or
+    ``loss`` when only the total is not finite (e.g. an overflow)."""
+    logs: dict[str, float] = {}
+    for name, (_, value) in terms.items():
+        v = float(value.detach())
+        if not math.isfinite(v):
+            raise NonFiniteLoss(name, v)
+        logs[name] = v
+    loss = sum(weight * value for weight, value in terms.values())
+    logs["loss"] = float(loss.detach())
+    if not math.isfinite(logs["loss"]):
+        raise NonFiniteLoss("loss", logs["loss"])
+    return loss, logs
 
 
 class Term(NamedTuple):

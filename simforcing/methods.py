@@ -34,7 +34,6 @@ The two student passes (real with its gate, sim with gate 0) run as ONE forward 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -43,8 +42,8 @@ from torch import nn
 
 from simforcing import flow
 from simforcing.config import METHOD_NAMES, STAGE2_METHODS, Config, ConfigError
-from simforcing.losses import (NonFiniteLoss, Term, corrupt_condition, flow_matching_loss, latent_motion,
-                               motion_distill_loss, sample_gate, value_distill_loss)
+from simforcing.losses import (Term, corrupt_condition, flow_matching_loss, latent_motion, motion_distill_loss,
+                               sample_gate, value_distill_loss, weighted_total)
 
 StepFn = Callable[[nn.Module, Optional[nn.Module], dict, Config, torch.Generator], "tuple[torch.Tensor, dict]"]
 TEACHER_TERMS = ("md_real", "md_sim", "value_real", "value_sim")  # the distillation terms: they read the teacher
@@ -134,17 +133,8 @@ def _inputs(batch: dict, z_t: torch.Tensor, tau: torch.Tensor, z0: torch.Tensor,
 
 
 def _finish(terms: dict[str, Term], lambdas: dict[str, float], extra: dict[str, float]) -> tuple[torch.Tensor, dict]:
-    """Total = Σ λ·term; logs every term, the total and ``extra``; raises NonFiniteLoss on the first bad term."""
-    logs: dict[str, float] = {}
-    for name, term in terms.items():
-        v = float(term.value.detach())
-        if not math.isfinite(v):
-            raise NonFiniteLoss(name, v)
-        logs[name] = v
-    loss = sum(lambdas[name] * term.value for name, term in terms.items())
-    logs["loss"] = float(loss.detach())
-    if not math.isfinite(logs["loss"]):
-        raise NonFiniteLoss("loss", logs["loss"])
+    """Total = Σ λ·term (``losses.weighted_total``: logs every term and the total, NaN/inf named); adds ``extra``."""
+    loss, logs = weighted_total({name: (lambdas[name], term.value) for name, term in terms.items()})
     logs.update(extra)
     return loss, logs
 

@@ -18,6 +18,7 @@ from typing import Iterable, Mapping, Sequence
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
+from simforcing.runfolder import METRICS_FILE
 from simforcing.utils import atomic_write, read_jsonl
 
 LOSS_TERMS = ("loss", "fm_real", "fm_sim", "md_real", "md_sim", "value_real", "value_sim")
@@ -29,7 +30,7 @@ def load_metrics(source: str | Path | Sequence[Mapping]) -> list[dict]:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
-            path = path / "metrics.jsonl"
+            path = path / METRICS_FILE
         if not path.exists():
             raise FileNotFoundError(f"{path}: no metrics file; expected the metrics.jsonl a training run writes")
         return read_jsonl(path)

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from simforcing import __version__
-from simforcing.checkpoint import is_run_folder
 from simforcing.errors import ConfigError
 from simforcing.locking import lock_folder
+from simforcing.runfolder import STATUS_FILE, is_run_folder
 from simforcing.utils import atomic_write_json
 
 PROVENANCE_FILE = "provenance.json"
@@ -127,7 +127,7 @@ def why_stale(stale: list[str]) -> str:
 def run_finished(run: str | Path, steps: int) -> bool:
     """The run's status.json says finished at ``steps`` or later."""
     try:
-        st = json.loads((Path(run) / "status.json").read_text())
+        st = json.loads((Path(run) / STATUS_FILE).read_text())
     except (OSError, ValueError):
         return False
     return st.get("state") == "finished" and int(st.get("step", -1)) >= steps

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from simforcing.checkpoint import load_model_from_run
 from simforcing.config import Config, ConfigError
 from simforcing.data.format import read_info
 from simforcing.data.paired import PairedWindowDataset
 from simforcing.models.vae import load_vae
+from simforcing.runfolder import WORLD_MODELS, open_run
 
 # fields a sampling/evaluation config must share with the run it loads (the network was built for them)
 EVAL_FIXED_FIELDS = ("data.frames", "data.frame_stride", "data.height", "data.width", "data.action_dim",
@@ -90,11 +90,11 @@ def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:
 
 def load_run(run_dir: str | Path, cfg: Optional[Config] = None, device: str | torch.device = "cpu",
              step: Optional[int] = None):
-    """(cfg, model, vae, meta) for sampling from a training run; ``cfg`` supplies data/sample/eval settings."""
-    run_cfg, model, meta = load_model_from_run(run_dir, device=str(device), step=step)
-    merged = merge_run_config(run_cfg, cfg)
-    model.eval()
-    return merged, model, load_vae(merged, device), meta
+    """(cfg, model, vae, meta) for sampling from a world-model run (``runfolder.open_run``: a policy run is refused by
+    name); ``cfg`` supplies data/sample/eval settings. ``meta`` is the checkpoint's meta.json plus ``path``."""
+    run = open_run(run_dir, WORLD_MODELS, "--ckpt", "sample", step=step)
+    merged = merge_run_config(run.cfg, cfg)
+    return merged, run.model(str(device)), load_vae(merged, device), run.meta
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ file as it was and no temporary file behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from simforcing.errors import OutputError, os_cause
+from simforcing.errors import ConfigError, OutputError, os_cause
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     """Write ``path`` via ``write(tmp_path)`` then an atomic rename; a crash leaves the old file intact.
@@ -93,7 +94,11 @@ def append_jsonl(path: str | Path, obj: dict) -> None:
 
 def check_output_folder(out: Path, overwrite: bool, what: str = "dataset",
                         replaceable: Callable[[Path], bool] | None = None) -> None:
-    """FileExistsError (exit 2) unless ``out`` is absent or empty, or ``overwrite`` and ``replaceable(out)``."""
+    """FileExistsError (exit 2) unless ``out`` is absent or empty, or ``overwrite`` and ``replaceable(out)``;
+    ConfigError when it cannot be created (``check_output_path``)."""
+    out = Path(out)
+    if not out.exists():
+        check_output_path(out, "OUT")
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return
     ours = out.is_dir() and (replaceable is None or replaceable(out))
@@ -173,18 +178,55 @@ def read_jsonl(path: str | Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from any tuple of parts (stable across processes and platforms)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
 
 
-def resolve_device(name: str = "auto") -> torch.device:
+def resolve_device(name: str = "auto", flag: str = "train.device") -> torch.device:
+    """``auto`` (CUDA when there is a device, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``. ConfigError naming
+    ``flag`` for another name or a CUDA device this machine does not have — before any work is done."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device: 'cuda' requested but no CUDA device is available; use 'cpu' or 'auto'")
-    return torch.device(name)
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{flag}: got {name!r}; expected auto, cpu, cuda or cuda:N")
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (dev.index is not None and dev.index >= count):
+            why = "this torch is a CPU build" if torch.version.cuda is None else f"{count} CUDA device(s) visible"
+            raise ConfigError(f"{flag}: {name!r} asked for, but this machine has no such CUDA device ({why}); use "
+                              "cpu or auto")
+    return dev
+
+
+def check_output_path(path: str | Path, flag: str, folder: bool = True) -> Path:
+    """ConfigError naming ``flag`` when ``path`` cannot be written — checked before any work: a file where a folder
+    must be (the path itself, or a parent), a folder where a file must be (``folder=False``), or no permission to
+    create it. Creates nothing."""
+    p = Path(path)
+    if folder and p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag}: {p} is a file; expected a folder (or a path that does not exist yet)")
+    if not folder and p.is_dir():
+        raise ConfigError(f"{flag}: {p} is a folder; expected a file to write")
+    base = p if folder and p.is_dir() else p.parent
+    while not base.exists() and not base.is_symlink() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        raise ConfigError(f"{flag}: {base} is a file, so {p} cannot be created under it; choose another path")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}: cannot write in {base} (permission denied); choose another path")
+    return p
 
 
 def autocast_context(cfg, device: torch.device | str, cuda_only: bool = False):

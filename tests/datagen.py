@@ -128,6 +128,40 @@ def make_dataset(root: str | Path, num_train: int = 2, num_val: int = 1, num_poo
     return root
 
 
+def make_policy_dataset(root: Path, n: int = 3, length: int | Sequence[int] = 12, h: int = 32, w: int = 48,
+                        cameras: int = 2, states: bool = True, seed: int = 0) -> Path:
+    """Random-content policy dataset: ``n`` train episodes (``length`` frames, or a sequence cycled over them),
+    ``cameras`` side by side, the demo preset's text embeddings."""
+    from simforcing.config import load_config
+    from simforcing.policy.data import write_policy_episode, write_policy_meta
+    from simforcing.data.stats import write_stats
+
+    root = Path(root)
+    lengths = [length] if isinstance(length, int) else list(length)
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for i in range(n):
+        eid, T = f"ep_{i:03d}", int(lengths[i % len(lengths)])
+        frames = rng.integers(0, 255, (T, h, cameras * w, 3), dtype=np.uint8)
+        actions, st = make_lowdim(T, i, seed=seed)
+        write_policy_episode(root, eid, frames, actions, st)
+        if not states:
+            with open(root / "episodes" / eid / "lowdim.npz", "wb") as f:
+                np.savez_compressed(f, actions=actions)
+        episodes.append({"episode_id": eid, "length": T, "instruction": INSTRUCTIONS[i % len(INSTRUCTIONS)]})
+    write_policy_meta(root, {"fps": 10, "height": h, "width": w, "cameras": ["external", "wrist", "top"][:cameras],
+                             "action_dim": 7, "state_dim": 7}, episodes,
+                      {"train": [e["episode_id"] for e in episodes], "val": []})
+    if states:
+        write_stats(root, splits=("train",))
+    else:  # stats of the actions only would fail; write plausible ones by hand
+        (root / "meta" / "stats.json").write_text(json.dumps(
+            {"action": {"min": [-1] * 7, "max": [1] * 7}, "state": {"min": [-1] * 7, "max": [1] * 7}}))
+    demo = load_config("demo")
+    write_text_cache(root, INSTRUCTIONS, demo.model.text_dim, demo.data.text_max_tokens)
+    return root
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Corruptions
 # ----------------------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from simforcing import checkpoint as ck
+from simforcing import runfolder
 from simforcing.config import load_config
 
 
@@ -155,9 +156,9 @@ def test_on_partial_runs_before_the_folder_is_final(tmp_path):
 
 def test_load_model_from_run_errors_name_what_is_missing(tmp_path):
     with pytest.raises(ck.CheckpointError, match="config.json is missing"):
-        ck.load_model_from_run(tmp_path)
+        runfolder.load_model_from_run(tmp_path)
     load_config("demo").save(tmp_path / "config.json")
     with pytest.raises(ck.CheckpointError, match="no valid checkpoint"):
-        ck.load_model_from_run(tmp_path)
+        runfolder.load_model_from_run(tmp_path)
     with pytest.raises(ck.CheckpointError, match="no checkpoint for step 3"):
-        ck.load_model_from_run(tmp_path, step=3)
+        runfolder.load_model_from_run(tmp_path, step=3)

@@ -110,9 +110,11 @@ def test_the_cycle_check_finds_a_cycle(tmp_path):
 
 def test_the_directions_the_layout_promises():
     graph = import_graph()
-    # models/ and data/ never import each other; models/ needs only config, errors, utils besides itself
+    # models/ and data/ never import each other; models/ needs only config, errors, utils and flow (the time
+    # convention: Wan's timestep scale) besides itself; flow imports nothing of the package but config
     assert "data" not in graph["models"] and "models" not in graph["data"]
-    assert graph["models"] <= {"config", "errors", "utils"}, graph["models"]
+    assert graph["models"] <= {"config", "errors", "utils", "flow"}, graph["models"]
+    assert graph.get("flow", set()) <= {"config"}, graph["flow"]
     # dataset preparation sits above both; nothing below imports it
     assert {"data", "models"} <= graph["prep"]
     assert not any("prep" in deps for node, deps in graph.items() if node in ("data", "models", "sample", "runs"))

@@ -16,15 +16,14 @@ import numpy as np
 import pytest
 import torch
 
-from datagen import INSTRUCTIONS, make_lowdim, write_text_cache
+from datagen import make_policy_dataset
 from simforcing.cli import main as cli_main
 from simforcing.config import ConfigError, load_config
-from simforcing.data.stats import write_stats
 from simforcing.errors import DataError
 from simforcing.models import mot
 from simforcing.models.world_model import build_world_model
 from simforcing.policy.configs import policy_run_config
-from simforcing.policy.data import PolicyWindowDataset, write_policy_episode, write_policy_meta
+from simforcing.policy.data import PolicyWindowDataset
 from simforcing.policy.evaluate import rate, run_episode, wilson
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.settings import ATTENTION_MODE, is_video_parameter
@@ -33,33 +32,6 @@ from simforcing.train import train_run
 from test_train import TINY, make_tiny_data, tiny_cfg
 
 POLICY = [o for o in TINY if not o.startswith("--train.max_steps")] + ["--train.max_steps=3"]
-
-
-def make_policy_dataset(root: Path, n: int = 3, length: int = 12, h: int = 32, w: int = 48, cameras: int = 2,
-                        states: bool = True) -> Path:
-    """Random-content policy dataset: ``n`` train episodes of ``length`` frames, ``cameras`` side by side."""
-    rng = np.random.default_rng(0)
-    episodes = []
-    for i in range(n):
-        eid = f"ep_{i:03d}"
-        frames = rng.integers(0, 255, (length, h, cameras * w, 3), dtype=np.uint8)
-        actions, st = make_lowdim(length, i)
-        write_policy_episode(root, eid, frames, actions, st)
-        if not states:
-            d = root / "episodes" / eid / "lowdim.npz"
-            with open(d, "wb") as f:
-                np.savez_compressed(f, actions=actions)
-        episodes.append({"episode_id": eid, "length": length, "instruction": INSTRUCTIONS[i % len(INSTRUCTIONS)]})
-    write_policy_meta(root, {"fps": 10, "height": h, "width": w, "cameras": ["external", "wrist"][:cameras],
-                             "action_dim": 7, "state_dim": 7}, episodes,
-                      {"train": [e["episode_id"] for e in episodes], "val": []})
-    if states:
-        write_stats(root, splits=("train",))
-    else:  # stats of the actions only would fail; write plausible ones by hand
-        (root / "meta" / "stats.json").write_text(json.dumps(
-            {"action": {"min": [-1] * 7, "max": [1] * 7}, "state": {"min": [-1] * 7, "max": [1] * 7}}))
-    write_text_cache(root, INSTRUCTIONS, load_config("demo").model.text_dim, load_config("demo").data.text_max_tokens)
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -457,7 +429,8 @@ def test_world_model_configs_and_checkpoints_from_before_the_policy_still_load(w
     loads unchanged: a world model's config hash leaves out the policy's fields."""
     import shutil
 
-    from simforcing.checkpoint import config_hash, load_model_from_run
+    from simforcing.checkpoint import config_hash
+    from simforcing.runfolder import load_model_from_run
     from simforcing.config import Config
 
     old = tmp_path / "old"

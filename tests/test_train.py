@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from datagen import make_dataset
-from simforcing.checkpoint import list_checkpoints, load_checkpoint, load_model_from_run, sha256_file
+from simforcing.checkpoint import list_checkpoints, load_checkpoint, sha256_file
+from simforcing.runfolder import load_model_from_run
 from simforcing.cli import main as cli_main
 from simforcing.config import STAGE2_METHODS, Config, ConfigError, load_config
 from simforcing.errors import EXIT_DIVERGED, EXIT_STOPPED

@@ -21,7 +21,7 @@ What it runs, in this order (``plan_gpu_bench`` writes the schedule into the rep
    a run), then (CUDA only) with the weights stored in bf16, the cast a deployment could save.
 4. ``fsdp``: the FSDP2 path on one process: a process group of world size 1 (NCCL on CUDA, gloo on CPU; a file
    store, no network), ``parallel.parallelize`` of student and teacher, the step as ``train.py`` runs it under FSDP2
-   (``parallel.clip_grad_norm``); its loss at the same weights and noise against the plain step's, step time, peak
+   (``training.step``); its loss at the same weights and noise against the plain step's, step time, peak
    memory.
 
 FLOPs (``models.info.forward_flops``, matmuls, attention dense): a training step's model FLOPs are
@@ -63,8 +63,9 @@ from simforcing.methods import METHODS, method_preset
 from simforcing.models.info import activation_bytes, forward_flops, parameter_counts, token_counts
 from simforcing.models.weights import frozen_copy
 from simforcing.sample import sample_videos
-from simforcing.train import build_optimizer
-from simforcing.utils import atomic_write_json, autocast_context
+from simforcing.training.optim import build_optimizer
+from simforcing.training.step import apply_update, clip_gradients, forward_backward
+from simforcing.utils import atomic_write_json
 
 SCHEMA = "simforcing-bench-gpu/1"
 TIME_LIMIT_S = 480.0  # the whole command on one GPU (issue: under 8 minutes)
@@ -230,18 +231,9 @@ def _count_hook(counter: dict, key: str):
     return hook
 
 
-def step_loss(student, teacher, cfg: Config, method: str, batch: dict, gen: torch.Generator,
-              device: torch.device) -> torch.Tensor:
-    """The loss of one training step of ``method`` as ``train.py`` computes it (method preset, bf16 autocast)."""
-    mcfg = method_preset(copy.deepcopy(cfg), method)
-    with autocast_context(mcfg, device):
-        loss, _ = METHODS[method](student, teacher, batch, mcfg, gen)
-    return loss
-
-
-class Trainer:
-    """One training step as ``train.py`` runs it (autocast, step function, backward, clipping, AdamW), split into
-    forward + backward and the optimizer update so that both are timed."""
+class StepTimer:
+    """One training step as ``train.py`` takes it (``training.step``: autocast, the method's step, backward, the
+    one clipping, AdamW), callable in its two halves so that both are timed."""
 
     def __init__(self, student, teacher, cfg: Config, device: torch.device):
         self.student, self.teacher, self.cfg, self.device = student, teacher, cfg, device
@@ -250,18 +242,14 @@ class Trainer:
         self.gen = torch.Generator(device=device)
         self.seed = 0
 
-    def loss(self, method: str, batch: dict, seed: int) -> torch.Tensor:
-        self.gen.manual_seed(seed)
-        return step_loss(self.student, self.teacher, self.cfg, method, batch, self.gen, self.device)
-
     def fwd_bwd(self, method: str, batch: dict) -> None:
         self.seed += 1
-        self.loss(method, batch, self.seed).backward()
+        self.gen.manual_seed(self.seed)
+        forward_backward(METHODS[method], self.student, self.teacher, batch, method_config(self.cfg, method),
+                         self.gen, self.device)
 
     def update(self) -> None:
-        parallel.clip_grad_norm(self.params, self.cfg.train.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        apply_update(self.params, self.optimizer, None, self.cfg.train.grad_clip)
 
     def step(self, method: str, batch: dict) -> None:
         self.fwd_bwd(method, batch)
@@ -273,17 +261,22 @@ class Trainer:
         self.optimizer = None
 
 
-def train_row(trainer: Trainer, method: str, b: int, repeats: int, fwd_flops: float, tokens: int,
+def method_config(cfg: Config, method: str) -> Config:
+    """``cfg`` with ``method``'s preset (a copy)."""
+    return method_preset(copy.deepcopy(cfg), method)
+
+
+def train_row(timer: StepTimer, method: str, b: int, repeats: int, fwd_flops: float, tokens: int,
               peak: Optional[float], measured: Optional[float]) -> dict:
     """One method at batch ``b``: warm-up step, then ``repeats`` steps with forward + backward and the update timed
     apart; the peak memory of the last step."""
-    cfg, device = trainer.cfg, trainer.device
+    cfg, device = timer.cfg, timer.device
     batch = latent_batch(cfg, b, device)
     counts: dict = {}
-    hooks = [trainer.student.register_forward_pre_hook(_count_hook(counts, "student"), with_kwargs=True),
-             trainer.teacher.register_forward_pre_hook(_count_hook(counts, "teacher"), with_kwargs=True)]
+    hooks = [timer.student.register_forward_pre_hook(_count_hook(counts, "student"), with_kwargs=True),
+             timer.teacher.register_forward_pre_hook(_count_hook(counts, "teacher"), with_kwargs=True)]
     try:
-        trainer.step(method, batch)  # warm-up; counts this step's evaluations, allocates AdamW's state
+        timer.step(method, batch)  # warm-up; counts this step's evaluations, allocates AdamW's state
     finally:
         for h in hooks:
             h.remove()
@@ -291,8 +284,8 @@ def train_row(trainer: Trainer, method: str, b: int, repeats: int, fwd_flops: fl
     for r in range(repeats):
         if r == repeats - 1:
             _reset_peak(device)
-        fb += time_calls(lambda: trainer.fwd_bwd(method, batch), 1, 0, device).wall
-        up += time_calls(trainer.update, 1, 0, device).wall
+        fb += time_calls(lambda: timer.fwd_bwd(method, batch), 1, 0, device).wall
+        up += time_calls(timer.update, 1, 0, device).wall
     mem = _memory(device)
     units, hw_units = step_flop_units(counts.get("teacher", 0), counts.get("student", 0), b,
                                       cfg.model.gradient_checkpointing)
@@ -398,10 +391,10 @@ def single_process_group(device: torch.device):
 def loss_and_grad_norm(student, teacher, cfg: Config, batch: dict, device: torch.device, seed: int) -> tuple:
     """(loss, global gradient norm) of one SimForcing forward + backward at noise ``seed``; gradients cleared after."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    loss = step_loss(student, teacher, cfg, "simforcing", batch, gen, device)
-    loss.backward()
+    loss, _ = forward_backward(METHODS["simforcing"], student, teacher, batch, method_config(cfg, "simforcing"), gen,
+                               device)
     params = [p for p in student.parameters() if p.requires_grad]
-    norm = parallel.clip_grad_norm(params, 0.0)  # max_norm <= 0: measured, not clipped
+    norm = clip_gradients(params, 0.0)  # max_norm <= 0: measured, not clipped
     for p in params:
         p.grad = None
     return float(loss.detach()), norm
@@ -427,9 +420,9 @@ def fsdp_section(student, teacher, cfg: Config, device: torch.device, plan: GpuP
         shard_s = time.perf_counter() - t0
         sharded = all(hasattr(p, "full_tensor") for p in student.parameters())
         loss_fsdp, norm_fsdp = loss_and_grad_norm(student, teacher, cfg, batch, device, seed=777)
-        trainer = Trainer(student, teacher, cfg, device)
-        row = train_row(trainer, "simforcing", b, plan.fsdp_repeats, fwd_flops, tokens, peak, measured)
-        trainer.close()
+        timer = StepTimer(student, teacher, cfg, device)
+        row = train_row(timer, "simforcing", b, plan.fsdp_repeats, fwd_flops, tokens, peak, measured)
+        timer.close()
         dtype = parallel.mixed_precision_dtype(cfg, device)
     rel, rel_norm = _relative(loss_fsdp, loss_plain), _relative(norm_fsdp, norm_plain)
     log(f"gpu fsdp2 ({backend}, world size 1): step {row['step_s']:.3f} s; loss {loss_fsdp:.6g} vs {loss_plain:.6g} "
@@ -450,17 +443,66 @@ def _oom_message(e: BaseException) -> str:
     return f"out of memory: {str(e).splitlines()[0]}"
 
 
-def run_gpu_bench(cfg: Config, device: torch.device, out_path, peak_tflops: Optional[float] = None,
-                  tiny: bool = False, log: Callable[[str], None] = print) -> dict:
-    """Every section of the plan on ``device``; the report (written to ``out_path`` after each section, so a run cut
-    short keeps what it measured). Returns the results."""
-    t_start = time.perf_counter()
+def _planned_config(cfg: Config, device: torch.device, tiny: bool) -> tuple[Config, GpuPlan]:
+    """The benchmark's config (``bench_config``) with the plan's layer count, and the plan."""
     cfg = bench_config(cfg)
     mem = int(torch.cuda.get_device_properties(device).total_memory) if device.type == "cuda" else None
     plan = plan_gpu_bench(cfg, mem, tiny)
     if plan.num_layers != cfg.model.num_layers:
         cfg.model.num_layers = plan.num_layers
         cfg.validate()
+    return cfg, plan
+
+
+def _build_models(cfg: Config, device: torch.device, log: Callable[[str], None]) -> tuple:
+    """(student, frozen teacher, forward FLOPs per sample, tokens per sample, the report's "model" block)."""
+    s0 = time.perf_counter()
+    fwd_flops = forward_flops(cfg)["total"]
+    tokens = token_counts(cfg)["joint"]
+    _reset_peak(device)
+    student = bench_model(cfg, device).train()
+    teacher = frozen_copy(student)
+    build_s = time.perf_counter() - s0
+    params = sum(p.numel() for p in student.parameters())
+    model = {"preset": cfg.preset, "num_layers": cfg.model.num_layers, "parameters": params,
+             "tokens_per_sample": tokens, "forward_flops_per_sample": fwd_flops,
+             "dtype": "fp32 weights, bf16 autocast", "gradient_checkpointing": True,
+             "teacher": "frozen fp32 copy", "build_s": build_s, **_memory(device)}
+    log(f"gpu: {cfg.preset} with {cfg.model.num_layers} layers, {params / 1e9:.3f} B parameters, {tokens} tokens per "
+        f"sample, {fwd_flops / 1e12:.3f} TFLOP per forward; built in {build_s:.1f} s")
+    return student, teacher, fwd_flops, tokens, model
+
+
+def train_section(student, teacher, cfg: Config, device: torch.device, plan: GpuPlan, fwd_flops: float, tokens: int,
+                  peak: Optional[float], measured: Optional[float], log: Callable[[str], None]) -> dict:
+    """Every planned (method, batch) row; an out-of-memory error is recorded in its row and the next one runs."""
+    rows = []
+    timer = StepTimer(student, teacher, cfg, device)
+    for method, b in plan.train_rows:
+        try:
+            row = train_row(timer, method, b, plan.train_repeats, fwd_flops, tokens, peak, measured)
+        except torch.cuda.OutOfMemoryError as e:
+            timer.optimizer.zero_grad(set_to_none=True)
+            _free(device)
+            row = {"method": method, "batch_size": b, "error": _oom_message(e)}
+            log(f"gpu train {method} batch {b}: {row['error']}")
+        else:
+            log(f"gpu train {method} batch {b}: step {row['step_s']:.3f} s (fwd+bwd {row['fwd_bwd_s']:.3f} s, "
+                f"update {row['update_s']:.3f} s), {row['tokens_per_s']:.0f} tokens/s, MFU {row['mfu']}, peak "
+                f"{row.get('peak_allocated_bytes', 0) / GIB:.1f} GiB")
+        rows.append(row)
+    timer.close()
+    del timer
+    _free(device)
+    return {"predicted_peak_bytes": plan.predicted_peak_bytes, "rows": rows}
+
+
+def run_gpu_bench(cfg: Config, device: torch.device, out_path, peak_tflops: Optional[float] = None,
+                  tiny: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Every section of the plan on ``device``; the report (written to ``out_path`` after each section, so a run cut
+    short keeps what it measured). Returns the results."""
+    t_start = time.perf_counter()
+    cfg, plan = _planned_config(cfg, device, tiny)
     results: dict = {"schema": SCHEMA, "machine": machine_info(device, torch.get_num_threads()),
                      "plan": asdict(plan), "time_limit_s": TIME_LIMIT_S, "section_seconds": {}}
     if plan.layers_note:
@@ -474,46 +516,15 @@ def run_gpu_bench(cfg: Config, device: torch.device, out_path, peak_tflops: Opti
         os.chmod(out_path, 0o644)
 
     s0 = time.perf_counter()
-    dev = device_section(device, plan, peak_tflops)
-    results["device"] = dev
+    dev = results["device"] = device_section(device, plan, peak_tflops)
     peak, measured = dev["peak_bf16_flops"], dev["measured_matmul_flops"]
     log(f"gpu: {dev['name']}, peak {peak / 1e12 if peak else '?'} TFLOP/s ({dev['peak_source']}), measured bf16 "
         f"matmul {measured / 1e12:.1f} TFLOP/s")
     save("device", s0)
 
     s0 = time.perf_counter()
-    fwd_flops = forward_flops(cfg)["total"]
-    tokens = token_counts(cfg)["joint"]
-    _reset_peak(device)
-    student = bench_model(cfg, device).train()
-    teacher = frozen_copy(student)
-    build_s = time.perf_counter() - s0
-    params = sum(p.numel() for p in student.parameters())
-    results["model"] = {"preset": cfg.preset, "num_layers": cfg.model.num_layers, "parameters": params,
-                        "tokens_per_sample": tokens, "forward_flops_per_sample": fwd_flops,
-                        "dtype": "fp32 weights, bf16 autocast", "gradient_checkpointing": True,
-                        "teacher": "frozen fp32 copy", "build_s": build_s, **_memory(device)}
-    log(f"gpu: {cfg.preset} with {cfg.model.num_layers} layers, {params / 1e9:.3f} B parameters, {tokens} tokens per "
-        f"sample, {fwd_flops / 1e12:.3f} TFLOP per forward; built in {build_s:.1f} s")
-    rows = []
-    trainer = Trainer(student, teacher, cfg, device)
-    for method, b in plan.train_rows:
-        try:
-            row = train_row(trainer, method, b, plan.train_repeats, fwd_flops, tokens, peak, measured)
-        except torch.cuda.OutOfMemoryError as e:
-            trainer.optimizer.zero_grad(set_to_none=True)
-            _free(device)
-            row = {"method": method, "batch_size": b, "error": _oom_message(e)}
-            log(f"gpu train {method} batch {b}: {row['error']}")
-        else:
-            log(f"gpu train {method} batch {b}: step {row['step_s']:.3f} s (fwd+bwd {row['fwd_bwd_s']:.3f} s, "
-                f"update {row['update_s']:.3f} s), {row['tokens_per_s']:.0f} tokens/s, MFU {row['mfu']}, peak "
-                f"{row.get('peak_allocated_bytes', 0) / GIB:.1f} GiB")
-        rows.append(row)
-    trainer.close()
-    del trainer
-    _free(device)
-    results["train"] = {"predicted_peak_bytes": plan.predicted_peak_bytes, "rows": rows}
+    student, teacher, fwd_flops, tokens, results["model"] = _build_models(cfg, device, log)
+    results["train"] = train_section(student, teacher, cfg, device, plan, fwd_flops, tokens, peak, measured, log)
     save("train", s0)
 
     s0 = time.perf_counter()

@@ -1,5 +1,6 @@
-"""Benchmark section 2, ``train``: one training step of ``sft`` and ``simforcing`` on the same latent batch — time,
-peak memory, network evaluations and the ideal ratio from forward/backward counts."""
+"""Benchmark section 2, ``train``: one training step (``training.step``, as the train loop takes it) of ``sft`` and
+``simforcing`` on the same latent batch — time, peak memory, network evaluations and the ideal ratio from
+forward/backward counts."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from simforcing.bench.options import BenchOptions
 from simforcing.config import Config
 from simforcing.methods import METHODS, method_preset
 from simforcing.models.weights import frozen_copy
-from simforcing.train import build_optimizer
-from simforcing.utils import autocast_context
+from simforcing.training.optim import build_optimizer
+from simforcing.training.step import apply_update, forward_backward
 
 
 def _count_hook(counter: dict, key: str):
@@ -36,21 +37,18 @@ def bench_train(cfg: Config, device: torch.device, opts: BenchOptions, log: Call
     methods = ("sft", "simforcing")
     mcfgs = {m: method_preset(copy.deepcopy(cfg), m) for m in methods}
     optimizer, _ = build_optimizer(student, cfg, total_steps=10_000)
+    params = [p for p in student.parameters() if p.requires_grad]
     gen = torch.Generator(device=device)
     step = {"i": 0}
 
-    def fwd_bwd(m: str) -> None:
+    def fwd_bwd(m: str) -> None:  # training.step: the train loop's autocast, step function and backward
         step["i"] += 1
         gen.manual_seed(step["i"])
-        with autocast_context(mcfgs[m], device):
-            loss, _ = METHODS[m](student, teacher, batch, mcfgs[m], gen)
-        loss.backward()
+        forward_backward(METHODS[m], student, teacher, batch, mcfgs[m], gen, device)
 
-    def full_step(m: str) -> None:
+    def full_step(m: str) -> None:  # and its clipping and optimizer update
         fwd_bwd(m)
-        torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.train.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        apply_update(params, optimizer, None, cfg.train.grad_clip)
 
     per = {m: {"fwd_bwd": Times(), "step": Times()} for m in methods}
     for m in methods:  # warm-up (also allocates the AdamW state)

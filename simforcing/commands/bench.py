@@ -16,7 +16,7 @@ from simforcing.bench.report import format_gpu_tables, format_tables, run_bench
 from simforcing.commands import Subcommand, add_config_args, config_from_args
 from simforcing.config import Config, ConfigError
 from simforcing.errors import EXIT_NO_DEVICE, EXIT_OK
-from simforcing.utils import atomic_write_text, resolve_device
+from simforcing.utils import atomic_write_text, check_output_path, resolve_device
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,8 +60,8 @@ def bench(args: argparse.Namespace, cfg: Config) -> int:
     if args.threads < 1:
         raise ConfigError(f"--threads: got {args.threads}; expected an integer >= 1")
     opts = BenchOptions.for_mode(args.quick, args.tiny)
-    out = Path(args.out)
-    results = run_bench(cfg, opts, out, resolve_device(args.device), args.threads, sections,
+    out = check_output_path(args.out, "--out", folder=False)
+    results = run_bench(cfg, opts, out, resolve_device(args.device, "--device"), args.threads, sections,
                         log=lambda msg: print(msg, flush=True))
     tables = format_tables(results)
     atomic_write_text(out.with_suffix(".md"), tables + "\n")
@@ -86,6 +86,7 @@ def bench_gpu(args: argparse.Namespace, cfg: Config) -> int:
         raise ConfigError("--quick: not with --gpu (its schedule is fixed; --tiny shrinks it for tests)")
     if args.device not in ("auto", "cuda", "cpu"):
         raise ConfigError(f"--device: got {args.device!r}; expected auto, cuda or cpu")
+    check_output_path(args.out, "--out", folder=False)
     if args.device != "cpu" and not torch.cuda.is_available():
         print(no_cuda_message(), file=sys.stderr, flush=True)
         return EXIT_NO_DEVICE
@@ -110,4 +111,4 @@ def bench_gpu(args: argparse.Namespace, cfg: Config) -> int:
     return EXIT_OK
 
 
-SUBCOMMANDS = {("bench",): Subcommand(add_bench_arguments, bench, config_for_bench)}
+BENCH = Subcommand(add_bench_arguments, bench, config_for_bench)

@@ -1,8 +1,8 @@
-"""`simforcing data synth | check | stats | embed-text | import-lerobot | encode`.
+"""`simforcing data synth | synth-policy | check | stats | embed-text | import-lerobot | encode`.
 
-The libraries of ``synth`` (MuJoCo), ``embed-text`` (transformers), ``import-lerobot`` (pyarrow) and ``encode``
-(diffusers' VAE) are imported inside their own ``run`` function: ``data check`` and ``data stats`` start without
-loading them.
+The libraries of ``synth`` and ``synth-policy`` (MuJoCo), ``embed-text`` (transformers), ``import-lerobot`` (pyarrow)
+and ``encode`` (diffusers' VAE) are imported inside their own ``run`` function: ``data check`` and ``data stats`` start
+without loading them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from simforcing.data.check import check_dataset
 from simforcing.data.format import meta_dir
 from simforcing.data.stats import STATS_KEYS, write_stats
 from simforcing.data.text_cache import cache_dir
-from simforcing.utils import resolve_device
+from simforcing.utils import check_output_path, resolve_device
 
 # ----------------------------------------------------------------------------------------------------------------------
 # data synth
@@ -63,6 +63,41 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     if args.preview and counts[0] + counts[1] > 0:
         save_preview(out, "ep_00000", args.preview)
     print(f"wrote {sum(counts[:3]) + args.layout_train} episodes to {out} in {time.time() - t0:.1f} s")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# data synth-policy
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_synth_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    add_dataset_out(parser)
+    parser.add_argument("--per-task", type=int, default=16, help="successful training demonstrations per task")
+    parser.add_argument("--num-val", type=int, default=2, help="validation demonstrations per task")
+    parser.add_argument("--max-steps", type=int, default=30, help="step limit of a demonstration")
+    parser.add_argument("--height", type=int, default=32, help="camera height")
+    parser.add_argument("--width", type=int, default=48, help="camera width (the video is two cameras wide)")
+    parser.add_argument("--seed", type=int, default=100, help="dataset seed (evaluation scenes use another)")
+    parser.add_argument("--layouts", type=int, default=0, help="LIBERO-like mode: every scene is one of K fixed "
+                        "layouts with the task object jittered (0: every scene its own objects, camera and look)")
+    parser.add_argument("--jitter", type=float, default=0.03, help="with --layouts: the task object's position "
+                        "jitter, metres")
+    parser.add_argument("--workers", type=int, default=1, help="simulation processes")
+    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def synth_policy(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    from simforcing.policy.synth_data import generate_policy_dataset  # MuJoCo: only this command needs it
+
+    s = generate_policy_dataset(dataset_out(args), per_task=args.per_task, num_val=args.num_val,
+                                max_steps=args.max_steps, height=args.height, width=args.width, seed=args.seed,
+                                workers=args.workers, overwrite=args.overwrite, progress=not args.no_progress,
+                                layouts=args.layouts, jitter=args.jitter)
+    surplus = s["attempted"] - s["failed"] - s["episodes"]
+    print(f"wrote {s['episodes']} successful demonstrations to {s['out']} ({s['attempted']} episodes simulated: "
+          f"{s['failed']} failed, {surplus} more than a task needed; both dropped)")
     return 0
 
 
@@ -163,6 +198,13 @@ def add_import_lerobot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true")
 
 
+def _print_skipped(skipped: list[tuple[str, str, str]]) -> None:
+    for _, kind, why in skipped:
+        print(f"  skipped [{kind}] {why}")
+    if skipped:
+        print(f"{len(skipped)} bad episodes skipped")
+
+
 def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     if args.wrist_camera is not None:  # a policy dataset: real episodes, two cameras
         from simforcing.policy.data import import_lerobot_policy
@@ -171,7 +213,9 @@ def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
             raise ConfigError("--sim: a policy dataset (--wrist-camera) is real-only; leave out --sim")
         s = import_lerobot_policy(args.real, args.out, args.camera or args.real_camera, args.wrist_camera,
                                   args.action_key, args.state_key, args.val_fraction, args.seed, args.height,
-                                  args.width, progress=not args.no_progress, overwrite=args.overwrite)
+                                  args.width, progress=not args.no_progress, overwrite=args.overwrite,
+                                  skip_bad=args.skip_bad)
+        _print_skipped(s["skipped"])
         print(f"wrote the policy dataset {s['out']}: {s['train']} train, {s['val']} val episodes, two cameras at "
               f"{s['height']}x{s['width']}; next: simforcing data embed-text {s['out']}")
         return 0
@@ -184,10 +228,7 @@ def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
                          args.state_key, args.val_fraction, args.seed, args.height, args.width, args.lowdim_from,
                          args.sim_background, progress=not args.no_progress, overwrite=args.overwrite,
                          skip_bad=args.skip_bad)
-    for eid, kind, why in summary["skipped"]:
-        print(f"  skipped [{kind}] {why}")
-    if summary["skipped"]:
-        print(f"{len(summary['skipped'])} bad episodes skipped")
+    _print_skipped(summary["skipped"])
     print(f"wrote {summary['out']}: {summary['train']} train, {summary['val']} val, {summary['sim_pool']} sim-only "
           f"episodes at {summary['height']}x{summary['width']}; statistics in meta/stats.json")
     if summary["skipped_real_only"]:
@@ -221,6 +262,7 @@ def encode_config(args: argparse.Namespace) -> Config:
 def encode(args: argparse.Namespace, cfg: Config) -> int:
     from simforcing.prep.latents import encode_latent_cache  # the VAE (diffusers): only this subcommand needs it
 
+    check_output_path(args.out, "--out")
     index = encode_latent_cache(cfg, args.data, args.out, args.windows_per_episode, tuple(args.splits),
                                 args.batch_size, resolve_device(cfg.train.device), progress=not args.no_progress)
     n = sum(len(e["windows"]) for e in index["episodes"])
@@ -228,11 +270,10 @@ def encode(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-SUBCOMMANDS = {
-    ("data", "synth"): Subcommand(add_synth_arguments, synth),
-    ("data", "check"): Subcommand(add_check_arguments, check, config_from_args),
-    ("data", "stats"): Subcommand(add_stats_arguments, stats),
-    ("data", "embed-text"): Subcommand(add_embed_text_arguments, embed_text, embed_text_config),
-    ("data", "import-lerobot"): Subcommand(add_import_lerobot_arguments, import_lerobot),
-    ("data", "encode"): Subcommand(add_encode_arguments, encode, encode_config),
-}
+SYNTH = Subcommand(add_synth_arguments, synth)
+SYNTH_POLICY = Subcommand(add_synth_policy_arguments, synth_policy)
+CHECK = Subcommand(add_check_arguments, check, config_from_args)
+STATS = Subcommand(add_stats_arguments, stats)
+EMBED_TEXT = Subcommand(add_embed_text_arguments, embed_text, embed_text_config)
+IMPORT_LEROBOT = Subcommand(add_import_lerobot_arguments, import_lerobot)
+ENCODE = Subcommand(add_encode_arguments, encode, encode_config)

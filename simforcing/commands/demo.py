@@ -56,4 +56,6 @@ def demo(args: argparse.Namespace, cfg: Config) -> int:
                     args.seeds, args.full, jobs, policy=not args.no_policy)
 
 
-SUBCOMMANDS = {("demo",): Subcommand(add_demo_arguments, demo, config)}
+DEMO = Subcommand(add_demo_arguments, demo, config,
+                  interrupted="run the same command again to continue: finished jobs are reused and stopped training "
+                              "runs resume from their last checkpoint")

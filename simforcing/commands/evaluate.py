@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simforcing.commands import Subcommand, add_config_args, config_for_run, config_from_args
+from simforcing.commands import Subcommand, add_config_args, config_from_args
+from simforcing.commands.runs import config_for_run
 from simforcing.config import Config
 from simforcing.evaluate.run import DOMAINS, evaluate_run, format_result
 from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps
+from simforcing.runfolder import WORLD_MODELS, require_kind
 from simforcing.sample import BASELINES
-from simforcing.utils import resolve_device
+from simforcing.utils import check_output_path, resolve_device
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +36,8 @@ def evaluate_config(args: argparse.Namespace) -> Config:
 
 
 def evaluate(args: argparse.Namespace, cfg: Config) -> int:
-    device = resolve_device(args.device) if args.device else None
+    check_output_path(args.out, "--out")  # before any sample is generated
+    device = resolve_device(args.device, "--device") if args.device else resolve_device(cfg.train.device)
     res = evaluate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, baseline=args.baseline,
                        step=args.step, device=device, domain=args.domain)
     print(f"{format_result(res)} -> {Path(args.out) / 'eval.json'}")
@@ -58,14 +61,18 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, steps: bool) -> None:
 
 
 def sweep_config(args: argparse.Namespace) -> Config:
-    """The (first) run's config + overrides: its data/sample/eval sections are used."""
+    """The (first) run's config + overrides: its data/sample/eval sections are used. Every run must be a world
+    model (a policy run is refused by name)."""
     if args.command == ("sweep", "cfg"):
+        for run in args.ckpts[1:]:
+            require_kind(run, WORLD_MODELS, "--ckpts", "sample")
         args.ckpt = args.ckpts[0]
     return config_for_run(args)
 
 
 def sweep(args: argparse.Namespace, cfg: Config) -> int:
-    device = resolve_device(args.device) if args.device else None
+    check_output_path(args.out or ("sweep_cfg" if args.command == ("sweep", "cfg") else "sweep_steps"), "--out")
+    device = resolve_device(args.device, "--device") if args.device else resolve_device(cfg.train.device)
     if args.command == ("sweep", "cfg"):
         res = sweep_cfg(args.ckpts, args.data, cfg, ws=args.w, num_samples=args.num_samples,
                         out_dir=args.out or "sweep_cfg", split=args.split, device=device)
@@ -78,8 +85,6 @@ def sweep(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-SUBCOMMANDS = {
-    ("evaluate",): Subcommand(add_evaluate_arguments, evaluate, evaluate_config),
-    ("sweep", "cfg"): Subcommand(lambda p: add_sweep_arguments(p, steps=False), sweep, sweep_config),
-    ("sweep", "steps"): Subcommand(lambda p: add_sweep_arguments(p, steps=True), sweep, sweep_config),
-}
+EVALUATE = Subcommand(add_evaluate_arguments, evaluate, evaluate_config)
+SWEEP_CFG = Subcommand(lambda p: add_sweep_arguments(p, steps=False), sweep, sweep_config)
+SWEEP_STEPS = Subcommand(lambda p: add_sweep_arguments(p, steps=True), sweep, sweep_config)

@@ -12,6 +12,7 @@ from simforcing.models.info import format_info, model_info
 from simforcing.models.weights import write_action_expert
 from simforcing.policy.judge import JudgeFitOptions, fit_judge, save_judge
 from simforcing.prep.demo_vae import NORMALIZATIONS, fit_demo_vae
+from simforcing.utils import check_output_path
 
 
 def add_info_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +33,7 @@ def add_init_action_expert_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def init_action_expert(args: argparse.Namespace, cfg: Config) -> int:
+    check_output_path(args.out, "--out", folder=False)
     tensors = write_action_expert(cfg, args.weights, args.out)
     print(f"wrote {len(tensors)} action-expert tensors ({sum(t.numel() for t in tensors.values()) / 1e6:.1f} M "
           f"parameters) to {args.out}; action.action_in keeps its init")
@@ -52,6 +54,7 @@ def add_fit_vae_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def fit_vae(args: argparse.Namespace, cfg: Config) -> int:
+    check_output_path(args.out, "--out")  # before the fit
     vae, report = fit_demo_vae(args.data, cfg, args.max_windows, args.seed, args.components, args.out,
                                normalization=args.normalization)
     p = report["psnr_val"]
@@ -84,6 +87,7 @@ def add_fit_probe_arguments(parser: argparse.ArgumentParser) -> None:
 def fit_probe_command(args: argparse.Namespace, cfg: Config) -> int:
     if args.steps < 1 or args.batch_size < 4:
         raise ConfigError(f"--steps {args.steps} / --batch-size {args.batch_size}: expected >= 1 / >= 4")
+    check_output_path(args.out, "--out")  # before the fit
     opts = FitOptions(splits=(args.split,), sim_splits=tuple(args.sim_splits), val_split=args.val_split or None,
                       steps=args.steps, batch_size=args.batch_size, seed=args.seed,
                       position_dims=tuple(args.position_dims),
@@ -117,6 +121,7 @@ def add_fit_judge_arguments(parser: argparse.ArgumentParser) -> None:
 def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
     if args.steps < 1 or args.batch_size < 4:
         raise ConfigError(f"--steps {args.steps} / --batch-size {args.batch_size}: expected >= 1 / >= 4")
+    check_output_path(args.out, "--out")  # before the frames are read
     opts = JudgeFitOptions(steps=args.steps, batch_size=args.batch_size, seed=args.seed)
     judge = fit_judge(args.data, cfg.data.height, cfg.data.width, opts)
     save_judge(judge, args.out)
@@ -126,11 +131,8 @@ def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-SUBCOMMANDS = {
-    ("model", "info"): Subcommand(add_info_arguments, info, config_from_args),
-    ("model", "init-action-expert"): Subcommand(add_init_action_expert_arguments, init_action_expert,
-                                                config_from_args),
-    ("model", "fit-vae"): Subcommand(add_fit_vae_arguments, fit_vae, config_from_args),
-    ("model", "fit-probe"): Subcommand(add_fit_probe_arguments, fit_probe_command, config_from_args),
-    ("model", "fit-judge"): Subcommand(add_fit_judge_arguments, fit_judge_command, config_from_args),
-}
+INFO = Subcommand(add_info_arguments, info, config_from_args)
+INIT_ACTION_EXPERT = Subcommand(add_init_action_expert_arguments, init_action_expert, config_from_args)
+FIT_VAE = Subcommand(add_fit_vae_arguments, fit_vae, config_from_args)
+FIT_PROBE = Subcommand(add_fit_probe_arguments, fit_probe_command, config_from_args)
+FIT_JUDGE = Subcommand(add_fit_judge_arguments, fit_judge_command, config_from_args)

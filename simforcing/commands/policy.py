@@ -1,77 +1,63 @@
-"""`simforcing policy train | eval` and `simforcing data synth-policy` (``simforcing.policy``).
+"""`simforcing policy train | eval` (``simforcing.policy``).
 
-    simforcing data synth-policy OUT (or --out OUT) [--per-task 16] [--max-steps 30]
     simforcing policy train --setting action_only|unconditional|video_action --init base|RUN --data DIR --out RUN
-    simforcing policy eval --runs NAME=RUN [NAME=RUN ...] [--per-task 10] --out DIR            (synthetic benchmark)
-    simforcing policy eval --env libero --suite libero_spatial --runs NAME=RUN --out DIR      (needs the extra)
+    simforcing policy eval --runs [NAME=]RUN [...] [--run NAME RUN ...] [--per-task 10] --out DIR  (synthetic benchmark)
+    simforcing policy eval --env libero --suite libero_spatial --runs RUN --out DIR                 (needs the extra)
     simforcing policy eval --env world-model --wm RUN --judge J --runs ... --out DIR         (inside a world model)
     simforcing policy agreement --sim SIM_EVAL --wm NAME=WM_EVAL ... --out DIR             (world model vs simulator)
+
+A run folder whose name holds ``=`` (``sweep/lr=1e-4``) is given to ``--runs`` as it is (named by its folder) or as
+``NAME=RUN``: of the ways to split an entry at an ``=``, the one whose RUN side is an existing folder is taken (an
+entry that is itself a folder counts as a bare RUN); when two readings name folders, ``--run NAME RUN`` says which.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Optional
 
-from simforcing import parallel
-from simforcing.commands import Subcommand, add_dataset_out, dataset_out
+from simforcing.commands import Given, Subcommand, note_unused_config
+from simforcing.commands.runs import report_training
 from simforcing.config import POLICY_SETTINGS, Config, ConfigError
-from simforcing.utils import atomic_write_json, atomic_write_text
-
-
-# -- data synth-policy ---------------------------------------------------------------------------------------------------
-def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
-    add_dataset_out(parser)
-    parser.add_argument("--per-task", type=int, default=16, help="successful training demonstrations per task")
-    parser.add_argument("--num-val", type=int, default=2, help="validation demonstrations per task")
-    parser.add_argument("--max-steps", type=int, default=30, help="step limit of a demonstration")
-    parser.add_argument("--height", type=int, default=32, help="camera height")
-    parser.add_argument("--width", type=int, default=48, help="camera width (the video is two cameras wide)")
-    parser.add_argument("--seed", type=int, default=100, help="dataset seed (evaluation scenes use another)")
-    parser.add_argument("--layouts", type=int, default=0, help="LIBERO-like mode: every scene is one of K fixed "
-                        "layouts with the task object jittered (0: every scene its own objects, camera and look)")
-    parser.add_argument("--jitter", type=float, default=0.03, help="with --layouts: the task object's position "
-                        "jitter, metres")
-    parser.add_argument("--workers", type=int, default=1, help="simulation processes")
-    parser.add_argument("--overwrite", action="store_true")
-    parser.add_argument("--no-progress", action="store_true")
-
-
-def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
-    from simforcing.policy.synth_data import generate_policy_dataset  # MuJoCo: only this command needs it
-
-    s = generate_policy_dataset(dataset_out(args), per_task=args.per_task, num_val=args.num_val,
-                                max_steps=args.max_steps, height=args.height, width=args.width, seed=args.seed,
-                                workers=args.workers, overwrite=args.overwrite, progress=not args.no_progress,
-                                layouts=args.layouts, jitter=args.jitter)
-    surplus = s["attempted"] - s["failed"] - s["episodes"]
-    print(f"wrote {s['episodes']} successful demonstrations to {s['out']} ({s['attempted']} episodes simulated: "
-          f"{s['failed']} failed, {surplus} more than a task needed; both dropped)")
-    return 0
+from simforcing.runfolder import CONFIG_FILE
+from simforcing.utils import atomic_write_json, atomic_write_text, check_output_path, resolve_device
 
 
 # -- policy train ----------------------------------------------------------------------------------------------------------
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setting", required=True, choices=POLICY_SETTINGS)
     parser.add_argument("--init", default="base", help="'base' (the preset's init + configured pretrained weights) "
-                        "or a world-model run folder (every compatible tensor of both experts)")
+                        "or a run folder (every compatible tensor of both experts; its checkpoint's own config)")
     parser.add_argument("--data", default=None, help="policy dataset folder")
     parser.add_argument("--out", default=None, help="run folder to create (or continue with --resume)")
-    parser.add_argument("--preset", default="demo", help="with --init base: demo | bridge | interndata_a1")
+    parser.add_argument("--preset", default=None, action=Given, help="with --init base: demo | bridge | "
+                        "interndata_a1 (default: demo)")
     parser.add_argument("--config", default=None, help="with --init base: start from this config.json instead of "
                         "the preset (e.g. a world-model run's: same architecture and VAE, weights not inherited)")
-    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--resume", action="store_true", help="continue --out with its own config (--init, "
+                        "--preset and --config are not used then)")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--no-progress", action="store_true")
 
 
 def train_config(args: argparse.Namespace) -> Config:
+    """``policy_run_config``: on --resume the run's config.json (a --config or --preset given too is said to be
+    unused); with --init RUN the config its checkpoint was trained with (--preset/--config refused: they would be
+    ignored); with --init base the preset or --config."""
     from simforcing.policy.configs import policy_run_config
 
-    return policy_run_config(args.setting, args.init, args.data, args.preset, args.overrides,
-                             resume_from=args.out if args.resume and args.out else None, config=args.config)
+    resume = args.out if args.resume and args.out else None
+    if resume is None and args.init != "base" and (args.preset or args.config):
+        raise ConfigError(f"--{'config' if args.config else 'preset'}: not with --init {args.init} (the policy starts "
+                          "from the config that run's checkpoint was trained with); leave it out and give changes as "
+                          "--section.field=value, or use --init base --config RUN/config.json for a fresh policy of "
+                          "that architecture")
+    cfg = policy_run_config(args.setting, args.init, args.data, args.preset or "demo", args.overrides,
+                            resume_from=resume, config=args.config)
+    if resume is not None and (Path(resume) / CONFIG_FILE).is_file():
+        note_unused_config(args, cfg, resume)
+    return cfg
 
 
 def train(args: argparse.Namespace, cfg: Config) -> int:
@@ -80,19 +66,16 @@ def train(args: argparse.Namespace, cfg: Config) -> int:
     if not args.out:
         raise ConfigError("--out: the run folder is required (e.g. --out runs/policy_action_only)")
     result = policy_train_run(cfg, args.out, args.init, args.resume, progress=not args.no_progress)
-    if result["state"] == "stopped":
-        print(f"simforcing policy train: stopped at step {result['step']} ({result['reason']}); continue with "
-              "--resume", file=sys.stderr, flush=True)
-    elif result["state"] == "finished" and parallel.rank() == 0:
-        print(f"simforcing policy train: finished {result['step']} steps; checkpoint {result['checkpoint']}",
-              flush=True)
-    return int(result["exit_code"])
+    return report_training("simforcing policy train", result)
 
 
 # -- policy eval -----------------------------------------------------------------------------------------------------------
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--runs", nargs="*", default=[], metavar="NAME=RUN",
-                        help="policy runs to evaluate (NAME labels the table row; a bare RUN is named by its folder)")
+    parser.add_argument("--runs", nargs="*", default=[], metavar="[NAME=]RUN",
+                        help="policy runs to evaluate (NAME labels the table row; a bare RUN is named by its folder; "
+                             "a folder name may hold '=')")
+    parser.add_argument("--run", nargs=2, action="append", default=[], metavar=("NAME", "RUN"),
+                        help="one more policy run with its row name (any folder name)")
     parser.add_argument("--env", choices=("synthetic", "world-model", "libero"), default="synthetic",
                         help="synthetic: the MuJoCo simulator; world-model: the same scenes inside a world model "
                              "(--wm, --judge); libero: LIBERO (needs the extra)")
@@ -119,19 +102,44 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gripper", choices=("open01", "libero"), default="open01",
                         help="libero: the dataset's gripper convention (open01: FastWAM's 0 close..1 open -> x2-1, "
                         "inverted, sign; libero: -1 open/+1 close -> sign)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
 
 
-def _runs(specs: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for s in specs:
-        name, _, path = s.rpartition("=")
-        name = name or Path(path).name
-        if not path or name in out:
-            raise ConfigError(f"--runs: {s!r}: " + (f"the row name {name!r} is given twice; label the runs NAME=RUN "
-                                                    "with different names" if path else "expected NAME=RUN or RUN"))
-        out[name] = path
+def _readings(spec: str) -> list[tuple[str, str]]:
+    """The (name, folder) readings of one --runs entry whose folder exists: the entry itself, or NAME=RUN split at
+    any '='."""
+    out = [(Path(spec).name, spec)] if Path(spec).is_dir() else []
+    for i, c in enumerate(spec):
+        if c == "=" and 0 < i < len(spec) - 1 and Path(spec[i + 1:]).is_dir():
+            out.append((spec[:i], spec[i + 1:]))
     return out
+
+
+def parse_runs(specs: list[str], pairs: list[list[str]] = ()) -> dict[str, str]:
+    """Row name -> run folder from ``--runs`` entries (module docstring) and ``--run NAME RUN`` pairs. An entry
+    no reading of which names an existing folder is split at its last '=' (the loader then names what is missing)."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        found = _readings(spec)
+        if len(found) > 1:
+            raise ConfigError(f"--runs: {spec!r} can be read as " + " or ".join(f"{n}={p}" for n, p in found)
+                              + "; say which with --run NAME RUN")
+        if not found:
+            name, _, path = spec.rpartition("=")
+            if not path:
+                raise ConfigError(f"--runs: {spec!r}: expected NAME=RUN or RUN")
+            found = [(name or Path(path).name, path)]
+        _add_row(out, *found[0], spec)
+    for name, path in pairs:
+        _add_row(out, name, path, f"{name} {path}")
+    return out
+
+
+def _add_row(out: dict[str, str], name: str, path: str, spec: str) -> None:
+    if name in out:
+        raise ConfigError(f"--runs: {spec!r}: the row name {name!r} is given twice; label the runs NAME=RUN (or --run "
+                          "NAME RUN) with different names")
+    out[name] = path
 
 
 def _task_ids(spec: Optional[str]) -> Optional[list[int]]:
@@ -144,25 +152,26 @@ def _task_ids(spec: Optional[str]) -> Optional[list[int]]:
 
 
 def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
-    out = Path(args.out)
-    runs = _runs(args.runs)
+    out = check_output_path(args.out, "--out")  # before any episode is run
+    device = resolve_device(args.device, "--device")
+    runs = parse_runs(args.runs, args.run)
     if args.env == "libero":
         from simforcing.policy.libero import evaluate_libero
 
         if len(runs) != 1:
             raise ConfigError(f"--runs: LIBERO evaluates one policy run at a time; got {len(runs)}")
         res = evaluate_libero(next(iter(runs.values())), args.suite, trials=args.trials,
-                              task_ids=_task_ids(args.tasks), device=args.device, gripper=args.gripper)
+                              task_ids=_task_ids(args.tasks), device=device, gripper=args.gripper)
     else:
         from simforcing.policy.judge import load_judge
 
         if not runs and args.no_baselines and not args.expert_noise:
             raise ConfigError("--runs: nothing to evaluate (no runs, no --expert-noise and --no-baselines)")
         try:
-            judge = load_judge(args.judge, args.device) if args.judge else None
+            judge = load_judge(args.judge, device) if args.judge else None
         except ValueError as e:
             raise ConfigError(str(e)) from e
-        res = _closed_loop(args, runs, judge)
+        res = _closed_loop(args, runs, judge, device)
     out.mkdir(parents=True, exist_ok=True)
     frames = res.pop("_frames", None)
     if frames:
@@ -174,9 +183,9 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     return 0
 
 
-def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge) -> dict:
+def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device) -> dict:
     common = dict(per_task=args.per_task, max_steps=args.max_steps, baselines=not args.no_baselines,
-                  device=args.device, execute=args.execute, layouts=args.layouts, jitter=args.jitter,
+                  device=device, execute=args.execute, layouts=args.layouts, jitter=args.jitter,
                   expert_noise=args.expert_noise)
     if args.env == "world-model":
         from simforcing.policy.world_model_eval import evaluate_world_model
@@ -223,15 +232,20 @@ def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
     if args.bootstrap < 1:
         raise ConfigError(f"--bootstrap: got {args.bootstrap}; expected an integer >= 1")
-    res = write_agreement(args.sim, _runs(args.wm), args.out, args.bootstrap, args.video_policy)
+    check_output_path(args.out, "--out")
+    wms = {}
+    for spec in args.wm:
+        name, _, path = spec.partition("=")
+        if not name or not path:
+            raise ConfigError(f"--wm: {spec!r}: expected NAME=EVAL_FOLDER")
+        _add_row(wms, name, path, spec)
+    res = write_agreement(args.sim, wms, args.out, args.bootstrap, args.video_policy)
     print(res["table_md"])
     print(f"wrote {Path(args.out) / 'agreement.json'}, agreement.md, scatter.png, {len(res['videos'])} videos")
     return 0
 
 
-SUBCOMMANDS = {
-    ("data", "synth-policy"): Subcommand(add_synth_arguments, synth),
-    ("policy", "train"): Subcommand(add_train_arguments, train, train_config),
-    ("policy", "eval"): Subcommand(add_eval_arguments, evaluate),
-    ("policy", "agreement"): Subcommand(add_agreement_arguments, agreement),
-}
+TRAIN = Subcommand(add_train_arguments, train, train_config,
+                   "run the same command with --resume to continue from the last checkpoint")
+EVAL = Subcommand(add_eval_arguments, evaluate)
+AGREEMENT = Subcommand(add_agreement_arguments, agreement)

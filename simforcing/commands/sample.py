@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simforcing.commands import Subcommand, add_config_args, config_for_run
+from simforcing.commands import Subcommand, add_config_args
+from simforcing.commands.runs import config_for_run
 from simforcing.config import Config
 from simforcing.evaluate.rollouts import ROWS, evaluate_rollouts
 from simforcing.sample import generate_run
-from simforcing.utils import fmt_num, resolve_device
+from simforcing.utils import check_output_path, fmt_num, resolve_device
 
 
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,10 +28,15 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def generate(args: argparse.Namespace, cfg: Config) -> int:
+    check_output_path(args.out, "--out")  # before any sample is generated
+    device = resolve_device(args.device, "--device")
     gifs = generate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, step=args.step,
-                        device=resolve_device(args.device), upscale=args.upscale, fps=args.fps)
+                        device=device, upscale=args.upscale, fps=args.fps)
     print(f"wrote {len(gifs)} sample(s) to {args.out} (MP4, GIF and PNG strip each)")
     return 0
+
+
+GENERATE = Subcommand(add_generate_arguments, generate, config_for_run)
 
 
 def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,9 +57,11 @@ def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def rollout(args: argparse.Namespace, cfg: Config) -> int:
+    check_output_path(args.out, "--out")  # before anything is rolled out
+    device = resolve_device(args.device, "--device") if args.device else None
     res = evaluate_rollouts(args.ckpt, args.data, cfg, args.split, args.horizon, args.out,
                             num_episodes=args.num_episodes, batch_size=args.batch_size, step=args.step,
-                            device=args.device, videos=args.videos, rows=args.rows)
+                            device=device, videos=args.videos, rows=args.rows)
     r = res["rows"]["rollout"]["mean"]
     print(f"rollout of {res['num_episodes']} episodes × {res['chunks']} chunks: PSNR {fmt_num(r.get('psnr'), 2)} dB, "
           f"arm PSNR {fmt_num(r.get('psnr_arm'), 2)} dB, action error {fmt_num(r.get('af_pos'), 4)} "
@@ -61,7 +69,4 @@ def rollout(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-SUBCOMMANDS = {
-    ("generate",): Subcommand(add_generate_arguments, generate, config_for_run),
-    ("rollout",): Subcommand(add_rollout_arguments, rollout, config_for_run),
-}
+ROLLOUT = Subcommand(add_rollout_arguments, rollout, config_for_run)

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from simforcing import parallel
-from simforcing.checkpoint import is_run_folder
-from simforcing.commands import Subcommand, add_config_args, config_from_args
+from simforcing.commands import Subcommand, add_config_args, config_from_args, note_unused_config
+from simforcing.commands.runs import report_training
 from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
 from simforcing.methods import method_preset
+from simforcing.runfolder import CONFIG_FILE, STAGE_KIND, is_run_folder, require_kind, run_config
 from simforcing.train import train_run
 
 
@@ -31,18 +30,24 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", required=True, choices=STAGE2_METHODS, help="stage-2 method")
     parser.add_argument("--teacher", default=None, help="the stage-1 run folder (RUN1); optional with --resume")
-    parser.add_argument("--config", default=None, help="start from this config.json instead of RUN1's")
+    parser.add_argument("--config", default=None, help="start from this config.json instead of RUN1's (not with "
+                        "--resume: the run's own config is the base)")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     add_common_arguments(parser)
 
 
-def _resumed_config(args: argparse.Namespace) -> Config | None:
-    """With --resume and the config.json of a simforcing run folder, that config is the base (a folder that is not a
-    run is refused by the trainer, naming what it holds)."""
-    path = Path(args.out or ".") / "config.json"
+def _resumed_config(args: argparse.Namespace, stage: str) -> Config | None:
+    """With --resume and a simforcing run folder in --out: that run's config.json is the base (documented
+    precedence; a --config/--preset given too is said to be unused), after its kind is checked (a run of another
+    kind is refused by name, with the command that continues it). A folder that is not a run is refused by the
+    trainer, naming what it holds."""
+    path = Path(args.out or ".") / CONFIG_FILE
     if not (args.resume and args.out and path.exists() and is_run_folder(args.out)):
         return None
-    return Config.load(path)
+    require_kind(args.out, (STAGE_KIND[stage],), "--out", f"resume_{stage}")
+    cfg = Config.load(path)
+    note_unused_config(args, cfg, args.out)
+    return cfg
 
 
 def _with_data(cfg: Config, args: argparse.Namespace) -> Config:
@@ -53,20 +58,21 @@ def _with_data(cfg: Config, args: argparse.Namespace) -> Config:
 
 def pretrain_config(args: argparse.Namespace) -> Config:
     """Preset/--config (or RUN's config on --resume) + overrides, method sim_pretrain."""
-    base = _resumed_config(args)
+    base = _resumed_config(args, "pretrain")
     cfg = config_from_args(args, base=base, validate=False)
     method_preset(cfg, STAGE1_METHOD)
     return _with_data(cfg, args)
 
 
 def train_config(args: argparse.Namespace) -> Config:
-    """RUN1's config (or --config, or RUN2's on --resume) + method_preset + overrides."""
-    base = _resumed_config(args)
+    """RUN1's config (the one its newest checkpoint was trained with; or --config, or RUN2's on --resume) +
+    method_preset + overrides."""
+    base = _resumed_config(args, "train")
     if base is None:
         if args.config:
             base = Config.load(args.config)
         elif args.teacher:
-            base = Config.load(Path(args.teacher) / "config.json")
+            base = run_config(args.teacher, ("stage1",), "--teacher", "teacher")
         else:
             raise ConfigError("--teacher: stage 2 needs the stage-1 run folder (RUN1)")
         method_preset(base, args.method)
@@ -82,15 +88,9 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         raise ConfigError("--out: the run folder is required (e.g. --out runs/stage1)")
     result = train_run(cfg, args.out, stage, getattr(args, "teacher", None), args.resume,
                        progress=not args.no_progress)
-    if result["state"] == "stopped":
-        print(f"simforcing {stage}: stopped at step {result['step']} ({result['reason']}); continue with --resume",
-              file=sys.stderr, flush=True)
-    elif result["state"] == "finished" and parallel.rank() == 0:
-        print(f"simforcing {stage}: finished {result['step']} steps; checkpoint {result['checkpoint']}", flush=True)
-    return int(result["exit_code"])
+    return report_training(f"simforcing {stage}", result)
 
 
-SUBCOMMANDS = {
-    ("pretrain",): Subcommand(add_pretrain_arguments, run, pretrain_config),
-    ("train",): Subcommand(add_train_arguments, run, train_config),
-}
+_CONTINUE = "run the same command with --resume to continue from the last checkpoint"
+PRETRAIN = Subcommand(add_pretrain_arguments, run, pretrain_config, _CONTINUE)
+TRAIN = Subcommand(add_train_arguments, run, train_config, _CONTINUE)

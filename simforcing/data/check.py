@@ -1,9 +1,12 @@
-"""Dataset validation (`simforcing data check DIR [--skip-bad] [--preset P]`) and the checks the dataset reuses.
+"""Dataset validation (`simforcing data check DIR [--skip-bad] [--preset P]`) and the checks the datasets reuse: one
+validator for both formats (paired world-model episodes, ``validate_episode``; policy episodes with cameras side by
+side, ``validate_policy_episode``, which adds ``camera_mismatch``).
 
 Every problem is a DataError with a distinct ``kind`` naming the episode, the file, the field and what was expected:
 
     dataset level (never skipped)   missing_meta, unreadable_meta, bad_meta, missing_stats, bad_stats,
-                                    missing_text_cache, bad_text_embedding (cache text_dim), empty_split
+                                    missing_text_cache, bad_text_embedding (cache text_dim), empty_split;
+                                    policy datasets: missing_camera (< 2), camera_mismatch (policy.cameras)
     episode level (--skip-bad)      unknown_episode (in splits.json, not in episodes.jsonl), duplicate_episode,
                                     bad_episode_id (not a plain name), unsafe_path (a symlinked episode folder
                                     or a file resolving outside the dataset), too_short_episode (< 2 frames),
@@ -14,10 +17,13 @@ Every problem is a DataError with a distinct ``kind`` naming the episode, the fi
                                     bad_layout, missing_file, unreadable_file, missing_field (npz column),
                                     bad_action_shape (not (T-1, action_dim)), bad_state_shape (not (T, state_dim)),
                                     video_shorter_than_actions, non_finite (NaN/inf), bad_arm_mask (not (T, H, W)),
-                                    missing_text_embedding, bad_text_embedding
+                                    missing_text_embedding, bad_text_embedding; policy episodes: missing_states,
+                                    camera_mismatch (the video is not info.json's cameras × width wide)
 
-``check_dataset`` decodes every video (thorough); ``PairedWindowDataset`` runs the same ``validate_episode`` with
-``decode=False`` (container headers only) so that building a dataset stays cheap.
+``check_dataset`` decodes every video (thorough); ``PairedWindowDataset`` and ``PolicyWindowDataset`` run the same
+checks with ``decode=False`` (container headers only) so that building a dataset stays cheap. Episodes shorter than
+one window of the preset are not errors (a dataset's lengths vary): the datasets leave them out and the trainer
+names them (``too_short_for_window``) in its log and status.json; ``data check`` counts them per preset.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import logging
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import av
 import numpy as np
@@ -34,7 +41,9 @@ from numpy.lib import format as npformat
 from simforcing.config import PRESETS, Config
 from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, episode_file, episode_id_counts, is_plain_id,
                                     meta_dir, read_episode_videos, read_episodes, read_info, read_lowdim, read_splits,
-                                    read_stats)
+                                    read_stats, read_video)
+from simforcing.data.policy_format import VIDEO as POLICY_VIDEO
+from simforcing.data.policy_format import is_policy_dataset, read_policy_info, read_policy_lowdim
 from simforcing.data.stats import Normalizer
 from simforcing.data.text_cache import cache_dir, embedding_path, has_embedding, load_embedding, read_cache_info
 
@@ -103,6 +112,16 @@ def check_resolution(h: int, w: int, height: int, width: int, episode: str | Non
                         f"{MIN_CROP_FRACTION:.0%}", episode, path, kind="bad_resolution")
 
 
+def skip_or_raise(e: DataError, skip_bad: bool, episode: str | None = None) -> tuple[str, str, str]:
+    """What every reader does with a bad episode: raise ``e``, or with ``skip_bad`` log it once and return
+    (episode, kind, message) for the reader's list of skipped episodes."""
+    if not skip_bad:
+        raise e
+    eid = episode if episode is not None else e.episode
+    log.warning("skipping episode %s [%s]: %s", eid, e.kind, e)
+    return eid, e.kind, str(e)
+
+
 def check_text_cache(cache: Path, cfg: Config) -> dict:
     """The cache's info.json must exist and match model.text_dim (DataError kind bad_text_embedding otherwise)."""
     info = read_cache_info(cache)
@@ -159,38 +178,28 @@ def _video_shapes(root: Path, info: dict, ep: EpisodeInfo, decode: bool) -> dict
     return out
 
 
-def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config, need_real: bool,
-                     decode: bool = False, text_cache: Path | None = None) -> EpisodeSummary:
-    """Every per-episode check; raises the first DataError found. ``decode``: decode the videos fully."""
-    root = Path(root)
-    eid = ep.episode_id
-    episode_dir(root, eid)  # a plain id and a real folder inside the dataset (DataError otherwise)
+def _check_length(root: Path, ep: EpisodeInfo) -> None:
     if ep.length < 2:
-        raise DataError(f"field length is {ep.length}; an episode needs at least 2 frames (one transition)", eid,
-                        meta_dir(root) / "episodes.jsonl", kind="too_short_episode")
-    if need_real and not ep.has_real:
-        raise DataError("has_real is false but this split needs paired sim/real videos", eid,
-                        meta_dir(root) / "episodes.jsonl", kind="unpaired_episode")
-    vids = _video_shapes(root, info, ep, decode)
-    n, h, w, vpath = vids["sim"]
-    if "real" in vids:
-        rn, rh, rw, rpath = vids["real"]
-        if rn != n:
-            raise DataError(f"real video has {rn} frames but the sim video has {n}; expected equal counts", eid, rpath,
-                            kind="frame_count_mismatch")
-        if (rh, rw) != (h, w):
-            raise DataError(f"real resolution {rh}x{rw} differs from sim resolution {h}x{w}", eid, rpath,
-                            kind="resolution_mismatch")
-    if n < ep.length:
-        raise DataError(f"video has {n} frames; expected {ep.length} (field length in episodes.jsonl)", eid, vpath,
-                        kind="truncated_video")
-    if n > ep.length:
-        raise DataError(f"video has {n} frames but field length in episodes.jsonl is {ep.length}", eid, vpath,
-                        kind="length_mismatch")
-    check_resolution(h, w, cfg.data.height, cfg.data.width, eid, vpath)
+        raise DataError(f"field length is {ep.length}; an episode needs at least 2 frames (one transition)",
+                        ep.episode_id, meta_dir(root) / "episodes.jsonl", kind="too_short_episode")
 
+
+def _check_frame_count(n: int, ep: EpisodeInfo, vpath: Path) -> None:
+    """The video's frame count against episodes.jsonl's ``length``."""
+    if n < ep.length:
+        raise DataError(f"video has {n} frames; expected {ep.length} (field length in episodes.jsonl)",
+                        ep.episode_id, vpath, kind="truncated_video")
+    if n > ep.length:
+        raise DataError(f"video has {n} frames but field length in episodes.jsonl is {ep.length}", ep.episode_id,
+                        vpath, kind="length_mismatch")
+
+
+def _check_lowdim(root: Path, ep: EpisodeInfo, n: int, cfg: Config,
+                  read: Callable[[Path, str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """actions (T−1, action_dim) and states (T, state_dim), all finite; returns them."""
+    eid = ep.episode_id
     lowdim = episode_file(root, eid, "lowdim.npz")
-    actions, states = read_lowdim(root, eid)
+    actions, states = read(root, eid)
     A, S = cfg.data.action_dim, cfg.data.state_dim
     if actions.ndim != 2 or actions.shape[1] != A:
         raise DataError(f"field actions has shape {actions.shape}; expected ({n - 1}, {A}) (T-1, data.action_dim)",
@@ -213,7 +222,48 @@ def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config,
             row, col = map(int, np.argwhere(bad)[0])
             raise DataError(f"field {name} holds {int(bad.sum())} NaN/inf values (first at [{row}, {col}])", eid,
                             lowdim, kind="non_finite")
+    return actions, states
 
+
+def _check_text(root: Path, ep: EpisodeInfo, cfg: Config, decode: bool, text_cache: Path | None) -> None:
+    cache = text_cache if text_cache is not None else cache_dir(root, cfg.data.text_cache)
+    if decode:
+        load_embedding(cache, ep.instruction, cfg.data.text_max_tokens, cfg.model.text_dim, ep.episode_id)
+    elif not has_embedding(cache, ep.instruction):
+        raise DataError(f"instruction {ep.instruction!r} has no cached embedding; run `simforcing data embed-text`",
+                        ep.episode_id, embedding_path(cache, ep.instruction), kind="missing_text_embedding")
+
+
+def _summary(ep: EpisodeInfo, h: int, w: int, has_real: bool, has_mask: bool, actions: np.ndarray,
+             states: np.ndarray) -> EpisodeSummary:
+    return EpisodeSummary(ep.episode_id, ep.length, h, w, has_real, has_mask, actions.min(0), actions.max(0),
+                          states.min(0), states.max(0))
+
+
+def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config, need_real: bool,
+                     decode: bool = False, text_cache: Path | None = None) -> EpisodeSummary:
+    """Every per-episode check of a paired episode; raises the first DataError found. ``decode``: decode the videos
+    fully."""
+    root = Path(root)
+    eid = ep.episode_id
+    episode_dir(root, eid)  # a plain id and a real folder inside the dataset (DataError otherwise)
+    _check_length(root, ep)
+    if need_real and not ep.has_real:
+        raise DataError("has_real is false but this split needs paired sim/real videos", eid,
+                        meta_dir(root) / "episodes.jsonl", kind="unpaired_episode")
+    vids = _video_shapes(root, info, ep, decode)
+    n, h, w, vpath = vids["sim"]
+    if "real" in vids:
+        rn, rh, rw, rpath = vids["real"]
+        if rn != n:
+            raise DataError(f"real video has {rn} frames but the sim video has {n}; expected equal counts", eid, rpath,
+                            kind="frame_count_mismatch")
+        if (rh, rw) != (h, w):
+            raise DataError(f"real resolution {rh}x{rw} differs from sim resolution {h}x{w}", eid, rpath,
+                            kind="resolution_mismatch")
+    _check_frame_count(n, ep, vpath)
+    check_resolution(h, w, cfg.data.height, cfg.data.width, eid, vpath)
+    actions, states = _check_lowdim(root, ep, n, cfg, read_lowdim)
     mask_path = episode_file(root, eid, "arm_mask.npz")
     has_mask = ep.has_real and mask_path.exists()
     if has_mask:
@@ -221,15 +271,49 @@ def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config,
         if shape != (n, h, w):
             raise DataError(f"field mask has shape {shape}; expected ({n}, {h}, {w}) (T, H, W of the real video)", eid,
                             mask_path, kind="bad_arm_mask")
+    _check_text(root, ep, cfg, decode, text_cache)
+    return _summary(ep, h, w, ep.has_real, has_mask, actions, states)
 
-    cache = text_cache if text_cache is not None else cache_dir(root, cfg.data.text_cache)
-    if decode:
-        load_embedding(cache, ep.instruction, cfg.data.text_max_tokens, cfg.model.text_dim, eid)
-    elif not has_embedding(cache, ep.instruction):
-        raise DataError(f"instruction {ep.instruction!r} has no cached embedding; run `simforcing data embed-text`",
-                        eid, embedding_path(cache, ep.instruction), kind="missing_text_embedding")
-    return EpisodeSummary(eid, ep.length, h, w, ep.has_real, has_mask, actions.min(0), actions.max(0), states.min(0),
-                          states.max(0))
+
+def camera_width(cfg: Config, cameras: int) -> int:
+    """The width one camera is brought to: a policy config's ``data.width`` holds every camera side by side; a
+    world-model config (``data check`` with a preset) gives one camera's width."""
+    return cfg.data.width // cameras if cfg.model.action_head else cfg.data.width
+
+
+def check_policy_cameras(info: dict, cfg: Config, path: Path) -> int:
+    """The config's ``policy.cameras`` must not exceed the cameras info.json names (the video is cut into that
+    many; the policy reads the first ``policy.cameras``: external, then wrist); DataError ``camera_mismatch``
+    otherwise. Returns ``policy.cameras``."""
+    cams = len(info["cameras"])
+    if cfg.policy.cameras > cams:
+        raise DataError(f"field 'cameras' names {cams} cameras {info['cameras']}; the policy observes "
+                        f"policy.cameras = {cfg.policy.cameras} cameras side by side; write the dataset with that "
+                        "many cameras (or set --policy.cameras to at most its count)", path=path,
+                        kind="camera_mismatch")
+    return cfg.policy.cameras
+
+
+def validate_policy_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config, target_width: int,
+                            decode: bool = False, text_cache: Path | None = None) -> EpisodeSummary:
+    """Every per-episode check of a policy episode (the paired checks where they apply, and the cameras against the
+    video: ``camera_mismatch``); raises the first DataError found. ``target_width``: one camera's width after the
+    transform; ``decode``: decode the video fully."""
+    root = Path(root)
+    eid = ep.episode_id
+    episode_dir(root, eid)
+    _check_length(root, ep)
+    vpath = episode_file(root, eid, POLICY_VIDEO)
+    n, h, w = read_video(vpath, eid).shape[:3] if decode else probe_video(vpath, eid)
+    cams, cam_w = len(info["cameras"]), info["width"]
+    if w != cams * cam_w:
+        raise DataError(f"video is {w} px wide; info.json names {cams} cameras of width {cam_w} ({cams * cam_w} px "
+                        "side by side)", eid, vpath, kind="camera_mismatch")
+    _check_frame_count(n, ep, vpath)
+    check_resolution(h, cam_w, cfg.data.height, target_width, eid, vpath)
+    actions, states = _check_lowdim(root, ep, n, cfg, read_policy_lowdim)
+    _check_text(root, ep, cfg, decode, text_cache)
+    return _summary(ep, h, cam_w, True, False, actions, states)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -285,6 +369,7 @@ def resolve_split_episodes(root: str | Path, splits: tuple[str, ...] | list[str]
 class CheckReport:
     root: str
     preset: str
+    kind: str = "paired"  # "paired" or "policy, N cameras"
     splits: dict = field(default_factory=dict)  # split -> {"episodes", "frames", "paired", "masks"}
     windows: dict = field(default_factory=dict)  # preset -> {"window_steps", "windows", "too_short"}
     action_range: tuple = ((), ())
@@ -298,10 +383,10 @@ class CheckReport:
         return not self.skipped
 
     def format(self) -> str:
-        lines = [f"dataset {self.root} (checked with preset {self.preset})"]
+        lines = [f"dataset {self.root} ({self.kind}; checked with preset {self.preset})"]
         for s, v in self.splits.items():
-            lines.append(f"  {s:<9} {v['episodes']:>6} episodes  {v['frames']:>8} frames  {v['paired']:>6} paired  "
-                         f"{v['masks']:>6} with arm masks")
+            pairs = f"  {v['paired']:>6} paired  {v['masks']:>6} with arm masks" if self.kind == "paired" else ""
+            lines.append(f"  {s:<9} {v['episodes']:>6} episodes  {v['frames']:>8} frames{pairs}")
         lines.append("  resolutions: " + ", ".join(f"{k} ({v} episodes)" for k, v in self.resolutions.items()))
         for name, v in self.windows.items():
             lines.append(f"  preset {name:<14} window {v['window_steps']:>4} steps: {v['windows']:>8} distinct "
@@ -317,29 +402,34 @@ class CheckReport:
 
 
 def check_dataset(root: str | Path, cfg: Config, skip_bad: bool = False) -> CheckReport:
-    """Validate every episode of every split (videos decoded). Raises the first DataError unless ``skip_bad``."""
+    """Validate every episode of every split (videos decoded) of a paired or a policy dataset (its info.json says
+    which). Raises the first DataError unless ``skip_bad``."""
     root = Path(root)
-    info = read_info(root)
+    policy = is_policy_dataset(root)
+    info = read_policy_info(root) if policy else read_info(root)
+    cams = check_policy_cameras(info, cfg, meta_dir(root) / "info.json") if policy else 1
     stats = read_stats(root)
     Normalizer(stats).check_dims(cfg.data.action_dim, cfg.data.state_dim, str(meta_dir(root) / "stats.json"))
     cache = cache_dir(root, cfg.data.text_cache)
     check_text_cache(cache, cfg)
     order, episodes, problems = resolve_split_episodes(root, ("train", "val", "sim_pool"))
-    report = CheckReport(str(root), cfg.preset)
+    report = CheckReport(str(root), cfg.preset, f"policy, {len(info['cameras'])} cameras" if policy else "paired")
 
     def bad(e: DataError) -> None:
-        if not skip_bad:
-            raise e
-        log.warning("skipping episode %s [%s]: %s", e.episode, e.kind, e)
-        report.skipped.append((e.episode, e.kind, str(e)))
+        report.skipped.append(skip_or_raise(e, skip_bad))
 
     for e in problems:
         bad(e)
     good: list[tuple[str, EpisodeSummary]] = []
     for split, eid in order:
         try:
-            good.append((split, validate_episode(root, info, episodes[eid], cfg, split in PAIRED_SPLITS,
-                                                 decode=True, text_cache=cache)))
+            if policy:
+                summary = validate_policy_episode(root, info, episodes[eid], cfg, camera_width(cfg, cams),
+                                                  decode=True, text_cache=cache)
+            else:
+                summary = validate_episode(root, info, episodes[eid], cfg, split in PAIRED_SPLITS, decode=True,
+                                           text_cache=cache)
+            good.append((split, summary))
         except DataError as e:
             bad(e)
     if not good:

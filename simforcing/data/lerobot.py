@@ -57,6 +57,7 @@ from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
 from simforcing.config import ConfigError, parse_color
+from simforcing.data.check import skip_or_raise
 from simforcing.data.format import (DataError, EpisodeInfo, inside, is_dataset, read_text_utf8, write_episode,
                                     write_meta)
 from simforcing.data.paired import frames_to_target
@@ -373,10 +374,7 @@ def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, s
                 sim_frames = fit_frames(sim.frames(s_ep), height, width)
                 real_frames = fit_frames(real.frames(r_ep), height, width) if r_ep is not None else None
             except DataError as e:
-                if not skip_bad:
-                    raise
-                log.warning("skipping episode %s [%s]: %s", eid, e.kind, e)
-                skipped.append((eid, e.kind, str(e)))
+                skipped.append(skip_or_raise(e, skip_bad, eid))
                 continue
             write_episode(tmp, eid, sim_frames, real_frames, actions[:T - 1], states[:T], layout="separate",
                           fps=int(round(real.fps)))

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from simforcing.config import Config, ConfigError
 from simforcing.data.check import (PAIRED_SPLITS, check_resolution, check_text_cache, resolve_split_episodes,
-                                   validate_episode)
+                                   skip_or_raise, validate_episode)
 from simforcing.data.format import (DataError, EpisodeInfo, episode_file, read_arm_mask, read_info, read_lowdim,
                                     read_stats, read_video)
 from simforcing.data.stats import Normalizer
@@ -204,10 +204,8 @@ class PairedWindowDataset(torch.utils.data.Dataset):
         return kept
 
     def _bad(self, e: DataError) -> None:
-        if not self.cfg.data.skip_bad:
-            raise e
-        log.warning("skipping episode %s [%s]: %s", e.episode, e.kind, e)
-        self.skipped.append((e.episode, str(e)))
+        eid, kind, message = skip_or_raise(e, self.cfg.data.skip_bad)
+        self.skipped.append((eid, f"[{kind}] {message}"))  # (episode, "[kind] message")
 
     # -- epochs ---------------------------------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:

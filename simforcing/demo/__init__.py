@@ -9,7 +9,8 @@
 
 Every step is one `simforcing` command (:mod:`simforcing.demo.plan`), run on ``--jobs`` slots with a fixed thread
 count each (:mod:`simforcing.jobs`), so the numbers do not depend on ``--jobs``; what a folder already holds for
-this exact run is reused, anything made from other inputs is remade (:mod:`simforcing.provenance`).
+this exact run is reused, anything made from other inputs is remade (:mod:`simforcing.provenance`). One demo per
+output folder at a time: it holds ``OUT/.lock`` (``simforcing.locking``) from before planning to the report.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from simforcing.config import Config, load_config
 from simforcing.demo.plan import BASE_METHODS, QUICK, Budget, Plan, build_plan, budget_dict, demo_budget
 from simforcing.demo.report import collect, write_report
 from simforcing.jobs import JobFailed, run_jobs, timings
+from simforcing.locking import lock_folder
 from simforcing.policy.demo import collect_policy
+from simforcing.utils import check_output_path
 
 
 def demo_config(budget: Budget, data_root: Path, vae_dir: Path, overrides: list[str]) -> Config:
@@ -37,10 +40,16 @@ def demo_config(budget: Budget, data_root: Path, vae_dir: Path, overrides: list[
 
 def run_demo(out: Path, data: Optional[Path], budget: Budget, overrides: list[str] = (), seeds: int = 1,
              full: bool = False, jobs: int = 2, policy: bool = True, echo=print) -> int:
-    """Plan, run and report (see the module docstring). Returns 0, or the exit code of the job that failed (a
-    stopped training job: 75; run the same command again to resume)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    """Plan, run and report (see the module docstring) while holding OUT's lock: a second demo into the same folder
+    is refused at once (``locking.FolderBusy``, naming this one's pid). Returns 0, or the exit code of the job that
+    failed (a stopped training job: 75; run the same command again to resume)."""
+    out = check_output_path(out, "--out")
+    with lock_folder(out, "simforcing demo"):
+        return _run_locked(out, data, budget, overrides, seeds, full, jobs, policy, echo)
+
+
+def _run_locked(out: Path, data: Optional[Path], budget: Budget, overrides, seeds: int, full: bool, jobs: int,
+                policy: bool, echo) -> int:
     plan = build_plan(out, data, budget, list(overrides), seeds, full, jobs, policy)
     for note in plan.notes:
         echo(note)

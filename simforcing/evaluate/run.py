@@ -24,6 +24,7 @@ from simforcing.evaluate.latency import summarize_latency
 from simforcing.evaluate.metrics import MetricAccumulator, psnr_per_sample
 from simforcing.evaluate.probe import ProbeAccumulator, StateProbe, load_probe, mean_or_none
 from simforcing.models.vae import load_vae
+from simforcing.runfolder import WORLD_MODELS, run_config, scored_record, unfinished_note
 from simforcing.runs import (collate_one, eval_dataset, load_run, merge_run_config, sample_generator,
                              with_dataset_settings)
 from simforcing.sample import BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler, to_device
@@ -210,7 +211,7 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
     if run_dir is not None and baseline is None:
         cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
     elif run_dir is not None:
-        cfg = merge_run_config(Config.load(Path(run_dir) / "config.json"), cfg)
+        cfg = merge_run_config(run_config(run_dir, WORLD_MODELS, "--ckpt", "sample"), cfg)
     cfg = with_dataset_settings(cfg, data_root)
     if domain not in DOMAINS:
         raise ConfigError(f"--domain: got {domain!r}; expected one of {', '.join(DOMAINS)}")
@@ -229,7 +230,8 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
                 "sampler": sampler.settings(), "device": str(dev),
                 "include_first_frame": cfg.eval.include_first_frame,
                 "checkpoint": None if run_dir is None or baseline else
-                {"run": str(run_dir), "step": meta.get("step"), "path": meta.get("path")}})
+                {**scored_record(run_dir, meta.get("path"), meta.get("step")), "run": str(run_dir),
+                 "path": meta.get("path")}})
     if baseline is None:
         res.update({k: res["sampler"][k] for k in ("n_sim", "n_real", "w", "mask_mode", "seed")})
     out = Path(out_dir)
@@ -249,7 +251,8 @@ def format_result(res: dict) -> str:
 def eval_markdown(res: dict, run_dir=None) -> str:
     """A short report: one metrics row, the reasons of metrics not computed, settings and latency."""
     name = res.get("baseline") or (str(run_dir) if run_dir else "?")
-    lines = [f"# Evaluation: {name}", "",
+    unfinished = unfinished_note(name, res["checkpoint"]) if res.get("checkpoint") else None
+    lines = [f"# Evaluation: {name}" + (" (unfinished run)" if unfinished else ""), "",
              f"{res['num_samples']} windows of split `{res['split']}` ({res['data']}), first frame "
              f"{'included' if res.get('include_first_frame') else 'excluded'}.", "",
              "| PSNR ↑ | SSIM ↑ | arm PSNR ↑ | LPIPS ↓ | FID ↓ | FVD ↓ | latency s/sample | forwards/sample |",
@@ -257,6 +260,8 @@ def eval_markdown(res: dict, run_dir=None) -> str:
              f"| {fmt_num(res.get('psnr'), 2)} | {fmt_num(res.get('ssim'), 4)} | {fmt_num(res.get('psnr_arm'), 2)} | "
              f"{fmt_num(res.get('lpips'), 4)} | {fmt_num(res.get('fid'), 2)} | {fmt_num(res.get('fvd'), 2)} | "
              f"{fmt_num(res.get('latency_s'), 4)} | {res.get('forwards_per_sample')} |", ""]
+    if unfinished:
+        lines += [f"Note: {unfinished}", ""]
     if res.get("af_pos") is not None:
         lines += ["Action following (state probe, state units; lower is better):", "",
                   "| error | all frames | moving frames | gripper | probe on the recorded frames (floor) | "

@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.run import evaluate_sampler, sweep_probe
+from simforcing.runfolder import scored_record, unfinished_note
 from simforcing.runs import eval_dataset, load_run, with_dataset_settings
 from simforcing.sample import GuidedSampler
 from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, resolve_device
@@ -97,13 +98,16 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
              "the full measured simulation time.",
              "Latency: mean over samples after the first (warm-up) of each configuration; includes first-frame "
              "encoding, simulation, real generation and decoding."]
+    scored = scored_record(run_dir, meta.get("path"), meta.get("step"))
+    notes += [n for n in [unfinished_note(str(run_dir), scored)] if n]
     md += "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     png = out / "sweep_steps.png"
     labels = [f"({a},{b})" for a, b in keys]
     heatmap(png, tables, labels, [f"{w:g}" for w in ws], "(N_s, N_r)",
             {"psnr": "PSNR (dB)", "ssim": "SSIM", "latency_s": "latency (s)",
              **({"af_pos": "action error"} if probe is not None else {})})
-    result = {"run": str(run_dir), "checkpoint_step": meta.get("step"), "split": split, "num_samples": k,
+    result = {"run": str(run_dir), "checkpoint_step": meta.get("step"), "checkpoint": scored, "split": split,
+              "num_samples": k,
               "n_sim": list(n_sim), "n_real": list(n_real), "w": [float(w) for w in ws],
               "mask_mode": cfg.sample.mask_mode, "seed": cfg.sample.seed, "configs": rows, "tables": tables,
               "table_md": md, "heatmap": str(png), "json": str(out / "sweep_steps.json"), "notes": notes}
@@ -126,11 +130,12 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
     rows: list[dict] = []
     keys: list[tuple] = []
     k = None
+    scored: dict[str, dict] = {}
     for run_dir in run_dirs:
-        run_cfg = Config.load(Path(run_dir) / "config.json")
         c, model, vae, meta = load_run(run_dir, copy.deepcopy(cfg) if cfg is not None else None, dev)
+        scored[str(run_dir)] = scored_record(run_dir, meta.get("path"), meta.get("step"))
         c = with_dataset_settings(c, data_root)
-        p = float(run_cfg.conditioning.p)
+        p = float(c.conditioning.p)  # the run's own (merge_run_config keeps its conditioning section)
         key = (p, Path(run_dir).name)
         keys.append(key)
         k = c.eval.num_samples if num_samples is None else int(num_samples)
@@ -157,10 +162,11 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
         md += "\n\n" + _table_md("Tab. A1 — action-following error (state probe, state units) ↓", ("p",),
                                   [(lab,) for lab in labels], ws, tables["af_pos"], 4)
         titles["af_pos"] = "action error"
+    md += "".join(f"\n\nNote: {n}" for n in (unfinished_note(r, rec) for r, rec in scored.items()) if n)
     out = Path(out_dir)
     png = out / "sweep_cfg.png"
     heatmap(png, tables, labels, [f"{w:g}" for w in ws], "training p", titles)
-    result = {"runs": [str(r) for r in run_dirs], "split": split, "num_samples": k, "w": [float(w) for w in ws],
+    result = {"runs": [str(r) for r in run_dirs], "checkpoints": scored, "split": split, "num_samples": k, "w": [float(w) for w in ws],
               "configs": rows, "tables": tables, "row_labels": labels, "table_md": md, "heatmap": str(png),
               "json": str(out / "sweep_cfg.json")}
     atomic_write_json(out / "sweep_cfg.json", result)

@@ -19,9 +19,9 @@ Masks (rows are queries, columns are keys), one builder per mode:
   video never sees actions.
 - :func:`policy_video_action_mask` — downstream policy, "video + action": action→all video tokens; video never sees
   actions.
-- "action-only" (paper §VLA, after FastWAM) is a *training-time* option, not a mask: train with
-  ``policy_video_action_mask`` while the video expert is frozen (``requires_grad_(False)`` on every video parameter)
-  and no video loss. It needs an action head and loss, which this world model does not have yet.
+- "action-only" (paper §VLA, after FastWAM) is a *training-time* option, not a mask: ``policy_video_action_mask``
+  over the observation's tokens only, the video expert frozen (``policy.settings.freeze_for_setting``) and no video
+  loss; the action head (``model.action_head``) and the policy step (``policy.steps``) train the actions.
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ Public entry (DESIGN.md "The network")::
                   cond=None, gate=None, cond_feats=None, action_keep=None)
 
 Inside, the video expert sees the FULL latent ``x = [z0; z_t]`` (B, C, L+1, h, w) with Wan2.2-TI2V per-token
-timesteps (first-latent-frame tokens 0, future tokens 1000·τ); the output keeps the future frames. The initial proprio
-state becomes one extra text-context token ``state_embed(state0)`` (Linear state_dim → text_dim) appended to ``text``
-for both experts' cross-attention (and to ``text_mask`` as True). When ``text_mask`` is given, cross-attention ignores
-padding tokens (Wan itself attends its zero padding; our text cache pads to ``data.text_max_tokens``).
+timesteps (first-latent-frame tokens 0, future tokens ``flow.wan_timestep(τ)`` = 1000·τ); the output keeps the future
+frames. The initial proprio state becomes one extra text-context token ``state_embed(state0)`` (Linear state_dim →
+text_dim) appended to ``text`` for both experts' cross-attention (and to ``text_mask`` as True). When ``text_mask`` is
+given, cross-attention ignores padding tokens (Wan itself attends its zero padding; our text cache pads to
+``data.text_max_tokens``).
 
 Parameter layout (FSDP2 shards each entry of ``model.layers``, then the root):
 ``video.*`` (patch embedding, time/text embedding, head), ``action.*`` (action input, its time/text embedding),
@@ -35,6 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from simforcing import flow
 from simforcing.config import Config, ConfigError
 from simforcing.models import mot
 from simforcing.models.action_expert import ActionStem, KVBlock, action_block
@@ -403,7 +405,8 @@ class WorldModel(nn.Module):
         b, lat = z_t.shape[0], z_t.shape[2]
         tau = tau.to(device=z_t.device, dtype=torch.float32).reshape(b)
         x = torch.cat([z0.to(z_t.dtype), z_t], dim=2)  # (B, C, L+1, h, w)
-        timestep = torch.cat([torch.zeros(b, 1, device=z_t.device), (1000.0 * tau)[:, None].expand(b, lat)], 1)
+        future = flow.wan_timestep(tau)[:, None].expand(b, lat)  # (B, L) in Wan units
+        timestep = torch.cat([torch.zeros(b, 1, device=z_t.device), future], 1)  # (B, L+1): first frame at 0
         if static is not None:
             static.check(actions, state0, text, text_mask)
             context = ctx_mask = None
@@ -449,8 +452,8 @@ class WorldModel(nn.Module):
         x = z0 if z_t is None else torch.cat([z0.to(z_t.dtype), z_t], dim=2)  # (B, C, 1 [+ L], h, w)
         timestep = torch.zeros(b, x.shape[2], device=z0.device)  # first latent frame: timestep 0
         if z_t is not None:
-            timestep[:, 1:] = 1000.0 * tau_v.to(device=z0.device, dtype=torch.float32).reshape(b, 1)
-        t_a = 1000.0 * tau_a.to(device=z0.device, dtype=torch.float32).reshape(b)
+            timestep[:, 1:] = flow.wan_timestep(tau_v.to(device=z0.device, dtype=torch.float32)).reshape(b, 1)
+        t_a = flow.wan_timestep(tau_a.to(device=z0.device, dtype=torch.float32)).reshape(b)
         context, ctx_mask = self._with_state(text, text_mask, state0)
         hv, ha, temb, grid = self._trunk(x, timestep, context, ctx_mask, a_t, action_timestep=t_a)
         u_a = self.action.head(ha, t_a)
@@ -494,7 +497,7 @@ class WorldModel(nn.Module):
         self._require_policy()
         dtype = self.video.patch_embedding.weight.dtype
         b, n = a_t.shape[:2]
-        t_a = 1000.0 * tau_a.to(device=a_t.device, dtype=torch.float32).reshape(b)
+        t_a = flow.wan_timestep(tau_a.to(device=a_t.device, dtype=torch.float32)).reshape(b)
         tproj = self.action.condition_embedder.time_projection(t_a).unflatten(1, (6, -1)).unsqueeze(1)
         ha = self.action.action_in(a_t.to(dtype))  # (B, A, action_hidden)
         rope_a = self._rope(("a", n, a_t.device), lambda: sequence_rope(n, self.head_dim, a_t.device))

@@ -1,26 +1,17 @@
-"""The policy dataset: real-only episodes with two cameras side by side, actions, states, instructions (a policy
-reads the first ``policy.cameras`` of them: both, or the external camera alone).
-
-    DATASET/
-      meta/info.json         {"format": "simforcing-policy", "version": 1, "fps", "height", "width" (per camera),
-                              "cameras": [external, wrist], "action_dim", "state_dim", "source"}
-      meta/episodes.jsonl    {"episode_id", "length" (frames T), "instruction", "task" (optional)}
-      meta/splits.json       {"train": [ids], "val": [ids]}
-      meta/stats.json        min–max of actions and states over train (``simforcing.data.stats``)
-      episodes/<id>/obs.mp4  (T, height, 2·width, 3): [external | wrist]
-      episodes/<id>/lowdim.npz  actions float32 (T−1, A), states float32 (T, S)
-      text_cache/            instruction embeddings (``simforcing data embed-text``)
+"""The policy dataset's training windows and its LeRobot import (the format itself: ``simforcing.data.policy_format``).
+A policy reads the first ``policy.cameras`` of the dataset's cameras: both, or the external camera alone.
 
 Written by ``simforcing data synth-policy`` (the synthetic benchmark's scripted expert) and by
 ``simforcing data import-lerobot --real DIR --camera KEY --wrist-camera KEY`` (e.g. LIBERO in LeRobot format).
 :class:`PolicyWindowDataset` gives windows like ``PairedWindowDataset`` (same window rule, same frame transform per
-camera, same normalisation), one video ``obs`` instead of the sim/real pair. A dataset with one camera, or without
-states, is a DataError (kinds ``missing_camera``, ``missing_states``) naming the file.
+camera, same normalisation), one video ``obs`` instead of the sim/real pair. Every episode passes the checks of
+``data check`` first (``data.check.validate_policy_episode``: paths inside the dataset, shapes of actions, states
+and frames, the cameras against the video, finite values); ``data.skip_bad`` skips and names the bad ones
+(``ds.skipped``), episodes shorter than one window are left out (``ds.dropped``, named by the trainer).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -28,76 +19,18 @@ import torch
 from tqdm import tqdm
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.check import check_text_cache
-from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, is_dataset, load_npz_field, meta_dir,
-                                    read_episodes, read_json, read_splits, read_stats, read_video, write_video)
+from simforcing.data.check import (check_policy_cameras, check_text_cache, resolve_split_episodes, skip_or_raise,
+                                   validate_policy_episode)
+from simforcing.data.format import DataError, EpisodeInfo, episode_file, is_dataset, meta_dir, read_stats, read_video
+from simforcing.data.policy_format import (FORMAT, VERSION, VIDEO, read_policy_info, read_policy_lowdim,
+                                           write_policy_episode, write_policy_meta)
 from simforcing.data.paired import draw_window_starts, frames_to_target, to_unit_range, window_frame_indices
 from simforcing.data.stats import Normalizer, write_stats
 from simforcing.data.text_cache import cache_dir, load_embedding
-from simforcing.utils import atomic_write, atomic_write_json, check_output_folder, staged_folder
+from simforcing.utils import check_output_folder, staged_folder
 
-FORMAT = "simforcing-policy"
-VERSION = 1
-VIDEO = "obs.mp4"
-
-
-def write_policy_episode(root: str | Path, episode_id: str, frames: np.ndarray, actions: np.ndarray,
-                         states: np.ndarray, fps: int = 10) -> None:
-    """frames uint8 (T, H, 2W, 3) [external | wrist], actions (T−1, A), states (T, S)."""
-    d = episode_dir(root, episode_id)
-    d.mkdir(parents=True, exist_ok=True)
-    write_video(d / VIDEO, frames, fps)
-
-    def save(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, actions=np.asarray(actions, np.float32), states=np.asarray(states, np.float32))
-
-    atomic_write(d / "lowdim.npz", save)
-
-
-def write_policy_meta(root: str | Path, info: dict, episodes: list[dict], splits: dict[str, list[str]]) -> None:
-    m = meta_dir(root)
-    m.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(m / "info.json", {"format": FORMAT, "version": VERSION, **info})
-    text = "".join(json.dumps(e) + "\n" for e in episodes)
-    atomic_write(m / "episodes.jsonl", lambda p: p.write_text(text))
-    atomic_write_json(m / "splits.json", {"train": list(splits.get("train", [])), "val": list(splits.get("val", [])),
-                                          "sim_pool": []})
-
-
-def read_policy_info(root: str | Path, cameras: int = 2) -> dict:
-    """meta/info.json of a policy dataset; DataError when it is another format or has fewer than ``cameras`` cameras
-    (a policy reads the first ``policy.cameras`` of them: external, then wrist)."""
-    path = meta_dir(root) / "info.json"
-    info = read_json(path, "dataset info")
-    if info.get("format") != FORMAT:
-        hint = (" (a paired sim/real world-model dataset: a policy needs real episodes with two cameras; write one "
-                "with `simforcing data synth-policy` or `data import-lerobot --real DIR --camera KEY --wrist-camera "
-                "KEY`)") if info.get("format") == "simforcing-paired" else ""
-        raise DataError(f"field 'format' is {info.get('format')!r}; expected {FORMAT!r}{hint}", path=path,
-                        kind="bad_meta")
-    cams = info.get("cameras") or []
-    if len(cams) < cameras:
-        what = "two cameras (external + wrist) side by side" if cameras == 2 else f"{cameras} camera(s)"
-        raise DataError(f"field 'cameras' is {cams!r}; the policy observes {what}; import the wrist camera too "
-                        "(--wrist-camera), or train on the external camera alone (--policy.cameras=1)", path=path,
-                        kind="missing_camera")
-    return info
-
-
-def read_policy_lowdim(root: str | Path, episode_id: str) -> tuple[np.ndarray, np.ndarray]:
-    """(actions (T−1, A), states (T, S)); a missing states column is DataError kind ``missing_states``."""
-    p = episode_dir(root, episode_id) / "lowdim.npz"
-    actions = load_npz_field(p, "actions", episode_id)
-    try:
-        states = load_npz_field(p, "states", episode_id)
-    except DataError as e:
-        if e.kind != "missing_field":
-            raise
-        raise DataError("field 'states' is missing: the policy needs the proprio state of every frame (the state "
-                        "token); import it with --state-key", episode_id, p, kind="missing_states") from e
-    return actions, states
-
+__all__ = ["FORMAT", "VERSION", "PolicyWindowDataset", "import_lerobot_policy", "read_policy_info",
+           "read_policy_lowdim", "write_policy_episode", "write_policy_meta"]  # the format: data.policy_format
 
 class PolicyWindowDataset(torch.utils.data.Dataset):
     """Windows of a policy dataset (module docstring): item = {"obs" (3, F, H, W) in [−1, 1] with W = cameras ×
@@ -107,36 +40,47 @@ class PolicyWindowDataset(torch.utils.data.Dataset):
     def __init__(self, cfg: Config, root: str | Path, split: str = "train", stats: dict | None = None):
         self.cfg, self.root = cfg, Path(root)
         d = cfg.data
-        self.used = cfg.policy.cameras  # the first `used` cameras of the video: external (, wrist)
-        self.info = read_policy_info(self.root, self.used)
-        if d.width % self.used:
-            raise ConfigError(f"data.width: got {d.width}; expected a multiple of the {self.used} cameras side by side")
-        self.cam_width = d.width // self.used
+        self.info = read_policy_info(self.root, cfg.policy.cameras)
+        used = check_policy_cameras(self.info, cfg, meta_dir(self.root) / "info.json")  # the first `used` of them
+        if d.width % used:
+            raise ConfigError(f"data.width: got {d.width}; expected a multiple of the {used} cameras side by side")
+        self.used, self.cam_width = used, d.width // used
         self.frames, self.stride, self.window_steps = d.frames, d.frame_stride, d.window_steps
-        self.stats = stats if stats is not None else read_stats(self.root)
-        self.normalizer = Normalizer(self.stats)
-        self.normalizer.check_dims(d.action_dim, d.state_dim, "normalisation stats")
         self.text_cache = cache_dir(self.root, d.text_cache)
         check_text_cache(self.text_cache, cfg)
-        splits, known = read_splits(self.root), read_episodes(self.root)
-        self.episodes: list[EpisodeInfo] = []
-        self.dropped: list[tuple[str, int]] = []
-        for eid in splits.get(split, []):
-            if eid not in known:
-                raise DataError("listed in splits.json but absent from episodes.jsonl", eid,
-                                meta_dir(self.root) / "episodes.jsonl", kind="unknown_episode")
-            ep = known[eid]
-            if not (episode_dir(self.root, eid) / VIDEO).exists():
-                raise DataError("video file is missing", eid, episode_dir(self.root, eid) / VIDEO,
-                                kind="missing_video")
-            read_policy_lowdim(self.root, eid)  # states present (named error otherwise)
-            (self.episodes if ep.length >= self.window_steps else self.dropped).append(
-                ep if ep.length >= self.window_steps else (eid, ep.length))
-        if not self.episodes:
-            raise DataError(f"no episode of split {split!r} spans a window of {self.window_steps} steps",
-                            path=meta_dir(self.root) / "splits.json", kind="empty_split")
+        self.skipped: list[tuple[str, str]] = []  # (episode, reason): bad ones, with data.skip_bad
+        self.dropped: list[tuple[str, int]] = []  # (episode, length): shorter than one window
+        self.episodes = self._select_episodes(split)
+        self.stats = stats if stats is not None else read_stats(self.root)  # after the episodes: they name a bad one
+        self.normalizer = Normalizer(self.stats)
+        self.normalizer.check_dims(d.action_dim, d.state_dim, "normalisation stats")
         self._cache: dict = {}
         self.set_epoch(0)
+
+    def _select_episodes(self, split: str) -> list[EpisodeInfo]:
+        """The split's episodes that pass every check of ``data check`` (``check.validate_policy_episode``, headers
+        only) and span a window; a bad one raises its DataError, or with ``data.skip_bad`` is logged and skipped."""
+        order, index, problems = resolve_split_episodes(self.root, (split,))
+        for e in problems:
+            self._bad(e)
+        kept = []
+        for _, eid in order:
+            ep = index[eid]
+            try:
+                validate_policy_episode(self.root, self.info, ep, self.cfg, self.cam_width, text_cache=self.text_cache)
+            except DataError as e:
+                self._bad(e)
+                continue
+            (kept.append(ep) if ep.length >= self.window_steps else self.dropped.append((eid, ep.length)))
+        if not kept:
+            raise DataError(f"no usable episode of split {split!r} spans a window of {self.window_steps} steps "
+                            f"({len(self.skipped)} skipped as bad, {len(self.dropped)} too short)",
+                            path=meta_dir(self.root) / "splits.json", kind="empty_split")
+        return kept
+
+    def _bad(self, e: DataError) -> None:
+        eid, kind, message = skip_or_raise(e, self.cfg.data.skip_bad)
+        self.skipped.append((eid, f"[{kind}] {message}"))  # (episode, "[kind] message")
 
     def set_epoch(self, epoch: int) -> None:
         self.windows = draw_window_starts([e.length for e in self.episodes], self.window_steps,
@@ -149,7 +93,7 @@ class PolicyWindowDataset(torch.utils.data.Dataset):
     def _episode(self, i: int) -> dict:
         if i not in self._cache:
             ep = self.episodes[i]
-            path = episode_dir(self.root, ep.episode_id) / VIDEO
+            path = episode_file(self.root, ep.episode_id, VIDEO)
             video = read_video(path, ep.episode_id)  # (T, h, cams·w, 3)
             cams = len(self.info["cameras"])
             if video.shape[0] != ep.length or video.shape[2] % cams:
@@ -157,7 +101,7 @@ class PolicyWindowDataset(torch.utils.data.Dataset):
                                 "cameras side by side", ep.episode_id, path, kind="truncated_video")
             w = video.shape[2] // cams
             halves = [frames_to_target(video[:, :, k * w:(k + 1) * w], self.cfg.data.height, self.cam_width)
-                      for k in range(self.used)]  # each (3, T, H, cam_width)
+                      for k in range(self.used)]  # each (3, T, H, cam_width): the cameras the policy reads
             actions, states = read_policy_lowdim(self.root, ep.episode_id)
             self._cache[i] = {"obs": torch.cat(halves, dim=3),
                               "actions": torch.from_numpy(self.normalizer.normalize("action", actions)),
@@ -180,15 +124,41 @@ class PolicyWindowDataset(torch.utils.data.Dataset):
         return item
 
 
+def _lerobot_episode(ext, wrist, idx: int, eid: str, height: int, width: int, fit_frames) -> tuple:
+    """(frames uint8 (T, H, 2W, 3), actions (T−1, A), states (T, S), task) of one LeRobot episode; DataError
+    naming what is wrong (too short, the cameras' frame counts, missing or non-finite rows)."""
+    ep, w_ep = ext.episodes[idx], wrist.episodes.get(idx)
+    if w_ep is None:
+        raise DataError(f"the wrist camera {wrist.camera!r} has no episode {idx}", eid, ext.root,
+                        kind="missing_camera")
+    if ep.length < 2:
+        raise DataError(f"length is {ep.length}; an episode needs at least 2 frames", eid, ep.data_file,
+                        kind="too_short_episode")
+    actions, states, task = ext.lowdim(ep)
+    T = ep.length
+    if len(actions) < T - 1 or len(states) < T:
+        raise DataError(f"{len(actions)} action and {len(states)} state rows for {T} frames; expected at least "
+                        f"{T - 1} and {T}", eid, ep.data_file, kind="bad_action_shape")
+    for name, x in (("actions", actions[:T - 1]), ("states", states[:T])):
+        if not np.isfinite(x).all():
+            raise DataError(f"{name} hold NaN/inf values", eid, ep.data_file, kind="non_finite")
+    cams = [fit_frames(ext.frames(ep), height, width), fit_frames(wrist.frames(w_ep), height, width)]
+    if any(len(c) != T for c in cams):
+        raise DataError(f"the cameras have {[len(c) for c in cams]} frames; expected {T} each (the episode's "
+                        "length)", eid, ep.video_file or ep.data_file, kind="frame_count_mismatch")
+    return np.concatenate(cams, axis=2), actions[:T - 1], states[:T], task
+
+
 def import_lerobot_policy(real_dir: str | Path, out: str | Path, camera: str | None, wrist_camera: str,
                           action_key: str = "action", state_key: str = "observation.state", val_fraction: float = 0.1,
                           seed: int = 0, height: int | None = None, width: int | None = None,
-                          progress: bool = True, overwrite: bool = False) -> dict:
+                          progress: bool = True, overwrite: bool = False, skip_bad: bool = False) -> dict:
     """A real-only LeRobot v3.0 dataset (e.g. LIBERO) with two cameras -> a policy dataset (module docstring): each
     episode's two camera videos resized to one camera size and put side by side; the first T−1 per-frame actions
     kept as transitions (as ``data import-lerobot`` does); then the statistics of the train split. Written into a
     temporary sibling that appears at ``out`` only when complete (``utils.staged_folder``); an existing dataset
-    there is refused unless ``overwrite``."""
+    there is refused unless ``overwrite``. A bad episode raises its DataError, or with ``skip_bad`` is left out and
+    listed (``skipped``: [(episode, kind, message)])."""
     from simforcing.data.lerobot import LeRobotV3, fit_frames  # pyarrow, loaded by the import command alone
 
     if not 0.0 <= val_fraction < 1.0:
@@ -207,24 +177,28 @@ def import_lerobot_policy(real_dir: str | Path, out: str | Path, camera: str | N
     n_val = int(round(len(ids) * val_fraction)) if len(ids) > 1 else 0
     val = {ids[i] for i in rng.permutation(len(ids))[:n_val]}
     out = Path(out)
-    episodes, splits = [], {"train": [], "val": []}
+    episodes, splits, skipped, dims = [], {"train": [], "val": []}, [], None
     with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
         for idx in tqdm(ids, desc="import-lerobot (policy)", disable=not progress):
-            ep = ext.episodes[idx]
-            actions, states, task = ext.lowdim(ep)
-            frames = np.concatenate([fit_frames(ext.frames(ep), height, width),
-                                     fit_frames(wrist.frames(wrist.episodes[idx]), height, width)], axis=2)
             eid = f"ep{idx:06d}"
-            write_policy_episode(tmp, eid, frames, actions[: ep.length - 1], states[: ep.length],
-                                 int(round(ext.fps)))
-            episodes.append({"episode_id": eid, "length": int(ep.length), "instruction": task, "has_real": True})
+            try:
+                frames, actions, states, task = _lerobot_episode(ext, wrist, idx, eid, height, width, fit_frames)
+            except DataError as e:
+                skipped.append(skip_or_raise(e, skip_bad, eid))
+                continue
+            write_policy_episode(tmp, eid, frames, actions, states, int(round(ext.fps)))
+            dims = (int(actions.shape[1]), int(states.shape[1]))
+            episodes.append({"episode_id": eid, "length": len(frames), "instruction": task, "has_real": True})
             splits["val" if idx in val else "train"].append(eid)
+        if not splits["train"]:
+            raise DataError(f"no training episode left to import ({len(skipped)} skipped)", kind="empty_split")
         write_policy_meta(tmp, {"fps": int(round(ext.fps)), "height": height, "width": width,
-                                "cameras": [ext.camera, wrist.camera], "action_dim": int(actions.shape[1]),
-                                "state_dim": int(states.shape[1]), "source": "lerobot-v3.0",
-                                "lerobot": {"real": str(ext.root), "action_key": action_key,
-                                            "state_key": state_key}},
+                                "cameras": [ext.camera, wrist.camera], "action_dim": dims[0], "state_dim": dims[1],
+                                "source": "lerobot-v3.0",
+                                "lerobot": {"real": str(ext.root), "action_key": action_key, "state_key": state_key,
+                                            "skipped": [{"episode": e, "kind": k, "reason": r}
+                                                        for e, k, r in skipped]}},
                           episodes, splits)
         write_stats(tmp, splits=("train",))
     return {"out": str(out), "train": len(splits["train"]), "val": len(splits["val"]), "height": height,
-            "width": width}
+            "width": width, "skipped": skipped}

@@ -10,7 +10,8 @@ same order and with the same action noise per (scene, chunk), for every policy. 
 predicate holds or ``max_steps`` actions were executed; a policy's chunk is executed for its first ``policy.execute``
 actions, then it re-plans. Every table carries the scripted expert (ceiling) and "do nothing" (floor). Success rates
 come with 95 % Wilson score intervals (per task over its episodes; the average over tasks with the interval of the
-pooled count).
+pooled count). ``eval.json`` records the run folder, checkpoint and step each row scored (``runs``); a run that was
+not finished (still training, stopped, failed) is marked in its row and named under the table.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from simforcing.config import ConfigError
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.judge import first_success, frame_verdicts
 from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
-from simforcing.train import derive_seed
+from simforcing.runfolder import unfinished_note
+from simforcing.utils import derive_seed
 
 EVAL_SEED = 9000  # dataset seed of the held-out evaluation scenes (synth-policy demonstrations use 100)
 EXPERT, FLOOR = "scripted expert (ceiling)", "do nothing (floor)"
@@ -314,12 +316,30 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
     rows = rows_of(episodes, tasks)
     for name in rows:
         rows[name]["seconds"] = seconds[name]
+    scored = {n: p.runner.scored for n, p in players.items() if isinstance(p, RunPlayer)}  # folder, checkpoint, step
     return {"env": "synthetic", "scenes": scenes, "seed": seed, "per_task": per_task, "max_steps": max_steps,
             "tasks": list(tasks), "layouts": layouts, "jitter": jitter, "resolution": [height, width],
-            "rows": rows, "episodes": episodes, "seconds": time.perf_counter() - t0,
-            "runs": {n: str(p.runner.run_dir) for n, p in players.items() if isinstance(p, RunPlayer)},
-            "learned": [n for n, p in players.items() if p.learned], "table_md": format_table(rows, list(tasks)),
-            "_frames": kept}
+            "rows": rows, "episodes": episodes, "seconds": time.perf_counter() - t0, "runs": scored,
+            "learned": [n for n, p in players.items() if p.learned],
+            "table_md": table_with_notes(rows, list(tasks), scored), "_frames": kept}
+
+
+def scored_labels(scored: dict) -> tuple[dict, list[str]]:
+    """For the runs an evaluation scored (name -> ``runfolder.scored_record``): table labels that mark an unfinished
+    run, and one note line for each."""
+    labels, notes = {}, []
+    for name, rec in scored.items():
+        note = unfinished_note(name, rec or {"finished": True})
+        if note is not None:
+            labels[name] = f"{name} (unfinished run, step {rec['step']})"
+            notes.append(f"Note: {note}")
+    return labels, notes
+
+
+def table_with_notes(rows: dict, tasks: list[str], scored: dict) -> str:
+    """:func:`format_table` with unfinished runs marked in their row and named under the table."""
+    labels, notes = scored_labels(scored)
+    return format_table(rows, tasks, labels) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
 def _cell(r: dict) -> str:

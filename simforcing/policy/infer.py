@@ -1,6 +1,6 @@
 """A trained policy acting: one action chunk per call, no wasted work (SPEC §9 inference).
 
-    runner = PolicyRunner.load(RUN)                        # newest valid checkpoint, its config and statistics
+    runner = PolicyRunner.load(RUN)                        # newest valid checkpoint, its own config and statistics
     chunk = runner.act(image, state, instruction, gen)     # (A, action_dim) de-normalised actions
 
 Per chunk: the observation ([external | wrist], uint8 (H, cams·W, 3), any size: each camera gets the training
@@ -22,15 +22,13 @@ import numpy as np
 import torch
 
 from simforcing import flow
-from simforcing.checkpoint import find_resumable, load_model_state
-from simforcing.config import Config
+from simforcing.config import Config, ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.stats import Normalizer
-from simforcing.errors import CheckpointError
 from simforcing.models.text import load_text_encoder
 from simforcing.models.vae import load_vae
-from simforcing.models.world_model import build_world_model
 from simforcing.policy.settings import ATTENTION_MODE
+from simforcing.runfolder import open_run, scored_record
 
 
 class PolicyRunner:
@@ -40,24 +38,19 @@ class PolicyRunner:
         self.counts: Counter = Counter()
         self._text_encoder = text_encoder
         self._text: dict[str, torch.Tensor] = {}
-        self.run_dir: Path | None = None
+        self.scored: dict | None = None  # the run folder, checkpoint and step it acts with (``load``)
 
     @classmethod
-    def load(cls, run_dir: str | Path, device="cpu") -> "PolicyRunner":
-        run_dir = Path(run_dir)
-        if not (run_dir / "config.json").is_file():
-            raise CheckpointError("config.json is missing; expected a run folder of `simforcing policy train`",
-                                  run_dir / "config.json")
-        cfg = Config.load(run_dir / "config.json")
-        if not cfg.model.action_head:
-            raise CheckpointError("this run is a world model (model.action_head false), not a policy run", run_dir)
-        ckpt = find_resumable(run_dir, train_state=False)
-        if ckpt is None:
-            raise CheckpointError("no valid checkpoint in checkpoints/", run_dir)
-        model = build_world_model(cfg, attention_mode=ATTENTION_MODE[cfg.policy.setting])
-        load_model_state(ckpt, model)
-        runner = cls(cfg, model.to(device), load_vae(cfg, device), ckpt.meta["stats"], device)
-        runner.run_dir = run_dir
+    def load(cls, run_dir: str | Path, device="cpu", flag: str = "--runs") -> "PolicyRunner":
+        """The newest valid checkpoint of a policy run (``runfolder.open_run``: a world-model run is refused by name),
+        built from the config that checkpoint was trained with; ``runner.scored`` records what it is."""
+        run = open_run(run_dir, ("policy",), flag, "policy")
+        if not run.cfg.model.action_head:
+            raise ConfigError(f"{flag}: {run_dir}: {run.checkpoint.path.name} was trained as a world model "
+                              "(model.action_head false), not a policy")
+        model = run.model(attention_mode=ATTENTION_MODE[run.cfg.policy.setting])
+        runner = cls(run.cfg, model.to(device), load_vae(run.cfg, device), run.stats, device)
+        runner.scored = scored_record(run_dir, run.checkpoint.path, run.step)
         return runner
 
     # -- inputs ---------------------------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@
 expert and ``model.action_expert_weights`` = the Wan-derived action expert, the paper's baseline; the demo has
 neither, see README "Policy transfer" for what stands in for them).
 
-``RUN``: every tensor of the run's newest valid checkpoint whose name and shape match a policy tensor is copied, for
-both experts. The policy's own tensors are listed as *new* — the action head (``action.norm_out|proj_out|
+``RUN``: every tensor of the run's newest valid checkpoint (``runfolder.open_run``) whose name and shape match a policy
+tensor is copied, for both experts. The policy's own tensors are listed as *new* — the action head (``action.norm_out|proj_out|
 scale_shift_table``) and the parts of the last action block that a world model's K/V-only block lacks (its queries,
 output projection, cross-attention, FFN; and the action text projection a one-layer world model lacks); that
 block's adaLN table is *partial* (the world model's (shift, scale) rows
@@ -22,11 +22,9 @@ from pathlib import Path
 
 import torch
 
-from simforcing.checkpoint import find_resumable, load_model_state
 from simforcing.config import Config, ConfigError
-from simforcing.errors import CheckpointError
 from simforcing.models.weights import load_configured_weights
-from simforcing.models.world_model import build_world_model
+from simforcing.runfolder import KINDS, open_run
 
 
 @dataclass
@@ -61,21 +59,10 @@ def expected_new(name: str, num_layers: int) -> bool:
 
 
 def run_state(run_dir: str | Path) -> tuple[Config, dict[str, torch.Tensor], str]:
-    """(config, weights, checkpoint folder) of a run's newest valid checkpoint (single-process or sharded)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise ConfigError(f"--init: {run_dir / 'config.json'} is missing; expected 'base' or a run folder written "
-                          "by `simforcing pretrain/train/policy train`")
-    run_cfg = Config.load(run_dir / "config.json")
-    ckpt = find_resumable(run_dir, train_state=False)
-    if ckpt is None:
-        raise CheckpointError("--init: no valid checkpoint in this run", run_dir / "checkpoints")
-    state = ckpt.model_state
-    if state is None:  # sharded: read through a model of the run's own architecture
-        model = build_world_model(run_cfg)
-        load_model_state(ckpt, model)
-        state = model.state_dict()
-    return run_cfg, state, str(ckpt.path)
+    """(the config its checkpoint was trained with, weights, checkpoint folder) of a run's newest valid checkpoint
+    (``runfolder.open_run``; single-process or sharded)."""
+    run = open_run(run_dir, KINDS, "--init", "init")
+    return run.cfg, run.state_dict(), str(run.checkpoint.path)
 
 
 @torch.no_grad()

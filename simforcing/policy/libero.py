@@ -30,9 +30,9 @@ import numpy as np
 import torch
 
 from simforcing.config import ConfigError
-from simforcing.policy.evaluate import format_table, rate, wilson
+from simforcing.policy.evaluate import rate, table_with_notes, wilson
 from simforcing.policy.infer import PolicyRunner
-from simforcing.train import derive_seed
+from simforcing.utils import derive_seed
 
 SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 MAX_STEPS = {"libero_spatial": 400, "libero_object": 400, "libero_goal": 400, "libero_10": 700}
@@ -158,6 +158,8 @@ def evaluate_libero(run: str | Path, suite: str, trials: int = 50, task_ids: Opt
     n = sum(r["episodes"] for r in rows.values())
     avg = {"rate": float(np.mean([r["rate"] for r in rows.values()])), "ci95": list(wilson(k, n)), "successes": k,
            "episodes": n}
-    table = format_table({suite: {**{"average": avg}, **{t: r for t, r in rows.items()}}}, list(rows))
-    return {"suite": suite, "run": str(run), "trials": trials, "max_steps": limit, "noop_steps": noop_steps,
-            "tasks": rows, "average": avg, "seconds": time.perf_counter() - t0, "table_md": table}
+    scored = {suite: runner.scored} if runner.scored else {}
+    table = table_with_notes({suite: {**{"average": avg}, **{t: r for t, r in rows.items()}}}, list(rows), scored)
+    return {"suite": suite, "run": str(run), "scored": runner.scored, "trials": trials, "max_steps": limit,
+            "noop_steps": noop_steps, "tasks": rows, "average": avg, "seconds": time.perf_counter() - t0,
+            "table_md": table}

@@ -9,13 +9,13 @@ video) ε_v, t_v — future latents and actions are noised independently (FastWA
 (continuous, as FastWAM) with the flow's shift; the action term's per-sample weight is ``flow.loss_weight`` with
 ``policy.loss_weighting`` (the Gaussian bump); the video term keeps the world model's own ``flow`` settings (its
 parameterisation was trained with them). Total = policy.video_loss · video FM + policy.action_loss · action FM.
-Logs: ``fm_action``, ``fm_video`` (settings with video), ``loss``. A non-finite term raises NonFiniteLoss.
+Logs: ``fm_action``, ``fm_video`` (settings with video), ``loss``. A non-finite term or total raises NonFiniteLoss
+(``losses.weighted_total``, as the world model's methods).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional
 
 import torch
@@ -23,7 +23,7 @@ from torch import nn
 
 from simforcing import flow
 from simforcing.config import Config, FlowConfig
-from simforcing.losses import NonFiniteLoss, flow_matching_loss
+from simforcing.losses import flow_matching_loss, weighted_total
 from simforcing.policy.settings import WITH_VIDEO
 
 
@@ -54,12 +54,4 @@ def policy_step(model: nn.Module, teacher: Optional[nn.Module], batch: dict, cfg
                                       batch.get("text_mask"))
     terms["fm_action"] = (cfg.policy.action_loss, flow_matching_loss(
         u_a, flow.velocity_target(actions, eps_a), flow.loss_weight(t_a, fa)).value)
-    logs = {}
-    for name, (_, value) in terms.items():
-        v = float(value.detach())
-        if not math.isfinite(v):
-            raise NonFiniteLoss(name, v)
-        logs[name] = v
-    loss = sum(w * value for w, value in terms.values())
-    logs["loss"] = float(loss.detach())
-    return loss, logs
+    return weighted_total(terms)

@@ -24,7 +24,7 @@ from simforcing.policy.data import PolicyWindowDataset
 from simforcing.policy.init import init_policy
 from simforcing.policy.settings import ATTENTION_MODE, check_setting, freeze_for_setting
 from simforcing.policy.steps import policy_step
-from simforcing.runs import architecture_fields, differing_fields
+from simforcing.runfolder import INIT_FILE
 from simforcing.train import Trainer
 from simforcing.utils import atomic_write_text
 
@@ -45,16 +45,6 @@ class PolicyTrainer(Trainer):
         if not cfg.model.action_head:
             raise ConfigError("model.action_head: False; a policy needs the action head (policy train sets it)")
 
-    def _check_resume(self, theirs: Config) -> None:
-        """A policy run of the same setting and architecture (the world-model stage rule does not apply)."""
-        if not theirs.model.action_head or theirs.policy.setting != self.cfg.policy.setting:
-            raise ConfigError(f"policy.setting: {self.run_dir} is not a {self.cfg.policy.setting!r} policy run "
-                              f"(model.action_head {theirs.model.action_head}, policy.setting "
-                              f"{theirs.policy.setting!r}); --resume continues a run of the same setting")
-        for name, was, now in differing_fields(theirs, self.cfg, architecture_fields(self.cfg))[:1]:
-            raise ConfigError(f"{name}: {self.run_dir} was trained with {was!r}, the resumed config asks {now!r}; "
-                              "architecture fields cannot change on --resume")
-
     def _describe(self) -> str:
         return f"policy {self.cfg.policy.setting}"
 
@@ -63,11 +53,10 @@ class PolicyTrainer(Trainer):
 
     def _build_data(self) -> None:
         cfg = self.cfg
-        self.dataset = PolicyWindowDataset(cfg, cfg.data.root, "train")
+        self.dataset = PolicyWindowDataset(cfg, cfg.data.root, "train", stats=self._train_stats())
         self.vae = load_vae(cfg, self.device)
         self.stats = self.dataset.stats
         self.domains = ("obs",)
-        self.log.facts["skipped_episodes"] = 0
 
     def _build_models(self) -> None:
         cfg, setting = self.cfg, self.cfg.policy.setting
@@ -76,7 +65,7 @@ class PolicyTrainer(Trainer):
         if full and not (self.resume and self.has_checkpoints):
             self.init_report = init_policy(model, cfg, self.init)
             if self.dist.is_main:
-                atomic_write_text(self.run_dir / "init.json", self.init_report.to_json() + "\n")
+                atomic_write_text(self.run_dir / INIT_FILE, self.init_report.to_json() + "\n")
                 print(self.init_report.summary(), flush=True)
         freeze_for_setting(model, setting)
         self.student = parallel.shard_from_rank0(model, cfg, self.dist.mesh, self.device,

@@ -251,7 +251,7 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
             "sampler": None if wm.copy else {k: v for k, v in ep.ro.sampler.settings().items()},
             "seconds": total, "timing": {k: round(v, 2) for k, v in seconds.items()},
             "episodes_per_minute": round(60 * len(ep.rows) / max(total, 1e-9), 1),
-            "runs": {n: str(p.runner.run_dir) for n, p in players.items() if isinstance(p, RunPlayer)},
+            "runs": {n: p.runner.scored for n, p in players.items() if isinstance(p, RunPlayer)},
             "table_md": format_table(rows, list(tasks)), "_frames": first_scene_frames(ep)}
 
 

@@ -4,7 +4,10 @@ Session-scoped and never modified by a test (copy them first):
 - ``tiny``: (dataset root, a fixed demo VAE folder with the preset's latent channels) — 2 train, 1 val, 2 sim-only
   episodes of 13 frames (8 windows, 4 steps per epoch, so 6 steps cross an epoch);
 - ``ref``: an uninterrupted 6-step ``pretrain`` run of the tiny config; its metrics.jsonl and checkpoints (steps 4
-  and 6) are what every interrupted-and-resumed run must reproduce exactly.
+  and 6) are what every interrupted-and-resumed run must reproduce exactly;
+- ``stage2``: a 1-step ``train --method sft`` run from ``ref``;
+- ``policy_data``: a tiny policy dataset (3 train episodes of 12 frames, two cameras side by side);
+- ``policy_run``: a finished 2-step ``policy train --setting action_only --init base`` run on it.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ for p in (HERE, HERE.parent):  # faultkit.py and tests/datagen.py, also when thi
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from datagen import make_dataset  # noqa: E402
-from faultkit import EPISODE_LENGTH, losses, pretrain_args, steps  # noqa: E402
+from datagen import make_dataset, make_policy_dataset  # noqa: E402
+from faultkit import EPISODE_LENGTH, POLICY_LENGTH, losses, policy_args, pretrain_args, steps  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -46,4 +49,28 @@ def ref(tiny, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("faults_ref") / "ref"
     assert main(pretrain_args(run, tiny)) == 0
     assert [s for s, _ in losses(run)] == [1, 2, 3, 4, 5, 6] and steps(run) == [4, 6]
+    return run
+
+
+@pytest.fixture(scope="session")
+def stage2(tiny, ref, tmp_path_factory) -> Path:
+    from simforcing.cli import main
+
+    run = tmp_path_factory.mktemp("faults_stage2") / "stage2"
+    assert main(["train", "--method", "sft", "--teacher", str(ref), "--data", str(tiny[0]), "--out", str(run),
+                 "--no-progress", "--train.max_steps=1"]) == 0
+    return run
+
+
+@pytest.fixture(scope="session")
+def policy_data(tmp_path_factory) -> Path:
+    return make_policy_dataset(tmp_path_factory.mktemp("faults_policy") / "data", length=POLICY_LENGTH)
+
+
+@pytest.fixture(scope="session")
+def policy_run(tiny, policy_data, tmp_path_factory) -> Path:
+    from simforcing.cli import main
+
+    run = tmp_path_factory.mktemp("faults_policy_run") / "policy"
+    assert main(policy_args(run, policy_data, tiny[1])) == 0
     return run

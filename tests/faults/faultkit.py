@@ -37,6 +37,25 @@ def pretrain_args(run: Path, tiny: tuple[Path, Path], *extra: str, resume: bool 
             + (["--resume"] if resume else []) + list(extra))
 
 
+POLICY_TINY = [o for o in TINY if not o.startswith("--train.max_steps")] + ["--train.max_steps=2",
+                                                                          "--train.ckpt_every=1"]
+POLICY_LENGTH = 12  # frames of the tiny policy dataset's episodes (5-frame windows: 5 steps)
+
+
+def policy_args(run: Path, data: Path, vae: Path, *extra: str, setting: str = "action_only", init: str = "base",
+                resume: bool = False) -> list[str]:
+    """Command-line words of ``simforcing policy train`` on the tiny config (2 steps, a checkpoint each)."""
+    return (["policy", "train", "--setting", setting, "--init", str(init), "--data", str(data), "--out", str(run),
+             "--no-progress", *POLICY_TINY, f"--model.vae.path={vae}"] + (["--resume"] if resume else [])
+            + list(extra))
+
+
+def quiet_eval_args(out: Path, *runs: str) -> list[str]:
+    """``simforcing policy eval`` of ``runs`` on the smallest closed loop (1 scene per task, 2 steps, no baselines)."""
+    return ["policy", "eval", "--runs", *runs, "--out", str(out), "--per-task", "1", "--max-steps", "2",
+            "--no-baselines"]
+
+
 def losses(run: Path) -> list[tuple[int, float]]:
     """(step, loss) of every row of RUN/metrics.jsonl, in file order."""
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]

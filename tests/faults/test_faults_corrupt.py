@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from faultkit import (ckpt, copy_run, digest, losses, pretrain_args, same_weights, status, steps, tmp_dirs)
 
-from simforcing.checkpoint import CheckpointError, find_resumable, load_checkpoint, load_model_from_run
+from simforcing.checkpoint import CheckpointError, find_resumable, load_checkpoint
+from simforcing.runfolder import load_model_from_run
 from simforcing.cli import main
 
 pytestmark = pytest.mark.faults

@@ -145,3 +145,91 @@ def test_demo_never_removes_a_folder_it_did_not_make(tmp_path):
     with pytest.raises(ConfigError, match="not a run of this demo"):
         _plan(out, quick=True)
     assert (out / "stage1" / "notes.txt").read_text() == "mine"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# One demo per --out at a time, and Ctrl-C
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_second_demo_into_the_same_out_is_refused_at_once(tmp_path, capsys, monkeypatch):
+    """The second demo used to plan and run beside the first (and once overwrote its job log) until the run locks
+    refused it; now it is refused before planning, naming the first one's pid."""
+    import subprocess
+    import sys
+
+    import simforcing.demo as demo
+
+    out = tmp_path / "demo"
+    code = ("import sys, time\nfrom simforcing.locking import lock_folder\n"
+            "lock = lock_folder(sys.argv[1], 'simforcing demo')\nprint('locked', flush=True)\ntime.sleep(600)\n")
+    first = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "locked"
+
+        def no_plan(*a, **k):
+            raise AssertionError("the second demo planned (and would have run) beside the first")
+
+        monkeypatch.setattr(demo, "build_plan", no_plan)
+        assert main(["demo", "--quick", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"being written by process {first.pid}" in err and "simforcing demo" in err, err
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # no logs, nothing planned
+    finally:
+        first.kill()
+        first.wait()
+
+
+DRIVER = """
+import sys
+from pathlib import Path
+
+import simforcing.demo as demo
+from simforcing.demo.plan import Plan
+from simforcing.jobs import Job
+
+
+def plan(out, data, budget, overrides, seeds, full, jobs, policy):
+    sleeper = Job("sleeper", [sys.executable, "-c", "import time; time.sleep(120)"], raw=True)
+    return Plan(out=out, data=Path(out) / "data", budget=budget, jobs=[sleeper], evals={}, runs={}, sweeps={},
+                videos={}, policy=None, methods=(), seeds=[], full=False, notes=[], commands={})
+
+
+demo.build_plan = plan
+from simforcing.cli import main
+
+sys.exit(main(["demo", "--quick", "--out", sys.argv[1], "--no-policy"]))
+"""
+
+
+def test_ctrl_c_stops_the_demo_with_130_and_one_line(tmp_path):
+    """Ctrl-C stops the jobs (as before) and then exits with the conventional 130 and one line saying how to
+    continue, instead of a KeyboardInterrupt traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    # as from a terminal: SIGINT at its default even when this suite runs in the background (a shell without job
+    # control starts background commands with SIGINT ignored, and Python then keeps it ignored)
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "demo")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        line = ""
+        deadline = time.monotonic() + 120
+        while "sleeper: started" not in line and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert lines == ["simforcing demo: interrupted; run the same command again to continue: finished jobs are reused "
+                     "and stopped training runs resume from their last checkpoint"], err
+    assert "interrupted: stopping sleeper" in out

@@ -25,7 +25,8 @@ import pytest
 import torch
 from faultkit import ckpt, copy_run, pretrain_args, steps
 
-from simforcing.checkpoint import CheckpointError, load_checkpoint, load_model_from_run
+from simforcing.checkpoint import CheckpointError, load_checkpoint
+from simforcing.runfolder import load_model_from_run
 from simforcing.cli import main
 
 pytestmark = pytest.mark.faults

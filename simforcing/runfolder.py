@@ -1,0 +1,381 @@
+"""A training run's folder: the names of its files, what kind of run it is, and the one way to open it.
+
+    RUN/run.json          RUN_RECORD     {"run_id", "kind", "stage", "created", "simforcing"}: marks a simforcing run
+    RUN/.lock             LOCK_FILE      the writer's lock (simforcing.locking)
+    RUN/config.json       CONFIG_FILE    the resolved config, written once the run has started
+    RUN/status.json       STATUS_FILE    {"state", "step", "reason", "total_steps", ...} (training.runlog)
+    RUN/metrics.jsonl     METRICS_FILE   one row per logged step
+    RUN/tb/               TB_DIR         TensorBoard
+    RUN/loss_curves.png   LOSS_PLOT
+    RUN/teacher.json      TEACHER_FILE   stage 2: the teacher checkpoint it started from
+    RUN/init.json         INIT_FILE      policy: what its weights were initialised from
+    RUN/checkpoints/      CHECKPOINTS_DIR  (simforcing.checkpoint)
+
+Every run says what it is (``kind`` in run.json; for runs from before that, from its stage or config): ``stage1``
+(``simforcing pretrain``, the simulation world model), ``stage2`` (``simforcing train --method M``, a real-domain
+world model) or ``policy`` (``simforcing policy train``). A command that takes a run names the kinds it accepts and
+refuses the others by name, with a command that would work (:func:`require_kind`) — before any other work.
+
+Opening a run (sampling, evaluation, the stage-2 teacher, policy initialisation and inference all do it this way):
+
+    run = open_run(RUN, kinds=WORLD_MODELS, flag="--ckpt", use="sample")   # the newest valid checkpoint (or step=N)
+    run.cfg                 # the config that checkpoint was trained with (its own copy, checkpoint.trained_config)
+    model = run.model(device)                                             # built from run.cfg, weights loaded, eval
+    cfg = run_config(RUN, ...)                                            # the same config without reading weights
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from simforcing import __version__
+from simforcing.checkpoint import (CHECKPOINTS_DIR, CONFIG_FILE, Checkpoint, checkpoint_config, config_hash,
+                                   find_resumable, list_checkpoints, load_checkpoint, load_model_state, read_meta,
+                                   step_dir)
+from simforcing.config import STAGE1_METHOD, Config, ConfigError, config_diff
+from simforcing.errors import CheckpointError
+from simforcing.locking import LOCK_FILE, is_locked
+from simforcing.models.world_model import build_world_model
+
+RUN_RECORD = "run.json"
+STATUS_FILE = "status.json"
+METRICS_FILE = "metrics.jsonl"
+TB_DIR = "tb"
+LOSS_PLOT = "loss_curves.png"
+TEACHER_FILE = "teacher.json"
+INIT_FILE = "init.json"
+# what a simforcing run folder holds: a folder with any of these but no run record is someone else's
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATUS_FILE, TB_DIR, CHECKPOINTS_DIR, TEACHER_FILE, LOSS_PLOT)
+__all__ = ["CHECKPOINTS_DIR", "CONFIG_FILE", "LOCK_FILE"]  # re-exported: every run-folder name is importable here
+
+# the kinds of run, what each is called, and the training stage that writes it
+KIND_NAMES = {"stage1": "a stage-1 run", "stage2": "a stage-2 run", "policy": "a policy run"}
+STAGE_KIND = {"pretrain": "stage1", "train": "stage2", "policy": "policy"}
+KINDS = tuple(KIND_NAMES)
+WORLD_MODELS = ("stage1", "stage2")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The run record
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def read_run_record(run_dir: str | Path) -> dict | None:
+    """RUN/run.json, or None when absent or unreadable."""
+    try:
+        rec = json.loads((Path(run_dir) / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("run_id"), str) else None
+
+
+def new_run_record(stage: str) -> dict:
+    return {"run_id": uuid.uuid4().hex, "kind": STAGE_KIND[stage], "stage": stage, "created": time.time(),
+            "simforcing": __version__}
+
+
+def is_run_folder(run_dir: str | Path) -> bool:
+    """A simforcing run: it has a run record, or (runs from before run records) finished checkpoints."""
+    return read_run_record(run_dir) is not None or bool(list_checkpoints(run_dir))
+
+
+def foreign_files(run_dir: str | Path) -> list[str]:
+    """The names of ``RUN_FILES`` present in a folder that is not a simforcing run (what a run would overwrite)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or is_run_folder(run_dir):
+        return []
+    return [n for n in RUN_FILES if (run_dir / n).exists() or (run_dir / n).is_symlink()]
+
+
+def check_not_foreign(run_dir: str | Path) -> None:
+    """ConfigError naming the files when ``run_dir`` holds run-like files that simforcing did not write."""
+    found = foreign_files(run_dir)
+    if found:
+        raise ConfigError(f"--out: {run_dir} is not a simforcing run folder (no {RUN_RECORD}) but holds "
+                          f"{', '.join(found)}; a run would overwrite them — choose another folder or move them away")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Kinds
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def kind_of_config(cfg: Config, has_teacher: bool = False) -> str:
+    """The kind of run a config trains: a policy (``model.action_head``), stage 1 (``sim_pretrain``) or stage 2."""
+    if cfg.model.action_head:
+        return "policy"
+    return "stage1" if cfg.train.method == STAGE1_METHOD and not has_teacher else "stage2"
+
+
+def run_kind(run_dir: str | Path) -> Optional[str]:
+    """What a run folder is: run.json's ``kind``; for older runs its ``stage``, else its config.json; None when the
+    folder is not a run (or its config cannot be read)."""
+    run_dir = Path(run_dir)
+    rec = read_run_record(run_dir) or {}
+    if rec.get("kind") in KIND_NAMES:
+        return rec["kind"]
+    if rec.get("stage") in STAGE_KIND:
+        return STAGE_KIND[rec["stage"]]
+    try:
+        cfg = Config.load(run_dir / CONFIG_FILE)
+    except (ConfigError, OSError, ValueError):
+        return None
+    return kind_of_config(cfg, (run_dir / TEACHER_FILE).exists())
+
+
+def describe_kind(kind: str, cfg: Optional[Config]) -> str:
+    """"a stage-2 run (a real-domain world model, train.method 'sft')" and the like."""
+    if kind == "stage1":
+        return "a stage-1 run (the simulation world model)"
+    if kind == "stage2":
+        return f"a stage-2 run (a real-domain world model, train.method {cfg.train.method if cfg else '?'!r})"
+    return f"a policy run (policy.setting {cfg.policy.setting if cfg else '?'!r})"
+
+
+def resume_command(run_dir: str | Path, kind: str, cfg: Optional[Config] = None) -> str:
+    """The command that continues a run of ``kind`` (its config is the run's own, so nothing else is needed)."""
+    out = shlex.quote(str(run_dir))
+    if kind == "stage1":
+        return f"simforcing pretrain --resume --out {out}"
+    if kind == "stage2":
+        return f"simforcing train --method {cfg.train.method if cfg else 'METHOD'} --resume --out {out}"
+    return f"simforcing policy train --setting {cfg.policy.setting if cfg else 'SETTING'} --resume --out {out}"
+
+
+def _recorded_source(run_dir: Path, name: str, key: str) -> Optional[str]:
+    """The run folder a run recorded as its teacher (teacher.json "run") or initialisation (init.json "source")."""
+    try:
+        value = json.loads((run_dir / name).read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value != "base" else None
+
+
+def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> str:
+    """What would work instead, for a run of ``kind`` given where ``use`` needs another kind."""
+    q = shlex.quote(str(run_dir))
+    if use == "sample":  # generate / evaluate / sweep: a world model
+        return (f"score a policy in closed loop with `simforcing policy eval --runs {q} --out EVAL`")
+    if use == "policy":  # policy eval: a policy
+        return (f"evaluate the world model with `simforcing evaluate --ckpt {q} --data DATA --out EVAL`, or train a "
+                f"policy from it with `simforcing policy train --setting action_only --init {q} --data POLICY_DATA "
+                "--out POLICY_RUN` and evaluate that")
+    if use == "teacher":  # stage 2: a stage-1 run
+        source = _recorded_source(run_dir, TEACHER_FILE, "run") if kind == "stage2" else \
+            _recorded_source(run_dir, INIT_FILE, "source")
+        if source is not None and run_kind(source) == "stage1":
+            return f"use the stage-1 run it started from: `--teacher {shlex.quote(source)}`"
+        return "give the folder of a `simforcing pretrain` run: `--teacher RUN1`"
+    return f"continue it with `{resume_command(run_dir, kind, cfg)}`"  # a resume of another kind
+
+
+# what each use of a run needs, said in the refusal
+USE_NEEDS = {"sample": "this command samples a world model", "policy": "`policy eval` scores policy runs",
+             "teacher": "stage 2 starts from a stage-1 run",
+             "resume_pretrain": "simforcing pretrain --resume cannot continue it",
+             "resume_train": "simforcing train --resume cannot continue it",
+             "resume_policy": "simforcing policy train --resume cannot continue it"}
+
+
+def require_kind(run_dir: str | Path, kinds: tuple[str, ...], flag: str, use: str) -> Optional[str]:
+    """The kind of ``run_dir``; ConfigError naming it and a command that would work when it is not one of ``kinds``.
+    None when the folder is not a recognisable run (the caller's own checks name what is missing)."""
+    kind = run_kind(run_dir)
+    if kind is None or kind in kinds:
+        return kind
+    try:
+        cfg = Config.load(Path(run_dir) / CONFIG_FILE)
+    except (ConfigError, OSError, ValueError):
+        cfg = None
+    raise ConfigError(f"{flag}: {run_dir} is {describe_kind(kind, cfg)}; {USE_NEEDS[use]} (expected "
+                      f"{' or '.join(KIND_NAMES[k] for k in kinds)}); {_suggestion(Path(run_dir), kind, use, cfg)}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Opening a run
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _MetaOnly:
+    """A checkpoint known by its folder and meta.json only (enough to find the config it was trained with)."""
+
+    path: Path
+    meta: dict
+
+
+def trained_config(run_dir: str | Path, ckpt: "Checkpoint | _MetaOnly") -> tuple[Config, list[str]]:
+    """(the config ``ckpt`` was trained with, the fields in which RUN/config.json differs from it).
+
+    The checkpoint's own config.json when it has one. Checkpoints from before that: RUN/config.json, which must then
+    be the config the checkpoint was written with (its hash equals meta.json's ``config_hash``) — otherwise nobody
+    knows what the weights were trained with, and CheckpointError names both."""
+    cfg_path = Path(run_dir) / CONFIG_FILE
+    if not cfg_path.exists():
+        raise CheckpointError("config.json is missing; expected a run folder written by `simforcing pretrain/train`",
+                              cfg_path)
+    try:
+        run_cfg = Config.load(cfg_path)
+    except ConfigError as e:
+        raise CheckpointError(f"cannot read the run's config ({e})", cfg_path) from e
+    own = checkpoint_config(ckpt.path)
+    if own is not None:
+        return own, config_diff(own, run_cfg)
+    recorded = ckpt.meta.get("config_hash")
+    if recorded and recorded != config_hash(run_cfg):
+        raise CheckpointError(f"config_hash {config_hash(run_cfg)} differs from {recorded} in {ckpt.path.name}"
+                              f"/meta.json: config.json is not the config this checkpoint was written with (was it "
+                              "rewritten by another run?) and the checkpoint holds no copy; restore config.json",
+                              cfg_path)
+    return run_cfg, []
+
+
+def newest_readable(run_dir: str | Path) -> Optional[_MetaOnly]:
+    """The newest checkpoint whose meta.json reads (no file verified), or None."""
+    for _, path in reversed(list_checkpoints(run_dir)):
+        try:
+            return _MetaOnly(path, read_meta(path))
+        except CheckpointError:
+            continue  # damaged: find_resumable warns about it and falls back the same way
+    return None
+
+
+@dataclass
+class Run:
+    """An opened run: its folder, kind, one verified checkpoint and the config that checkpoint was trained with."""
+
+    path: Path
+    kind: Optional[str]
+    checkpoint: Checkpoint
+    cfg: Config
+
+    @property
+    def step(self) -> int:
+        return self.checkpoint.step
+
+    @property
+    def stats(self) -> Optional[dict]:
+        """The action/state normalisation statistics the weights were trained with."""
+        return self.checkpoint.meta.get("stats")
+
+    @property
+    def meta(self) -> dict:
+        """meta.json of the checkpoint plus ``path`` (its folder)."""
+        return dict(self.checkpoint.meta, path=str(self.checkpoint.path))
+
+    def model(self, device: str | torch.device = "cpu", attention_mode: Optional[str] = None) -> torch.nn.Module:
+        """The network built from ``cfg`` (with ``attention_mode`` when given), the checkpoint's weights loaded
+        strictly, on ``device``, in eval mode."""
+        kw = {"attention_mode": attention_mode} if attention_mode is not None else {}
+        model = build_world_model(self.cfg, device="cpu", **kw)
+        load_model_state(self.checkpoint, model)
+        return model.to(device).eval()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The checkpoint's weights (a sharded checkpoint is read through a model of the run's architecture)."""
+        if self.checkpoint.model_state is not None:
+            return self.checkpoint.model_state
+        return self.model().state_dict()
+
+
+def _checkpoint(run_dir: Path, step: Optional[int], checkpoint: Optional[Path], weights: bool) -> Checkpoint:
+    if checkpoint is not None:
+        return load_checkpoint(checkpoint, weights=weights, train_state=False)
+    if step is None:
+        ckpt = find_resumable(run_dir, weights=weights, train_state=False)
+        if ckpt is None:
+            raise CheckpointError("no valid checkpoint in checkpoints/", run_dir)
+        return ckpt
+    available = [s for s, _ in list_checkpoints(run_dir)]
+    if step not in available:
+        raise CheckpointError(f"no checkpoint for step {step}; available steps: {available}", run_dir)
+    return load_checkpoint(step_dir(run_dir, step), weights=weights, train_state=False)
+
+
+def open_run(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = "--ckpt", use: str = "sample",
+             step: Optional[int] = None, checkpoint: Optional[str | Path] = None, weights: bool = True) -> Run:
+    """Check the run's kind (:func:`require_kind`), then verify and read its newest valid checkpoint (or ``step``,
+    or the folder ``checkpoint``) and the config it was trained with. A RUN/config.json that differs from it is
+    said in a warning; the checkpoint's own config is the one used."""
+    run_dir = Path(run_dir)
+    kind = require_kind(run_dir, kinds, flag, use)
+    if not (run_dir / CONFIG_FILE).exists():
+        raise CheckpointError("config.json is missing; expected a run folder written by `simforcing pretrain/train`",
+                              run_dir / CONFIG_FILE)
+    ckpt = _checkpoint(run_dir, step, Path(checkpoint) if checkpoint is not None else None, weights)
+    cfg, differs = trained_config(run_dir, ckpt)
+    if differs:
+        warnings.warn(f"{run_dir / CONFIG_FILE} differs from the config {ckpt.path.name} was trained with in "
+                      f"{', '.join(differs[:8])}; the model is built from the checkpoint's own config", stacklevel=2)
+    return Run(run_dir, kind, ckpt, cfg)
+
+
+def run_config(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = "--ckpt", use: str = "sample",
+               step: Optional[int] = None) -> Config:
+    """The config :func:`open_run` would give (the newest checkpoint whose metadata reads, or ``step``), after the
+    same kind check, without reading or verifying weights (for resolving a command's config before any work)."""
+    run_dir = Path(run_dir)
+    require_kind(run_dir, kinds, flag, use)
+    if step is not None and (step_dir(run_dir, step) / "meta.json").exists():
+        ref: Optional[_MetaOnly] = _MetaOnly(step_dir(run_dir, step), read_meta(step_dir(run_dir, step)))
+    else:
+        ref = newest_readable(run_dir) if step is None else None
+    if ref is None:  # no checkpoint to speak for it (yet): the run's config.json
+        path = run_dir / CONFIG_FILE
+        if not path.exists():
+            raise ConfigError(f"{flag}: {path} is missing; expected a training run folder written by `simforcing "
+                              "pretrain/train/policy train`")
+        return Config.load(path)
+    return trained_config(run_dir, ref)[0]
+
+
+def load_model_from_run(run_dir: str | Path, device: str | torch.device = "cpu",
+                        step: Optional[int] = None) -> tuple[Config, torch.nn.Module, dict]:
+    """(cfg, model in eval mode on ``device``, meta) of a world-model run (:func:`open_run`): ``meta`` is the
+    checkpoint's meta.json plus ``path``; ``meta["stats"]`` holds the normalisation statistics."""
+    run = open_run(run_dir, WORLD_MODELS, step=step)
+    return run.cfg, run.model(device), run.meta
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# What a run reports about itself
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def read_status(run_dir: str | Path) -> dict:
+    """RUN/status.json ({} when absent or unreadable)."""
+    try:
+        st = json.loads((Path(run_dir) / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return st if isinstance(st, dict) else {}
+
+
+def scored_record(run_dir: str | Path, checkpoint: str | Path, step: int) -> dict:
+    """What an evaluation records about the run it scored: the folder, checkpoint and step, and whether the run was
+    finished (status.json "finished"; a run whose status says "running" while nobody holds its lock was killed)."""
+    st = read_status(run_dir)
+    state = st.get("state", "unknown")
+    if state == "running" and not is_locked(run_dir):
+        state = "interrupted"
+    total = st.get("total_steps")
+    return {"run": str(Path(run_dir).resolve()), "checkpoint": str(checkpoint), "step": int(step),
+            "run_state": state, "total_steps": total, "finished": state == "finished"}
+
+
+def unfinished_note(name: str, rec: dict) -> Optional[str]:
+    """One line saying that ``name`` scored an unfinished run (None for a finished one)."""
+    if rec.get("finished"):
+        return None
+    total = f" of {rec['total_steps']}" if rec.get("total_steps") else ""
+    return (f"{name}: the run was not finished ({rec.get('run_state')}) — scored its checkpoint at step "
+            f"{rec.get('step')}{total} ({rec.get('checkpoint')})")

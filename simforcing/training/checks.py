@@ -1,0 +1,164 @@
+"""What may continue a run, or teach one: the checks a training run makes before it starts (read-only), and what
+it records about its data so that a resume can say what changed.
+
+- ``--resume``: the run's kind (a stage-1 run is continued by ``pretrain``, a stage-2 run by ``train``, a policy by
+  ``policy train``: ``runfolder.require_kind``), the same architecture as the config its checkpoint was trained
+  with (``runs.architecture_fields``), and the same data: :func:`data_record` goes into every checkpoint's
+  meta.json; :func:`data_changes` compares it, and the checkpoint's normalisation statistics, with the data now.
+- ``--teacher``: a stage-1 run of the same architecture (:func:`resolve_teacher`; on resume the checkpoint
+  ``teacher.json`` recorded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from simforcing.config import Config, ConfigError
+from simforcing.errors import CheckpointError
+from simforcing.runfolder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config, open_run,
+                                  resume_command)
+from simforcing.runs import architecture_fields, check_teacher_architecture, differing_fields
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Resume
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def check_resume_kind(theirs: Config, stage: str, run_dir: Path) -> None:
+    """ConfigError naming the run's kind (and the command that continues it) when the config its checkpoint was
+    trained with is another kind of run than ``stage`` trains."""
+    kind = kind_of_config(theirs, (run_dir / TEACHER_FILE).exists())
+    if kind != STAGE_KIND[stage]:
+        command = "simforcing policy train" if stage == "policy" else f"simforcing {stage}"
+        raise ConfigError(f"--out: {run_dir} is {describe_kind(kind, theirs)}; {command} --resume cannot continue "
+                          f"it — use `{resume_command(run_dir, kind, theirs)}`")
+
+
+def check_architecture_unchanged(theirs: Config, cfg: Config, run_dir: Path) -> None:
+    """ConfigError naming the first architecture field in which ``cfg`` differs from the run's."""
+    for name, was, now in differing_fields(theirs, cfg, architecture_fields(cfg))[:1]:
+        raise ConfigError(f"{name}: {run_dir} was trained with {was!r}, the resumed config asks {now!r}; "
+                          "architecture fields cannot change on --resume (start a new run, or stage 2 from it)")
+
+
+def check_resume_config(cfg: Config, theirs: Config, stage: str, run_dir: Path) -> None:
+    """Whether ``cfg`` may continue a run (stage "pretrain", "train" or "policy") trained with ``theirs``: the same
+    kind of run, the same architecture, and for a policy the same setting."""
+    check_resume_kind(theirs, stage, run_dir)
+    if stage == "policy" and theirs.policy.setting != cfg.policy.setting:
+        raise ConfigError(f"policy.setting: {run_dir} is a {theirs.policy.setting!r} policy run, the resumed config "
+                          f"asks {cfg.policy.setting!r}; --resume continues a run of the same setting — use "
+                          f"`{resume_command(run_dir, 'policy', theirs)}`")
+    check_architecture_unchanged(theirs, cfg, run_dir)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The teacher of stage 2
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _recorded_teacher(run_dir: Path) -> tuple[Optional[Path], Optional[Path]]:
+    """(run, checkpoint) from RUN/teacher.json; (None, None) when there is none."""
+    path = run_dir / TEACHER_FILE
+    if not path.exists():
+        return None, None
+    try:
+        rec = json.loads(path.read_text())
+        return Path(rec["run"]), Path(rec["checkpoint"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"cannot read the stage-2 teacher record ({e}); expected {{run, checkpoint, step}} as "
+                              "written by `simforcing train`", path) from e
+
+
+def resolve_teacher(run_dir: Path, teacher_run: Optional[Path], resume: bool, cfg: Config) -> tuple[Path, Run]:
+    """(the stage-1 run, the opened teacher checkpoint) stage 2 starts from: ``--teacher`` (on ``--resume`` it may be
+    left out: teacher.json names it, and its recorded checkpoint is reused while it exists). ConfigError when it is
+    not a stage-1 run or has another architecture than ``cfg``."""
+    checkpoint = None
+    if resume:
+        recorded_run, recorded_ckpt = _recorded_teacher(run_dir)
+        teacher_run = teacher_run if teacher_run is not None else recorded_run
+        if recorded_ckpt is not None and recorded_ckpt.is_dir():
+            checkpoint = recorded_ckpt
+    if teacher_run is None:
+        raise ConfigError("--teacher: stage 2 needs the stage-1 run folder (RUN1)")
+    if not teacher_run.is_dir():
+        raise ConfigError(f"--teacher: {teacher_run} is not a folder; expected a stage-1 run folder of `simforcing "
+                          "pretrain` (config.json + checkpoints/)")
+    try:
+        teacher = open_run(teacher_run, ("stage1",), "--teacher", "teacher", checkpoint=checkpoint)
+    except CheckpointError as e:
+        if "no valid checkpoint" in str(e):
+            raise CheckpointError("no valid checkpoint to start stage 2 from", teacher_run / CHECKPOINTS_DIR) from e
+        raise
+    check_teacher_architecture(cfg, teacher.cfg, str(teacher_run))
+    return teacher_run, teacher
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The data a run was trained on
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _episodes(dataset: Any) -> list[tuple[str, int]]:
+    """(episode id, length) of the episodes a dataset trains on (paired, policy or latent-cache datasets)."""
+    out = []
+    for e in getattr(dataset, "episodes", []):
+        info = getattr(e, "info", e)
+        if isinstance(info, dict):
+            out.append((str(info.get("episode_id")), int(info.get("length", -1))))
+        else:
+            out.append((str(info.episode_id), int(info.length)))
+    return out
+
+
+def data_record(cfg: Config, dataset: Any) -> dict:
+    """What a checkpoint records about the data it was trained on (meta.json ``data``): the folder, the episodes (a
+    fingerprint of their ids and lengths) and the episodes left out (bad ones skipped, ones shorter than a window)."""
+    episodes = _episodes(dataset)
+    digest = hashlib.sha256(json.dumps(episodes).encode()).hexdigest()[:16]
+    root = cfg.data.latent_cache or cfg.data.root
+    return {"root": str(Path(root).resolve()) if root else None,
+            "source": "latent_cache" if cfg.data.latent_cache else "dataset", "episodes": len(episodes),
+            "fingerprint": digest, "skipped": [eid for eid, _ in getattr(dataset, "skipped", [])],
+            "too_short": [eid for eid, _ in getattr(dataset, "dropped", [])]}
+
+
+def _stats_changes(theirs: dict, ours: dict, limit: int = 4) -> list[str]:
+    """'action max[2] 1 -> 1.2' for each statistic that differs (at most ``limit`` named)."""
+    out = []
+    for key in sorted(set(theirs) | set(ours)):
+        a, b = theirs.get(key), ours.get(key)
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            if a != b and key in ("action", "state"):
+                out.append(f"{key} statistics {'added' if a is None else 'removed'}")
+            continue
+        for field in ("min", "max"):
+            va, vb = list(a.get(field) or []), list(b.get(field) or [])
+            if len(va) != len(vb):
+                out.append(f"{key} {field}: {len(va)} values -> {len(vb)}")
+                continue
+            out += [f"{key} {field}[{i}] {x:.6g} -> {y:.6g}" for i, (x, y) in enumerate(zip(va, vb)) if x != y]
+    return out[:limit] + ([f"+{len(out) - limit} more"] if len(out) > limit else [])
+
+
+def data_changes(meta: dict, stats_now: Optional[dict], record_now: dict) -> list[str]:
+    """What differs between the data a checkpoint was trained on (its meta.json ``stats`` and ``data``) and the data
+    now: one phrase each (nothing for a checkpoint of the same data)."""
+    out = []
+    recorded = meta.get("data") or {}
+    if recorded.get("root") and recorded["root"] != record_now["root"]:
+        out.append(f"data folder {recorded['root']} -> {record_now['root']}")
+    if recorded.get("fingerprint") and recorded["fingerprint"] != record_now["fingerprint"]:
+        out.append(f"episodes changed ({recorded.get('episodes')} -> {record_now['episodes']} episodes, ids or "
+                   "lengths differ)")
+    theirs = meta.get("stats")
+    if stats_now is not None and isinstance(theirs, dict):
+        changed = _stats_changes(theirs, stats_now)
+        if changed:
+            out.append("normalisation statistics changed (stats.json: " + ", ".join(changed) + ")")
+    return out
