@@ -42,7 +42,8 @@ if "torchvision" not in sys.modules:
 def __getattr__(name: str):
     """``from simforcing import WorldModelPipeline`` (and the other names of ``simforcing.api``) without importing
     torch at ``import simforcing``."""
-    if name in ("WorldModelPipeline", "Prediction", "load_policy", "evaluate_policies", "evaluate", "rollout_drift"):
+    if name in ("WorldModelPipeline", "Prediction", "Episode", "read_episode", "load_policy", "evaluate_policies",
+                "evaluate", "rollout_drift"):
         from simforcing import api
 
         return getattr(api, name)

@@ -6,6 +6,7 @@
     out = pipe(frame, "push the blue ball to the left", state, actions)    # one window, the paper's sampler
     out.video                                                             # uint8 (F, H, W, 3): frame 0 = given
     long = pipe.rollout(frame, instruction, state, many_actions)           # any length, chunk after chunk
+    ep = read_episode("runs/demo/data_long")                              # a recorded episode to drive it with
 
 Inputs are what a robot logs, in the dataset's units: ``frame`` uint8 (H, W, 3) (any size: resized and centre-cropped
 as in training), ``state`` (S,), ``actions`` (A, action_dim) — one window's ``data.actions_per_window`` for a call,
@@ -27,6 +28,8 @@ import numpy as np
 import torch
 
 from simforcing.config import Config, ConfigError
+from simforcing.data.format import (read_arm_mask, read_episode_videos, read_episodes, read_info, read_lowdim,
+                                    read_splits)
 from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_range
 from simforcing.data.stats import Normalizer
 from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
@@ -176,6 +179,39 @@ class WorldModelPipeline:
         return Prediction(_uint8(res.video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
                           None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
                           res.forwards, res)
+
+
+@dataclass
+class Episode:
+    """One recorded episode as a robot logs it: ``real`` / ``sim`` uint8 (T, H, W, 3) (``sim`` None when absent),
+    ``arm_mask`` bool (T, H, W) or None, ``actions`` (T − 1, A) and ``states`` (T, S) in the dataset's units,
+    ``instruction``."""
+
+    episode_id: str
+    instruction: str
+    real: Optional[np.ndarray]
+    sim: Optional[np.ndarray]
+    arm_mask: Optional[np.ndarray]
+    actions: np.ndarray
+    states: np.ndarray
+
+
+def read_episode(root: str | Path, episode_id: Optional[str] = None, split: str = "val") -> Episode:
+    """Episode ``episode_id`` of a paired dataset (default: the first of ``split``), through the same checked
+    readers training uses (``data.format``)."""
+    info, index = read_info(root), read_episodes(root)
+    if episode_id is None:
+        ids = read_splits(root).get(split) or []
+        if not ids:
+            raise ConfigError(f"split {split!r} of {root} holds no episode; name one (episode_id=...)")
+        episode_id = ids[0]
+    if episode_id not in index:
+        raise ConfigError(f"episode {episode_id!r} is not in {Path(root) / 'meta' / 'episodes.jsonl'}")
+    ep = index[episode_id]
+    sim, real = read_episode_videos(root, info, ep)
+    actions, states = read_lowdim(root, episode_id)
+    mask = read_arm_mask(root, episode_id)
+    return Episode(episode_id, ep.instruction, real, sim, None if mask is None else mask.astype(bool), actions, states)
 
 
 def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:
