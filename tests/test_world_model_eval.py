@@ -29,7 +29,11 @@ def judge_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("judge")
     data = generate_dataset(tmp / "data", num_train=0, num_val=0, num_sim_pool=0, length=9, height=32, width=48,
                             seed=3, progress=False, layout_train=2, layouts=LAYOUTS)
-    judge = fit_judge([data], 32, 48, JudgeFitOptions(steps=3, batch_size=8), progress=False)
+    from simforcing.policy.judge_data import simulated_frames
+
+    rollouts = simulated_frames(2, 32, 48, LAYOUTS, max_steps=6, progress=False)
+    judge = fit_judge([data], 32, 48, JudgeFitOptions(steps=3, batch_size=8), progress=False, rollouts=rollouts)
+    assert judge.report["rollout_frames"] == 2 * 7
     return save_judge(judge, tmp / "judge")
 
 
@@ -88,7 +92,7 @@ def test_frame_verdicts_apply_the_benchmarks_predicates():
 def test_judge_files_round_trip_and_refuse_another_benchmark(judge_dir, tmp_path):
     judge = load_judge(judge_dir)
     x = torch.rand(3, 3, 32, 48) * 2 - 1
-    assert judge.read(x, x).shape == (3, 6)
+    assert judge.read(x, x, torch.zeros(3, 3)).shape == (3, 6)
     judge.check_benchmark(32, 48, LAYOUTS, "here")
     with pytest.raises(ConfigError, match="layouts"):
         judge.check_benchmark(32, 48, 0, "an evaluation without layouts")

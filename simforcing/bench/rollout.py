@@ -24,8 +24,8 @@ from simforcing.bench.inputs import bench_model, bench_vae, pixel_batch
 from simforcing.bench.options import BenchOptions
 from simforcing.config import Config
 from simforcing.data.stats import Normalizer
-from simforcing.evaluate.probe import ProbeConfig, StateProbe
-from simforcing.policy.judge import PREDICATES, SuccessJudge
+from simforcing.evaluate.probe import ProbeConfig
+from simforcing.policy.judge import PREDICATES, JudgeNet, SuccessJudge
 from simforcing.rollout import WorldModelRollout
 
 
@@ -88,7 +88,7 @@ def bench_wm_policy(cfg: Config, device: torch.device, opts: BenchOptions, log: 
     wm.model, wm.vae, wm.normalizer = bench_model(c, device), bench_vae(c, device), _identity_stats(c)
     wm._encoder = None
     torch.manual_seed(0)
-    judge = SuccessJudge(StateProbe(ProbeConfig(32, 48, 6, (0, 1, 2), None)),
+    judge = SuccessJudge(JudgeNet(ProbeConfig(32, 48, 6, (0, 1, 2), None)),
                          {"resolution": [32, 48], "layouts": 2, "predicates": PREDICATES})
     per_task, steps = opts.wm_scenes_per_task, opts.wm_steps
     players = {"expert": ExpertPlayer(), "idle": IdlePlayer()}
@@ -105,7 +105,7 @@ def bench_wm_policy(cfg: Config, device: torch.device, opts: BenchOptions, log: 
             n = min(execute, steps - t)
             images, states = ep.observe()
             new = ep.step(ep.act(images, states, t, t // execute), n)
-            judge.read_video(torch.cat([ep.first[:, :, None], new], dim=2))
+            judge.read_video(torch.cat([ep.first[:, :, None], new], dim=2), torch.zeros(new.shape[0], 3))
             t += n
         return time.perf_counter() - t0
 

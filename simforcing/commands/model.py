@@ -10,7 +10,7 @@ from simforcing.config import Config, ConfigError
 from simforcing.evaluate.probe import FitOptions, fit_probe, save_probe
 from simforcing.models.info import format_info, model_info
 from simforcing.models.weights import write_action_expert
-from simforcing.policy.judge import JudgeFitOptions, fit_judge, save_judge
+from simforcing.policy.judge import JudgeFitOptions, benchmark_layouts, fit_judge, save_judge
 from simforcing.prep.demo_vae import NORMALIZATIONS, fit_demo_vae
 from simforcing.utils import check_output_path
 
@@ -112,6 +112,11 @@ def add_fit_judge_arguments(parser: argparse.ArgumentParser) -> None:
                         help="datasets with objects.npz (paired: `data synth --layout-train N`; policy: `data "
                              "synth-policy --layouts K`): their train episodes with one task object")
     parser.add_argument("--out", required=True, help="output folder: judge.safetensors + judge.json")
+    parser.add_argument("--sim-episodes", type=int, default=0,
+                        help="also this many simulator rollouts of the policy benchmark (the expert at several noise "
+                             "levels, scenes of another seed than any evaluation)")
+    parser.add_argument("--layouts", type=int, default=None, help="the rollouts' layouts (default: the datasets')")
+    parser.add_argument("--jitter", type=float, default=0.03, help="the rollouts' task-object jitter (m)")
     parser.add_argument("--steps", type=int, default=JudgeFitOptions.steps)
     parser.add_argument("--batch-size", type=int, default=JudgeFitOptions.batch_size)
     parser.add_argument("--seed", type=int, default=0)
@@ -122,11 +127,20 @@ def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
     if args.steps < 1 or args.batch_size < 4:
         raise ConfigError(f"--steps {args.steps} / --batch-size {args.batch_size}: expected >= 1 / >= 4")
     check_output_path(args.out, "--out")  # before the frames are read
+    if args.sim_episodes < 0:
+        raise ConfigError(f"--sim-episodes: got {args.sim_episodes}; expected a count >= 0")
     opts = JudgeFitOptions(steps=args.steps, batch_size=args.batch_size, seed=args.seed)
-    judge = fit_judge(args.data, cfg.data.height, cfg.data.width, opts)
+    rollouts = None
+    if args.sim_episodes:
+        from simforcing.policy.judge_data import simulated_frames  # MuJoCo: only with rollouts
+
+        layouts = args.layouts if args.layouts is not None else benchmark_layouts(args.data)
+        rollouts = simulated_frames(args.sim_episodes, cfg.data.height, cfg.data.width, layouts, args.jitter)
+    judge = fit_judge(args.data, cfg.data.height, cfg.data.width, opts, rollouts=rollouts)
     save_judge(judge, args.out)
     r = judge.report
     print(f"success judge fitted in {r['fit_seconds']} s on {r['frames']} frames of {r['episodes']} episodes "
+          f"({r['rollout_frames']} from simulator rollouts) "
           f"(layouts {judge.benchmark['layouts']}) -> {args.out}; training error (m): {r['train_mean_abs_error_m']}")
     return 0
 

@@ -36,11 +36,14 @@ class WorldModelEvalBudget:
     budgets: tuple = (500,)  # training steps of the one-camera policies (the default demo)
     budgets_full: tuple = (250, 500)  # with --full: two budgets
     expert_noise: tuple = (0.01, 0.02, 0.04)  # metres per step: the scripted expert degraded
-    judge_steps: int = 1000
+    judge_steps: int = 2000
+    judge_steps_full: int = 3000
+    judge_rollouts: int = 60  # simulator rollouts the judge is also fitted on (another scene seed)
+    judge_rollouts_full: int = 150
 
 
 WM_EVAL_QUICK = WorldModelEvalBudget(per_task=1, per_task_full=1, budgets=(3,), budgets_full=(3,), expert_noise=(0.02,),
-                                     judge_steps=20)
+                                     judge_steps=20, judge_steps_full=20, judge_rollouts=2, judge_rollouts_full=2)
 
 
 @dataclass
@@ -341,7 +344,10 @@ class _Builder:
         self.records["policy data"] = {"command": pol["commands"]["policy data"], "generator": GENERATOR_VERSION}
         judge = out / "judge"
         self.add("judge", ["model", "fit-judge", "--data", str(self.data), str(pdata), "--out", str(judge), "--steps",
-                           str(w.judge_steps)], judge, "judge.json", ("data", "policy data"), priority=57)
+                           str(w.judge_steps_full if full else w.judge_steps), "--sim-episodes",
+                           str(w.judge_rollouts_full if full else w.judge_rollouts), "--layouts", str(b.policy.layouts),
+                           "--jitter", f"{b.policy.jitter:g}"], judge, "judge.json", ("data", "policy data"),
+                 priority=57)
         budgets = w.budgets_full if full else w.budgets
         policies: dict[str, Path] = {}
         for steps in budgets:

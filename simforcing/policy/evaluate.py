@@ -252,11 +252,12 @@ def rows_of(episodes: dict[str, dict[str, list]], tasks) -> dict:
     return rows
 
 
-def judge_episode(judge, outcome: dict, task) -> dict:
-    """The judge's verdicts on a recorded simulator episode: per frame (against the simulator's own predicate on its
-    state) and for the episode (its first success within the episode's steps)."""
+def judge_episode(judge, outcome: dict, task, q0: np.ndarray) -> dict:
+    """The judge's verdicts on a recorded simulator episode (``q0``: the hand's initial position): per frame
+    (against the simulator's own predicate on its state) and for the episode (its first success within its
+    steps)."""
     frames = torch.from_numpy(outcome.pop("frames")).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1)
-    readings = judge.read_video(frames)[0].numpy()  # (T, 6)
+    readings = judge.read_video(frames, torch.as_tensor(q0)[None])[0].numpy()  # (T, 6)
     truth = outcome.pop("truth")
     judged, true = frame_verdicts(task, readings), frame_verdicts(task, truth)
     limit = outcome["steps"] + 1 if not outcome["success"] else len(judged)
@@ -299,12 +300,13 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
             for j, idx in enumerate(scenes[task]):
                 env = SyntheticTaskEnv(seed, idx, max_steps, height, width, layouts, jitter)
                 try:
+                    q0 = env.state()[:3].copy()
                     o = run_episode(env, player.env_chunk(scene_of(env)), max_steps, player.execute,
                                     record=judge is not None, tail=judge_tail)
                     if judge is not None:
                         if j == 0:
                             kept[f"{name}|{task}|{idx}"] = o["frames"]
-                        o = judge_episode(judge, o, env.task)
+                        o = judge_episode(judge, o, env.task, q0)
                     outcomes.append(dict(o, scene=idx))
                 finally:
                     env.close()

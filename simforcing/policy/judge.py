@@ -78,11 +78,32 @@ def first_success(verdicts: Sequence[bool]) -> Optional[int]:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class SuccessJudge:
-    """The frozen judge: ``judge.read(first (B, 3, H, W), frames (B, 3, H, W)) -> (B, 6)`` readings in metres;
-    ``judge.benchmark`` what it was fitted on."""
+class JudgeNet(StateProbe):
+    """The state probe's keypoint network whose head also reads the hand's initial position q_0 (B, 3) — what an
+    episode is given at its first frame with its state — beside the keypoints' motion and their starting place:
+    (first frame, frame, q_0) -> the six readings (normalised by ``scale`` as the probe's)."""
 
-    def __init__(self, net: StateProbe, benchmark: dict, report: Optional[dict] = None):
+    def __init__(self, cfg: ProbeConfig):
+        super().__init__(cfg)
+        self.head[0] = torch.nn.Linear(4 * cfg.keypoints + 3, cfg.hidden)
+
+    def normalized(self, ref: torch.Tensor, frames: torch.Tensor, q0: torch.Tensor) -> torch.Tensor:
+        kp = self.keypoints(self.trunk(torch.cat([ref, frames], dim=0)))  # one trunk for both: (2B, 2K)
+        kp_ref, kp = kp.chunk(2, dim=0)
+        return self.head(torch.cat([kp - kp_ref, kp_ref, Q0_SCALE * q0.to(kp.dtype)], dim=1))
+
+    def forward(self, ref: torch.Tensor, frames: torch.Tensor, q0: torch.Tensor) -> torch.Tensor:
+        return self.normalized(ref, frames, q0) * self.scale
+
+
+Q0_SCALE = 5.0  # metres -> about unit scale (the workspace spans ~0.4 m)
+
+
+class SuccessJudge:
+    """The frozen judge: ``judge.read(first (B, 3, H, W), frames (B, 3, H, W), q0 (B, 3)) -> (B, 6)`` readings in
+    metres; ``judge.benchmark`` what it was fitted on."""
+
+    def __init__(self, net: JudgeNet, benchmark: dict, report: Optional[dict] = None):
         self.net, self.benchmark, self.report = net.eval(), dict(benchmark), report or {}
 
     @property
@@ -90,19 +111,22 @@ class SuccessJudge:
         return next(self.net.parameters()).device
 
     @torch.no_grad()
-    def read(self, first: torch.Tensor, frames: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    def read(self, first: torch.Tensor, frames: torch.Tensor, q0, chunk: int = 512) -> torch.Tensor:
         dev = self.device
-        out = [self.net(first[i:i + chunk].float().to(dev), frames[i:i + chunk].float().to(dev))
-               for i in range(0, frames.shape[0], chunk)]
+        q0 = torch.as_tensor(q0, dtype=torch.float32).reshape(-1, 3)
+        out = [self.net(first[i:i + chunk].float().to(dev), frames[i:i + chunk].float().to(dev),
+                        q0[i:i + chunk].to(dev)) for i in range(0, frames.shape[0], chunk)]
         return torch.cat(out).cpu()
 
     @torch.no_grad()
-    def read_video(self, video: torch.Tensor) -> torch.Tensor:
-        """video (B, 3, T, H, W) in [-1, 1] -> readings (B, T, 6), every frame against the video's frame 0."""
+    def read_video(self, video: torch.Tensor, q0) -> torch.Tensor:
+        """video (B, 3, T, H, W) in [-1, 1], the hand's initial positions q0 (B, 3) -> readings (B, T, 6), every
+        frame against the video's frame 0."""
         b, _, t, h, w = video.shape
         frames = video.permute(0, 2, 1, 3, 4).reshape(b * t, 3, h, w)
         first = video[:, :, :1].permute(0, 2, 1, 3, 4).expand(b, t, 3, h, w).reshape(b * t, 3, h, w)
-        return self.read(first, frames).view(b, t, -1)
+        q = torch.as_tensor(q0, dtype=torch.float32).reshape(b, 1, 3).expand(b, t, 3).reshape(b * t, 3)
+        return self.read(first, frames, q).view(b, t, -1)
 
     def check_benchmark(self, height: int, width: int, layouts: int, where: str) -> None:
         """A ConfigError when the evaluation's frames or scenes are not those the judge was fitted on."""
@@ -138,7 +162,7 @@ def load_judge(folder: str | Path, device: str | torch.device = "cpu") -> Succes
             raise ValueError(f"format {meta.get('format')!r}")
         c = dict(meta["config"])
         c["position_dims"] = tuple(c["position_dims"])
-        net = StateProbe(ProbeConfig(**c))
+        net = JudgeNet(ProbeConfig(**c))
         net.load_state_dict(load_file(str(weights)))
     except Exception as e:  # safetensors' own error type, JSON, shapes: all "not a judge", named below
         raise ValueError(f"--judge: {meta_path} / {weights.name} cannot be read as a success judge ({e}); fit it "
@@ -160,17 +184,43 @@ def _objects(root: Path, eid: str) -> Optional[dict]:
             "target": int(load_npz_field(path, "target", eid))}
 
 
+@dataclass
+class JudgeFrames:
+    """Frames uint8 (N, 3, H, W), their readings' truth (N, 6), the episode of each (N,) and its hand's initial
+    position q_0 (N, 3)."""
+
+    frames: torch.Tensor
+    labels: torch.Tensor
+    episode: torch.Tensor
+    q0: torch.Tensor
+
+    def merged(self, other: Optional["JudgeFrames"]) -> "JudgeFrames":
+        """Both sets as one (``other``'s episode numbers moved past these)."""
+        if other is None:
+            return self
+        shift = int(self.episode.max()) + 1 if len(self.episode) else 0
+        return JudgeFrames(torch.cat([self.frames, other.frames]), torch.cat([self.labels, other.labels]),
+                           torch.cat([self.episode, other.episode + shift]), torch.cat([self.q0, other.q0]))
+
+
+def benchmark_layouts(roots: Sequence[str | Path]) -> int:
+    """The LIBERO-like layouts the datasets were generated in (0: none)."""
+    found = {int((read_json(meta_dir(r) / "info.json", "dataset info").get("synth") or {}).get("layouts") or 0)
+             for r in roots}
+    found.discard(0)
+    return max(found) if found else 0
+
+
 def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
-                      splits: Sequence[str] = ("train",)) -> tuple[ProbeFrames, dict]:
+                      splits: Sequence[str] = ("train",)) -> tuple[JudgeFrames, dict]:
     """Frames (external camera / real) of every episode of ``splits`` with one named object and an objects.npz,
-    from paired or policy datasets; states = the judge's labels (N, 6). Returns (frames, benchmark)."""
-    frames, labels, owner, layouts = [], [], [], set()
+    from paired or policy datasets, with the judge's labels. Returns (frames, benchmark)."""
+    frames, labels, owner, q0 = [], [], [], []
     e = 0
     for root in map(Path, roots):
         policy = read_json(meta_dir(root) / "info.json", "dataset info").get("format") == POLICY_FORMAT
         info = read_policy_info(root, 1) if policy else read_info(root)
         index, split_ids = read_episodes(root), read_splits(root)
-        layouts.add(int((info.get("synth") or {}).get("layouts") or 0))
         for eid in [x for s in splits for x in split_ids.get(s, [])]:
             obj = _objects(root, eid)
             if obj is None or sum(n != "distractor" for n in obj["names"]) != 1:
@@ -185,15 +235,15 @@ def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
             frames.append(frames_to_target(video[:n], height, width).permute(1, 0, 2, 3))  # (T, 3, H, W)
             labels.append(torch.from_numpy(true_readings(states[:n, :3], obj["xyz"][:n, obj["target"]])))
             owner.append(torch.full((n,), e))
+            q0.append(torch.from_numpy(np.asarray(states[0, :3], np.float32)).expand(n, 3))
             e += 1
     if not frames:
         raise DataError(f"no episode of splits {list(splits)} in {', '.join(map(str, roots))} has one task object "
                         f"and {OBJECTS} (the policy benchmark's layouts: `simforcing data synth --layout-train N` or "
                         "`simforcing data synth-policy --layouts K`, generator version >= 2)", kind="empty_split")
-    layouts.discard(0)
-    benchmark = {"resolution": [height, width], "layouts": max(layouts) if layouts else 0, "predicates": PREDICATES,
+    benchmark = {"resolution": [height, width], "layouts": benchmark_layouts(roots), "predicates": PREDICATES,
                  "camera": "external", "episodes": e}
-    return ProbeFrames(torch.cat(frames), torch.cat(labels), torch.cat(owner)), benchmark
+    return JudgeFrames(torch.cat(frames), torch.cat(labels), torch.cat(owner), torch.cat(q0)), benchmark
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -203,48 +253,56 @@ def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
 
 @dataclass
 class JudgeFitOptions:
-    steps: int = 1000
+    steps: int = 3000
     batch_size: int = 48
     lr: float = 2e-3
     seed: int = 0
     shift: int = 1
-    ghost_share: float = 0.25  # of each batch: second frames blended from two frames (labels blended)
+    ghost_share: float = 0.2  # of each batch: second frames blended from two frames (labels blended)
 
 
-def _first_of_episode(data: ProbeFrames) -> torch.Tensor:
+def _first_of_episode(episode: torch.Tensor) -> torch.Tensor:
     """For every frame the index of its episode's first frame."""
-    first = torch.zeros_like(data.episode)
-    for e in data.episode.unique():
-        idx = (data.episode == e).nonzero().flatten()
+    first = torch.zeros_like(episode)
+    for e in episode.unique():
+        idx = (episode == e).nonzero().flatten()
         first[idx] = idx[0]
     return first
 
 
 def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeFitOptions = JudgeFitOptions(),
-              progress: bool = True) -> SuccessJudge:
-    """Fit the judge on ``roots`` (module docstring); its report holds the sources and its training errors."""
+              progress: bool = True, rollouts: Optional[JudgeFrames] = None) -> SuccessJudge:
+    """Fit the judge on ``roots`` and the simulator ``rollouts`` (``judge_data.simulated_frames``; module
+    docstring); its report holds the sources and its training errors."""
     torch.manual_seed(opts.seed)
     gen = torch.Generator().manual_seed(opts.seed)
     data, benchmark = read_judge_frames(roots, height, width)
-    first = _first_of_episode(data)
+    data = data.merged(rollouts)
+    first = _first_of_episode(data.episode)
+    as_probe = ProbeFrames(data.frames, data.labels, data.episode)  # what the probe's ghost augmentation reads
     cfg = ProbeConfig(height=height, width=width, state_dim=len(OUTPUTS), position_dims=(0, 1, 2), gripper_dim=None)
-    net = StateProbe(cfg)
-    net.scale.copy_(data.states.std(0).clamp(min=1e-3))
+    net = JudgeNet(cfg)
+    net.scale.copy_(data.labels.std(0).clamp(min=1e-3))
     opt = torch.optim.AdamW(net.parameters(), lr=opts.lr, weight_decay=1e-4)
     warm = max(1, opts.steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda k: (k + 1) / warm if k < warm else 0.5 * (1 + math.cos(math.pi * (k - warm) / max(1, opts.steps - warm))))
+    # rare but decisive frames get fixed shares of every batch: the object moved (pushes, lifts), the hand near it
+    pools = [((data.labels[:, 3:].norm(dim=1) > 0.02).nonzero().flatten(), 0, opts.batch_size // 3),
+             ((data.labels[:, :3].norm(dim=1) < 0.14).nonzero().flatten(), opts.batch_size // 3, opts.batch_size // 2)]
     n_ghost = int(opts.batch_size * opts.ghost_share)
     t0 = time.perf_counter()
     net.train()
     for _ in tqdm(range(opts.steps), desc="fit success judge", leave=False, disable=not progress):
         j = torch.randint(0, data.frames.shape[0], (opts.batch_size,), generator=gen)
-        x = data.frames[j].float()
-        y = data.states[j].clone()
-        gx, gy = ghost_frames(data, j[:n_ghost], j[:n_ghost], gen)
-        x[:n_ghost], y[:n_ghost] = gx, gy
+        for pool, a, b in pools:
+            if len(pool):
+                j[a:b] = pool[torch.randint(0, len(pool), (b - a,), generator=gen)]
+        x, y = data.frames[j].float(), data.labels[j].clone()
+        gx, gy = ghost_frames(as_probe, j[-n_ghost:], j[-n_ghost:], gen)
+        x[-n_ghost:], y[-n_ghost:] = gx, gy
         ref, x = augment_pair(data.frames[first[j]].float().div(127.5).sub(1), x.div(127.5).sub(1), gen, opts.shift)
-        loss = F.smooth_l1_loss(net.normalized(ref, x), y / net.scale, beta=0.1)
+        loss = F.smooth_l1_loss(net.normalized(ref, x, data.q0[j]), y / net.scale, beta=0.1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -252,10 +310,11 @@ def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeF
     net.eval()
     with torch.no_grad():
         pred = torch.cat([net(data.frames[first[k:k + 512]].float().div(127.5).sub(1),
-                              data.frames[k:k + 512].float().div(127.5).sub(1))
+                              data.frames[k:k + 512].float().div(127.5).sub(1), data.q0[k:k + 512])
                           for k in range(0, data.frames.shape[0], 512)])
-    err = (pred - data.states).abs().mean(0)
-    report = {"frames": int(data.frames.shape[0]), "episodes": benchmark["episodes"], "steps": opts.steps,
+    err = (pred - data.labels).abs().mean(0)
+    report = {"frames": int(data.frames.shape[0]), "episodes": int(data.episode.max()) + 1,
+              "rollout_frames": 0 if rollouts is None else int(rollouts.frames.shape[0]), "steps": opts.steps,
               "batch_size": opts.batch_size, "seed": opts.seed, "fit_seconds": round(time.perf_counter() - t0, 1),
               "train_mean_abs_error_m": {k: round(float(v), 4) for k, v in zip(OUTPUTS, err)}}
     return SuccessJudge(net, benchmark, report)

@@ -232,8 +232,10 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
         t3 = time.perf_counter()
         first = ep.first[:, :, None].expand(-1, -1, n, -1, -1)
         b, _, k, h, w = new.shape
+        q0 = torch.from_numpy(np.stack([s.state[:3] for _, s in ep.rows])).float()  # (B, 3) given at the start
         r = judge.read(first.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
-                       new.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w)).view(b, k, -1)
+                       new.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
+                       q0[:, None].expand(b, k, 3).reshape(b * k, 3)).view(b, k, -1)
         readings.append(r)
         seconds["players"] += t2 - t1
         seconds["world_model"] += t3 - t2
