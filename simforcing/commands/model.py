@@ -117,6 +117,8 @@ def add_fit_judge_arguments(parser: argparse.ArgumentParser) -> None:
                              "levels, scenes of another seed than any evaluation)")
     parser.add_argument("--layouts", type=int, default=None, help="the rollouts' layouts (default: the datasets')")
     parser.add_argument("--jitter", type=float, default=0.03, help="the rollouts' task-object jitter (m)")
+    parser.add_argument("--consecutive", type=int, default=JudgeFitOptions.consecutive,
+                        help="judged frames in a row that make an episode's success")
     parser.add_argument("--steps", type=int, default=JudgeFitOptions.steps)
     parser.add_argument("--batch-size", type=int, default=JudgeFitOptions.batch_size)
     parser.add_argument("--seed", type=int, default=0)
@@ -129,7 +131,9 @@ def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
     check_output_path(args.out, "--out")  # before the frames are read
     if args.sim_episodes < 0:
         raise ConfigError(f"--sim-episodes: got {args.sim_episodes}; expected a count >= 0")
-    opts = JudgeFitOptions(steps=args.steps, batch_size=args.batch_size, seed=args.seed)
+    if args.consecutive < 1:
+        raise ConfigError(f"--consecutive: got {args.consecutive}; expected an integer >= 1")
+    opts = JudgeFitOptions(steps=args.steps, batch_size=args.batch_size, seed=args.seed, consecutive=args.consecutive)
     rollouts = None
     if args.sim_episodes:
         from simforcing.policy.judge_data import simulated_frames  # MuJoCo: only with rollouts

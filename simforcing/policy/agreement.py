@@ -96,7 +96,11 @@ def average_success(m: np.ndarray, scenes: list[tuple[str, int]], tasks: list[st
 
 def ranking_stats(sim: np.ndarray, wm: np.ndarray, scenes, tasks, idx: list[int], n_boot: int = 2000,
                   seed: int = 0) -> dict:
-    """Pearson, Spearman and MMRV of the players ``idx`` with 95 % bootstrap intervals (scenes resampled per task)."""
+    """Pearson, Spearman and MMRV of the players ``idx`` with 95 % bootstrap intervals (scenes resampled per task),
+    the success averaged over ``tasks`` (all of the scenes' tasks, or some of them)."""
+    keep = [j for j, (t, _) in enumerate(scenes) if t in tasks]
+    sim, wm, scenes = sim[:, keep], wm[:, keep], [scenes[j] for j in keep]
+
     def stats(cols=None) -> tuple[float, float, float]:
         r = average_success(sim[idx], scenes, tasks, cols)
         s = average_success(wm[idx], scenes, tasks, cols)
@@ -156,8 +160,10 @@ def agreement(sim: dict, wms: dict[str, dict], n_boot: int = 2000) -> dict:
     for name, w in envs.items():
         m, _ = outcome_matrix(w, players, tasks)
         rows[name] = {p: _rate(m[i]) for i, p in enumerate(players)}
-        rank[name] = {"all": ranking_stats(sim_m, m, scenes, tasks, list(range(len(players))), n_boot),
-                      "learned": ranking_stats(sim_m, m, scenes, tasks, learned, n_boot) if len(learned) > 1 else None}
+        everyone = list(range(len(players)))
+        rank[name] = {"all": ranking_stats(sim_m, m, scenes, tasks, everyone, n_boot),
+                      "learned": ranking_stats(sim_m, m, scenes, tasks, learned, n_boot) if len(learned) > 1 else None,
+                      **{f"all, {t} only": ranking_stats(sim_m, m, scenes, [t], everyone, n_boot) for t in tasks}}
         per_episode[name] = {"all": float((m == sim_m).mean()),
                              **{p: float((m[i] == sim_m[i]).mean()) for i, p in enumerate(players)}}
     return {"players": players, "learned": [players[i] for i in learned], "tasks": tasks,
@@ -193,7 +199,7 @@ def agreement_markdown(res: dict) -> str:
                   "better) and per-episode agreement (the same verdict on the same scene and policy):", "",
               "| verdicts from | policies | Pearson | Spearman | MMRV | episodes agreeing |", "|---|---|---|---|---|---|"]
     for e in envs:
-        for subset in ("all", "learned"):
+        for subset in ("all", "learned", *(f"all, {t} only" for t in res["tasks"])):
             r = res["ranking"][e].get(subset)
             if r:
                 agree = f"{100 * res['episode_agreement'][e]['all']:.0f} %" if subset == "all" else ""

@@ -261,7 +261,7 @@ def judge_episode(judge, outcome: dict, task, q0: np.ndarray) -> dict:
     truth = outcome.pop("truth")
     judged, true = frame_verdicts(task, readings), frame_verdicts(task, truth)
     limit = outcome["steps"] + 1 if not outcome["success"] else len(judged)
-    hit = first_success(judged[:limit])
+    hit = first_success(judged[:limit], judge.consecutive)
     return dict(outcome, judged=hit is not None, judged_step=hit, frame_judged=judged.tolist(),
                 frame_true=true.tolist())
 

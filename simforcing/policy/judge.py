@@ -8,7 +8,9 @@ episode's first frame x_0 and a frame x_t (external camera) two vectors in metre
 
 and the task's predicate (``data.synthetic.tasks``) is applied to them exactly as the simulator applies it to its
 state: reach ‖r̂_t‖ ≤ 0.10 m, push d̂_t·direction ≥ 0.04 m, grasp d̂_t[z] ≥ 0.05 m (``task_success(task, ee=r̂_t,
-obj=0, obj0=−d̂_t)``). An episode succeeds at its first frame where the predicate holds.
+obj=0, obj0=−d̂_t)``). An episode succeeds at the first frame that completes ``consecutive`` (2) judged frames in a row
+where the predicate holds (one frame for the simulator's own verdict; a single-frame slip of the judge is not a
+success).
 
 The judge reads scenes with one task object — the policy benchmark's LIBERO-like layouts (``data synth-policy
 --layouts K``, ``data synth --layout-train N``), whose only named object is the task's — so it needs no instruction.
@@ -67,10 +69,17 @@ def true_readings(ee: np.ndarray, obj: np.ndarray) -> np.ndarray:
     return np.concatenate([ee - obj, obj - obj[:1]], axis=1).astype(np.float32)
 
 
-def first_success(verdicts: Sequence[bool]) -> Optional[int]:
-    """Index of the first True (the frame of the episode's success), or None."""
-    hits = np.flatnonzero(np.asarray(verdicts, bool))
-    return int(hits[0]) if len(hits) else None
+def first_success(verdicts: Sequence[bool], consecutive: int = 1) -> Optional[int]:
+    """Index of the frame that completes the first run of ``consecutive`` True verdicts (the episode's success), or
+    None. The simulator's own verdict is the first True (``consecutive`` = 1); a judge's single-frame slips are
+    absorbed by asking for more (``SuccessJudge.consecutive``)."""
+    v = np.asarray(verdicts, bool)
+    run = 0
+    for i, ok in enumerate(v):
+        run = run + 1 if ok else 0
+        if run >= consecutive:
+            return i
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -103,8 +112,9 @@ class SuccessJudge:
     """The frozen judge: ``judge.read(first (B, 3, H, W), frames (B, 3, H, W), q0 (B, 3)) -> (B, 6)`` readings in
     metres; ``judge.benchmark`` what it was fitted on."""
 
-    def __init__(self, net: JudgeNet, benchmark: dict, report: Optional[dict] = None):
+    def __init__(self, net: JudgeNet, benchmark: dict, report: Optional[dict] = None, consecutive: int = 2):
         self.net, self.benchmark, self.report = net.eval(), dict(benchmark), report or {}
+        self.consecutive = int(consecutive)  # judged frames in a row that make an episode's success
 
     @property
     def device(self) -> torch.device:
@@ -143,9 +153,10 @@ def save_judge(judge: SuccessJudge, out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in judge.net.state_dict().items()}
     atomic_write(out / JUDGE_FILE, lambda p: save_file(state, str(p)))
-    atomic_write_json(out / JUDGE_META, {"format": "simforcing-success-judge", "version": 1,
+    atomic_write_json(out / JUDGE_META, {"format": "simforcing-success-judge", "version": 2,
                                          "config": asdict(judge.net.cfg), "outputs": list(OUTPUTS),
-                                         "benchmark": judge.benchmark, "report": judge.report})
+                                         "consecutive": judge.consecutive, "benchmark": judge.benchmark,
+                                         "report": judge.report})
     return out
 
 
@@ -167,7 +178,7 @@ def load_judge(folder: str | Path, device: str | torch.device = "cpu") -> Succes
     except Exception as e:  # safetensors' own error type, JSON, shapes: all "not a judge", named below
         raise ValueError(f"--judge: {meta_path} / {weights.name} cannot be read as a success judge ({e}); fit it "
                          "again with `simforcing model fit-judge`") from e
-    return SuccessJudge(net.to(device), meta.get("benchmark", {}), meta.get("report"))
+    return SuccessJudge(net.to(device), meta.get("benchmark", {}), meta.get("report"), meta.get("consecutive", 1))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -259,6 +270,7 @@ class JudgeFitOptions:
     seed: int = 0
     shift: int = 1
     ghost_share: float = 0.2  # of each batch: second frames blended from two frames (labels blended)
+    consecutive: int = 2  # judged frames in a row that make an episode's success
 
 
 def _first_of_episode(episode: torch.Tensor) -> torch.Tensor:
@@ -317,7 +329,7 @@ def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeF
               "rollout_frames": 0 if rollouts is None else int(rollouts.frames.shape[0]), "steps": opts.steps,
               "batch_size": opts.batch_size, "seed": opts.seed, "fit_seconds": round(time.perf_counter() - t0, 1),
               "train_mean_abs_error_m": {k: round(float(v), 4) for k, v in zip(OUTPUTS, err)}}
-    return SuccessJudge(net, benchmark, report)
+    return SuccessJudge(net, benchmark, report, opts.consecutive)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

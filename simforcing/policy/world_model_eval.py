@@ -243,7 +243,7 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
         t, chunk = t + n, chunk + 1
         progress(f"world model {Path(wm_run).name if not wm.copy else wm_run}: {t}/{max_steps} steps of "
                  f"{len(ep.rows)} episodes ({time.perf_counter() - t0:.0f} s)")
-    result = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps)
+    result = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps, judge.consecutive)
     rows = rows_of(result, tasks)
     total = time.perf_counter() - t0
     return {"env": "world-model", "wm": str(wm_run), "judge": judge.benchmark, "scenes": scenes, "seed": seed,
@@ -268,12 +268,13 @@ def first_scene_frames(ep: Episodes) -> dict[str, np.ndarray]:
     return out
 
 
-def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int) -> dict:
-    """Per player and task the outcomes: success at the first judged frame, its step, the per-frame verdicts."""
+def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, consecutive: int = 1) -> dict:
+    """Per player and task the outcomes: success at the first run of ``consecutive`` judged frames, its step, the
+    per-frame verdicts."""
     out: dict = {name: {task: [] for task in tasks} for name in ep.players}
     for i, (name, s) in enumerate(ep.rows):
         verdicts = frame_verdicts(s.task, readings[i])  # frames 1 … T
-        hit = first_success(verdicts)
+        hit = first_success(verdicts, consecutive)
         out[name][s.scene.task].append({"success": hit is not None, "steps": hit + 1 if hit is not None else max_steps,
                                         "scene": s.scene.index, "frame_judged": verdicts.tolist()})
     return out
