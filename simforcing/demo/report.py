@@ -145,13 +145,24 @@ def _ablation_table(res: dict, names: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
+def _split_sizes(plan: Plan) -> tuple:
+    """(paired training episodes, sim-only episodes) of the demo's dataset, as its splits say (the budget's sizes
+    when they cannot be read)."""
+    try:
+        splits = json.loads((plan.data / "meta" / "splits.json").read_text())
+        return len(splits["train"]), len(splits["sim_pool"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return plan.budget.num_train + plan.budget.layout_train, plan.budget.num_sim_pool
+
+
 def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
     s, base = res["summary"], res["baselines"]
     n = (base.get("copy-first") or {}).get("num_samples")
+    train, pool = _split_sizes(plan)
     lines = ["# SimForcing demo report", "",
-             "Embedded synthetic MuJoCo benchmark: plentiful simulation (300 sim-only episodes), scarce real data "
-             "(20 paired episodes), one arm, a real appearance gap. All stage-2 methods start from the same stage-1 "
-             "checkpoint and see the same real data for the same steps.", "",
+             f"Embedded synthetic MuJoCo benchmark: plentiful simulation ({pool} sim-only episodes), scarce real data "
+             f"({train} paired training episodes), one arm, a real appearance gap. All stage-2 methods start from the "
+             "same stage-1 checkpoint and see the same real data for the same steps.", "",
              f"## Held-out real validation windows ({n} windows), the paper's sampler (N_s, N_r, w) = (1, 10, 0.6)", "",
              *_HEAD,
              _row("copy the first frame (floor)", base.get("copy-first")),
