@@ -9,7 +9,7 @@ import torch
 
 from simforcing.config import ConfigError
 from simforcing.data.synthetic.tasks import Task, task_success
-from simforcing.policy.agreement import agreement, mmrv, pearson, spearman
+from simforcing.policy.agreement import agreement, agreement_markdown, mmrv, pearson, spearman
 from simforcing.policy.evaluate import (ExpertPlayer, RunPlayer, evaluate_synthetic, run_episode, scene_of)
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.judge import (JudgeFitOptions, SuccessJudge, confusion, fit_judge, first_success,
@@ -241,3 +241,21 @@ def test_agreement_ranks_and_counts_episodes():
     assert lo <= res["ranking"]["same order"]["all"]["pearson"] <= hi
     with pytest.raises(ConfigError, match="scenes"):
         agreement(sim, {"other": dict(same, seed=1)})
+
+
+def test_agreement_holds_the_judge_fixed_and_splits_by_task():
+    sim = _eval({"a": 4, "b": 2, "c": 0}, learned=("a", "b"))
+    judged = _eval({"a": 2, "b": 3, "c": 1})  # the judge's verdicts on the simulator's own frames
+    for p, per in sim["episodes"].items():
+        for t, eps in per.items():
+            for o, j in zip(eps, judged["episodes"][p][t]):
+                o.update(judged=j["success"], frame_judged=[j["success"]], frame_true=[o["success"]])
+    res = agreement(sim, {"as judged": judged, "as simulated": _eval({"a": 4, "b": 2, "c": 0})}, n_boot=50)
+    alone = res["vs_judged_simulator"]
+    assert alone["as judged"]["all"]["mmrv"] == 0.0 and alone["as judged"]["episodes_agreeing"] == 1.0
+    assert res["ranking"]["as simulated"]["all"]["mmrv"] == 0.0
+    assert alone["as simulated"]["episodes_agreeing"] == pytest.approx(
+        res["episode_agreement"]["simulator frames through the judge"]["all"])
+    # per task: the same statistics on that task's scenes only (reach: rates 4/4, 2/4, 0/4 as in the simulator)
+    assert res["ranking"]["as simulated"]["all, reach only"]["pearson"] == pytest.approx(1.0)
+    assert "world model alone" in agreement_markdown(res)

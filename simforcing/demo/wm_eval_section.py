@@ -31,8 +31,8 @@ def seed_lines(res: dict) -> list[str]:
     if not pairs:
         return []
     lines = ["Which world model is the more faithful evaluator, per world-model seed (simforcing / sft):", "",
-             "| seed | Pearson, all | MMRV, all | Pearson, learned | MMRV, learned | episodes agreeing |",
-             "|---|---|---|---|---|---|"]
+             "| seed | Pearson, all | MMRV, all | Pearson, learned | MMRV, learned | episodes agreeing | "
+             "Pearson, all, against the judged simulator |", "|---|---|---|---|---|---|---|"]
     diffs: dict[str, list] = {"pearson": [], "mmrv": [], "agree": []}
     for seed, sf, sft in pairs:
         r = res["ranking"]
@@ -43,6 +43,9 @@ def seed_lines(res: dict) -> list[str]:
                 cells.append(f"{_f(a)} / {_f(b)}")
         ea, eb = res["episode_agreement"][sf]["all"], res["episode_agreement"][sft]["all"]
         cells.append(f"{100 * ea:.0f} % / {100 * eb:.0f} %")
+        alone = res.get("vs_judged_simulator") or {}
+        cells.append(f"{_f((alone.get(sf) or {}).get('all', {}).get('pearson'))} / "
+                     f"{_f((alone.get(sft) or {}).get('all', {}).get('pearson'))}")
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
         for key, subset in (("pearson", "all"), ("mmrv", "all")):
             a, b = r[sf]["all"].get(key), r[sft]["all"].get(key)
@@ -51,7 +54,7 @@ def seed_lines(res: dict) -> list[str]:
         diffs["agree"].append(ea - eb)
     if len(pairs) > 1:
         lines.append(f"| simforcing − sft (mean ± std) | {_pm(diffs['pearson'])} | {_pm(diffs['mmrv'])} | | | "
-                     f"{_pm([100 * d for d in diffs['agree']], ' points')} |")
+                     f"{_pm([100 * d for d in diffs['agree']], ' points')} | |")
     return lines + [""]
 
 

@@ -14,7 +14,9 @@ Reported (``OUT/agreement.json``, ``agreement.md``, ``scatter.png``):
   uncertainty is the finite scene set);
 - per episode: how often the world model's verdict equals the simulator's on the same scene and policy;
 - the judge: on the simulator's own frames, precision / recall / Cohen's κ against MuJoCo's verdict per task, per
-  frame and per episode (the harness check: near perfect, or the rest means little).
+  frame and per episode (the harness check: near perfect, or the rest means little);
+- each world model against the simulator's frames through the same judge (``vs_judged_simulator``): the judge's
+  errors held fixed, what remains is the world model's own disagreement.
 """
 
 from __future__ import annotations
@@ -166,9 +168,19 @@ def agreement(sim: dict, wms: dict[str, dict], n_boot: int = 2000) -> dict:
                       **{f"all, {t} only": ranking_stats(sim_m, m, scenes, [t], everyone, n_boot) for t in tasks}}
         per_episode[name] = {"all": float((m == sim_m).mean()),
                              **{p: float((m[i] == sim_m[i]).mean()) for i, p in enumerate(players)}}
+    alone = {}  # each world model against the simulator's frames through the same judge: the judge's errors held fixed
+    if judged is not None:
+        judged_m, _ = outcome_matrix(envs[JUDGE_ON_SIM], players, tasks)
+        for name, w in wms.items():
+            m, _ = outcome_matrix(w, players, tasks)
+            alone[name] = {"all": ranking_stats(judged_m, m, scenes, tasks, list(range(len(players))), n_boot),
+                           "learned": ranking_stats(judged_m, m, scenes, tasks, learned, n_boot)
+                           if len(learned) > 1 else None,
+                           "episodes_agreeing": float((m == judged_m).mean())}
     return {"players": players, "learned": [players[i] for i in learned], "tasks": tasks,
             "scenes": len(scenes), "sim": {p: _rate(sim_m[i]) for i, p in enumerate(players)}, "envs": rows,
-            "ranking": rank, "episode_agreement": per_episode, "judge_validation": judged, "n_boot": n_boot}
+            "ranking": rank, "episode_agreement": per_episode, "judge_validation": judged,
+            "vs_judged_simulator": alone, "n_boot": n_boot}
 
 
 def _rate(row: np.ndarray) -> dict:
@@ -206,6 +218,19 @@ def agreement_markdown(res: dict) -> str:
                 lines.append(f"| {e} | {subset} ({r['n_policies']}) | {_stat(r['pearson'], r['pearson_ci95'])} | "
                              f"{_stat(r['spearman'], r['spearman_ci95'])} | {_stat(r['mmrv'], r['mmrv_ci95'], 3)} | "
                              f"{agree} |")
+    alone = res.get("vs_judged_simulator") or {}
+    if alone:
+        lines += ["", "The world model alone: agreement with the simulator's frames through the same judge (the "
+                      "judge's errors held fixed; what remains is the world model's):", "",
+                  "| world model | policies | Pearson | Spearman | MMRV | episodes agreeing |", "|---|---|---|---|---|---|"]
+        for e, v in alone.items():
+            for subset in ("all", "learned"):
+                r = v.get(subset)
+                if r:
+                    agree = f"{100 * v['episodes_agreeing']:.0f} %" if subset == "all" else ""
+                    lines.append(f"| {e} | {subset} ({r['n_policies']}) | {_stat(r['pearson'], r['pearson_ci95'])} | "
+                                 f"{_stat(r['spearman'], r['spearman_ci95'])} | "
+                                 f"{_stat(r['mmrv'], r['mmrv_ci95'], 3)} | {agree} |")
     jv = res.get("judge_validation")
     if jv:
         lines += ["", "The judge on the simulator's own frames against MuJoCo's verdicts:", "",
