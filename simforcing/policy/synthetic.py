@@ -27,7 +27,7 @@ K fixed layouts (one named task object + distractors + a look, the same for ever
 demonstrations and held-out evaluation scenes share them) with the task object jittered by ±``jitter`` m and the
 nominal camera; the task (reach / push in a direction / grasp) and the start pose still vary per episode. Without
 layouts every episode draws its own 2–3 task objects, camera and look — a generalisation test that a few dozen
-demonstrations do not cover (README "Policy transfer").
+demonstrations do not cover (docs/POLICY_TRANSFER.md).
 
 No initial scene satisfies its predicate (the gripper starts ≥ 0.15 m above every object; objects rest).
 The scripted expert replays the episode's scripted actions through the same ``step``; "do nothing" sends zero deltas
