@@ -28,7 +28,8 @@ from simforcing.utils import atomic_write_json, atomic_write_text, check_output_
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setting", required=True, choices=POLICY_SETTINGS)
     parser.add_argument("--init", default="base", help="'base' (the preset's init + configured pretrained weights) "
-                        "or a run folder (every compatible tensor of both experts; its checkpoint's own config)")
+                        "or a run folder (every compatible tensor of both experts; its checkpoint's own config; a "
+                        "video base of `pretrain --method video_prior`: its video expert, the action expert new)")
     parser.add_argument("--data", default=None, help="policy dataset folder")
     parser.add_argument("--out", default=None, help="run folder to create (or continue with --resume)")
     parser.add_argument("--preset", default=None, action=Given, help="with --init base: demo | bridge | "
