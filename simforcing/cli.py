@@ -73,6 +73,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
      "closed-loop success (synthetic benchmark, inside a world model, or LIBERO)"),
     (("policy", "agreement"), "simforcing.commands.policy:AGREEMENT",
      "does a world model rank policies as the simulator does? correlations, MMRV, per-episode agreement"),
+    (("policy", "probe"), "simforcing.commands.policy:PROBE",
+     "linear probe: what action-only policies read from their frozen video expert (hand and object positions)"),
     (("bench",), "simforcing.commands.bench:BENCH", "latency, training-step cost, data throughput and scaling -> JSON"),
     (("demo",), "simforcing.commands.demo:DEMO", "the whole paper on the embedded synthetic benchmark"),
 ]

@@ -5,7 +5,8 @@ actions and states are (the step, on the real network), the action expert, the s
 projections get no gradient and leave training exactly as initialised, and a whole run on a dataset whose actions
 and states were replaced logs the same losses bit for bit; its data is every sim window of train + sim_pool and every
 real window of train; stage 1 `--init RUN0` takes every tensor the prior trained and reports the rest as new; `policy
-train --init RUN0` works; the refusals name the field. Tiny configs on CPU (test_train's).
+train --init RUN0` works and `policy probe` reads its frozen video expert; the run is of kind video_base and the
+refusals name the field or the kind, with a command that works. Tiny configs on CPU (test_train's).
 """
 
 from __future__ import annotations
@@ -204,6 +205,15 @@ def test_policy_from_the_prior(tiny, prior_run, tmp_path):
     assert rep["source_method"] == "video_prior" and not rep["partial"]
     assert any(n.startswith("state_embed.") for n in rep["new"]) and any(".action." in n for n in rep["new"])
     assert all(not is_action_side(n) for n in rep["inherited"]) and rep["inherited"]
+    # what the policy reads from the prior's frozen video expert: the probe end to end (`policy probe`)
+    assert cli_main(["policy", "probe", "--runs", f"video base={out}", "--out", str(tmp_path / "probe"),
+                     "--train-scenes", "2", "--test-scenes", "1", "--max-steps", "10", "--layouts", "2"]) == 0
+    res = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert res["n_fit"] == 3 * 2 * 2 and res["n_test"] == 3 * 1 * 2  # tasks × scenes × 2 frames
+    (layer,) = res["runs"]["video base"]["layers"]  # one layer: its keys and values
+    assert set(layer) == {"hand", "object"} and layer["hand"]["rmse_cm"] >= 0
+    assert {"fit mean", "layout mean"} <= set(res["reference"]["object"]) and res["latent"]["hand"]["rmse_cm"] >= 0
+    assert "| video base |" in (tmp_path / "probe" / "probe.md").read_text()
 
 
 def test_freeze_action_side_leaves_the_video_expert_trainable():
