@@ -223,3 +223,33 @@ def test_freeze_action_side_leaves_the_video_expert_trainable():
     assert frozen and all(is_action_side(n) for n in frozen)
     assert all(p.requires_grad for n, p in model.named_parameters() if n not in frozen)
     assert not any(isinstance(p, Path) for p in frozen)
+
+
+@pytest.mark.slow
+def test_full_policy_measurement_end_to_end_at_tiny_size(tiny, prior_run, tmp_path):
+    """`demo --full`'s policy section (policy.demo_full) on tiny runs: stage 1 from the video base stands in for both
+    world models; one world-model and one policy seed, the two budgets, the joint settings for the video base, the
+    evaluations, the probe, and the analysis with its tables (one seed: no interval over seeds)."""
+    from simforcing.jobs import run_jobs
+    from simforcing.policy.demo import QUICK, collect_policy, policy_jobs  # noqa: F401 (the hook hands over)
+    from simforcing.policy.demo_full import TransferBudget, collect_full, full_policy_jobs
+
+    root, vae = tiny
+    s1 = tmp_path / "s1"
+    assert train_run(tiny_cfg(root, vae), s1, "pretrain", init=prior_run, progress=False)["state"] == "finished"
+    t = TransferBudget(wm_seeds=1, policy_seeds=1, joint_inits=("video_base",), long_steps=4, eval_per_task=1,
+                       probe_train_scenes=2, probe_test_scenes=1)
+    wm = {"video_base": prior_run, "sft": s1, "simforcing": s1}
+    graph, info = full_policy_jobs(tmp_path, wm, budget=QUICK, transfer=t)
+    run_jobs(graph, 2, tmp_path / "logs", echo=lambda s: None)
+    res = collect_policy(info)
+    assert res is not None and res["full"] and set(res["main"]) == {
+        "action_only / random (no prior)", "action_only / video base", "action_only / SFT WM",
+        "action_only / SimForcing WM"}
+    assert len(res["runs"]) == 2 * 4 + 2 and res["init"]["action_only / video base"]["new"] > 0
+    blocks = {(b["setting"], b["steps"]) for b in res["transfer"]["blocks"]}
+    assert blocks == {("action_only", 3), ("action_only", 4), ("unconditional", 3), ("video_action", 3)}
+    assert set(res["probe"]["runs"]) == {"random (no prior)", "video base", "SFT WM", "SimForcing WM"}
+    assert "Seeds × initialisations" in res["transfer_md"] and "linear probe" in res["transfer_md"]
+    assert (tmp_path / "policy" / "transfer" / "table.md").exists()
+    assert collect_full(info)["rows"] == res["rows"]

@@ -6,11 +6,14 @@ from) while the default section keeps its jobs. The probe end to end on a tiny p
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from simforcing.policy.demo import QUICK, PolicyBudget, policy_jobs
+from simforcing.policy.demo_full import TRANSFER_QUICK, full_policy_jobs, policy_specs, wm_key
 from simforcing.policy.probe import ridge_probe, score
 from simforcing.policy.transfer import (cluster_mean, default_note, paired_scene_diff, successes,
                                         transfer_analysis, transfer_markdown, welch)
@@ -103,3 +106,39 @@ def test_ridge_reads_a_linear_signal_and_not_noise():
     assert score(pred, noise[80:])["r2"] < 0.1
     s = score(np.zeros((2, 3)), np.array([[0.03, 0.04, 0.0], [0.0, 0.0, 0.0]]))
     assert s["rmse_cm"] == pytest.approx(100 * math.sqrt(0.0025 / 2))
+
+
+def test_full_section_jobs(tmp_path):
+    wm = {wm_key(m, s): tmp_path / wm_key(m, s) for m in ("sft", "simforcing") for s in (42, 43)}
+    wm["video_base"] = tmp_path / "video_base"
+    deps = {k: f"make {k}" for k in wm}
+    b, t = QUICK, TRANSFER_QUICK
+    specs = policy_specs(b.train_steps, t)
+    per_budget = 2 * (1 + 1 + 2 + 2)  # policy seeds × (random, video base, sft × WM seeds, simforcing × WM seeds)
+    joint = 2 * 2 * (1 + 2)  # 2 settings × policy seeds × (video base, simforcing × WM seeds)
+    assert len(specs) == 2 * per_budget + joint and len(set(specs)) == len(specs)
+    jobs, info = full_policy_jobs(tmp_path, wm, budget=b, transfer=t, wm_deps=deps, after=("stage1",))
+    by = {j.name: j for j in jobs}
+    assert len(info["runs"]) == len(specs) and len(set(info["runs"].values())) == len(specs)
+    assert all(Path(r).parent == tmp_path / "policy" / "transfer" for r in info["runs"].values())
+    assert info["data"] == str(tmp_path / "policy" / "data")  # the default section's dataset
+    sf = "policy train action_only / SimForcing WM / WM seed 43 / seed 43 / 4 steps"
+    assert "make simforcing_seed43" in by[sf].deps and by[sf].argv[by[sf].argv.index("--init") + 1] \
+        == str(wm["simforcing_seed43"])
+    rnd = by["policy train action_only / random (no prior)"]
+    assert rnd.argv[rnd.argv.index("--init") + 1] == "base" and "--config" in rnd.argv
+    vb = by["policy train video_action / video base / seed 43"]
+    assert "make video_base" in vb.deps and "--train.seed=43" in vb.argv
+    evals = [j for j in jobs if j.name.startswith("policy eval")]
+    assert len(evals) == len(specs) + 1 and all(j.argv[j.argv.index("--per-task") + 1] == "1" for j in evals)
+    probe = by["policy probe"]
+    assert len(probe.deps) == 1 + 1 + 2 + 2  # action-only, first policy seed, demo budget: every init and WM
+    with pytest.raises(ValueError, match="simforcing_seed43"):
+        full_policy_jobs(tmp_path, {k: v for k, v in wm.items() if k != "simforcing_seed43"}, budget=b, transfer=t)
+    # policy_jobs(full=True) hands over to it; the default section is what it was: base, SFT WM, SimForcing WM
+    wm3 = {**wm, **{wm_key(m, 44): tmp_path / wm_key(m, 44) for m in ("sft", "simforcing")}}
+    assert [j.name for j in policy_jobs(tmp_path, wm3, full=True, budget=b)[0]] == \
+        [j.name for j in full_policy_jobs(tmp_path, wm3, budget=b)[0]]
+    default, dinfo = policy_jobs(tmp_path, wm, budget=PolicyBudget())
+    assert list(dinfo["runs"]) == ["action_only / base", "action_only / SFT WM", "action_only / SimForcing WM"]
+    assert not any(j.name == "policy probe" for j in default) and "full" not in dinfo
