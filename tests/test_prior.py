@@ -240,7 +240,7 @@ def test_full_policy_measurement_end_to_end_at_tiny_size(tiny, prior_run, tmp_pa
     t = TransferBudget(wm_seeds=1, policy_seeds=1, joint_inits=("video_base",), long_steps=4, eval_per_task=1,
                        probe_train_scenes=2, probe_test_scenes=1)
     wm = {"video_base": prior_run, "sft": s1, "simforcing": s1}
-    graph, info = full_policy_jobs(tmp_path, wm, budget=QUICK, transfer=t)
+    graph, info = full_policy_jobs(tmp_path, wm, 42, QUICK, t)
     run_jobs(graph, 2, tmp_path / "logs", echo=lambda s: None)
     res = collect_policy(info)
     assert res is not None and res["full"] and set(res["main"]) == {

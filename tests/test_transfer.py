@@ -117,7 +117,7 @@ def test_full_section_jobs(tmp_path):
     per_budget = 2 * (1 + 1 + 2 + 2)  # policy seeds × (random, video base, sft × WM seeds, simforcing × WM seeds)
     joint = 2 * 2 * (1 + 2)  # 2 settings × policy seeds × (video base, simforcing × WM seeds)
     assert len(specs) == 2 * per_budget + joint and len(set(specs)) == len(specs)
-    jobs, info = full_policy_jobs(tmp_path, wm, budget=b, transfer=t, wm_deps=deps, after=("stage1",))
+    jobs, info = full_policy_jobs(tmp_path, wm, 42, b, t, wm_deps=deps, after=("stage1",))
     by = {j.name: j for j in jobs}
     assert len(info["runs"]) == len(specs) and len(set(info["runs"].values())) == len(specs)
     assert all(Path(r).parent == tmp_path / "policy" / "transfer" for r in info["runs"].values())
@@ -134,11 +134,11 @@ def test_full_section_jobs(tmp_path):
     probe = by["policy probe"]
     assert len(probe.deps) == 1 + 1 + 2 + 2  # action-only, first policy seed, demo budget: every init and WM
     with pytest.raises(ValueError, match="simforcing_seed43"):
-        full_policy_jobs(tmp_path, {k: v for k, v in wm.items() if k != "simforcing_seed43"}, budget=b, transfer=t)
+        full_policy_jobs(tmp_path, {k: v for k, v in wm.items() if k != "simforcing_seed43"}, 42, b, t)
     # policy_jobs(full=True) hands over to it; the default section is what it was: base, SFT WM, SimForcing WM
     wm3 = {**wm, **{wm_key(m, 44): tmp_path / wm_key(m, 44) for m in ("sft", "simforcing")}}
     assert [j.name for j in policy_jobs(tmp_path, wm3, full=True, budget=b)[0]] == \
-        [j.name for j in full_policy_jobs(tmp_path, wm3, budget=b)[0]]
+        [j.name for j in full_policy_jobs(tmp_path, wm3, 42, b)[0]]
     default, dinfo = policy_jobs(tmp_path, wm, budget=PolicyBudget())
     assert list(dinfo["runs"]) == ["action_only / base", "action_only / SFT WM", "action_only / SimForcing WM"]
     assert not any(j.name == "policy probe" for j in default) and "full" not in dinfo

@@ -11,6 +11,7 @@ from simforcing.commands import Subcommand, add_config_args, config_from_args, n
 from simforcing.commands.runs import report_training
 from simforcing.config import PRETRAIN_METHODS, STAGE1_METHOD, STAGE2_METHODS, VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.methods import method_preset
+from simforcing.prior import video_prior_run
 from simforcing.runfolder import CONFIG_FILE, STAGE_KIND, is_run_folder, require_kind, run_config
 from simforcing.train import train_run
 
@@ -105,8 +106,6 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     if not args.out:
         raise ConfigError("--out: the run folder is required (e.g. --out runs/stage1)")
     if stage == "video_prior":
-        from simforcing.prior import video_prior_run  # stage 0 only: its trainer is not imported otherwise
-
         result = video_prior_run(cfg, args.out, args.resume, progress=not args.no_progress)
         return report_training(f"simforcing pretrain --method {VIDEO_PRIOR_METHOD}", result)
     result = train_run(cfg, args.out, stage, getattr(args, "teacher", None), args.resume,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from simforcing.jobs import Job, run_jobs, timings
+from simforcing.policy.demo_full import collect_full, full_policy_jobs
 from simforcing.policy.evaluate import EXPERT, FLOOR, format_table
 from simforcing.provenance import (check_provenance, digest, provenance_record, read_provenance, remove_stale_run,
                                    run_finished, write_provenance)
@@ -70,8 +71,7 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
     matches and is complete; a dataset or world model made again makes the policies and evaluations from it stale:
     a stale policy run is removed and trained again (``info["notes"]`` says so), a stale evaluation is rerun."""
     if full:  # demo --full: the seeds × initialisations measurement (policy.demo_full)
-        from simforcing.policy.demo_full import full_policy_jobs
-        return full_policy_jobs(out_dir, wm_runs, seed, budget, None, wm_deps, after, wm_records)
+        return full_policy_jobs(out_dir, wm_runs, seed, budget or PolicyBudget(), None, wm_deps, after, wm_records)
     budget = budget or PolicyBudget()
     out = Path(out_dir) / "policy"
     wm_deps = wm_deps or {}
@@ -151,7 +151,6 @@ def collect_policy(info: dict, wall_time_s: dict | None = None) -> dict:
     """The section's results from the files its jobs wrote: rows (expert, floor, each policy), the Tab. 5 table,
     the commands, each policy's initialisation report; also written to OUT/policy/results.json and table.md."""
     if info.get("full"):  # demo --full (policy.demo_full)
-        from simforcing.policy.demo_full import collect_full
         return collect_full(info, wall_time_s)
     rows: dict = {}
     for ev in info["evals"]:

@@ -1,7 +1,7 @@
 """`demo --full`'s policy section: the seeds × initialisations measurement (paper Tab. 5 with its noise).
 
     jobs, info = full_policy_jobs(OUT, {"video_base": RUN0, "sft": ..., "simforcing": ..., "sft_seed43": ...},
-                                  budget=PolicyBudget(), transfer=TransferBudget())
+                                  42, PolicyBudget(), TransferBudget())
     res = collect_full(info, wall)       # res["table_md"], res["transfer_md"], res["probe"], ...
 
 ``simforcing.policy.demo.policy_jobs(..., full=True)`` and ``collect_policy`` hand over to these; the default demo's
@@ -118,7 +118,7 @@ def policy_specs(train_steps: int, transfer: TransferBudget, inits: tuple = INIT
     return out
 
 
-def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int = SEED, budget=None,
+def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int, budget,
                      transfer: Optional[TransferBudget] = None, wm_deps: Optional[dict[str, str]] = None,
                      after: tuple = (), wm_records: Optional[dict[str, dict]] = None) -> tuple[list[Job], dict]:
     """The measurement as jobs of a :mod:`simforcing.jobs` graph, and what :func:`collect_full` needs. ``wm_runs``:
@@ -126,9 +126,6 @@ def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int = 
     that makes each (the policies start when it finished); ``after``: jobs the dataset generation waits for;
     ``wm_records``: their provenance records (default: what each run folder records); ``budget``: the default
     section's ``PolicyBudget`` (dataset, training and evaluation sizes); ``seed``: the first policy seed."""
-    from simforcing.policy.demo import PolicyBudget
-
-    budget = budget or PolicyBudget()
     transfer = transfer or TransferBudget()
     root = Path(out_dir) / "policy"
     out = root / "transfer"
