@@ -57,7 +57,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
      "fit the state probe behind the action-following error"),
     (("model", "fit-judge"), "simforcing.commands.model:FIT_JUDGE",
      "fit the success judge that reads task success from frames (world-model policy evaluation)"),
-    (("pretrain",), "simforcing.commands.train:PRETRAIN", "stage 1: train the simulation world model (the teacher)"),
+    (("pretrain",), "simforcing.commands.train:PRETRAIN", "stage 1: train the simulation world model (the teacher); "
+     "--method video_prior: stage 0, the video base (no actions) that stage 1 can start from (--init RUN0)"),
     (("train",), "simforcing.commands.train:TRAIN",
      "stage 2: train the real-domain student with a method (sft ... simforcing)"),
     (("generate",), "simforcing.commands.sample:GENERATE", "sample videos with the two-stage guided sampler"),
@@ -72,6 +73,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
      "closed-loop success (synthetic benchmark, inside a world model, or LIBERO)"),
     (("policy", "agreement"), "simforcing.commands.policy:AGREEMENT",
      "does a world model rank policies as the simulator does? correlations, MMRV, per-episode agreement"),
+    (("policy", "probe"), "simforcing.commands.policy:PROBE",
+     "linear probe: what action-only policies read from their frozen video expert (hand and object positions)"),
     (("bench",), "simforcing.commands.bench:BENCH", "latency, training-step cost, data throughput and scaling -> JSON"),
     (("demo",), "simforcing.commands.demo:DEMO", "the whole paper on the embedded synthetic benchmark"),
 ]

@@ -21,9 +21,13 @@ from simforcing.errors import ConfigError
 
 
 # Training methods (SPEC §3, §4, §6): the one list. Each is a step function + preset in simforcing/methods.py.
+# Stage 0, the video prior (a plain video model standing in for Wan2.2 where none exists: the demo), is not in the
+# paper's list; it trains the same network without actions (simforcing.prior).
+VIDEO_PRIOR_METHOD = "video_prior"
 STAGE1_METHOD = "sim_pretrain"
+PRETRAIN_METHODS = (VIDEO_PRIOR_METHOD, STAGE1_METHOD)  # what `simforcing pretrain --method` trains
 STAGE2_METHODS = ("sft", "joint_fm", "value_distill", "motion_distill", "simforcing")
-METHOD_NAMES = (STAGE1_METHOD, *STAGE2_METHODS)
+METHOD_NAMES = (VIDEO_PRIOR_METHOD, STAGE1_METHOD, *STAGE2_METHODS)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

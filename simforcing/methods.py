@@ -12,6 +12,7 @@ method implies, and leaves every other field (and the kept weights' values) as t
 
 | method           | terms computed (λ from cfg.loss)          | preset zeroes          | p (gate)   | teacher |
 |------------------|-------------------------------------------|------------------------|------------|---------|
+| `video_prior`    | FM on single videos, λ = 1 (stage 0)      | nothing (loss unused)  | 0          | no      |
 | `sim_pretrain`   | FM on sim, λ = 1 (stage 1, SPEC §3)       | nothing (loss unused)  | —          | no      |
 | `sft`            | fm_real                                   | fm_sim, md_*, value_*  | 0          | no      |
 | `joint_fm`       | fm_real, fm_sim                           | md_*, value_*          | 0          | no      |
@@ -19,6 +20,10 @@ method implies, and leaves every other field (and the kept weights' values) as t
 | `motion_distill` | fm_real, fm_sim, md_real, md_sim          | value_*                | 0          | yes     |
 | `simforcing`     | fm_real, fm_sim, md_real, md_sim; c and g | value_*                | kept (0.7) | yes     |
 
+`video_prior` (stage 0, ``simforcing.prior``: what stands in for Wan2.2 where no video model exists) reads
+``z_video`` (B, C, L+1, h, w), single sim or real videos, and the text: text + first frame -> video. The network
+gets no action tokens and no proprio-state token, whatever the batch holds (its preset records
+``conditioning.action_dropout = 1``, every sample's actions dropped, and p = 0).
 `sim_pretrain` drops each sample's actions with probability conditioning.action_dropout (``action_keep`` False).
 A step computes only its method's terms, and of those only the ones with a weight > 0: no teacher forward without a
 distillation term, no student pass on a domain without a term, no condition unless the method is `simforcing` with
@@ -26,9 +31,9 @@ p > 0 (so `simforcing` with p = 0 is `motion_distill`). Every term is weighted p
 The two student passes (real with its gate, sim with gate 0) run as ONE forward of 2B samples.
 
 ``logs`` (floats): each computed term by name — ``fm_real``, ``fm_sim``, ``md_real``, ``md_sim``, ``value_real``,
-``value_sim`` (before its λ, after the timestep weight) — ``loss`` (the total), ``gate_mean`` and ``corrupt_frac``
-(0 when no condition is used); `sim_pretrain` adds ``action_drop_frac``. A non-finite term raises
-``losses.NonFiniteLoss(term, value)``.
+``value_sim`` (before its λ, after the timestep weight), ``fm_video`` (video_prior) — ``loss`` (the total),
+``gate_mean`` and ``corrupt_frac`` (0 when no condition is used); `sim_pretrain` adds ``action_drop_frac``. A
+non-finite term raises ``losses.NonFiniteLoss(term, value)``.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import torch
 from torch import nn
 
 from simforcing import flow
-from simforcing.config import METHOD_NAMES, STAGE2_METHODS, Config, ConfigError
+from simforcing.config import METHOD_NAMES, STAGE2_METHODS, VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.losses import (Term, corrupt_condition, flow_matching_loss, latent_motion, motion_distill_loss,
                                sample_gate, value_distill_loss, weighted_total)
 
@@ -56,8 +61,8 @@ class ModelInputs:
     z_t: torch.Tensor  # (B, C, L, h, w)
     tau: torch.Tensor  # (B,)
     z0: torch.Tensor  # (B, C, 1, h, w)
-    actions: torch.Tensor  # (B, A_w, action_dim)
-    state0: torch.Tensor  # (B, state_dim)
+    actions: Optional[torch.Tensor]  # (B, A_w, action_dim); None: no action tokens (video_prior)
+    state0: Optional[torch.Tensor]  # (B, state_dim); None: no state token (video_prior)
     text: torch.Tensor  # (B, N, text_dim)
     text_mask: Optional[torch.Tensor] = None  # (B, N) bool
     cond: Optional[torch.Tensor] = None  # (B, C, L+1, h, w)
@@ -137,6 +142,27 @@ def _finish(terms: dict[str, Term], lambdas: dict[str, float], extra: dict[str, 
     loss, logs = weighted_total({name: (lambdas[name], term.value) for name, term in terms.items()})
     logs.update(extra)
     return loss, logs
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Stage 0: the video prior
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def video_prior_step(student: nn.Module, teacher: Optional[nn.Module], batch: dict, cfg: Config,
+                     gen: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Flow matching on single videos ``z_video``: text + first frame -> video. No action tokens and no state token
+    reach the network (``actions=None``, ``state0=None``), whatever the batch holds."""
+    z0, z = _latents(batch, "z_video", VIDEO_PRIOR_METHOD)
+    if "text" not in batch:
+        raise KeyError(f"the batch has no 'text' (keys: {', '.join(sorted(batch))})")
+    b = z.shape[0]
+    eps = torch.randn(z.shape, generator=gen, device=z.device, dtype=z.dtype)
+    tau, t = flow.sample_tau(b, cfg.flow, gen, z.device)
+    u_hat = ModelInputs(flow.add_noise(z, eps, tau), tau, z0, None, None, batch["text"],
+                        batch.get("text_mask")).run(student)
+    term = flow_matching_loss(u_hat, flow.velocity_target(z, eps), flow.loss_weight(t, cfg.flow))
+    return _finish({"fm_video": term}, {"fm_video": 1.0}, {"gate_mean": 0.0, "corrupt_frac": 0.0})
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -256,7 +282,8 @@ def _stage2(name: str) -> StepFn:
     return step
 
 
-METHODS: dict[str, StepFn] = {"sim_pretrain": sim_pretrain_step, **{name: _stage2(name) for name in RECIPES}}
+METHODS: dict[str, StepFn] = {VIDEO_PRIOR_METHOD: video_prior_step, "sim_pretrain": sim_pretrain_step,
+                               **{name: _stage2(name) for name in RECIPES}}
 assert tuple(RECIPES) == STAGE2_METHODS and tuple(METHODS) == METHOD_NAMES, "one method list: config.METHOD_NAMES"
 
 _ALL_TERMS = tuple(f.name for f in dataclasses.fields(Config().loss))
@@ -271,10 +298,14 @@ def needs_teacher(cfg: Config) -> bool:
 
 def method_preset(cfg: Config, name: str) -> Config:
     """Set cfg.train.method = name, zero the weights of terms the method does not compute and, for every method but
-    simforcing, conditioning.p = 0 (see the table above). Modifies ``cfg`` in place and returns it."""
+    simforcing, conditioning.p = 0 (see the table above; video_prior also records action_dropout = 1). Modifies
+    ``cfg`` in place and returns it."""
     if name not in METHODS:
         raise ConfigError(f"train.method: got {name!r}; expected one of {', '.join(METHOD_NAMES)}")
     cfg.train.method = name
+    if name == VIDEO_PRIOR_METHOD:  # what the step does, recorded in the run's config
+        cfg.conditioning.p, cfg.conditioning.action_dropout = 0.0, 1.0
+        return cfg
     if name == "sim_pretrain":
         return cfg
     recipe = RECIPES[name]

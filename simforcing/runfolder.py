@@ -8,12 +8,13 @@
     RUN/tb/               TB_DIR         TensorBoard
     RUN/loss_curves.png   LOSS_PLOT
     RUN/teacher.json      TEACHER_FILE   stage 2: the teacher checkpoint it started from
-    RUN/init.json         INIT_FILE      policy: what its weights were initialised from
+    RUN/init.json         INIT_FILE      policy, or stage 1 from a video base: what its weights were initialised from
     RUN/checkpoints/      CHECKPOINTS_DIR  (simforcing.checkpoint)
 
-Every run says what it is (``kind`` in run.json; for runs from before that, from its stage or config): ``stage1``
-(``simforcing pretrain``, the simulation world model), ``stage2`` (``simforcing train --method M``, a real-domain
-world model) or ``policy`` (``simforcing policy train``). A command that takes a run names the kinds it accepts and
+Every run says what it is (``kind`` in run.json; for runs from before that, from its stage or config):
+``video_base`` (``simforcing pretrain --method video_prior``, stage 0: the network trained as a plain video model, no
+actions; ``simforcing.prior``), ``stage1`` (``simforcing pretrain``, the simulation world model), ``stage2``
+(``simforcing train --method M``, a real-domain world model) or ``policy`` (``simforcing policy train``). A command that takes a run names the kinds it accepts and
 refuses the others by name, with a command that would work (:func:`require_kind`) — before any other work.
 
 Opening a run (sampling, evaluation, the stage-2 teacher, policy initialisation and inference all do it this way):
@@ -41,7 +42,7 @@ from simforcing import __version__
 from simforcing.checkpoint import (CHECKPOINTS_DIR, CONFIG_FILE, Checkpoint, checkpoint_config, config_hash,
                                    find_resumable, list_checkpoints, load_checkpoint, load_model_state, read_meta,
                                    step_dir)
-from simforcing.config import STAGE1_METHOD, Config, ConfigError, config_diff
+from simforcing.config import STAGE1_METHOD, VIDEO_PRIOR_METHOD, Config, ConfigError, config_diff
 from simforcing.errors import CheckpointError
 from simforcing.locking import LOCK_FILE, is_locked
 from simforcing.models.world_model import build_world_model
@@ -58,10 +59,13 @@ RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATUS_FILE, TB_DIR, CHECKPOINTS_DIR, TE
 __all__ = ["CHECKPOINTS_DIR", "CONFIG_FILE", "LOCK_FILE"]  # re-exported: every run-folder name is importable here
 
 # the kinds of run, what each is called, and the training stage that writes it
-KIND_NAMES = {"stage1": "a stage-1 run", "stage2": "a stage-2 run", "policy": "a policy run"}
-STAGE_KIND = {"pretrain": "stage1", "train": "stage2", "policy": "policy"}
+KIND_NAMES = {"video_base": "a video-base run (stage 0)", "stage1": "a stage-1 run", "stage2": "a stage-2 run",
+              "policy": "a policy run"}
+STAGE_KIND = {"video_prior": "video_base", "pretrain": "stage1", "train": "stage2", "policy": "policy"}
 KINDS = tuple(KIND_NAMES)
 WORLD_MODELS = ("stage1", "stage2")
+INIT_STAGE1 = ("video_base",)  # what `simforcing pretrain --init RUN` starts stage 1 from
+INIT_POLICY = KINDS  # what `simforcing policy train --init RUN` starts from (a video base: its video expert only)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -110,9 +114,12 @@ def check_not_foreign(run_dir: str | Path) -> None:
 
 
 def kind_of_config(cfg: Config, has_teacher: bool = False) -> str:
-    """The kind of run a config trains: a policy (``model.action_head``), stage 1 (``sim_pretrain``) or stage 2."""
+    """The kind of run a config trains: a policy (``model.action_head``), a video base (``video_prior``), stage 1
+    (``sim_pretrain``) or stage 2."""
     if cfg.model.action_head:
         return "policy"
+    if cfg.train.method == VIDEO_PRIOR_METHOD:
+        return "video_base"
     return "stage1" if cfg.train.method == STAGE1_METHOD and not has_teacher else "stage2"
 
 
@@ -134,6 +141,8 @@ def run_kind(run_dir: str | Path) -> Optional[str]:
 
 def describe_kind(kind: str, cfg: Optional[Config]) -> str:
     """"a stage-2 run (a real-domain world model, train.method 'sft')" and the like."""
+    if kind == "video_base":
+        return "a video-base run (stage 0, the video prior: trained without actions)"
     if kind == "stage1":
         return "a stage-1 run (the simulation world model)"
     if kind == "stage2":
@@ -144,6 +153,8 @@ def describe_kind(kind: str, cfg: Optional[Config]) -> str:
 def resume_command(run_dir: str | Path, kind: str, cfg: Optional[Config] = None) -> str:
     """The command that continues a run of ``kind`` (its config is the run's own, so nothing else is needed)."""
     out = shlex.quote(str(run_dir))
+    if kind == "video_base":
+        return f"simforcing pretrain --method {VIDEO_PRIOR_METHOD} --resume --out {out}"
     if kind == "stage1":
         return f"simforcing pretrain --resume --out {out}"
     if kind == "stage2":
@@ -163,6 +174,9 @@ def _recorded_source(run_dir: Path, name: str, key: str) -> Optional[str]:
 def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> str:
     """What would work instead, for a run of ``kind`` given where ``use`` needs another kind."""
     q = shlex.quote(str(run_dir))
+    if kind == "video_base" and not use.startswith("resume_"):  # stage 0: what starts from it
+        return (f"start stage 1 from it with `simforcing pretrain --init {q} --data DATA --out RUN1`, or a policy with "
+                f"`simforcing policy train --setting action_only --init {q} --data POLICY_DATA --out POLICY_RUN`")
     if use == "sample":  # generate / evaluate / sweep: a world model
         return (f"score a policy in closed loop with `simforcing policy eval --runs {q} --out EVAL`")
     if use == "policy":  # policy eval: a policy
@@ -175,12 +189,18 @@ def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> st
         if source is not None and run_kind(source) == "stage1":
             return f"use the stage-1 run it started from: `--teacher {shlex.quote(source)}`"
         return "give the folder of a `simforcing pretrain` run: `--teacher RUN1`"
+    if use == "init_stage1":  # pretrain --init: a video base
+        return ("give the folder of a `simforcing pretrain --method video_prior` run (`--init RUN0`), or leave --init "
+                "out (model.weights, else the model's own initialisation)")
     return f"continue it with `{resume_command(run_dir, kind, cfg)}`"  # a resume of another kind
 
 
 # what each use of a run needs, said in the refusal
 USE_NEEDS = {"sample": "this command samples a world model", "policy": "`policy eval` scores policy runs",
              "teacher": "stage 2 starts from a stage-1 run",
+             "init_stage1": "`simforcing pretrain --init` starts stage 1 from a video base",
+             "init": "`simforcing policy train --init` starts from a video base, a world model or a policy",
+             "resume_video_prior": f"simforcing pretrain --method {VIDEO_PRIOR_METHOD} --resume cannot continue it",
              "resume_pretrain": "simforcing pretrain --resume cannot continue it",
              "resume_train": "simforcing train --resume cannot continue it",
              "resume_policy": "simforcing policy train --resume cannot continue it"}

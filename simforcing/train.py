@@ -1,10 +1,10 @@
 """Training: stage 1 ``simforcing pretrain``, stage 2 ``simforcing train`` (SPEC §3, §4, §7) and the loop a policy run
 shares (``simforcing.policy.train``).
 
-    simforcing pretrain --preset demo --data DIR --out RUN1 [--resume] [--section.field=value ...]
+    simforcing pretrain --preset demo --data DIR --out RUN1 [--init RUN0] [--resume] [--section.field=value ...]
     simforcing train --method simforcing --teacher RUN1 --data DIR --out RUN2 [--resume] [overrides]
     torchrun --nproc_per_node=N -m simforcing train ...          (FSDP2, see simforcing.parallel)
-    train_run(cfg, out_dir, stage, teacher_run=None, resume=False, progress=True, method=None) -> dict
+    train_run(cfg, out_dir, stage, teacher_run=None, resume=False, progress=True, method=None, init=None) -> dict
 
 :class:`Trainer` is the loop: it claims the run folder, builds data and models, restores a checkpoint, takes steps
 (``training.step``), logs (``training.runlog``), checkpoints, and stops on a signal, a fault or a NaN
@@ -38,7 +38,7 @@ from simforcing.methods import METHODS, method_preset, needs_teacher, own_first_
 from simforcing.models.vae import load_vae
 from simforcing.models.weights import frozen_copy, load_configured_weights
 from simforcing.models.world_model import build_world_model
-from simforcing.runfolder import (CHECKPOINTS_DIR, CONFIG_FILE, RUN_RECORD, STAGE_KIND, TEACHER_FILE,
+from simforcing.runfolder import (CHECKPOINTS_DIR, CONFIG_FILE, INIT_FILE, RUN_RECORD, STAGE_KIND, TEACHER_FILE,
                                   check_not_foreign, is_run_folder, new_run_record, newest_readable,
                                   read_run_record, require_kind, trained_config)
 from simforcing.threads import configure_threads
@@ -47,7 +47,9 @@ from simforcing.training.faults import FaultPlan, StopFlag
 from simforcing.training.optim import apply_optimizer_settings, build_optimizer, lr_factor, param_groups
 from simforcing.training.runlog import RunLog
 from simforcing.training.step import StepHooks, train_step
-from simforcing.utils import atomic_write_json, check_output_path, derive_seed, resolve_device, seed_everything
+from simforcing.utils import (atomic_write_json, atomic_write_text, check_output_path, derive_seed, resolve_device,
+                              seed_everything)
+from simforcing.warmstart import check_init_run, init_from_run
 
 __all__ = ["Diverged", "Trainer", "derive_seed", "lr_factor", "param_groups", "train_run"]
 
@@ -72,12 +74,13 @@ class Trainer:
     STAGES = ("pretrain", "train")  # a subclass (the policy's trainer) names its own
 
     def __init__(self, cfg: Config, out_dir: str | Path, stage: str, teacher_run: str | Path | None = None,
-                 resume: bool = False, progress: bool = True):
+                 resume: bool = False, progress: bool = True, init: str | Path | None = None):
         if stage not in self.STAGES:
             raise ValueError(f"stage: got {stage!r}; expected one of {', '.join(map(repr, self.STAGES))}")
         self.cfg, self.run_dir, self.stage = cfg, Path(out_dir), stage
         self.teacher_run = Path(teacher_run) if teacher_run is not None else None
         self.resume, self.progress = resume, progress
+        self.start_from = Path(init) if init is not None else None  # stage 1: `pretrain --init RUN0` (warmstart)
         self.student: Optional[torch.nn.Module] = None
         self.teacher: Optional[torch.nn.Module] = None
         self.faults = FaultPlan.from_env()
@@ -99,6 +102,15 @@ class Trainer:
         if self.stage == "train":
             self.teacher_run, teacher = resolve_teacher(self.run_dir, self.teacher_run, self.resume, self.cfg)
             self.teacher_ckpt = teacher.checkpoint
+        if self.start_from is not None:
+            if self.stage != "pretrain":
+                raise ConfigError(f"--init: {self.stage} does not start from another run's weights (stage 1 does: "
+                                  "`simforcing pretrain --init RUN0`)")
+            if cfg.model.weights or cfg.model.action_expert_weights:
+                raise ConfigError(f"--init {self.start_from} and model.weights / model.action_expert_weights are two "
+                                  "starts; choose one")
+            if not (self.resume and self.has_checkpoints):
+                check_init_run(cfg, self.start_from)
 
     def _check_run_folder(self) -> None:
         """What ``--out`` holds decides whether the run may start: someone else's files (never overwritten),
@@ -255,7 +267,12 @@ class Trainer:
         full = self.dist.mesh is None or self.dist.is_main
         student = build_world_model(cfg, device="cpu", meta=not full)
         if full and self.stage == "pretrain":
-            if not (self.resume and self.has_checkpoints):
+            if not (self.resume and self.has_checkpoints) and self.start_from is not None:
+                report = init_from_run(student, cfg, self.start_from)
+                if self.dist.is_main:
+                    atomic_write_text(self.run_dir / INIT_FILE, report.to_json() + "\n")
+                    print(report.summary(), flush=True)
+            elif not (self.resume and self.has_checkpoints):
                 _load_start_weights(student, cfg)
         elif full:
             load_model_state(self.teacher_ckpt, student)
@@ -507,14 +524,17 @@ def _load_start_weights(model: torch.nn.Module, cfg: Config) -> None:
 
 
 def train_run(cfg: Config, out_dir: str | Path, stage: str, teacher_run: str | Path | None = None,
-              resume: bool = False, progress: bool = True, method: str | None = None) -> dict:
+              resume: bool = False, progress: bool = True, method: str | None = None,
+              init: str | Path | None = None) -> dict:
     """Run (or resume) one training stage; returns {"state", "step", "exit_code", "reason", "run_dir",
     "checkpoint", "total_steps", "last_logs", "loss_curves"}.
 
     stage "pretrain": the method is forced to sim_pretrain. stage "train": ``method`` (if given) is applied with
     ``method_preset`` on a copy of ``cfg``; ``teacher_run`` is the stage-1 run folder (on resume it may be omitted:
-    teacher.json records it). Raises ConfigError, DataError or CheckpointError (status "failed" once the run folder
-    exists); divergence and stop requests are results (exit codes 3 and 75), not exceptions.
+    teacher.json records it); ``init`` (stage 1): a video-base run to start from instead of ``model.weights`` (every
+    tensor it trained, ``simforcing.warmstart``; the report goes to ``RUN/init.json``). Raises ConfigError, DataError
+    or CheckpointError (status "failed" once the run folder exists); divergence and stop requests are results (exit
+    codes 3 and 75), not exceptions.
     """
     cfg = copy.deepcopy(cfg)
     if stage == "pretrain":
@@ -523,4 +543,4 @@ def train_run(cfg: Config, out_dir: str | Path, stage: str, teacher_run: str | P
         if method not in STAGE2_METHODS:
             raise ConfigError(f"--method: got {method!r}; expected one of {', '.join(STAGE2_METHODS)}")
         method_preset(cfg, method)
-    return Trainer(cfg, out_dir, stage, teacher_run, resume, progress).run()
+    return Trainer(cfg, out_dir, stage, teacher_run, resume, progress, init).run()

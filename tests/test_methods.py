@@ -33,12 +33,13 @@ class StandIn(nn.Module):
                 action_keep=None):
         self.calls.append({k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in dict(
             z_t=z_t, tau=tau, z0=z0, actions=actions, cond=cond, gate=gate, action_keep=action_keep).items()})
-        a = self.act(actions).mean(dim=1)
+        a = self.act(actions).mean(dim=1) if actions is not None else 0  # None: no action tokens (video_prior)
         if action_keep is not None:
             a = a * action_keep[:, None].to(a.dtype)
         m = text_mask[:, :, None].float() if text_mask is not None else torch.ones_like(text[:, :, :1])
         h = (self.inp(z_t.flatten(1)) + self.z0(z0.flatten(1)) + self.time(tau[:, None]) + a
-             + self.state(state0) + (self.text(text) * m).sum(1) / m.sum(1).clamp(min=1))
+             + (self.state(state0) if state0 is not None else 0)
+             + (self.text(text) * m).sum(1) / m.sum(1).clamp(min=1))
         if cond is not None and gate is not None:
             h = h + gate[:, None] * self.cond(cond.flatten(1))
         return self.out(torch.tanh(h)).view_as(z_t)
@@ -49,6 +50,7 @@ def make_batch(seed=0, b=B):
     mask = torch.ones(b, N_TXT, dtype=torch.bool)
     mask[:, 3:] = False
     return {"z_sim": torch.randn(b, C, L + 1, H, W, generator=g), "z_real": torch.randn(b, C, L + 1, H, W, generator=g),
+            "z_video": torch.randn(b, C, L + 1, H, W, generator=g),
             "actions": torch.rand(b, A_W, A_DIM, generator=g) * 2 - 1, "state0": torch.randn(b, S_DIM, generator=g),
             "text": torch.randn(b, N_TXT, T_DIM, generator=g), "text_mask": mask}
 
@@ -96,11 +98,12 @@ def test_every_method_runs_three_steps(name):
     cfg = make_cfg(name)
     cfg.flow.loss_weighting, cfg.flow.t_sampling = "gaussian_bump", "discrete"
     student = StandIn()
-    teacher = teacher_of(student) if name not in ("sim_pretrain", "sft", "joint_fm") else None
+    teacher = teacher_of(student) if name not in ("video_prior", "sim_pretrain", "sft", "joint_fm") else None
     before = [p.detach().clone() for p in student.parameters()]
     opt = torch.optim.AdamW(student.parameters(), lr=1e-2)
     g = gen(1)
-    expected = {"sim_pretrain": {"fm_sim"}, "sft": {"fm_real"}, "joint_fm": {"fm_real", "fm_sim"},
+    expected = {"video_prior": {"fm_video"}, "sim_pretrain": {"fm_sim"}, "sft": {"fm_real"},
+                "joint_fm": {"fm_real", "fm_sim"},
                 "value_distill": {"fm_real", "fm_sim", "value_real", "value_sim"},
                 "motion_distill": {"fm_real", "fm_sim", "md_real", "md_sim"},
                 "simforcing": {"fm_real", "fm_sim", "md_real", "md_sim"}}[name]
@@ -108,7 +111,8 @@ def test_every_method_runs_three_steps(name):
         loss, logs = METHODS[name](student, teacher, make_batch(step), cfg, g)
         assert loss.shape == () and loss.requires_grad and torch.isfinite(loss)
         assert expected | {"loss", "gate_mean", "corrupt_frac"} <= set(logs)
-        assert not ({"fm_real", "fm_sim", "md_real", "md_sim", "value_real", "value_sim"} - expected) & set(logs)
+        assert not ({"fm_real", "fm_sim", "md_real", "md_sim", "value_real", "value_sim", "fm_video"} - expected) \
+            & set(logs)
         assert all(isinstance(v, float) for v in logs.values())
         opt.zero_grad()
         loss.backward()
@@ -304,6 +308,7 @@ def _real_built():
     lat, (h, w) = cfg.latent_frames, cfg.latent_hw
     n = cfg.data.actions_per_window
     batch = {"z_sim": torch.randn(2, 8, lat, h, w, generator=g), "z_real": torch.randn(2, 8, lat, h, w, generator=g),
+             "z_video": torch.randn(2, 8, lat, h, w, generator=g),
              "actions": torch.rand(2, n, 7, generator=g) * 2 - 1, "state0": torch.randn(2, 7, generator=g),
              "text": torch.randn(2, 4, 16, generator=g), "text_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]).bool()}
     return cfg, model, batch

@@ -1,5 +1,5 @@
-"""`simforcing demo [--out runs/demo | runs/demo_quick with --quick] [--quick] [--full] [--seeds K] [--jobs N]`: the
-whole paper on the embedded synthetic benchmark (``simforcing.demo``)."""
+"""`simforcing demo [--out runs/demo | runs/demo_quick with --quick | runs/demo_full with --full] [--quick] [--full]
+[--seeds K] [--jobs N]`: the whole paper on the embedded synthetic benchmark (``simforcing.demo``)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ from simforcing.threads import available_cores
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="output folder (default: runs/demo; with --quick runs/demo_quick, "
-                        "so a smoke test never shares the full demo's data and runs)")
+                        "so a smoke test never shares the demo's data and runs; with --full runs/demo_full, since its "
+                        "stage 1 starts from the video base)")
     parser.add_argument("--data", default=None, help="dataset folder (default: OUT/data, generated when missing)")
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny data and budgets (numbers meaningless)")
     parser.add_argument("--full", action="store_true",
                         help="also the ablations: Tab. 2 (joint_fm, random windows off, motion_distill), Tab. 3 "
-                             "(value_distill), Tab. A1 (p = 0, 0.3, 1) and all three policy settings")
+                             "(value_distill), Tab. A1 (p = 0, 0.3, 1); the video base (stage 0) that stage 1 then "
+                             "starts from; and the policy section as the seeds × initialisations measurement (random, "
+                             "video base, sft, SimForcing × 3 world-model seeds × 3 policy seeds, two budgets, the "
+                             "joint settings, 30 scenes per task, the probe: docs/VIDEO_PRIOR.md)")
     parser.add_argument("--seeds", type=int, default=1, help="stage-2 seeds (paired differences simforcing − sft)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="jobs side by side (default: the cores this process may use); results do not depend on it")
@@ -34,7 +38,9 @@ def _budget(args: argparse.Namespace):
 
 
 def _out(args: argparse.Namespace) -> Path:
-    return Path(args.out or ("runs/demo_quick" if args.quick else "runs/demo"))
+    if args.out:
+        return Path(args.out)
+    return Path(("runs/demo_quick" if args.quick else "runs/demo") + ("_full" if args.full else ""))
 
 
 def _data_root(args: argparse.Namespace) -> Path:

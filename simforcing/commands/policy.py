@@ -5,6 +5,8 @@
     simforcing policy eval --env libero --suite libero_spatial --runs RUN --out DIR                 (needs the extra)
     simforcing policy eval --env world-model --wm RUN --judge J --runs ... --out DIR         (inside a world model)
     simforcing policy agreement --sim SIM_EVAL --wm NAME=WM_EVAL ... --out DIR             (world model vs simulator)
+    simforcing policy probe --runs NAME=RUN ... --out DIR      (what action-only policies read from their frozen video
+                                                                expert: a linear probe, ``policy.probe``)
 
 A run folder whose name holds ``=`` (``sweep/lr=1e-4``) is given to ``--runs`` as it is (named by its folder) or as
 ``NAME=RUN``: of the ways to split an entry at an ``=``, the one whose RUN side is an existing folder is taken (an
@@ -28,7 +30,8 @@ from simforcing.utils import atomic_write_json, atomic_write_text, check_output_
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setting", required=True, choices=POLICY_SETTINGS)
     parser.add_argument("--init", default="base", help="'base' (the preset's init + configured pretrained weights) "
-                        "or a run folder (every compatible tensor of both experts; its checkpoint's own config)")
+                        "or a run folder (every compatible tensor of both experts; its checkpoint's own config; a "
+                        "video base of `pretrain --method video_prior`: its video expert, the action expert new)")
     parser.add_argument("--data", default=None, help="policy dataset folder")
     parser.add_argument("--out", default=None, help="run folder to create (or continue with --resume)")
     parser.add_argument("--preset", default=None, action=Given, help="with --init base: demo | bridge | "
@@ -245,7 +248,36 @@ def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     return 0
 
 
+# -- policy probe ----------------------------------------------------------------------------------------------------------
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", nargs="+", required=True, metavar="NAME=RUN",
+                        help="action-only policy runs (their frozen video expert is their initialisation's)")
+    parser.add_argument("--out", required=True, help="folder for probe.json and probe.md")
+    parser.add_argument("--train-scenes", type=int, default=40, help="fitting scenes per task (training seed)")
+    parser.add_argument("--test-scenes", type=int, default=20, help="held-out scenes per task (evaluation seed)")
+    parser.add_argument("--max-steps", type=int, default=30, help="step limit of a scene's scripted motion")
+    parser.add_argument("--layouts", type=int, default=None, help="the scenes' layouts (default: the runs' data's)")
+    parser.add_argument("--jitter", type=float, default=None, help="with --layouts: the task object's jitter, m")
+    parser.add_argument("--device", default="cpu")
+
+
+def probe(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    from simforcing.policy.probe import probe_runs
+
+    check_output_path(args.out, "--out")
+    res = probe_runs(parse_runs(args.runs), args.train_scenes, args.test_scenes, args.max_steps, args.layouts,
+                     args.jitter, resolve_device(args.device))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "probe.json", res)
+    atomic_write_text(out / "probe.md", res["table_md"] + "\n")
+    print(res["table_md"])
+    print(f"wrote {out / 'probe.json'} and {out / 'probe.md'}")
+    return 0
+
+
 TRAIN = Subcommand(add_train_arguments, train, train_config,
                    "run the same command with --resume to continue from the last checkpoint")
 EVAL = Subcommand(add_eval_arguments, evaluate)
 AGREEMENT = Subcommand(add_agreement_arguments, agreement)
+PROBE = Subcommand(add_probe_arguments, probe)

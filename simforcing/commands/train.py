@@ -1,5 +1,6 @@
-"""`simforcing pretrain` (stage 1) and `simforcing train --method M --teacher RUN1` (stage 2); the loop is
-``simforcing.train``. Exit codes: the run's own (0 finished, 3 diverged, 75 stopped), and the errors' (cli)."""
+"""`simforcing pretrain` (stage 1; ``--init RUN0``: from a video base), `simforcing pretrain --method video_prior`
+(stage 0, the video base: ``simforcing.prior``) and `simforcing train --method M --teacher RUN1` (stage 2); the loop
+is ``simforcing.train``. Exit codes: the run's own (0 finished, 3 diverged, 75 stopped), and the errors' (cli)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 
 from simforcing.commands import Subcommand, add_config_args, config_from_args, note_unused_config
 from simforcing.commands.runs import report_training
-from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
+from simforcing.config import PRETRAIN_METHODS, STAGE1_METHOD, STAGE2_METHODS, VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.methods import method_preset
+from simforcing.prior import video_prior_run
 from simforcing.runfolder import CONFIG_FILE, STAGE_KIND, is_run_folder, require_kind, run_config
 from simforcing.train import train_run
 
@@ -23,6 +25,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--method", default=STAGE1_METHOD, choices=PRETRAIN_METHODS,
+                        help="sim_pretrain: stage 1, the simulation world model (default); video_prior: stage 0, the "
+                        "same network as a plain video model (text + first frame -> video, no actions), what stands "
+                        "in for Wan2.2 at demo scale (run kind video_base)")
+    parser.add_argument("--init", default=None, metavar="RUN0",
+                        help="stage 1: start from this video-base run (`pretrain --method video_prior`): every tensor "
+                        "it trained; its action expert and state projection are new (RUN1/init.json). Default: "
+                        "model.weights, else the model's own initialisation")
     add_config_args(parser)
     add_common_arguments(parser)
 
@@ -56,11 +66,20 @@ def _with_data(cfg: Config, args: argparse.Namespace) -> Config:
     return cfg.validate()
 
 
+def _pretrain_stage(args: argparse.Namespace) -> str:
+    """The trainer stage of `simforcing pretrain`: "video_prior" (stage 0) with --method video_prior, else
+    "pretrain" (stage 1)."""
+    return "video_prior" if getattr(args, "method", STAGE1_METHOD) == VIDEO_PRIOR_METHOD else "pretrain"
+
+
 def pretrain_config(args: argparse.Namespace) -> Config:
-    """Preset/--config (or RUN's config on --resume) + overrides, method sim_pretrain."""
-    base = _resumed_config(args, "pretrain")
+    """Preset/--config (or RUN's config on --resume) + overrides, method --method (sim_pretrain by default)."""
+    if getattr(args, "method", STAGE1_METHOD) == VIDEO_PRIOR_METHOD and args.init is not None:
+        raise ConfigError("--init: the video prior starts from model.weights or the model's own initialisation; "
+                          "--init RUN0 is for stage 1 (`simforcing pretrain --init RUN0`)")
+    base = _resumed_config(args, _pretrain_stage(args))
     cfg = config_from_args(args, base=base, validate=False)
-    method_preset(cfg, STAGE1_METHOD)
+    method_preset(cfg, getattr(args, "method", STAGE1_METHOD))
     return _with_data(cfg, args)
 
 
@@ -83,11 +102,14 @@ def train_config(args: argparse.Namespace) -> Config:
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:
-    stage = "pretrain" if args.command == ("pretrain",) else "train"
+    stage = _pretrain_stage(args) if args.command == ("pretrain",) else "train"
     if not args.out:
         raise ConfigError("--out: the run folder is required (e.g. --out runs/stage1)")
+    if stage == "video_prior":
+        result = video_prior_run(cfg, args.out, args.resume, progress=not args.no_progress)
+        return report_training(f"simforcing pretrain --method {VIDEO_PRIOR_METHOD}", result)
     result = train_run(cfg, args.out, stage, getattr(args, "teacher", None), args.resume,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, init=getattr(args, "init", None))
     return report_training(f"simforcing {stage}", result)
 
 

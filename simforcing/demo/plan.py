@@ -20,6 +20,7 @@ from simforcing.data.format import is_dataset
 from simforcing.data.synthetic.generate import GENERATOR_VERSION
 from simforcing.jobs import Job
 from simforcing.policy.demo import QUICK as POLICY_QUICK, PolicyBudget, policy_jobs
+from simforcing.policy.demo_full import TRANSFER_QUICK, TransferBudget, full_policy_jobs, wm_key, wm_seed_list
 from simforcing.provenance import (check_provenance, digest, provenance_record, remove_stale_run, run_finished,
                                    spelled, why_stale, write_provenance)
 
@@ -73,12 +74,13 @@ class Budget:
     layout_train: int = 20  # paired training episodes in the policy benchmark's layouts (the world model knows them)
     policy: PolicyBudget = field(default_factory=PolicyBudget)
     wm_eval: WorldModelEvalBudget = field(default_factory=WorldModelEvalBudget)
+    transfer: TransferBudget = field(default_factory=TransferBudget)  # --full: the video base, seeds × inits
 
 
 QUICK = Budget(num_train=4, num_val=3, num_sim_pool=12, length=17, stage1_steps=30, stage1_batch=8, stage2_steps=20,
                eval_windows=1, sweep_windows=1, sweep_n_real=(1, 2), probe_steps=30, report_videos=1, long_val=3,
                long_length=25, rollout_horizon=24, rollout_videos=1, layout_train=4, policy=POLICY_QUICK,
-               wm_eval=WM_EVAL_QUICK)
+               wm_eval=WM_EVAL_QUICK, transfer=TRANSFER_QUICK)
 
 
 def demo_budget(quick: bool = False, stage1_steps: Optional[int] = None,
@@ -143,6 +145,7 @@ class _Builder:
         self.records: dict[str, dict] = {}  # job name -> provenance record (its digest feeds its dependents)
         self.notes: list[str] = []
         self.vae, self.probe, self.stage1 = out / "vae", out / "probe", out / "stage1"
+        self.video_base_dir: Optional[Path] = None  # --full: stage 0, which stage 1 starts from (video_base_section)
 
     # -- provenance --------------------------------------------------------------------------------------------------
     def record(self, name: str, job_argv: list[str], sizes: dict, seed: Optional[int], inputs: tuple) -> dict:
@@ -214,11 +217,13 @@ class _Builder:
         """2. stage 1, the simulation world model (both cores); 3. the state probe (after stage 1: it would hold a
         core stage 1 wants)."""
         b = self.b
-        s1 = ["pretrain", "--preset", "demo", "--data", str(self.data), "--out", str(self.stage1),
-              f"--model.vae.path={self.vae}", f"--train.max_steps={b.stage1_steps}",
-              f"--train.batch_size={b.stage1_batch}", "--train.threads=auto", *self.ov]
-        self.add("stage1", s1, self.stage1, None, ("vae",), sizes={"stage1_steps": b.stage1_steps}, seed=SEED,
-                 inputs=("data", "vae"), priority=80, slots=b.stage1_threads, threads=b.stage1_threads,
+        base = ("video base",) if self.video_base_dir else ()  # --full: from the video base (video_base_section)
+        s1 = ["pretrain", *(["--init", str(self.video_base_dir)] if base else []), "--preset", "demo", "--data",
+              str(self.data), "--out", str(self.stage1), f"--model.vae.path={self.vae}",
+              f"--train.max_steps={b.stage1_steps}", f"--train.batch_size={b.stage1_batch}", "--train.threads=auto",
+              *self.ov]
+        self.add("stage1", s1, self.stage1, None, ("vae",) + base, sizes={"stage1_steps": b.stage1_steps}, seed=SEED,
+                 inputs=("data", "vae") + base, priority=80, slots=b.stage1_threads, threads=b.stage1_threads,
                  run_steps=b.stage1_steps)
         self.add("probe", ["model", "fit-probe", "--data", str(self.data), "--out", str(self.probe), "--steps",
                            str(b.probe_steps)], self.probe, "probe.json", ("stage1",), inputs=("data",), priority=60)
@@ -392,8 +397,36 @@ class _Builder:
         return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
                 "evals": {k: v[0] for k, v in evals.items()}}
 
+    def video_base_section(self) -> None:
+        """--full, 2a. stage 0: the video base (``pretrain --method video_prior``, both cores), a plain video model of
+        the same network (no actions) that stands in for Wan2.2; stage 1 starts from it (``pretrain --init``)."""
+        t = self.b.transfer
+        self.video_base_dir = folder = self.out / "video_base"
+        argv = ["pretrain", "--method", "video_prior", "--preset", "demo", "--data", str(self.data), "--out",
+                str(folder), f"--model.vae.path={self.vae}", f"--train.max_steps={t.video_base_steps}",
+                f"--train.batch_size={t.video_base_batch}", "--train.threads=auto", *self.ov]
+        self.add("video base", argv, folder, None, ("vae",), sizes={"video_base_steps": t.video_base_steps},
+                 seed=SEED, inputs=("data", "vae"), priority=85, slots=self.b.stage1_threads,
+                 threads=self.b.stage1_threads, run_steps=t.video_base_steps)
+
+    def transfer_section(self, runs: dict[str, Path]) -> dict:
+        """--full, 8. the policy section as the seeds × initialisations measurement (``policy.demo_full``): random,
+        the video base, sft and SimForcing × the world-model seeds × the policy seeds, two budgets, the probe."""
+        wm = {wm_key(m, s): runs[run_tag(m, s)] for m in BASE_METHODS for s in wm_seed_list(self.b.transfer)}
+        deps = {k: f"train {k}" for k in wm}
+        wm["video_base"], deps["video_base"] = self.video_base_dir, "video base"
+        pjobs, pol = full_policy_jobs(self.out, wm, SEED, self.b.policy, self.b.transfer, wm_deps=deps,
+                                      after=("stage1",), wm_records={k: self.records[v] for k, v in deps.items()})
+        self.notes += pol["notes"]
+        for j in pjobs:
+            j.slots = min(j.slots, self.slots)
+        self.jobs += pjobs
+        return pol
+
     def policy_section(self, runs: dict[str, Path], full: bool) -> dict:
         """8. the policy section (paper Tab. 5): its own jobs, after stage 1."""
+        if full:  # the seeds × initialisations measurement
+            return self.transfer_section(runs)
         wm = {"simforcing": runs["simforcing"], "sft": runs["sft"]}
         pjobs, pol = policy_jobs(self.out, wm, full=full, seed=SEED, budget=self.b.policy,
                                  wm_deps={"simforcing": "train simforcing", "sft": "train sft"}, after=("stage1",),
@@ -413,10 +446,16 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     data = spelled(data) if data is not None else out / "data"
     B = _Builder(out, data, budget, list(overrides), jobs)
     B.data_and_vae(own_data)
+    if full:  # stage 0, the video base; stage 1 starts from it
+        B.video_base_section()
     B.stage1_and_probe()
     seed_list = [SEED + i for i in range(max(1, seeds))]
     names = list(BASE_METHODS) + (list(FULL_RUNS) if full else [])
     runs = B.stage2(names, seed_list)
+    if full and policy:  # the policy measurement's world-model seeds: sft and simforcing only (the ablations: --seeds)
+        extra = [s for s in wm_seed_list(budget.transfer) if s not in seed_list]
+        runs.update(B.stage2(list(BASE_METHODS), extra))
+        seed_list += extra
     evals = B.evaluations(runs)
     sweeps, videos = B.sweeps_and_videos(runs, full)
     rollouts = B.rollouts(runs, seed_list, full)

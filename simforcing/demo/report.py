@@ -240,13 +240,15 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
                   "tie). "
                   "Initialisations: " + "; ".join(f"{k}: {v['inherited']} tensors inherited, {v['new']} new"
                                                   for k, v in pol.get("init", {}).items())]
+        if pol.get("transfer_md"):  # demo --full: the seeds × initialisations measurement (policy.demo_full)
+            lines += ["", pol["note"], "", pol["transfer_md"]]
     lines += wm_eval_lines(res.get("wm_eval"), plan)
     lines += ["", "## Videos (masked first frame | simulation rollout | prediction | ground truth)", ""]
     for m, files in res["videos"].items():
         for f in files:
             lines += [f"**{m}** ![{m}]({relative_to(f, plan.out)})", ""]
     lines += ["## Loss curves", ""]
-    for name in ["stage1", *plan.runs]:
+    for name in ["video_base", "stage1", *plan.runs]:  # video_base: --full only
         png = plan.out / name / "loss_curves.png"
         if png.exists():
             lines += [f"{name}: ![{name} loss]({name}/loss_curves.png)", ""]

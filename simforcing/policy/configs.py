@@ -11,7 +11,7 @@ from pathlib import Path
 from simforcing.config import Config, ConfigError, apply_overrides, load_config, parse_overrides
 from simforcing.data.policy_format import read_policy_info
 from simforcing.policy.settings import policy_config
-from simforcing.runfolder import CONFIG_FILE, KINDS, require_kind, run_config
+from simforcing.runfolder import CONFIG_FILE, INIT_POLICY, require_kind, run_config
 
 
 def policy_run_config(setting: str, init: str, data: str | None, preset: str = "demo",
@@ -31,7 +31,7 @@ def policy_run_config(setting: str, init: str, data: str | None, preset: str = "
         if init == "base":
             cfg = Config.load(config) if config else load_config(preset)
         else:  # the config the run's newest checkpoint was trained with (its own copy)
-            cfg = run_config(init, KINDS, "--init", "init")
+            cfg = run_config(init, INIT_POLICY, "--init", "init")
         if not cfg.model.action_head:  # a world model's config: one camera wide -> the cameras side by side
             asked = parse_overrides(list(overrides or [])).get("policy.cameras")
             cfg.data.width *= int(asked) if asked in ("1", "2") else cfg.policy.cameras  # others: refused below

@@ -8,8 +8,8 @@
 2. policies trained from ``base`` (the world model's architecture and VAE, weights from the model's own init — what
    stands in for Wan2.2 at demo scale, README "Policy transfer"), from the SimForcing world model and from the
    ``sft`` world model when ``wm_runs`` has one (does SimForcing's motion prior, not real-video fine-tuning,
-   transfer?); the default is the action-only setting (the paper's largest gain); ``full`` adds unconditional and
-   video + action;
+   transfer?); the default is the action-only setting (the paper's largest gain); ``full`` measures instead the
+   seeds × initialisations (random, video base, sft, SimForcing; ``policy.demo_full``);
    independent trainings run as parallel processes with one thread each when ``jobs > 1``;
 3. closed-loop success on the same held-out scenes with the scripted expert (ceiling) and do-nothing (floor) rows,
    95 % Wilson intervals; evaluation also split across ``jobs`` processes.
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from simforcing.jobs import Job, run_jobs, timings
+from simforcing.policy.demo_full import collect_full, full_policy_jobs
 from simforcing.policy.evaluate import EXPERT, FLOOR, format_table
 from simforcing.provenance import (check_provenance, digest, provenance_record, read_provenance, remove_stale_run,
                                    run_finished, write_provenance)
@@ -69,6 +70,8 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
     for a policy, the world-model run it starts from, the policy for an evaluation) and is not made again while it
     matches and is complete; a dataset or world model made again makes the policies and evaluations from it stale:
     a stale policy run is removed and trained again (``info["notes"]`` says so), a stale evaluation is rerun."""
+    if full:  # demo --full: the seeds × initialisations measurement (policy.demo_full)
+        return full_policy_jobs(out_dir, wm_runs, seed, budget or PolicyBudget(), None, wm_deps, after, wm_records)
     budget = budget or PolicyBudget()
     out = Path(out_dir) / "policy"
     wm_deps = wm_deps or {}
@@ -147,6 +150,8 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
 def collect_policy(info: dict, wall_time_s: dict | None = None) -> dict:
     """The section's results from the files its jobs wrote: rows (expert, floor, each policy), the Tab. 5 table,
     the commands, each policy's initialisation report; also written to OUT/policy/results.json and table.md."""
+    if info.get("full"):  # demo --full (policy.demo_full)
+        return collect_full(info, wall_time_s)
     rows: dict = {}
     for ev in info["evals"]:
         rows.update(json.loads((Path(ev) / "eval.json").read_text())["rows"])

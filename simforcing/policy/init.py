@@ -11,45 +11,27 @@ output projection, cross-attention, FFN; and the action text projection a one-la
 block's adaLN table is *partial* (the world model's (shift, scale) rows
 are the first two of the full block's six, the same modulation chunks). Any other tensor that is absent from the run
 or has another shape means the run is another architecture: ConfigError listing every such tensor with both shapes.
+
+A video-base run (``pretrain --method video_prior``, run kind ``video_base``: what stands in for Wan2.2 at demo scale)
+hands on its video expert only: its action expert, state projection and condition projections were never trained
+(``warmstart.untrained_by``), so they are listed as *new* and keep the policy's own initialisation — the paper's
+baseline "Wan2.2 + an action-expert initialisation", with the model's own init as the action expert's.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from simforcing.config import Config, ConfigError
 from simforcing.models.weights import load_configured_weights
-from simforcing.runfolder import KINDS, open_run
+from simforcing.runfolder import INIT_POLICY
+from simforcing.warmstart import InitReport, untrained_by
+from simforcing.warmstart import run_state as _run_state
 
-
-@dataclass
-class InitReport:
-    source: str  # "base" or the run folder
-    checkpoint: str | None = None
-    inherited: list[str] = field(default_factory=list)
-    partial: list[str] = field(default_factory=list)
-    new: list[str] = field(default_factory=list)
-    unused: list[str] = field(default_factory=list)  # in the run, not in the policy
-    weights: list[str] = field(default_factory=list)  # base: the pretrained files loaded
-
-    def summary(self) -> str:
-        if self.source == "base":
-            return f"init base: {', '.join(self.weights) or 'the model initialisation (no pretrained weights set)'}"
-        return (f"init {self.source} ({self.checkpoint}): inherited {len(self.inherited)} tensors, partial "
-                f"{len(self.partial)} ({', '.join(self.partial) or '-'}), new {len(self.new)} "
-                f"({_short(self.new)}), unused {len(self.unused)}")
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-
-def _short(names: list[str], n: int = 6) -> str:
-    return ", ".join(names[:n]) + (f", … (+{len(names) - n})" if len(names) > n else "") if names else "-"
+__all__ = ["InitReport", "expected_new", "init_policy", "run_state"]
 
 
 def expected_new(name: str, num_layers: int) -> bool:
@@ -61,8 +43,7 @@ def expected_new(name: str, num_layers: int) -> bool:
 def run_state(run_dir: str | Path) -> tuple[Config, dict[str, torch.Tensor], str]:
     """(the config its checkpoint was trained with, weights, checkpoint folder) of a run's newest valid checkpoint
     (``runfolder.open_run``; single-process or sharded)."""
-    run = open_run(run_dir, KINDS, "--init", "init")
-    return run.cfg, run.state_dict(), str(run.checkpoint.path)
+    return _run_state(run_dir, INIT_POLICY, "--init", "init")
 
 
 @torch.no_grad()
@@ -73,18 +54,23 @@ def init_policy(model: torch.nn.Module, cfg: Config, init: str) -> InitReport:
     if init == "base":
         reports = load_configured_weights(model, cfg)
         return InitReport("base", weights=[r.summary() for r in reports])
-    _, src, ckpt = run_state(init)
-    rep = InitReport(str(init), ckpt)
+    run_cfg, src, ckpt = run_state(init)
+    untrained = untrained_by(run_cfg)
+    rep = InitReport(str(init), ckpt, source_method=run_cfg.train.method)
     bad = []
     n_layers = cfg.model.num_layers
     own = model.state_dict()
     for name, t in own.items():
         s = src.get(name)
-        if s is not None and tuple(s.shape) == tuple(t.shape):
+        same = s is not None and tuple(s.shape) == tuple(t.shape)
+        kv_table = (s is not None and name.endswith(".scale_shift_table") and expected_new(name, n_layers)
+                    and s.shape[1] == 2 and t.shape[1] == 6 and s.shape[2] == t.shape[2])
+        if (same or kv_table or (s is None and expected_new(name, n_layers))) and untrained(name):
+            rep.new.append(name)  # the run has it (or lacks a policy-only part) but never trained it
+        elif same:
             t.copy_(s.to(t.dtype))
             rep.inherited.append(name)
-        elif (s is not None and name.endswith(".scale_shift_table") and expected_new(name, n_layers)
-              and s.shape[1] == 2 and t.shape[1] == 6 and s.shape[2] == t.shape[2]):
+        elif kv_table:
             t[:, :2].copy_(s.to(t.dtype))  # a K/V-only block's (shift, scale) = the full block's first two chunks
             rep.partial.append(name)
         elif expected_new(name, n_layers) and s is None:

@@ -33,7 +33,8 @@ def check_resume_kind(theirs: Config, stage: str, run_dir: Path) -> None:
     trained with is another kind of run than ``stage`` trains."""
     kind = kind_of_config(theirs, (run_dir / TEACHER_FILE).exists())
     if kind != STAGE_KIND[stage]:
-        command = "simforcing policy train" if stage == "policy" else f"simforcing {stage}"
+        command = {"policy": "simforcing policy train", "video_prior": "simforcing pretrain --method video_prior"}.get(
+            stage, f"simforcing {stage}")
         raise ConfigError(f"--out: {run_dir} is {describe_kind(kind, theirs)}; {command} --resume cannot continue "
                           f"it — use `{resume_command(run_dir, kind, theirs)}`")
 

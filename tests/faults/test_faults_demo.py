@@ -233,3 +233,72 @@ def test_ctrl_c_stops_the_demo_with_130_and_one_line(tmp_path):
     assert lines == ["simforcing demo: interrupted; run the same command again to continue: finished jobs are reused "
                      "and stopped training runs resume from their last checkpoint"], err
     assert "interrupted: stopping sleeper" in out
+
+
+def test_full_has_its_own_default_folder(capsys):
+    assert main(["demo", "--full", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"]["root"] == "runs/demo_full/data"
+    assert main(["demo", "--quick", "--full", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"]["root"] == "runs/demo_quick_full/data"
+
+
+def test_the_default_plan_has_no_video_base(tmp_path):
+    """`make demo` keeps its jobs: no stage 0, stage 1 from the model's own initialisation, the policy section's
+    three action-only policies (base, SFT WM, SimForcing WM), no probe of the video expert."""
+    from simforcing.demo import build_plan, demo_budget
+
+    plan = build_plan(tmp_path / "demo", None, demo_budget(True), [], seeds=1, full=False, jobs=2, policy=True)
+    names = {j.name for j in plan.jobs}
+    assert not any("video base" in n for n in names) and "policy probe" not in names
+    s1 = next(j for j in plan.jobs if j.name == "stage1")
+    assert "--init" not in s1.argv and s1.deps == ("vae",)
+    assert {n for n in names if n.startswith("policy train")} == {
+        "policy train action_only / base", "policy train action_only / SFT WM",
+        "policy train action_only / SimForcing WM"}
+    assert plan.seeds == [42]
+
+
+def test_a_video_base_made_again_remakes_stage1_and_what_came_from_it(tmp_path):
+    """--full: stage 1 starts from the video base (`pretrain --init OUT/video_base`): its record is one of stage 1's
+    inputs, and the policies from it record it too. Another video-base budget remakes the video base, stage 1,
+    stage 2 and the video-base policies; the demonstration data stays."""
+    import dataclasses
+
+    from simforcing.demo import build_plan, demo_budget
+
+    out = tmp_path / "demo"
+    b = demo_budget(True)
+    plan = build_plan(out, None, b, [], seeds=1, full=True, jobs=2, policy=True)
+    s0 = next(j for j in plan.jobs if j.name == "video base")
+    assert s0.argv[:3] == ["pretrain", "--method", "video_prior"] and s0.slots == 2
+    s1 = next(j for j in plan.jobs if j.name == "stage1")
+    assert s1.deps == ("vae", "video base") and s1.argv[s1.argv.index("--init") + 1] == str(out / "video_base")
+    vb = next(j for j in plan.jobs if j.name == "policy train action_only / video base")
+    assert vb.argv[vb.argv.index("--init") + 1] == str(out / "video_base") and "video base" in vb.deps
+    _finish(plan)
+    (out / "policy" / "data" / "meta").mkdir(parents=True, exist_ok=True)  # `data synth-policy OUT` (no --out)
+    (out / "policy" / "data" / "meta" / "info.json").write_text("{}")
+    (out / "sweep_cfg" / "sweep_cfg.json").write_text("{}")  # --full's Tab. A1 sweep
+    assert read_provenance(out / "video_base")["sizes"] == {"video_base_steps": b.transfer.video_base_steps}
+    assert set(read_provenance(out / "stage1")["inputs"]) == {"data", "vae", "video base"}
+    assert [j.name for j in build_plan(out, None, b, [], 1, True, 2, True).jobs if not j.skip()] == []
+    longer = dataclasses.replace(b, transfer=dataclasses.replace(b.transfer,
+                                                                 video_base_steps=b.transfer.video_base_steps + 1))
+    todo = [j.name for j in build_plan(out, None, longer, [], 1, True, 2, True).jobs if not j.skip()]
+    assert {"video base", "stage1", "train sft", "train simforcing", "policy train action_only / video base",
+            "policy train action_only / SimForcing WM"} <= set(todo)
+    assert "data" not in todo and "policy data" not in todo
+
+
+def test_full_trains_the_world_models_at_the_policy_sections_seeds(tmp_path):
+    from simforcing.demo import build_plan, demo_budget
+
+    b = demo_budget(True)
+    plan = build_plan(tmp_path / "demo", None, b, [], seeds=1, full=True, jobs=2, policy=True)
+    names = {j.name for j in plan.jobs}
+    seeds = [42 + k for k in range(b.transfer.wm_seeds)]
+    assert plan.seeds == seeds and {f"train sft_seed{s}" for s in seeds[1:]} <= names
+    assert not any(n.startswith("train joint_fm_seed") for n in names)  # the ablations keep --seeds
+    assert "policy probe" in names and "policy train action_only / base" not in names
+    missing = {d for j in plan.jobs for d in j.deps if d not in names}
+    assert not missing and len(names) == len(plan.jobs)

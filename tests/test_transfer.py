@@ -1,0 +1,144 @@
+"""The policy-transfer measurement (simforcing.policy.transfer, .probe, .demo_full): the statistics against scipy and
+hand-computed values, the pairing of runs, the ridge read-out on known linear data, the jobs of `demo --full`'s
+policy section (every initialisation × world-model seed × policy seed × budget, each depending on the run it starts
+from) while the default section keeps its jobs. The probe end to end on a tiny policy: test_prior."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from simforcing.policy.demo import QUICK, PolicyBudget, policy_jobs
+from simforcing.policy.demo_full import TRANSFER_QUICK, full_policy_jobs, policy_specs, wm_key
+from simforcing.policy.probe import ridge_probe, score
+from simforcing.policy.transfer import (cluster_mean, default_note, paired_scene_diff, successes,
+                                        transfer_analysis, transfer_markdown, welch)
+
+
+def outcomes(v):
+    """[0/1 per scene] -> {task: [{"success": ...}]}, a third of the scenes per task."""
+    n = len(v) // 3
+    return {t: [{"success": bool(x)} for x in v[i * n:(i + 1) * n]] for i, t in enumerate(("reach", "push", "grasp"))}
+
+
+def test_paired_scene_difference():
+    a, b = np.array([1, 1, 0, 1, 0, 1.0]), np.array([0, 1, 0, 0, 0, 1.0])
+    d = paired_scene_diff(a, b)
+    diff = a - b
+    se = diff.std(ddof=1) / math.sqrt(6)
+    assert d["diff"] == pytest.approx(2 / 6) and d["ci95"] == pytest.approx([2 / 6 - 1.96 * se, 2 / 6 + 1.96 * se])
+    with pytest.raises(ValueError, match="same scenes"):
+        paired_scene_diff(a, b[:3])
+
+
+def test_clusters_and_welch_match_scipy():
+    wm = [{"wm_seed": w, "seed": p, "rate": r} for (w, p), r in
+          {(42, 42): .5, (42, 43): .6, (43, 42): .3, (43, 43): .4, (44, 42): .7, (44, 43): .5}.items()]
+    base = [{"wm_seed": None, "seed": p, "rate": r} for p, r in ((42, .2), (43, .4), (44, .3))]
+    a, b = cluster_mean(wm), cluster_mean(base)
+    assert a["cluster_means"] == pytest.approx([.55, .35, .6]) and a["clusters"] == 3 and a["runs"] == 6
+    assert b["cluster_means"] == pytest.approx([.2, .4, .3])
+    w = welch(a, b)
+    ref = stats.ttest_ind(a["cluster_means"], b["cluster_means"], equal_var=False).confidence_interval(0.95)
+    assert w["diff"] == pytest.approx(np.mean([.55, .35, .6]) - .3)
+    assert w["ci95"] == pytest.approx([ref.low, ref.high])
+    assert w["established"] == (ref.low > 0 or ref.high < 0)
+    assert welch(cluster_mean(wm[:2]), b)["ci95"] is None  # one cluster: no interval, nothing established
+
+
+def test_analysis_pairs_the_runs_that_share_seeds_and_says_what_is_established():
+    rng = np.random.default_rng(0)
+    n = 30
+    specs, episodes, rows = {}, {}, {}
+
+    def add(init, wm, seed, p):
+        label = f"action_only / {init} / {wm} / {seed}"
+        specs[label] = {"setting": "action_only", "init": init, "wm_seed": wm, "seed": seed, "steps": 500}
+        v = (rng.random(n) < p).astype(int)
+        episodes[label] = outcomes(v)
+        rows[label] = {t: {"rate": float(np.mean([o["success"] for o in episodes[label][t]]))}
+                       for t in ("reach", "push", "grasp")}
+
+    for seed in (42, 43, 44):
+        add("video_base", None, seed, 0.1)
+        for wm in (42, 43, 44):
+            add("simforcing", wm, seed, 0.9)
+            add("sft", wm, seed, 0.5)
+    res = transfer_analysis(rows, episodes, specs, {"full_eval_per_task": 10},
+                            (("simforcing", "video_base"), ("simforcing", "sft"), ("video_base", "random")))
+    (blk,) = res["blocks"]
+    comps = {(c["a"], c["b"]): c for c in blk["comparisons"]}
+    assert set(comps) == {("simforcing", "video_base"), ("simforcing", "sft")}  # no random run: no comparison
+    sv = comps["simforcing", "video_base"]
+    assert len(sv["cells"]) == 9 and sv["established"] and sv["ci95"][0] > 0  # 0.9 against 0.1: clear
+    assert sorted((c["wm_seed"], c["seed"]) for c in sv["cells"]) == [(w, s) for w in (42, 43, 44)
+                                                                      for s in (42, 43, 44)]
+    cell = next(c for c in sv["cells"] if (c["wm_seed"], c["seed"]) == (43, 44))
+    expect = successes(episodes["action_only / simforcing / 43 / 44"]) - successes(
+        episodes["action_only / video_base / None / 44"])
+    assert cell["diff"] == pytest.approx(expect.mean())
+    assert len(comps["simforcing", "sft"]["cells"]) == 9  # world model against world model: same WM and policy seed
+    md = transfer_markdown(res, None, {"simforcing": "SimForcing WM", "video_base": "video base"})
+    assert "| SimForcing WM − video base |" in md and "**yes**" in md
+
+
+def test_default_note_gives_the_paired_difference_and_its_limits():
+    ep = {"a": outcomes([1, 1, 1, 0, 0, 0]), "b": outcomes([0, 1, 0, 0, 0, 0])}
+    note = default_note({"a": {}, "b": {}}, ep, {"a": "simforcing", "b": "video_base"},
+                        {"simforcing": "SimForcing WM", "video_base": "video base"})
+    assert "SimForcing WM − video base: +33.3 points" in note and "cannot show" in note and "6 scenes" in note
+
+
+def test_ridge_reads_a_linear_signal_and_not_noise():
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(120, 8))  # features on a low-dimensional manifold, as a network's are
+    x = z @ rng.normal(size=(8, 300)) + 0.05 * rng.normal(size=(120, 300))
+    y = z @ rng.normal(size=(8, 3)) + 0.01 * rng.normal(size=(120, 3))
+    groups = np.repeat(np.arange(60), 2)
+    pred, lam = ridge_probe(x[:80], y[:80], groups[:80], x[80:])
+    assert score(pred, y[80:])["r2"] > 0.9 and lam in (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+    noise = rng.normal(size=(120, 3))
+    pred, _ = ridge_probe(x[:80], noise[:80], groups[:80], x[80:])
+    assert score(pred, noise[80:])["r2"] < 0.1
+    s = score(np.zeros((2, 3)), np.array([[0.03, 0.04, 0.0], [0.0, 0.0, 0.0]]))
+    assert s["rmse_cm"] == pytest.approx(100 * math.sqrt(0.0025 / 2))
+
+
+def test_full_section_jobs(tmp_path):
+    wm = {wm_key(m, s): tmp_path / wm_key(m, s) for m in ("sft", "simforcing") for s in (42, 43)}
+    wm["video_base"] = tmp_path / "video_base"
+    deps = {k: f"make {k}" for k in wm}
+    b, t = QUICK, TRANSFER_QUICK
+    specs = policy_specs(b.train_steps, t)
+    per_budget = 2 * (1 + 1 + 2 + 2)  # policy seeds × (random, video base, sft × WM seeds, simforcing × WM seeds)
+    joint = 2 * 2 * (1 + 2)  # 2 settings × policy seeds × (video base, simforcing × WM seeds)
+    assert len(specs) == 2 * per_budget + joint and len(set(specs)) == len(specs)
+    jobs, info = full_policy_jobs(tmp_path, wm, 42, b, t, wm_deps=deps, after=("stage1",))
+    by = {j.name: j for j in jobs}
+    assert len(info["runs"]) == len(specs) and len(set(info["runs"].values())) == len(specs)
+    assert all(Path(r).parent == tmp_path / "policy" / "transfer" for r in info["runs"].values())
+    assert info["data"] == str(tmp_path / "policy" / "data")  # the default section's dataset
+    sf = "policy train action_only / SimForcing WM / WM seed 43 / seed 43 / 4 steps"
+    assert "make simforcing_seed43" in by[sf].deps and by[sf].argv[by[sf].argv.index("--init") + 1] \
+        == str(wm["simforcing_seed43"])
+    rnd = by["policy train action_only / random (no prior)"]
+    assert rnd.argv[rnd.argv.index("--init") + 1] == "base" and "--config" in rnd.argv
+    vb = by["policy train video_action / video base / seed 43"]
+    assert "make video_base" in vb.deps and "--train.seed=43" in vb.argv
+    evals = [j for j in jobs if j.name.startswith("policy eval")]
+    assert len(evals) == len(specs) + 1 and all(j.argv[j.argv.index("--per-task") + 1] == "1" for j in evals)
+    probe = by["policy probe"]
+    assert len(probe.deps) == 1 + 1 + 2 + 2  # action-only, first policy seed, demo budget: every init and WM
+    with pytest.raises(ValueError, match="simforcing_seed43"):
+        full_policy_jobs(tmp_path, {k: v for k, v in wm.items() if k != "simforcing_seed43"}, 42, b, t)
+    # policy_jobs(full=True) hands over to it; the default section is what it was: base, SFT WM, SimForcing WM
+    wm3 = {**wm, **{wm_key(m, 44): tmp_path / wm_key(m, 44) for m in ("sft", "simforcing")}}
+    assert [j.name for j in policy_jobs(tmp_path, wm3, full=True, budget=b)[0]] == \
+        [j.name for j in full_policy_jobs(tmp_path, wm3, 42, b)[0]]
+    default, dinfo = policy_jobs(tmp_path, wm, budget=PolicyBudget())
+    assert list(dinfo["runs"]) == ["action_only / base", "action_only / SFT WM", "action_only / SimForcing WM"]
+    assert not any(j.name == "policy probe" for j in default) and "full" not in dinfo
