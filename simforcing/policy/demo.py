@@ -6,7 +6,7 @@
 1. the policy dataset (``data synth-policy --layouts 2``: scripted-expert demonstrations in LIBERO-like fixed layouts,
    two cameras; cached in OUT/policy/data);
 2. policies trained from ``base`` (the world model's architecture and VAE, weights from the model's own init — what
-   stands in for Wan2.2 at demo scale, README "Policy transfer"), from the SimForcing world model and from the
+   stands in for Wan2.2 at demo scale, docs/POLICY_TRANSFER.md), from the SimForcing world model and from the
    ``sft`` world model when ``wm_runs`` has one (does SimForcing's motion prior, not real-video fine-tuning,
    transfer?); the default is the action-only setting (the paper's largest gain); ``full`` measures instead the
    seeds × initialisations (random, video base, sft, SimForcing; ``policy.demo_full``);
@@ -48,13 +48,13 @@ class PolicyBudget:
 QUICK = PolicyBudget(per_task=1, max_steps=20, train_steps=3, eval_per_task=1, batch_size=2)
 
 
-def _setting_rows(wm_runs: dict[str, Path], full: bool) -> list[tuple[str, str, str]]:
-    """(row label, setting, init) in table order."""
+def _setting_rows(wm_runs: dict[str, Path]) -> list[tuple[str, str, str]]:
+    """(row label, setting, init) in table order: the default section's action-only rows (``demo --full`` measures
+    every setting in ``policy.demo_full``)."""
     inits = [("base", "base"), ("SimForcing WM", "simforcing")]
     if "sft" in wm_runs:  # is it SimForcing's motion prior that transfers, or any real-video fine-tuning?
         inits.insert(1, ("SFT WM", "sft"))
-    settings = ("action_only", "unconditional", "video_action") if full else ("action_only",)
-    return [(f"{s} / {label}", s, key) for s in settings for label, key in inits]
+    return [(f"action_only / {label}", "action_only", key) for label, key in inits]
 
 
 def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = False, seed: int = 42,
@@ -101,7 +101,7 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
     common = [f"--train.max_steps={budget.train_steps}", f"--train.batch_size={budget.batch_size}",
               f"--policy.execute={budget.execute}", f"--train.seed={seed}", f"--train.ckpt_every={budget.train_steps}",
               "--train.log_every=25", "--train.threads=1"]
-    for label, setting, key in _setting_rows(wm_runs, full):
+    for label, setting, key in _setting_rows(wm_runs):
         run = out / f"{setting}_{key}"
         runs[label] = run
         init = "base" if key == "base" else str(wm_runs[key])

@@ -2,7 +2,7 @@
 
 ``base``: the model's own initialisation plus the configured pretrained weights (``model.weights`` = Wan2.2's video
 expert and ``model.action_expert_weights`` = the Wan-derived action expert, the paper's baseline; the demo has
-neither, see README "Policy transfer" for what stands in for them).
+neither, see docs/POLICY_TRANSFER.md for what stands in for them).
 
 ``RUN``: every tensor of the run's newest valid checkpoint (``runfolder.open_run``) whose name and shape match a policy
 tensor is copied, for both experts. The policy's own tensors are listed as *new* — the action head (``action.norm_out|proj_out|
