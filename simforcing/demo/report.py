@@ -156,6 +156,16 @@ def _split_sizes(plan: Plan) -> tuple:
 
 
 def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
+    """The demo's report.md: one section function per part, in reading order."""
+    sections = (_windows_section(res, plan), _paired_section(res["summary"]), _decomposition_section(res),
+                _ablation_section(res, plan), _sweep_section(res, plan), rollout_lines(res.get("rollouts"), plan),
+                _policy_section(res.get("policy")), wm_eval_lines(res.get("wm_eval"), plan),
+                _media_section(res, plan), _wall_time_and_commands(res, commands))
+    return "\n".join(line for section in sections for line in section)
+
+
+def _windows_section(res: dict, plan: Plan) -> list[str]:
+    """The paper's protocol: held-out windows at its sampler, floor and ceiling, the one-step rows, the checks."""
     s, base = res["summary"], res["baselines"]
     n = (base.get("copy-first") or {}).get("num_samples")
     train, pool = _split_sizes(plan)
@@ -179,9 +189,14 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
                   "floor: the probe on the recorded frames; another window's actions: the same model, noise and first "
                   "frame driven by the actions of another validation window)."]
     checks = s["beats_copy"]
-    lines += ["", "**Checks**: " + "; ".join(
+    return lines + ["", "**Checks**: " + "; ".join(
         f"{m} beats copying the first frame on PSNR: {_yes(c['psnr'])}, on action error: {_yes(c['af_pos'])}"
         for m, c in checks.items())]
+
+
+def _paired_section(s: dict) -> list[str]:
+    """simforcing − sft per seed and their mean ± std; the arm region's headroom closed."""
+    lines = []
     if s["paired"]:
         lines += ["", "## Paired seeds: simforcing − sft", "",
                   "| seed | PSNR (dB) | arm PSNR (dB) | action error (cm) | moving frames (cm) |", "|---|---|---|---|---|"]
@@ -199,51 +214,73 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
     if s["arm_headroom_closed"] is not None:
         lines += ["", f"Arm-region headroom closed by simforcing (copy → VAE ceiling): "
                       f"{100 * s['arm_headroom_closed']:.0f} %."]
+    return lines
+
+
+def _decomposition_section(res: dict) -> list[str]:
+    """Where the gain is lost: the teacher and the students in simulation, the oracle condition."""
     d = res["decomposition"]
-    lines += ["", "## Where the gain is lost", "",
-              "The same windows; simulation rows score the model on the recorded simulation video (the arm on black) "
-              "with its gate off, as the two-stage sampler's first stage runs it.", "", *_HEAD,
-              _row("simulation: copy the first frame", d.get("sim copy-first")),
-              _row("simulation: VAE reconstruction", d.get("sim vae-recon")),
-              _row("simulation: stage-1 teacher, 1 step", d.get("sim teacher N=1")),
-              _row("simulation: stage-1 teacher, 10 steps", d.get("sim teacher N=10")),
-              _row("simulation: sft student's own rollout (N_s = 1)", d.get("sim sft rollout")),
-              _row("simulation: simforcing student's own rollout (N_s = 1) = its condition", d.get("sim simforcing rollout")),
-              _row("real: simforcing, condition = its own rollout", d.get("simforcing")),
-              _row("real: simforcing, condition = the recorded sim video (upper bound)",
-                   d.get("simforcing oracle condition"))]
-    if plan.full:
-        lines += ["", "## Ablations (mean ± std over seeds)", "", "**Tab. 2** (random windows off = simforcing with "
-                  "one fixed window per trajectory, our reading of 'trajectory augmentation')", "",
-                  *_ablation_table(res, [("sft", "sft"), ("joint_fm", "joint_fm"),
-                                         ("simforcing, random windows off", "simforcing_fixed_window"),
-                                         ("motion_distill", "motion_distill"), ("simforcing", "simforcing")]),
-                  "", "**Tab. 3** (latent value vs motion distillation)", "",
-                  *_ablation_table(res, [("value_distill", "value_distill"), ("motion_distill", "motion_distill")]),
-                  "", "**Tab. A1** training runs (p at the default w = 0.6)", "",
-                  *_ablation_table(res, [(f"p = {p}", r) for p, r in zip(("0", "0.3", "0.7", "1"), P_RUNS)])]
-        if res.get("sweep_cfg"):
-            lines += ["", res["sweep_cfg"]["table_md"], "",
-                      f"![Tab. A1]({relative_to(res['sweep_cfg']['heatmap'], plan.out)})"]
+    return ["", "## Where the gain is lost", "",
+            "The same windows; simulation rows score the model on the recorded simulation video (the arm on black) "
+            "with its gate off, as the two-stage sampler's first stage runs it.", "", *_HEAD,
+            _row("simulation: copy the first frame", d.get("sim copy-first")),
+            _row("simulation: VAE reconstruction", d.get("sim vae-recon")),
+            _row("simulation: stage-1 teacher, 1 step", d.get("sim teacher N=1")),
+            _row("simulation: stage-1 teacher, 10 steps", d.get("sim teacher N=10")),
+            _row("simulation: sft student's own rollout (N_s = 1)", d.get("sim sft rollout")),
+            _row("simulation: simforcing student's own rollout (N_s = 1) = its condition", d.get("sim simforcing rollout")),
+            _row("real: simforcing, condition = its own rollout", d.get("simforcing")),
+            _row("real: simforcing, condition = the recorded sim video (upper bound)",
+                 d.get("simforcing oracle condition"))]
+
+
+def _ablation_section(res: dict, plan: Plan) -> list[str]:
+    """--full: Tab. 2, Tab. 3 and Tab. A1 over seeds."""
+    if not plan.full:
+        return []
+    lines = ["", "## Ablations (mean ± std over seeds)", "", "**Tab. 2** (random windows off = simforcing with "
+             "one fixed window per trajectory, our reading of 'trajectory augmentation')", "",
+             *_ablation_table(res, [("sft", "sft"), ("joint_fm", "joint_fm"),
+                                    ("simforcing, random windows off", "simforcing_fixed_window"),
+                                    ("motion_distill", "motion_distill"), ("simforcing", "simforcing")]),
+             "", "**Tab. 3** (latent value vs motion distillation)", "",
+             *_ablation_table(res, [("value_distill", "value_distill"), ("motion_distill", "motion_distill")]),
+             "", "**Tab. A1** training runs (p at the default w = 0.6)", "",
+             *_ablation_table(res, [(f"p = {p}", r) for p, r in zip(("0", "0.3", "0.7", "1"), P_RUNS)])]
+    if res.get("sweep_cfg"):
+        lines += ["", res["sweep_cfg"]["table_md"], "",
+                  f"![Tab. A1]({relative_to(res['sweep_cfg']['heatmap'], plan.out)})"]
+    return lines
+
+
+def _sweep_section(res: dict, plan: Plan) -> list[str]:
     sw = res.get("sweep_steps")
-    if sw:
-        lines += ["", f"## Sweep N_r × w (N_s = 1, simforcing, {sw['num_samples']} windows)", "", sw["table_md"], "",
-                  f"![sweep heatmap]({relative_to(sw['heatmap'], plan.out)})"]
-    lines += rollout_lines(res.get("rollouts"), plan)
-    pol = res.get("policy")
-    if pol:
-        lines += ["", "## Policy transfer (paper Tab. 5): closed-loop success on held-out scenes", "",
-                  pol["table_md"], "", _policy_setup(pol.get("budget", {})) +
-                  "Success % with 95 % Wilson intervals; every policy on the same scenes. One world model and one "
-                  "policy seed per row: a difference inside the intervals is not established (docs/"
-                  "POLICY_TRANSFER.md: three policy seeds, and world models retrained under load, where the rows "
-                  "tie). "
-                  "Initialisations: " + "; ".join(f"{k}: {v['inherited']} tensors inherited, {v['new']} new"
-                                                  for k, v in pol.get("init", {}).items())]
-        if pol.get("transfer_md"):  # demo --full: the seeds × initialisations measurement (policy.demo_full)
-            lines += ["", pol["note"], "", pol["transfer_md"]]
-    lines += wm_eval_lines(res.get("wm_eval"), plan)
-    lines += ["", "## Videos (masked first frame | simulation rollout | prediction | ground truth)", ""]
+    if not sw:
+        return []
+    return ["", f"## Sweep N_r × w (N_s = 1, simforcing, {sw['num_samples']} windows)", "", sw["table_md"], "",
+            f"![sweep heatmap]({relative_to(sw['heatmap'], plan.out)})"]
+
+
+def _policy_section(pol: Optional[dict]) -> list[str]:
+    """Tab. 5 at demo scale (and with --full the seeds × initialisations measurement)."""
+    if not pol:
+        return []
+    lines = ["", "## Policy transfer (paper Tab. 5): closed-loop success on held-out scenes", "",
+             pol["table_md"], "", _policy_setup(pol.get("budget", {})) +
+             "Success % with 95 % Wilson intervals; every policy on the same scenes. One world model and one "
+             "policy seed per row: a difference inside the intervals is not established (docs/"
+             "POLICY_TRANSFER.md: three policy seeds, and world models retrained under load, where the rows "
+             "tie). "
+             "Initialisations: " + "; ".join(f"{k}: {v['inherited']} tensors inherited, {v['new']} new"
+                                             for k, v in pol.get("init", {}).items())]
+    if pol.get("transfer_md"):  # demo --full: the seeds × initialisations measurement (policy.demo_full)
+        lines += ["", pol["note"], "", pol["transfer_md"]]
+    return lines
+
+
+def _media_section(res: dict, plan: Plan) -> list[str]:
+    """The sample videos and every run's loss curves."""
+    lines = ["", "## Videos (masked first frame | simulation rollout | prediction | ground truth)", ""]
     for m, files in res["videos"].items():
         for f in files:
             lines += [f"**{m}** ![{m}]({relative_to(f, plan.out)})", ""]
@@ -252,12 +289,15 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
         png = plan.out / name / "loss_curves.png"
         if png.exists():
             lines += [f"{name}: ![{name} loss]({name}/loss_curves.png)", ""]
-    lines += ["## Wall time", "", "| job | seconds |", "|---|---|"]
+    return lines
+
+
+def _wall_time_and_commands(res: dict, commands: dict) -> list[str]:
+    lines = ["## Wall time", "", "| job | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in res["wall_time_s"].items()]
     lines += ["", "## Commands behind each number", "", "```bash"]
     lines += [f"# {k}\n{v}" for k, v in commands.items()]
-    lines += ["```", ""]
-    return "\n".join(lines)
+    return lines + ["```", ""]
 
 
 def _policy_setup(b: dict) -> str:
