@@ -8,7 +8,8 @@ shares (``simforcing.policy.train``).
 
 :class:`Trainer` is the loop: it claims the run folder, builds data and models, restores a checkpoint, takes steps
 (``training.step``), logs (``training.runlog``), checkpoints, and stops on a signal, a fault or a NaN
-(``training.faults``); what may start or continue a run is checked first (``training.checks``). The recipe, the
+(``training.faults``); what may start or continue a run is checked first (``training.checks``), the run folder is
+checked and claimed by ``training.folder`` and a run is resumed by ``training.resume`` (the trainer's two mixins). The recipe, the
 run folder's life cycle, resume and the exit codes are in docs/DESIGN.md ("Training").
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import copy
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -25,31 +25,29 @@ import torch
 from tqdm import tqdm
 
 from simforcing import parallel
-from simforcing.checkpoint import (capture_rng, find_resumable, list_checkpoints, load_model_state, remove_stale_temp,
-                                   restore_rng, save_checkpoint)
-from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError, config_diff
+from simforcing.checkpoint import capture_rng, list_checkpoints, load_model_state, save_checkpoint
+from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
 from simforcing.data.format import read_stats
 from simforcing.data.latent_cache import LatentWindowDataset
 from simforcing.data.paired import PairedWindowDataset
-from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, CheckpointError, OutputError
-from simforcing.locking import FolderLock, lock_folder
+from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, OutputError
+from simforcing.locking import FolderLock
 from simforcing.losses import NonFiniteLoss
 from simforcing.methods import METHODS, method_preset, needs_teacher, own_first_frames, rollout_windows
 from simforcing.models.vae import load_vae
 from simforcing.models.weights import frozen_copy, load_configured_weights
 from simforcing.models.world_model import build_world_model
-from simforcing.runfolder import (CHECKPOINTS_DIR, CONFIG_FILE, INIT_FILE, RUN_RECORD, STAGE_KIND, TEACHER_FILE,
-                                  check_not_foreign, is_run_folder, new_run_record, newest_readable,
-                                  read_run_record, require_kind, trained_config)
+from simforcing.runfolder import CONFIG_FILE, INIT_FILE, TEACHER_FILE
 from simforcing.threads import configure_threads
-from simforcing.training.checks import check_resume_config, data_changes, data_record, resolve_teacher
+from simforcing.training.checks import data_record
 from simforcing.training.faults import FaultPlan, StopFlag
-from simforcing.training.optim import apply_optimizer_settings, build_optimizer, lr_factor, param_groups
+from simforcing.training.folder import RunFolderMixin
+from simforcing.training.optim import build_optimizer, lr_factor, param_groups
+from simforcing.training.resume import ResumeMixin
 from simforcing.training.runlog import RunLog
 from simforcing.training.step import StepHooks, train_step
-from simforcing.utils import (atomic_write_json, atomic_write_text, check_output_path, derive_seed, resolve_device,
-                              seed_everything)
-from simforcing.warmstart import check_init_run, init_from_run
+from simforcing.utils import atomic_write_json, atomic_write_text, derive_seed, seed_everything
+from simforcing.warmstart import init_from_run
 
 __all__ = ["Diverged", "Trainer", "derive_seed", "lr_factor", "param_groups", "train_run"]
 
@@ -63,7 +61,7 @@ class Diverged(Exception):
         super().__init__(f"training diverged at step {step}: non-finite {term} ({value})")
 
 
-class Trainer:
+class Trainer(RunFolderMixin, ResumeMixin):
     """One training run (stage "pretrain" or "train"); ``run()`` returns the result dict of :func:`train_run`.
 
     A subclass overrides the hooks ``_check_method``, ``_build_data``, ``_build_models``, ``_latents``,
@@ -90,54 +88,6 @@ class Trainer:
         self.teacher_ckpt = None
         self.resume_ckpt = None
 
-    # -- checks before any work (read-only: a refused run writes nothing) ------------------------------------------
-    def _preflight(self) -> None:
-        cfg = self.cfg.validate()
-        self._check_method(cfg)
-        if cfg.data.latent_cache is None and not cfg.data.root:
-            raise ConfigError("data.root: not set; pass --data DIR (or --data.latent_cache=CACHE)")
-        resolve_device(cfg.train.device)  # a device this machine has, before anything is built
-        check_output_path(self.run_dir, "--out")
-        self._check_run_folder()
-        if self.stage == "train":
-            self.teacher_run, teacher = resolve_teacher(self.run_dir, self.teacher_run, self.resume, self.cfg)
-            self.teacher_ckpt = teacher.checkpoint
-        if self.start_from is not None:
-            if self.stage != "pretrain":
-                raise ConfigError(f"--init: {self.stage} does not start from another run's weights (stage 1 does: "
-                                  "`simforcing pretrain --init RUN0`)")
-            if cfg.model.weights or cfg.model.action_expert_weights:
-                raise ConfigError(f"--init {self.start_from} and model.weights / model.action_expert_weights are two "
-                                  "starts; choose one")
-            if not (self.resume and self.has_checkpoints):
-                check_init_run(cfg, self.start_from)
-
-    def _check_run_folder(self) -> None:
-        """What ``--out`` holds decides whether the run may start: someone else's files (never overwritten),
-        checkpoints without --resume (refused), or on --resume the run it continues (same kind, same architecture as
-        the config its newest checkpoint was trained with). Read-only; run again under the lock."""
-        self.has_checkpoints = bool(list_checkpoints(self.run_dir))
-        check_not_foreign(self.run_dir)
-        if self.has_checkpoints and not self.resume:
-            raise ConfigError(f"--out: {self.run_dir} already holds checkpoints; pass --resume to continue it or "
-                              "choose another folder")
-        if self.resume and is_run_folder(self.run_dir):
-            require_kind(self.run_dir, (STAGE_KIND[self.stage],), "--out", f"resume_{self.stage}")
-        if self.resume and self.has_checkpoints:
-            self._check_resume_compatible()
-
-    def _check_resume_compatible(self) -> None:
-        """The newest checkpoint whose metadata reads is the reference (``runfolder.trained_config``)."""
-        ref = newest_readable(self.run_dir)
-        if ref is None:
-            return  # every checkpoint is damaged: _find_resume_checkpoint fails with the named error
-        theirs, differs = trained_config(self.run_dir, ref)
-        if differs:
-            warnings.warn(f"{self.run_dir / CONFIG_FILE} differs from the config {ref.path.name} was trained with "
-                          f"in {', '.join(differs[:8])}; the resume is checked against the checkpoint's own config",
-                          stacklevel=4)
-        check_resume_config(self.cfg, theirs, self.stage, self.run_dir)
-
     def _check_method(self, cfg: Config) -> None:
         """The stage's method (hook: a subclass trains something else)."""
         if self.stage == "pretrain" and cfg.train.method != STAGE1_METHOD:
@@ -155,32 +105,6 @@ class Trainer:
         return f"{self.stage} {self.cfg.train.method}"
 
     # -- setup ----------------------------------------------------------------------------------------------------------
-    def _claim(self) -> None:
-        """Take the run folder's lock (rank 0; the others learn the outcome), check the folder again now that no
-        other writer can change it, remove a crashed writer's temporary checkpoint folders, and record the run."""
-        error = None
-        if self.dist.is_main:
-            try:
-                self.lock = lock_folder(self.run_dir, f"simforcing {self.stage}")
-                self._check_run_folder()
-                self.run_id = self._record_run()
-                remove_stale_temp(self.run_dir)
-            except Exception as e:  # noqa: BLE001 - every rank must learn rank 0's outcome, whatever it is
-                error = e
-        error = parallel.broadcast_object(error)
-        self.run_id = parallel.broadcast_object(self.run_id)
-        if error is not None:
-            raise error
-        self.log = RunLog(self.run_dir, self.dist.is_main)
-
-    def _record_run(self) -> str:
-        """RUN/run.json: a new record, or on --resume the run's own (its kind added when it predates kinds)."""
-        record = read_run_record(self.run_dir) if self.resume else None
-        if record is None or "kind" not in record:
-            record = {**new_run_record(self.stage), **(record or {})}
-            atomic_write_json(self.run_dir / RUN_RECORD, record)
-        return record["run_id"]
-
     def _setup(self) -> None:
         cfg = self.cfg
         self.dist = parallel.init_distributed(cfg.train.device)
@@ -280,70 +204,6 @@ class Trainer:
         self.student = parallel.shard_from_rank0(student, cfg, self.dist.mesh, self.device).train()
         if teacher is not None:
             self.teacher = parallel.shard_from_rank0(teacher, cfg, self.dist.mesh, self.device)
-
-    # -- resume ---------------------------------------------------------------------------------------------------------
-    def _find_resume_checkpoint(self):
-        """The newest valid checkpoint to continue from (None: nothing to resume, start at 0)."""
-        if not self.has_checkpoints:
-            warnings.warn(f"--resume: no valid checkpoint in {self.run_dir / CHECKPOINTS_DIR}; starting from step 0",
-                          stacklevel=4)
-            return None
-        ckpt = find_resumable(self.run_dir)
-        if ckpt is None:
-            raise CheckpointError("--resume: every checkpoint is damaged; nothing to resume from",
-                                  self.run_dir / CHECKPOINTS_DIR)
-        return ckpt
-
-    def _restore(self) -> int:
-        """Continue from ``resume_ckpt``: its config checked, weights, optimizer, schedule, RNGs and data position
-        restored, what changed (optimizer settings, the data) said; returns its step."""
-        ckpt = self.resume_ckpt
-        theirs, _ = trained_config(self.run_dir, ckpt)
-        self._check_resume(theirs)  # the one actually restored
-        changed = config_diff(theirs, self.cfg)
-        if changed:
-            warnings.warn(f"resuming {self.run_dir} with changed config fields: {', '.join(changed)}", stacklevel=3)
-        self._load_state(ckpt)
-        applied = apply_optimizer_settings(self.optimizer, self.scheduler, self.cfg)
-        restore_rng(ckpt.train_state["rng"])
-        data = ckpt.train_state["data"]
-        if data.get("windows") != len(self.dataset) or data.get("global_batch") != self._global_batch():
-            warnings.warn("resume: the number of windows or the global batch changed; the data order differs from "
-                          "the interrupted run", stacklevel=3)
-        self.start_step = ckpt.step
-        data_changed = data_changes(ckpt.meta, self._dataset_stats(), self.data_record)
-        if self.dist.is_main:
-            print(f"resuming {self.run_dir} from {ckpt.path.name} (step {ckpt.step})", flush=True)
-            if applied:
-                print(f"resume: applied to the restored optimizer and scheduler: {'; '.join(applied)}", flush=True)
-            if data_changed:
-                print(f"resume: the data differs from what {ckpt.path.name} was trained on: {'; '.join(data_changed)}"
-                      "; training continues with the checkpoint's normalisation statistics (its weights were trained "
-                      "with them) — start a new run to train with the data's own", file=sys.stderr, flush=True)
-        self.log.facts["resumed_with"] = applied
-        self.log.facts["resume_data_changes"] = data_changed
-        return ckpt.step
-
-    def _check_resume(self, theirs: Config) -> None:
-        """Whether this config may continue a run trained with ``theirs`` (``training.checks``)."""
-        check_resume_config(self.cfg, theirs, self.stage, self.run_dir)
-
-    def _load_state(self, ckpt) -> None:
-        """Weights and optimizer of ``ckpt`` into this run's (any world size resumes any checkpoint: DCP reshards
-        N -> M, and N -> 1 without a process group; a single-process checkpoint is broadcast into the shards of a
-        multi-process run, 1 -> N); then the schedule."""
-        state = ckpt.train_state
-        if ckpt.sharded:
-            parallel.load_sharded(ckpt.path / "dcp", self.student, self.optimizer)
-        elif self.dist.world_size > 1:
-            parallel.load_full_into_sharded(self.student, self.optimizer, ckpt.model_state, state["optimizer"])
-        else:
-            load_model_state(ckpt, self.student)
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-
-    def _global_batch(self) -> int:
-        return self.cfg.train.batch_size * self.dist.world_size
 
     # -- the loop -------------------------------------------------------------------------------------------------------
     def run(self) -> dict:
