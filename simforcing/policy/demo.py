@@ -27,9 +27,9 @@ from typing import Callable
 
 from simforcing.jobs import Job, run_jobs, timings
 from simforcing.policy.demo_full import collect_full, full_policy_jobs
+from simforcing.policy.demo_jobs import eval_job, policy_data_job, train_job, wm_digests
 from simforcing.policy.evaluate import EXPERT, FLOOR, format_table
-from simforcing.provenance import (check_provenance, digest, provenance_record, read_provenance, remove_stale_run,
-                                   run_finished, write_provenance)
+from simforcing.provenance import digest
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 
@@ -77,70 +77,33 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
     wm_deps = wm_deps or {}
     if "simforcing" not in wm_runs:
         raise ValueError(f"wm_runs: expected a 'simforcing' run; got {sorted(wm_runs)}")
-    wm_digest = {}
-    for key, run in wm_runs.items():
-        rec = (wm_records or {}).get(key) or read_provenance(run)
-        wm_digest[key] = digest(rec) if rec is not None else f"unrecorded:{Path(run).resolve()}"
+    wm_digest = wm_digests(wm_runs, wm_records)
     notes: list[str] = []  # (the commands carry every size; provenance records them with the seed and the inputs)
-
-    def stale_fields(folder: Path, rec: dict) -> list[str]:  # [] when the folder records exactly ``rec``
-        return check_provenance(folder, rec) if folder.exists() else ["absent"]
-
     sf_cfg = Path(wm_runs["simforcing"]) / "config.json"
     data = out / "data"
-    jobs: list[Job] = []
-    data_argv = ["data", "synth-policy", str(data), "--per-task", str(budget.per_task), "--num-val", "0",
-                 "--max-steps", str(budget.max_steps), "--layouts", str(budget.layouts), "--jitter", str(budget.jitter),
-                 "--workers", "1"]
-    data_rec = provenance_record("simforcing " + " ".join(data_argv), None, seed)
-    jobs.append(Job("policy data", data_argv + ["--overwrite", "--no-progress"], deps=tuple(after), priority=30,
-                    skip=lambda: not stale_fields(data, data_rec) and (data / "meta" / "info.json").exists(),
-                    on_done=lambda: write_provenance(data, data_rec)))
+    data_job, data_rec = policy_data_job(data, budget, seed, after)
+    jobs: list[Job] = [data_job]
     runs: dict[str, Path] = {}
     train_recs: dict[str, dict] = {}
-    common = [f"--train.max_steps={budget.train_steps}", f"--train.batch_size={budget.batch_size}",
-              f"--policy.execute={budget.execute}", f"--train.seed={seed}", f"--train.ckpt_every={budget.train_steps}",
-              "--train.log_every=25", "--train.threads=1"]
     for label, setting, key in _setting_rows(wm_runs):
-        run = out / f"{setting}_{key}"
-        runs[label] = run
-        init = "base" if key == "base" else str(wm_runs[key])
-        argv = ["policy", "train", "--setting", setting, "--init", init, "--data", str(data), "--out", str(run)]
-        if key == "base":
-            argv += ["--config", str(sf_cfg)]
-        argv += common
+        run = runs[label] = out / f"{setting}_{key}"
         inputs = {"data": digest(data_rec), "world model": wm_digest["simforcing" if key == "base" else key]}
-        rec = train_recs[label] = provenance_record("simforcing " + " ".join(argv), None, seed, inputs)
-        stale = stale_fields(run, rec)
-        if run.exists() and stale:
-            notes.append(remove_stale_run(run, stale))
-        elif (run / "checkpoints").exists() and not run_finished(run, budget.train_steps):
-            argv = argv + ["--resume"]
-
-        def start(run=run, rec=rec):
-            run.mkdir(parents=True, exist_ok=True)
-            write_provenance(run, rec)
         deps = ("policy data",) + tuple(wm_deps[k] for k in ("simforcing", key) if k in wm_deps)
-        jobs.append(Job(f"policy train {label}", argv, deps=tuple(dict.fromkeys(deps)), priority=35,
-                        skip=lambda run=run, rec=rec: (not stale_fields(run, rec)
-                                                       and run_finished(run, budget.train_steps)),
-                        on_start=start))
+        job, train_recs[label] = train_job(label, run, setting, "base" if key == "base" else str(wm_runs[key]),
+                                           sf_cfg if key == "base" else None, data, budget.train_steps, seed, budget,
+                                           inputs, deps, 35, notes)
+        jobs.append(job)
     groups = [[EXPERT]] + [[label] for label in runs]  # the baselines in one process, one process per policy
     evals: dict[int, Path] = {}
     for g, members in enumerate(groups):
-        ev = out / "eval" / f"part{g}"
-        evals[g] = ev
-        argv = ["policy", "eval", "--out", str(ev), "--per-task", str(budget.eval_per_task), "--max-steps",
-                str(budget.max_steps), "--layouts", str(budget.layouts), "--jitter", str(budget.jitter)]
-        if members != [EXPERT]:
-            argv += ["--runs", f"{members[0]}={runs[members[0]]}", "--no-baselines"]
-        inputs = {"policy": digest(train_recs[members[0]])} if members != [EXPERT] else {"data": digest(data_rec)}
-        rec = provenance_record("simforcing " + " ".join(argv), None, seed, inputs)
-        deps = ("policy data",) if members == [EXPERT] else (f"policy train {members[0]}",)
-        name = f"policy eval {'expert + floor' if members == [EXPERT] else members[0]}"
-        jobs.append(Job(name, argv, deps=deps, priority=25,
-                        skip=lambda ev=ev, rec=rec: not stale_fields(ev, rec) and (ev / "eval.json").exists(),
-                        on_done=lambda ev=ev, rec=rec: write_provenance(ev, rec)))
+        ev = evals[g] = out / "eval" / f"part{g}"
+        if members == [EXPERT]:
+            jobs.append(eval_job("policy eval expert + floor", ev, budget.eval_per_task, budget, seed, None,
+                                 {"data": digest(data_rec)}, ("policy data",)))
+        else:
+            label = members[0]
+            jobs.append(eval_job(f"policy eval {label}", ev, budget.eval_per_task, budget, seed, (label, runs[label]),
+                                 {"policy": digest(train_recs[label])}, (f"policy train {label}",)))
     info = {"out": str(out), "data": str(data), "runs": {k: str(v) for k, v in runs.items()},
             "evals": [str(v) for v in evals.values()], "budget": asdict(budget), "seed": seed,
             "commands": {j.name: j.cite() for j in jobs}, "notes": notes}

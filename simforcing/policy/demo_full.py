@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Optional
 
 from simforcing.jobs import Job
+from simforcing.policy.demo_jobs import eval_job, policy_data_job, stale_fields, train_job, wm_digests
 from simforcing.policy.evaluate import EXPERT, FLOOR, format_table
 from simforcing.policy.transfer import COMPARISONS, default_note, transfer_analysis, transfer_markdown
-from simforcing.provenance import (check_provenance, digest, provenance_record, read_provenance, remove_stale_run,
-                                   run_finished, write_provenance)
+from simforcing.provenance import digest, provenance_record, write_provenance
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 SEED = 42
@@ -138,25 +138,12 @@ def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int, b
     if missing:
         raise ValueError(f"wm_runs: the world-model runs {missing} are missing (demo --full trains "
                          f"{transfer.wm_seeds} world-model seeds)")
-    wm_digest = {}
-    for key, run in wm_runs.items():
-        rec = (wm_records or {}).get(key) or read_provenance(run)
-        wm_digest[key] = digest(rec) if rec is not None else f"unrecorded:{Path(run).resolve()}"
+    wm_digest = wm_digests(wm_runs, wm_records)
     notes: list[str] = []
-
-    def stale_fields(folder: Path, rec: dict) -> list[str]:  # [] when the folder records exactly ``rec``
-        return check_provenance(folder, rec) if folder.exists() else ["absent"]
-
     # the dataset: the default section's command and folder (policy.demo.policy_jobs), so both share it
     data = root / "data"
-    jobs: list[Job] = []
-    data_argv = ["data", "synth-policy", str(data), "--per-task", str(budget.per_task), "--num-val", "0",
-                 "--max-steps", str(budget.max_steps), "--layouts", str(budget.layouts), "--jitter", str(budget.jitter),
-                 "--workers", "1"]
-    data_rec = provenance_record("simforcing " + " ".join(data_argv), None, seed)
-    jobs.append(Job("policy data", data_argv + ["--overwrite", "--no-progress"], deps=tuple(after), priority=30,
-                    skip=lambda: not stale_fields(data, data_rec) and (data / "meta" / "info.json").exists(),
-                    on_done=lambda: write_provenance(data, data_rec)))
+    data_job, data_rec = policy_data_job(data, budget, seed, after)
+    jobs: list[Job] = [data_job]
     runs: dict[str, Path] = {}
     train_recs: dict[str, dict] = {}
     sf_cfg = Path(wm_runs["simforcing"]) / "config.json"
@@ -166,48 +153,26 @@ def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int, b
         source = "simforcing" if spec.init == "random" else \
             spec.init if spec.wm_seed is None else wm_key(spec.init, spec.wm_seed)
         init = "base" if spec.init == "random" else str(wm_runs[source])
-        argv = ["policy", "train", "--setting", spec.setting, "--init", init, "--data", str(data), "--out", str(run)]
-        if spec.init == "random":
-            argv += ["--config", str(sf_cfg)]  # the same architecture and VAE, no weight inherited
-        argv += [f"--train.max_steps={spec.steps}", f"--train.batch_size={budget.batch_size}",
-                 f"--policy.execute={budget.execute}", f"--train.seed={spec.seed}", f"--train.ckpt_every={spec.steps}",
-                 "--train.log_every=25", "--train.threads=1"]
-        rec = train_recs[label] = provenance_record("simforcing " + " ".join(argv), None, spec.seed,
-                                                    {"data": digest(data_rec), "world model": wm_digest[source]})
-        stale = stale_fields(run, rec)
-        if run.exists() and stale:
-            notes.append(remove_stale_run(run, stale))
-        elif (run / "checkpoints").exists() and not run_finished(run, spec.steps):
-            argv = argv + ["--resume"]
-
-        def start(run=run, rec=rec):
-            run.mkdir(parents=True, exist_ok=True)
-            write_provenance(run, rec)
         deps = ("policy data",) + tuple(wm_deps[k] for k in ("simforcing", source) if k in wm_deps)
         # the first seeds at the demo's budget first, then the longer budget and the joint settings, then the rest
         priority = 35 if (spec.seed, spec.wm_seed or SEED) == (seed, SEED) and spec.steps == budget.train_steps \
             else 20 if spec.steps != budget.train_steps or spec.setting != "action_only" else 15
-        jobs.append(Job(f"policy train {label}", argv, deps=tuple(dict.fromkeys(deps)), priority=priority,
-                        skip=lambda run=run, rec=rec, n=spec.steps: (not stale_fields(run, rec)
-                                                                     and run_finished(run, n)),
-                        on_start=start))
+        job, train_recs[label] = train_job(label, run, spec.setting, init,
+                                           sf_cfg if spec.init == "random" else None, data, spec.steps, spec.seed,
+                                           budget, {"data": digest(data_rec), "world model": wm_digest[source]},
+                                           deps, priority, notes)
+        jobs.append(job)
     per_task = transfer.eval_per_task
     evals: dict[str, Path] = {}
     eval_root = out / f"eval_{per_task}"
     for label in [EXPERT] + list(runs):
-        ev = eval_root / ("baselines" if label == EXPERT else Path(runs[label]).name)
-        evals[label] = ev
-        argv = ["policy", "eval", "--out", str(ev), "--per-task", str(per_task), "--max-steps", str(budget.max_steps),
-                "--layouts", str(budget.layouts), "--jitter", str(budget.jitter)]
-        if label != EXPERT:
-            argv += ["--runs", f"{label}={runs[label]}", "--no-baselines"]
-        inputs = {"policy": digest(train_recs[label])} if label != EXPERT else {"data": digest(data_rec)}
-        rec = provenance_record("simforcing " + " ".join(argv), None, seed, inputs)
-        deps = ("policy data",) if label == EXPERT else (f"policy train {label}",)
-        jobs.append(Job(f"policy eval {'expert + floor' if label == EXPERT else label}", argv, deps=deps,
-                        priority=25, skip=lambda ev=ev, rec=rec: not stale_fields(ev, rec)
-                        and (ev / "eval.json").exists(),
-                        on_done=lambda ev=ev, rec=rec: write_provenance(ev, rec)))
+        ev = evals[label] = eval_root / ("baselines" if label == EXPERT else Path(runs[label]).name)
+        if label == EXPERT:
+            jobs.append(eval_job("policy eval expert + floor", ev, per_task, budget, seed, None,
+                                 {"data": digest(data_rec)}, ("policy data",)))
+        else:
+            jobs.append(eval_job(f"policy eval {label}", ev, per_task, budget, seed, (label, runs[label]),
+                                 {"policy": digest(train_recs[label])}, (f"policy train {label}",)))
     # what the frozen video expert gives an action-only policy: one per initialisation and world model
     probed = [s for s in specs if s.setting == "action_only" and s.steps == budget.train_steps and s.seed == seed]
     probe = out / "probe"
