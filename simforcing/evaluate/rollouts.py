@@ -250,6 +250,47 @@ def summarize(per_frame: dict[str, np.ndarray], bounds) -> dict:
     return out
 
 
+UNITS = "PSNR dB; af_pos in state units (metres on the synthetic benchmark)"
+
+
+def _chunk_facts(bounds: list) -> dict:
+    return {"chunks": len(bounds), "chunk_frames": [e - s for s, e in bounds], "frames": bounds[-1][1]}
+
+
+def check_rows(rows: Sequence[str]) -> None:
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        raise ConfigError(f"--rows: got {unknown}; expected some of {', '.join(ROWS)}")
+
+
+def episode_counts(available: int, num_episodes: Optional[int], batch_size: Optional[int], split: str,
+                   horizon: int) -> tuple[int, int]:
+    """(episodes to roll out, episodes per batch), checked against the ``available`` long-enough episodes."""
+    n = available if num_episodes is None else int(num_episodes)
+    if not 1 <= n <= available:
+        raise ConfigError(f"--num-episodes: got {n}; split {split!r} holds {available} episodes of >= {horizon} "
+                          "actions")
+    bsz = n if batch_size is None else int(batch_size)
+    if bsz < 1:
+        raise ConfigError(f"--batch-size: got {bsz}; expected an integer >= 1")
+    return n, bsz
+
+
+def reference_rows(batch: dict, rows: Sequence[str], bounds: list, probe, vae, device) -> dict[str, dict]:
+    """The rows that need no model: the first frame repeated, the VAE's reconstruction, the probe on the recorded
+    frames (the action error's floor)."""
+    real, masks, states = batch["real"], batch["arm_mask"], batch["raw_states"]
+    got = {}
+    if "copy-first" in rows:
+        got["copy-first"] = score(real[:, :, :1].expand_as(real), real, masks, bounds, probe, states)
+    if "vae-recon" in rows:
+        recon, firsts = vae_recon_video(vae, batch, bounds, device)
+        got["vae-recon"] = score(recon, real, masks, bounds, probe, states, refs=firsts)
+    if "probe floor" in rows and probe is not None:
+        got["probe floor"] = {"af_pos": score(real, real, masks, bounds, probe, states)["af_pos"]}
+    return got
+
+
 def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config], split: str, horizon: int,
                       out_dir: str | Path, num_episodes: Optional[int] = None, batch_size: Optional[int] = None,
                       step: Optional[int] = None, device=None, videos: int = 2, rows: Sequence[str] = ROWS,
@@ -259,9 +300,7 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
     videos. Returns the result dict."""
     t_start = time.perf_counter()
     dev = resolve_device(device) if device is not None else resolve_device(cfg.train.device if cfg else "auto")
-    unknown = [r for r in rows if r not in ROWS]
-    if unknown:
-        raise ConfigError(f"--rows: got {unknown}; expected some of {', '.join(ROWS)}")
+    check_rows(rows)
     if cfg is not None:  # a bad horizon is named before anything loads
         chunk_sizes(horizon, cfg.data.actions_per_window, cfg.data.frame_stride)
     cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
@@ -269,12 +308,7 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
     cfg.validate()
     sizes = chunk_sizes(horizon, cfg.data.actions_per_window, cfg.data.frame_stride)
     ds = horizon_dataset(cfg, data_root, split, horizon, meta["stats"])
-    n = len(ds) if num_episodes is None else int(num_episodes)
-    if not 1 <= n <= len(ds):
-        raise ConfigError(f"--num-episodes: got {n}; split {split!r} holds {len(ds)} episodes of >= {horizon} actions")
-    bsz = n if batch_size is None else int(batch_size)
-    if bsz < 1:
-        raise ConfigError(f"--batch-size: got {bsz}; expected an integer >= 1")
+    n, bsz = episode_counts(len(ds), num_episodes, batch_size, split, horizon)
     probe = load_configured_probe(cfg, dev)
     sampler = GuidedSampler(model, vae, cfg, decode_sim=True)
     bounds = chunk_bounds(horizon, cfg)
@@ -320,17 +354,10 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
             other = load_episodes(ds, [control_of[i] for i in idx], horizon)
             got["control"] = score(run(roll(), other["raw_actions"]).video, batch["real"], masks,
                                    bounds, probe, states)
-        if "copy-first" in rows:
-            got["copy-first"] = score(batch["real"][:, :, :1].expand_as(batch["real"]), batch["real"], masks, bounds,
-                                      probe, states)
-        if "vae-recon" in rows:
-            recon, firsts = vae_recon_video(vae, batch, bounds, dev)
-            got["vae-recon"] = score(recon, batch["real"], masks, bounds, probe, states, refs=firsts)
-        if "probe floor" in rows and probe is not None:
-            got["probe floor"] = {"af_pos": score(batch["real"], batch["real"], masks, bounds, probe, states)["af_pos"]}
+        got.update(reference_rows(batch, rows, bounds, probe, vae, dev))
         for row, metrics in got.items():
             for k, v in metrics.items():
-                per[row].setdefault(k, []).append(v)
+                per[row].setdefault(k, []).append(v)  # one array per batch, joined below
         if len(kept_videos) < videos:
             kept_videos.append((batch, res))
         progress(f"rollout: episodes {idx[0]}–{idx[-1]} done ({time.perf_counter() - t_start:.0f} s)")
@@ -339,12 +366,10 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
     out = Path(out_dir)
     summary = {
         "run": str(run_dir), "checkpoint": {"step": meta.get("step"), "path": meta.get("path")},
-        "data": str(data_root), "split": split, "horizon": horizon, "chunks": len(bounds),
-        "chunk_frames": [e - s for s, e in bounds], "frames": bounds[-1][1], "num_episodes": n,
-        "episode_ids": [ds.episodes[i].info.episode_id for i in range(n)],
-        "sampler": sampler.settings(), "state_input": cfg.rollout.state, "sim_chain": cfg.rollout.sim_chain,
-        "probe": cfg.eval.probe, "units": "PSNR dB; af_pos in state units (metres on the synthetic benchmark)",
-        "forwards_per_episode": forwards, "rows": result,
+        "data": str(data_root), "split": split, "horizon": horizon, **_chunk_facts(bounds), "num_episodes": n,
+        "episode_ids": [ds.episodes[i].info.episode_id for i in range(n)], "sampler": sampler.settings(),
+        "state_input": cfg.rollout.state, "sim_chain": cfg.rollout.sim_chain, "probe": cfg.eval.probe,
+        "units": UNITS, "forwards_per_episode": forwards, "rows": result,
         "seconds": {"rollout": round(seconds["rollout"], 2), "total": round(time.perf_counter() - t_start, 2)},
     }
     atomic_write_json(out / "rollout.json", summary)
