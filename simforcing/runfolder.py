@@ -171,6 +171,12 @@ def _recorded_source(run_dir: Path, name: str, key: str) -> Optional[str]:
     return value if isinstance(value, str) and value != "base" else None
 
 
+def recorded_init(run_dir: str | Path) -> Optional[str]:
+    """The run folder RUN/init.json records as the run's start (``pretrain --init RUN0``, ``policy train --init
+    RUN``), or None (no init.json, or a start from the preset's own weights)."""
+    return _recorded_source(Path(run_dir), INIT_FILE, "source")
+
+
 def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> str:
     """What would work instead, for a run of ``kind`` given where ``use`` needs another kind."""
     q = shlex.quote(str(run_dir))

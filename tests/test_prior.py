@@ -193,6 +193,29 @@ def test_resume_continues_the_prior_exactly(tiny, prior_run, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_resume_before_the_first_checkpoint_keeps_the_recorded_start(tiny, prior_run, tmp_path, monkeypatch,
+                                                                      capsys):
+    """Stage 1 from a video base stopped before its first checkpoint: `pretrain --resume` without --init starts
+    again from the recorded video base (init.json), not from the preset's random weights; another --init is refused."""
+    root, vae = tiny
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert cli_main(["pretrain", "--init", str(prior_run), "--out", str(ref), "--no-progress",
+                     *cli_args(root, vae)]) == 0
+    monkeypatch.setenv("SIMFORCING_FAULT", "nan_loss@1")  # diverges at step 1, before the checkpoint of step 2
+    assert cli_main(["pretrain", "--init", str(prior_run), "--out", str(run), "--no-progress",
+                     *cli_args(root, vae)]) != 0
+    monkeypatch.delenv("SIMFORCING_FAULT")
+    assert (run / "init.json").exists() and not list((run / "checkpoints").glob("step_*"))
+    capsys.readouterr()
+    assert cli_main(["pretrain", "--init", str(tmp_path), "--resume", "--out", str(run), "--no-progress",
+                     *cli_args(root, vae)]) == 2
+    assert f"started from {prior_run}" in capsys.readouterr().err
+    assert cli_main(["pretrain", "--resume", "--out", str(run), "--no-progress", *cli_args(root, vae)]) == 0
+    assert f"starting again from {prior_run}" in capsys.readouterr().out
+    a, b = run_state(run, KINDS)[1], run_state(ref, KINDS)[1]
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same weights as the uninterrupted run from the video base
+
+
 def test_policy_from_the_prior(tiny, prior_run, tmp_path):
     from test_policy import make_policy_dataset
 

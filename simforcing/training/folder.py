@@ -9,13 +9,15 @@ The methods read the trainer's ``cfg``, ``stage``, ``run_dir``, ``resume``, ``te
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 from simforcing import parallel
 from simforcing.checkpoint import list_checkpoints, remove_stale_temp
 from simforcing.config import ConfigError
 from simforcing.locking import lock_folder
-from simforcing.runfolder import (CONFIG_FILE, RUN_RECORD, STAGE_KIND, check_not_foreign, is_run_folder,
-                                  new_run_record, newest_readable, read_run_record, require_kind, trained_config)
+from simforcing.runfolder import (CONFIG_FILE, INIT_FILE, RUN_RECORD, STAGE_KIND, check_not_foreign, is_run_folder,
+                                  new_run_record, newest_readable, read_run_record, recorded_init, require_kind,
+                                  trained_config)
 from simforcing.training.checks import check_resume_config, resolve_teacher
 from simforcing.training.runlog import RunLog
 from simforcing.utils import atomic_write_json, check_output_path, resolve_device
@@ -36,6 +38,8 @@ class RunFolderMixin:
         if self.stage == "train":
             self.teacher_run, teacher = resolve_teacher(self.run_dir, self.teacher_run, self.resume, self.cfg)
             self.teacher_ckpt = teacher.checkpoint
+        if self.resume and self.stage == "pretrain":
+            self._resume_start()
         if self.start_from is not None:
             if self.stage != "pretrain":
                 raise ConfigError(f"--init: {self.stage} does not start from another run's weights (stage 1 does: "
@@ -45,6 +49,26 @@ class RunFolderMixin:
                                   "starts; choose one")
             if not (self.resume and self.has_checkpoints):
                 check_init_run(cfg, self.start_from)
+
+    def _resume_start(self) -> None:
+        """A resumed stage 1 keeps the start it recorded (RUN/init.json): before its first checkpoint the weights
+        still come from it, so `pretrain --resume` without --init uses the recorded run, and an --init naming
+        another run is refused (two starts for one run)."""
+        recorded = recorded_init(self.run_dir)
+        if recorded is None:
+            if self.start_from is not None and self.has_checkpoints:
+                raise ConfigError(f"--init {self.start_from}: {self.run_dir} did not start from another run (its "
+                                  f"{INIT_FILE} records none) and already holds checkpoints; resume it without --init")
+            return
+        if self.start_from is None:
+            self.start_from = Path(recorded)
+            if not self.has_checkpoints:
+                print(f"simforcing pretrain: resuming {self.run_dir} before its first checkpoint: starting again "
+                      f"from {recorded} (its {INIT_FILE})", flush=True)
+        elif Path(self.start_from).resolve() != Path(recorded).resolve():
+            raise ConfigError(f"--init {self.start_from}: {self.run_dir} started from {recorded} "
+                              f"({self.run_dir / INIT_FILE}); resume it without --init, or start a new run in "
+                              "another --out")
 
     def _check_run_folder(self) -> None:
         """What ``--out`` holds decides whether the run may start: someone else's files (never overwritten),
