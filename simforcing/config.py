@@ -291,6 +291,14 @@ class Config:
 
     def validate(self) -> "Config":
         """Cross-field checks; raises ConfigError naming the field, the value and what is allowed."""
+        self._validate_data_model_flow()
+        self._validate_conditioning_loss()
+        self._validate_train()
+        self._validate_sample_eval()
+        self._validate_policy_rollout()
+        return self
+
+    def _validate_data_model_flow(self) -> None:
         d, m, v = self.data, self.model, self.model.vae
         _check(d.frames >= 1 + v.temporal_stride and (d.frames - 1) % v.temporal_stride == 0, "data.frames",
                d.frames, f"1 + {v.temporal_stride}·L with L >= 1 (e.g. 5, 9, 21, 33)")
@@ -315,6 +323,8 @@ class Config:
                "'discrete' or 'continuous'")
         _check(self.flow.loss_weighting in ("uniform", "gaussian_bump", "tau_squared"), "flow.loss_weighting",
                self.flow.loss_weighting, "'uniform', 'gaussian_bump' or 'tau_squared'")
+
+    def _validate_conditioning_loss(self) -> None:
         c = self.conditioning
         for name in ("p", "corrupt_prob", "action_dropout"):
             val = getattr(c, name)
@@ -325,6 +335,8 @@ class Config:
                "0 <= sigma_min <= sigma_max")
         for f in dataclasses.fields(self.loss):
             _check(getattr(self.loss, f.name) >= 0, f"loss.{f.name}", getattr(self.loss, f.name), ">= 0")
+
+    def _validate_train(self) -> None:
         t = self.train
         _check(t.lr > 0, "train.lr", t.lr, "a positive learning rate (paper: 1e-4)")
         _check(0 <= t.warmup_frac < 1, "train.warmup_frac", t.warmup_frac, "in [0, 1)")
@@ -338,9 +350,11 @@ class Config:
                "train.threads", t.threads, "'auto' or an integer >= 1")
         _check(t.ckpt_every >= 1, "train.ckpt_every", t.ckpt_every, "an integer >= 1")
         _check(0.0 <= t.rollout_prob <= 1.0, "train.rollout_prob", t.rollout_prob, "a probability in [0, 1]")
-        _check(t.rollout_prob == 0 or not d.latent_cache, "train.rollout_prob", t.rollout_prob,
+        _check(t.rollout_prob == 0 or not self.data.latent_cache, "train.rollout_prob", t.rollout_prob,
                "0 with data.latent_cache (training on the model's own rollouts decodes two chunks per window)")
         _check(t.method in METHOD_NAMES, "train.method", t.method, "one of " + ", ".join(METHOD_NAMES))
+
+    def _validate_sample_eval(self) -> None:
         s = self.sample
         _check(s.n_sim >= 1 and s.n_real >= 1, "sample.n_real", (s.n_sim, s.n_real), "step counts >= 1")
         _check(0.0 <= s.w, "sample.w", s.w, "a guidance weight >= 0 (paper: 0, 0.3, 0.6, 1)")
@@ -350,8 +364,10 @@ class Config:
         e = self.eval
         _check(e.windows_per_episode >= 1, "eval.windows_per_episode", e.windows_per_episode, "an integer >= 1")
         _check(e.probe_moving_threshold >= 0, "eval.probe_moving_threshold", e.probe_moving_threshold, ">= 0")
-        if d.sim_background is not None:
-            parse_color(d.sim_background, "data.sim_background")
+        if self.data.sim_background is not None:
+            parse_color(self.data.sim_background, "data.sim_background")
+
+    def _validate_policy_rollout(self) -> None:
         p = self.policy
         _check(p.setting in POLICY_SETTINGS, "policy.setting", p.setting, "one of " + ", ".join(POLICY_SETTINGS))
         _check(p.execute >= 1, "policy.execute", p.execute,
@@ -370,7 +386,6 @@ class Config:
         _check(len(set(dims)) == len(dims) and all(i >= 0 for i in dims), "rollout.delta_dims",
                (r.delta_dims, r.absolute_dims), "distinct dims >= 0, each either a delta or an absolute dim (the "
                "rollout checks them against data.action_dim / state_dim)")
-        return self
 
 
 def parse_color(value: str, field_name: str = "data.sim_background") -> tuple[int, int, int]:

@@ -291,6 +291,13 @@ def reference_rows(batch: dict, rows: Sequence[str], bounds: list, probe, vae, d
     return got
 
 
+def write_rollout_outputs(out: Path, summary: dict, kept_videos: list, videos: int, cfg: Config) -> None:
+    """OUT/rollout.json, rollout.md, drift.png and the first ``videos`` episodes' videos."""
+    atomic_write_json(out / "rollout.json", summary)
+    atomic_write_text(out / "rollout.md", rollout_markdown(summary))
+    write_rollout_pictures(out, summary, kept_videos, videos, cfg)
+
+
 def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config], split: str, horizon: int,
                       out_dir: str | Path, num_episodes: Optional[int] = None, batch_size: Optional[int] = None,
                       step: Optional[int] = None, device=None, videos: int = 2, rows: Sequence[str] = ROWS,
@@ -363,7 +370,6 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
         progress(f"rollout: episodes {idx[0]}–{idx[-1]} done ({time.perf_counter() - t_start:.0f} s)")
     result = {row: summarize({k: np.concatenate(v) for k, v in metrics.items()}, bounds)
               for row, metrics in per.items() if metrics}
-    out = Path(out_dir)
     summary = {
         "run": str(run_dir), "checkpoint": {"step": meta.get("step"), "path": meta.get("path")},
         "data": str(data_root), "split": split, "horizon": horizon, **_chunk_facts(bounds), "num_episodes": n,
@@ -372,9 +378,7 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
         "units": UNITS, "forwards_per_episode": forwards, "rows": result,
         "seconds": {"rollout": round(seconds["rollout"], 2), "total": round(time.perf_counter() - t_start, 2)},
     }
-    atomic_write_json(out / "rollout.json", summary)
-    atomic_write_text(out / "rollout.md", rollout_markdown(summary))
-    write_rollout_pictures(out, summary, kept_videos, videos, cfg)
+    write_rollout_outputs(Path(out_dir), summary, kept_videos, videos, cfg)
     return summary
 
 

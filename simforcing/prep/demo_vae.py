@@ -106,6 +106,32 @@ class _WindowReader:
 NORMALIZATIONS = ("pixel", "channel")
 
 
+def _window_statistics(reader: "_WindowReader", windows: list) -> tuple:
+    """One pass over the windows: the residuals' principal directions (eigenvalues and eigenvectors by decreasing
+    variance), the number of residual vectors, and the per-colour mean and spread of the mean channels."""
+    second = torch.zeros(DEMO_RESIDUAL_DIM, DEMO_RESIDUAL_DIM, dtype=torch.float64)  # sum of r r^T
+    n_res = 0
+    colour_sum = torch.zeros(3, dtype=torch.float64)  # sum and sum of squares of the mean channels, per colour
+    colour_sq = torch.zeros(3, dtype=torch.float64)
+    n_mean = 0
+    for _, frames in reader.read(windows):
+        s = space_to_depth(_to_video(frames))  # (n, 48, F, h, w)
+        m, r = group_mean_and_residuals(s[:, :, 1:])  # (n, 48, L, h, w), (n, 192, L, h, w)
+        r = r.transpose(0, 1).reshape(DEMO_RESIDUAL_DIM, -1)  # (192, N)
+        second += (r @ r.T).double()
+        n_res += r.shape[1]
+        means = torch.cat([s[:, :, :1], m], 2)  # (n, 48, L+1, h, w): the latent mean channels
+        per_colour = means.transpose(0, 1).reshape(3, -1)  # (3, N): channel = colour·16 + dy·4 + dx
+        colour_sum += per_colour.sum(1, dtype=torch.float64)
+        colour_sq += per_colour.pow(2).sum(1, dtype=torch.float64)
+        n_mean += per_colour.shape[1]
+    eigval, eigvec = torch.linalg.eigh(second / n_res)  # ascending
+    eigval, eigvec = eigval.flip(0).clamp_min(0), eigvec.flip(1)  # (192,), (192, 192) by decreasing variance
+    mu = colour_sum / n_mean
+    sigma = (colour_sq / n_mean - mu.pow(2)).clamp_min(1e-8).sqrt()
+    return eigval, eigvec, n_res, mu, sigma
+
+
 def fit_demo_vae(root: str | Path, cfg: Config, max_windows: int = 2000, seed: int = 0,
                  components: int | None = None, out_dir: str | Path | None = None,
                  val_windows: int = 256, normalization: str = "pixel") -> tuple[DemoVAE, dict]:
@@ -136,28 +162,9 @@ def fit_demo_vae(root: str | Path, cfg: Config, max_windows: int = 2000, seed: i
     if not windows:
         raise ConfigError(f"data.frames: no train/sim_pool episode of {root} is long enough for a window of "
                           f"{reader.steps} steps")
-    second = torch.zeros(DEMO_RESIDUAL_DIM, DEMO_RESIDUAL_DIM, dtype=torch.float64)  # sum of r r^T
-    n_res = 0
-    colour_sum = torch.zeros(3, dtype=torch.float64)  # sum and sum of squares of the mean channels, per colour
-    colour_sq = torch.zeros(3, dtype=torch.float64)
-    n_mean = 0
-    for _, frames in reader.read(windows):
-        s = space_to_depth(_to_video(frames))  # (n, 48, F, h, w)
-        m, r = group_mean_and_residuals(s[:, :, 1:])  # (n, 48, L, h, w), (n, 192, L, h, w)
-        r = r.transpose(0, 1).reshape(DEMO_RESIDUAL_DIM, -1)  # (192, N)
-        second += (r @ r.T).double()
-        n_res += r.shape[1]
-        means = torch.cat([s[:, :, :1], m], 2)  # (n, 48, L+1, h, w): the latent mean channels
-        per_colour = means.transpose(0, 1).reshape(3, -1)  # (3, N): channel = colour·16 + dy·4 + dx
-        colour_sum += per_colour.sum(1, dtype=torch.float64)
-        colour_sq += per_colour.pow(2).sum(1, dtype=torch.float64)
-        n_mean += per_colour.shape[1]
-    eigval, eigvec = torch.linalg.eigh(second / n_res)  # ascending
-    eigval, eigvec = eigval.flip(0).clamp_min(0), eigvec.flip(1)  # (192,), (192, 192) by decreasing variance
+    eigval, eigvec, n_res, mu, sigma = _window_statistics(reader, windows)
     sign = torch.sign(eigvec.gather(0, eigvec.abs().argmax(0, keepdim=True)))  # largest entry positive
     eigvec = eigvec * sign
-    mu = colour_sum / n_mean
-    sigma = (colour_sq / n_mean - mu.pow(2)).clamp_min(1e-8).sqrt()
     coef_scale = eigval.sqrt().clamp_min(1e-3)  # unit second moment per component; floor for null directions
 
     pooled = sigma.pow(2).mean().sqrt()  # one spread for all mean channels
