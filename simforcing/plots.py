@@ -1,4 +1,5 @@
-"""Loss curves from a run's ``metrics.jsonl`` (one JSON object per logged step), as a PNG.
+"""Loss curves from a run's ``metrics.jsonl`` (one JSON object per logged step), and the seeds × initialisations
+policy measurement (``plot_transfer``), as PNGs.
 
     plot_loss_curves("runs/x/metrics.jsonl", "runs/x/loss_curves.png")       # every loss term of one run
     compare_runs({"sft": "runs/sft", "simforcing": "runs/sf"}, "cmp.png", key="fm_real")   # one term, many runs
@@ -130,6 +131,41 @@ def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: st
         raise ValueError(f"compare_runs: no run has a numeric {key!r} field (runs: {', '.join(runs)})")
     ax.set_title(title or key, fontsize=10)
     ax.legend(fontsize=8)
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out_png, lambda p: fig.savefig(p, format="png", dpi=100))
+    return out_png
+
+
+def plot_transfer(blocks: Sequence[Mapping], labels: Mapping[str, str], out_png: str | Path,
+                  title: str | None = None) -> Path:
+    """The seeds × initialisations measurement (``policy.transfer.transfer_analysis``'s ``blocks``): one panel per
+    setting and budget; per initialisation every run's success (dots), the mean over seed clusters (bar) and its
+    95 % interval (whiskers, clipped to 0–100 %)."""
+    blocks = [b for b in blocks if b.get("inits")]
+    if not blocks:
+        raise ValueError("plot_transfer: no block with initialisations (expected transfer_analysis()['blocks'])")
+    fig, axes = _axes_grid(len(blocks))
+    for ax, block in zip(axes, blocks):
+        names = list(block["inits"])
+        for i, name in enumerate(names):
+            init = block["inits"][name]
+            rates = [100 * r["rate"] for r in init["per_run"]]
+            offsets = [(k - (len(rates) - 1) / 2) * 0.25 / max(1, len(rates) - 1) for k in range(len(rates))]
+            ax.scatter([i + o for o in offsets], rates, s=14, color="0.45", zorder=2)
+            lo, hi = (max(0.0, 100 * init["ci95"][0]), min(100.0, 100 * init["ci95"][1])) if init.get("ci95") \
+                else (100 * init["mean"], 100 * init["mean"])
+            ax.errorbar([i], [100 * init["mean"]], yerr=[[100 * init["mean"] - lo], [hi - 100 * init["mean"]]],
+                        fmt="_", markersize=22, capsize=4, color="C0", zorder=3)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([labels.get(n, n) for n in names], fontsize=8, rotation=15)
+        ax.set_xlim(-0.6, len(names) - 0.4)
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("success, %", fontsize=9)
+        ax.set_title(f"{block['setting']}, {block['steps']} steps", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=11)
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out_png, lambda p: fig.savefig(p, format="png", dpi=100))

@@ -275,4 +275,5 @@ def test_full_policy_measurement_end_to_end_at_tiny_size(tiny, prior_run, tmp_pa
     assert set(res["probe"]["runs"]) == {"random (no prior)", "video base", "SFT WM", "SimForcing WM"}
     assert "Seeds × initialisations" in res["transfer_md"] and "linear probe" in res["transfer_md"]
     assert (tmp_path / "policy" / "transfer" / "table.md").exists()
+    assert Path(res["transfer_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert collect_full(info)["rows"] == res["rows"]

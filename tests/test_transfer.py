@@ -142,3 +142,19 @@ def test_full_section_jobs(tmp_path):
     default, dinfo = policy_jobs(tmp_path, wm, budget=PolicyBudget())
     assert list(dinfo["runs"]) == ["action_only / base", "action_only / SFT WM", "action_only / SimForcing WM"]
     assert not any(j.name == "policy probe" for j in default) and "full" not in dinfo
+
+
+def test_the_measurement_is_drawn_per_setting_and_budget(tmp_path):
+    """plot_transfer: one panel per block; an empty analysis is a named error, not an empty picture."""
+    from PIL import Image
+
+    from simforcing.plots import plot_transfer
+    run = {"label": "x", "wm_seed": None, "seed": 42, "rate": 0.3, "tasks": {}}
+    init = {"mean": 0.3, "ci95": [-0.1, 1.2], "per_run": [run, {**run, "rate": 0.4}]}  # whiskers clipped to 0-100
+    blocks = [{"setting": "action_only", "steps": 500, "inits": {"random": init, "simforcing": init}},
+              {"setting": "video_action", "steps": 500, "inits": {"simforcing": init}}]
+    png = plot_transfer(blocks, {"random": "random (no prior)"}, tmp_path / "t.png", "title")
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size[0] > im.size[1] > 100  # two panels side by side
+    with pytest.raises(ValueError, match="no block"):
+        plot_transfer([{"setting": "a", "steps": 1, "inits": {}}], {}, tmp_path / "e.png")

@@ -159,7 +159,7 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
     """The demo's report.md: one section function per part, in reading order."""
     sections = (_windows_section(res, plan), _paired_section(res["summary"]), _decomposition_section(res),
                 _ablation_section(res, plan), _sweep_section(res, plan), rollout_lines(res.get("rollouts"), plan),
-                _policy_section(res.get("policy")), wm_eval_lines(res.get("wm_eval"), plan),
+                _policy_section(res.get("policy"), plan), wm_eval_lines(res.get("wm_eval"), plan),
                 _media_section(res, plan), _wall_time_and_commands(res, commands))
     return "\n".join(line for section in sections for line in section)
 
@@ -261,7 +261,7 @@ def _sweep_section(res: dict, plan: Plan) -> list[str]:
             f"![sweep heatmap]({relative_to(sw['heatmap'], plan.out)})"]
 
 
-def _policy_section(pol: Optional[dict]) -> list[str]:
+def _policy_section(pol: Optional[dict], plan: Plan) -> list[str]:
     """Tab. 5 at demo scale (and with --full the seeds × initialisations measurement)."""
     if not pol:
         return []
@@ -275,6 +275,8 @@ def _policy_section(pol: Optional[dict]) -> list[str]:
                                              for k, v in pol.get("init", {}).items())]
     if pol.get("transfer_md"):  # demo --full: the seeds × initialisations measurement (policy.demo_full)
         lines += ["", pol["note"], "", pol["transfer_md"]]
+        if pol.get("transfer_png"):
+            lines += ["", f"![success per policy run]({relative_to(pol['transfer_png'], plan.out)})"]
     return lines
 
 

@@ -203,8 +203,8 @@ def main_rows(info: dict) -> list[str]:
 def collect_full(info: dict, wall_time_s: Optional[dict] = None) -> dict:
     """The measurement's results from the files its jobs wrote: the main table (expert, floor, the first seeds'
     action-only policies), the seeds × initialisations analysis (``transfer``, ``transfer_md``) and the probe, the
-    commands, the main rows' initialisation reports (every run's: ``init_all``). Also OUT/policy/transfer/results.json
-    and table.md."""
+    commands, the main rows' initialisation reports (every run's: ``init_all``). Also OUT/policy/transfer/results.json,
+    table.md and transfer.png (every run's success, the means and their intervals, per setting and budget)."""
     rows, episodes = {}, {}
     for ev in info["evals"].values():
         res = json.loads((Path(ev) / "eval.json").read_text())
@@ -234,6 +234,9 @@ def collect_full(info: dict, wall_time_s: Optional[dict] = None) -> dict:
     res["note"] = default_note({k: rows[k] for k in main if k in rows}, {k: episodes.get(k) for k in main},
                                {k: info["specs"][k]["init"] for k in main}, INIT_LABELS)
     out = Path(info["transfer_out"])
+    from simforcing.plots import plot_transfer  # matplotlib: only here
+    res["transfer_png"] = str(plot_transfer(transfer["blocks"], INIT_LABELS, out / "transfer.png",
+                                            f"success per policy run, {info['per_task']} held-out scenes per task"))
     atomic_write_json(out / "results.json", res)
     atomic_write_text(out / "table.md", res["table_md"] + "\n\n" + res["note"] + "\n\n" + res["transfer_md"] + "\n")
     return res
