@@ -216,6 +216,7 @@ class RolloutConfig:
 
 
 POLICY_SETTINGS = ("action_only", "unconditional", "video_action")
+POLICY_INIT_FROM = ("all", "video")
 
 
 @dataclass
@@ -231,6 +232,8 @@ class PolicyConfig:
     video_loss: float = 1.0  # weight of the video FM term (first latent excluded), settings with video
     action_loss: float = 1.0  # weight of the action FM term
     cameras: int = 2  # external + wrist, side by side (data.width is the concatenated width)
+    init_from: str = "all"  # with --init RUN: "all" (both experts) or "video" (the video expert only; the action
+    # side keeps the policy's own initialisation, as from a video base: what a world model's video expert alone gives)
 
 
 @dataclass
@@ -379,6 +382,7 @@ class Config:
                "'uniform' or 'gaussian_bump'")
         _check(p.video_loss >= 0 and p.action_loss >= 0, "policy.video_loss", (p.video_loss, p.action_loss), ">= 0")
         _check(p.cameras in (1, 2), "policy.cameras", p.cameras, "1 or 2")
+        _check(p.init_from in POLICY_INIT_FROM, "policy.init_from", p.init_from, "'all' or 'video'")
         r = self.rollout
         _check(r.state in ROLLOUT_STATES, "rollout.state", r.state, "one of " + ", ".join(ROLLOUT_STATES))
         _check(r.sim_chain in SIM_CHAINS, "rollout.sim_chain", r.sim_chain, "one of " + ", ".join(SIM_CHAINS))

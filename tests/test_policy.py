@@ -232,6 +232,30 @@ def test_joint_settings_train_both_experts(tiny, setting, tmp_path):
     assert "fm_video" in logs[-1] and "fm_action" in logs[-1]
 
 
+def test_init_from_video_hands_on_the_video_expert_only(tiny, world_model_run):
+    """policy.init_from=video: the world model's video expert is copied, its action side is not (the policy's own
+    initialisation, listed as new), as from a video base; 'all' copies both."""
+    from simforcing.policy.init import init_policy
+    from simforcing.warmstart import is_action_side, run_state as wm_state
+    _, wm, _ = wm_state(world_model_run, ("stage1", "stage2"))
+    reports = {}
+    for how in ("all", "video"):
+        cfg = pcfg(tiny, "action_only", str(world_model_run), f"--policy.init_from={how}")
+        torch.manual_seed(0)
+        model = build_world_model(cfg, attention_mode=ATTENTION_MODE[cfg.policy.setting])
+        own = {k: v.clone() for k, v in model.state_dict().items()}
+        reports[how] = init_policy(model, cfg, str(world_model_run))
+        for name, t in model.state_dict().items():
+            if name in wm and tuple(wm[name].shape) == tuple(t.shape):
+                expect = own[name] if (how == "video" and is_action_side(name)) else wm[name]
+                assert torch.equal(t, expect.to(t.dtype)), (how, name)
+    video_new = set(reports["video"].new) - set(reports["all"].new)
+    assert video_new and all(is_action_side(n) for n in video_new)
+    assert not any(is_action_side(n) for n in reports["video"].inherited)
+    with pytest.raises(ConfigError, match="policy.init_from"):
+        pcfg(tiny, "action_only", str(world_model_run), "--policy.init_from=action")
+
+
 def test_init_from_another_architecture_lists_the_mismatched_tensors(tiny, world_model_run):
     with pytest.raises(ConfigError, match=r"another architecture.*ffn"):
         cfg = pcfg(tiny, "action_only", str(world_model_run), "--model.ffn_dim=48")

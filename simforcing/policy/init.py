@@ -16,6 +16,8 @@ A video-base run (``pretrain --method video_prior``, run kind ``video_base``: wh
 hands on its video expert only: its action expert, state projection and condition projections were never trained
 (``warmstart.untrained_by``), so they are listed as *new* and keep the policy's own initialisation — the paper's
 baseline "Wan2.2 + an action-expert initialisation", with the model's own init as the action expert's.
+``policy.init_from=video`` treats any run so: only its video expert is handed on (what a world model's video expert
+gives a policy without its trained action expert).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 from simforcing.config import Config, ConfigError
 from simforcing.models.weights import load_configured_weights
 from simforcing.runfolder import INIT_POLICY
-from simforcing.warmstart import InitReport, untrained_by
+from simforcing.warmstart import InitReport, is_action_side, untrained_by
 from simforcing.warmstart import run_state as _run_state
 
 __all__ = ["InitReport", "expected_new", "init_policy", "run_state"]
@@ -55,7 +57,12 @@ def init_policy(model: torch.nn.Module, cfg: Config, init: str) -> InitReport:
         reports = load_configured_weights(model, cfg)
         return InitReport("base", weights=[r.summary() for r in reports])
     run_cfg, src, ckpt = run_state(init)
-    untrained = untrained_by(run_cfg)
+    never_trained = untrained_by(run_cfg)
+    if cfg.policy.init_from == "video":  # the video expert only: the action side stays the policy's own
+        def untrained(name: str) -> bool:
+            return is_action_side(name) or never_trained(name)
+    else:
+        untrained = never_trained
     rep = InitReport(str(init), ckpt, source_method=run_cfg.train.method)
     bad = []
     n_layers = cfg.model.num_layers
