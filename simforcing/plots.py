@@ -77,6 +77,16 @@ def _axes_grid(n: int):
     return fig, flat[:n]
 
 
+def _save(fig: Figure, out_png: str | Path, title: str | None = None) -> Path:
+    """The figure (with its title, if any) written atomically to ``out_png``; returns the path."""
+    if title:
+        fig.suptitle(title, fontsize=11)
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out_png, lambda p: fig.savefig(p, format="png", dpi=100))
+    return out_png
+
+
 def _draw(ax, steps: list[int], values: list[float], label: str | None, smooth: bool = True) -> None:
     """Raw values thin and their EMA thick (``smooth``), or the raw values alone; log y when all positive."""
     if smooth:
@@ -109,12 +119,7 @@ def plot_loss_curves(source: str | Path | Sequence[Mapping], out_png: str | Path
         steps, values = series(records, key)
         _draw(ax, steps, values, None, smooth=key != "lr")
         ax.set_title(key, fontsize=10)
-    if title:
-        fig.suptitle(title, fontsize=11)
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_png, lambda p: fig.savefig(p, format="png", dpi=100))
-    return out_png
+    return _save(fig, out_png, title)
 
 
 def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: str | Path,
@@ -131,10 +136,7 @@ def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: st
         raise ValueError(f"compare_runs: no run has a numeric {key!r} field (runs: {', '.join(runs)})")
     ax.set_title(title or key, fontsize=10)
     ax.legend(fontsize=8)
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_png, lambda p: fig.savefig(p, format="png", dpi=100))
-    return out_png
+    return _save(fig, out_png)
 
 
 def plot_transfer(blocks: Sequence[Mapping], labels: Mapping[str, str], out_png: str | Path,
@@ -164,9 +166,4 @@ def plot_transfer(blocks: Sequence[Mapping], labels: Mapping[str, str], out_png:
         ax.set_ylabel("success, %", fontsize=9)
         ax.set_title(f"{block['setting']}, {block['steps']} steps", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    if title:
-        fig.suptitle(title, fontsize=11)
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_png, lambda p: fig.savefig(p, format="png", dpi=100))
-    return out_png
+    return _save(fig, out_png, title)

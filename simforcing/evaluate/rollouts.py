@@ -291,6 +291,15 @@ def reference_rows(batch: dict, rows: Sequence[str], bounds: list, probe, vae, d
     return got
 
 
+def _checked_device(cfg: Optional[Config], device, rows: Sequence[str], horizon: int):
+    """The device to run on, after the checks that need no model: the rows asked for, and (with a config) the
+    horizon, so a bad one is named before anything loads."""
+    check_rows(rows)
+    if cfg is not None:
+        chunk_sizes(horizon, cfg.data.actions_per_window, cfg.data.frame_stride)
+    return resolve_device(device) if device is not None else resolve_device(cfg.train.device if cfg else "auto")
+
+
 def write_rollout_outputs(out: Path, summary: dict, kept_videos: list, videos: int, cfg: Config) -> None:
     """OUT/rollout.json, rollout.md, drift.png and the first ``videos`` episodes' videos."""
     atomic_write_json(out / "rollout.json", summary)
@@ -306,10 +315,7 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
     ``rows`` (module docstring); writes OUT/rollout.json, rollout.md, drift.png and the first ``videos`` episodes'
     videos. Returns the result dict."""
     t_start = time.perf_counter()
-    dev = resolve_device(device) if device is not None else resolve_device(cfg.train.device if cfg else "auto")
-    check_rows(rows)
-    if cfg is not None:  # a bad horizon is named before anything loads
-        chunk_sizes(horizon, cfg.data.actions_per_window, cfg.data.frame_stride)
+    dev = _checked_device(cfg, device, rows, horizon)
     cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
     cfg = with_dataset_settings(cfg, data_root)
     cfg.validate()
