@@ -144,6 +144,7 @@ class _Builder:
         self.jobs: list[Job] = []
         self.records: dict[str, dict] = {}  # job name -> provenance record (its digest feeds its dependents)
         self.notes: list[str] = []
+        self.data_dep: tuple = ()  # ("data",) when the demo makes the dataset itself (data_and_vae)
         self.vae, self.probe, self.stage1 = out / "vae", out / "probe", out / "stage1"
         self.video_base_dir: Optional[Path] = None  # --full: stage 0, which stage 1 starts from (video_base_section)
 
@@ -205,13 +206,13 @@ class _Builder:
             stale_data = is_dataset(data) and check_provenance(data, self.records["data"])
             if stale_data:
                 self.notes.append(f"regenerating {data}: it was not made by this demo run ({why_stale(stale_data)})")
-            data_dep: tuple = ("data",)
+            self.data_dep = ("data",)
         else:  # the user's dataset, used as it is
             self.records["data"] = {"given": str(data.resolve())}
-            data_dep = ()
+            self.data_dep = ()
         self.add("vae", ["model", "fit-vae", "--data", str(data), "--out", str(self.vae)], self.vae, "config.json",
-                 data_dep, inputs=("data",), priority=90)
-        return data_dep
+                 self.data_dep, inputs=("data",), priority=90)
+        return self.data_dep
 
     def stage1_and_probe(self) -> None:
         """2. stage 1, the simulation world model (both cores); 3. the state probe (after stage 1: it would hold a
@@ -351,8 +352,8 @@ class _Builder:
         self.add("judge", ["model", "fit-judge", "--data", str(self.data), str(pdata), "--out", str(judge), "--steps",
                            str(w.judge_steps_full if full else w.judge_steps), "--sim-episodes",
                            str(w.judge_rollouts_full if full else w.judge_rollouts), "--layouts", str(b.policy.layouts),
-                           "--jitter", f"{b.policy.jitter:g}"], judge, "judge.json", ("data", "policy data"),
-                 priority=57)
+                           "--jitter", f"{b.policy.jitter:g}"], judge, "judge.json", self.data_dep + ("policy data",),
+                 inputs=("data", "policy data"), priority=57)
         budgets = w.budgets_full if full else w.budgets
         policies: dict[str, Path] = {}
         for steps in budgets:

@@ -302,3 +302,18 @@ def test_full_trains_the_world_models_at_the_policy_sections_seeds(tmp_path):
     assert "policy probe" in names and "policy train action_only / base" not in names
     missing = {d for j in plan.jobs for d in j.deps if d not in names}
     assert not missing and len(names) == len(plan.jobs)
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_a_dataset_the_user_gives_makes_a_runnable_graph(tmp_path, full):
+    """`demo --data DIR`: no `data` job, so no job may wait for one (the judge once did, and the scheduler refused the
+    whole --full graph before it started)."""
+    from simforcing.demo import build_plan, demo_budget
+    from simforcing.jobs import check_graph
+
+    plan = build_plan(tmp_path / "demo", tmp_path / "mine", demo_budget(True), [], seeds=1, full=full, jobs=2,
+                      policy=True)
+    names = {j.name for j in plan.jobs}
+    assert "data" not in names and "judge" in names
+    check_graph(plan.jobs, 2)
+    assert "--data" in next(j for j in plan.jobs if j.name == "judge").argv
