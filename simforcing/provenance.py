@@ -6,18 +6,21 @@
         ...regenerate FOLDER (or refuse)...
     write_provenance(FOLDER, rec)
 
-A record is ``{"command", "sizes", "seed", "inputs", "code"}``: the command line that reproduces the folder, the sizes
-and seed it was made with, the digests of the records of the folders it was made from (so a regenerated dataset makes
+A record is ``{"command", "sizes", "seed", "inputs", "code", "cwd"}``: the command line that reproduces the folder
+(its paths spelled from ``cwd``, the working directory it was made from: :func:`spelled`), the sizes and seed it was
+made with, the digests of the records of the folders it was made from (so a regenerated dataset makes
 the VAE and the runs made from it stale too), and the code version (``simforcing`` package version and, when the
 package sits in a git checkout, the commit). :func:`check_provenance` compares every field except those in
 ``ignore`` — by default the git commit, which is recorded (and cited) but would otherwise make every commit regenerate
-everything; the package version is compared.
+everything; the package version is compared — and the working directory, which only says how the command's paths
+are spelled (:func:`made_from` reads it back, so a demo run from elsewhere can spell them the same way).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 import subprocess
 from functools import lru_cache
@@ -31,7 +34,7 @@ from simforcing.runfolder import STATUS_FILE, is_run_folder
 from simforcing.utils import atomic_write_json
 
 PROVENANCE_FILE = "provenance.json"
-DEFAULT_IGNORE = ("code.git",)
+DEFAULT_IGNORE = ("code.git", "cwd")
 
 
 @lru_cache(maxsize=1)
@@ -57,7 +60,7 @@ def provenance_record(command: str, sizes: Optional[dict] = None, seed: Optional
                       inputs: Optional[dict] = None) -> dict:
     """A record (module docstring); JSON types only (tuples become lists), so it compares equal after a round trip."""
     rec = {"command": command, "sizes": dict(sizes or {}), "seed": seed, "inputs": dict(inputs or {}),
-           "code": code_version()}
+           "code": code_version(), "cwd": str(Path.cwd().resolve())}
     return json.loads(json.dumps(rec))
 
 
@@ -116,6 +119,27 @@ def spelled(path: str | Path) -> Path:
         return full.relative_to(Path.cwd().resolve())
     except ValueError:
         return full
+
+
+def made_from(folder: str | Path) -> Optional[Path | str]:
+    """The working directory FOLDER's record spells its command's paths from: its ``cwd``; for a record written
+    before ``cwd`` was recorded, the directory its relative ``--out`` names FOLDER from, or ``"absolute"`` when
+    ``--out`` is absolute (then any directory outside FOLDER spells it the same); None when it cannot be told."""
+    rec = read_provenance(folder)
+    if rec is None:
+        return None
+    if isinstance(rec.get("cwd"), str):
+        return Path(rec["cwd"])
+    try:
+        argv = shlex.split(str(rec.get("command", "")))
+        out = Path(argv[argv.index("--out") + 1])
+    except (ValueError, IndexError):
+        return None
+    if out.is_absolute():
+        return "absolute"
+    here = Path(folder).resolve().parts
+    n = len(out.parts)
+    return Path(*here[:-n]) if n < len(here) and here[-n:] == out.parts else None
 
 
 def why_stale(stale: list[str]) -> str:

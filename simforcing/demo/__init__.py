@@ -15,6 +15,8 @@ output folder at a time: it holds ``OUT/.lock`` (``simforcing.locking``) from be
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -22,9 +24,11 @@ from typing import Optional
 from simforcing.config import Config, load_config
 from simforcing.demo.plan import BASE_METHODS, QUICK, Budget, Plan, build_plan, budget_dict, demo_budget
 from simforcing.demo.report import collect, write_report
+from simforcing.errors import ConfigError
 from simforcing.jobs import JobFailed, run_jobs, timings
 from simforcing.locking import lock_folder
 from simforcing.policy.demo import collect_policy
+from simforcing.provenance import made_from
 from simforcing.utils import check_output_path
 
 
@@ -44,8 +48,44 @@ def run_demo(out: Path, data: Optional[Path], budget: Budget, overrides: list[st
     is refused at once (``locking.FolderBusy``, naming this one's pid). Returns 0, or the exit code of the job that
     failed (a stopped training job: 75; run the same command again to resume)."""
     out = check_output_path(out, "--out")
-    with lock_folder(out, "simforcing demo"):
+    home = _home(out)
+    with lock_folder(out, "simforcing demo"), _working_directory(home, out, echo) as moved:
+        if moved:  # the paths the user typed were relative to where they ran the command
+            out, data = moved / out, (moved / data if data is not None else None)
         return _run_locked(out, data, budget, overrides, seeds, full, jobs, policy, echo)
+
+
+def _home(out: Path):
+    """The working directory OUT's folders were made from (``provenance.made_from`` of the first that tells), or
+    None for a new folder. The commands their records hold spell paths from there: run from another directory, the
+    same folder would be spelled differently, every record would look stale, and finished runs would be made again."""
+    for rec in sorted(out.glob("*/provenance.json")) + sorted(out.glob("*/*/provenance.json")):
+        home = made_from(rec.parent)
+        if home is not None:
+            return home
+    return None
+
+
+@contextlib.contextmanager
+def _working_directory(home, out: Path, echo):
+    """Run from ``home`` (see :func:`_home`) and come back; yields the directory left (None when not moved)."""
+    here = Path.cwd().resolve()
+    if home is None or home == here or (home == "absolute" and not out.resolve().is_relative_to(here)):
+        yield None
+        return
+    if home == "absolute":
+        raise ConfigError(f"--out: the runs in {out} spell it as an absolute path (they were made before the demo "
+                          f"recorded its working directory); run the demo from a directory that does not contain it (as "
+                          f"when they were made), or choose another --out")
+    if not home.is_dir():
+        raise ConfigError(f"--out: the runs in {out} were made from {home}, which no longer exists, and their commands "
+                          f"spell paths from there; create it again or choose another --out")
+    echo(f"demo: running from {home}, where the runs in {out} were made (their commands spell paths from there)")
+    os.chdir(home)
+    try:
+        yield here
+    finally:
+        os.chdir(here)
 
 
 def _run_locked(out: Path, data: Optional[Path], budget: Budget, overrides, seeds: int, full: bool, jobs: int,

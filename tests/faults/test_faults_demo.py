@@ -124,6 +124,63 @@ def test_another_spelling_of_the_same_folder_reuses_everything(tmp_path, monkeyp
     assert "stage1" in _todo(moved) and "command: recorded 'simforcing" in "\n".join(moved.notes), moved.notes
 
 
+def _strip_cwd(out: Path) -> None:
+    """Make OUT's records look like those written before the working directory was recorded."""
+    for f in out.rglob("provenance.json"):
+        rec = json.loads(f.read_text())
+        rec.pop("cwd", None)
+        f.write_text(json.dumps(rec))
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_demo_run_from_another_directory_runs_from_where_its_folder_was_made(tmp_path, monkeypatch, legacy):
+    """`cd runs && simforcing demo --out demo` after `simforcing demo --out runs/demo`: the demo runs from the
+    directory the folder's records were made from (their recorded cwd; for older records, the directory their
+    relative --out names the folder from), so nothing is made again and no finished run is removed — once a
+    whole --full run's world models and policies were deleted this way — and it comes back afterwards."""
+    import simforcing.demo as demo
+
+    monkeypatch.chdir(tmp_path)
+    _finish(_plan(Path("runs/demo"), quick=True))
+    if legacy:
+        _strip_cwd(tmp_path / "runs" / "demo")
+    seen = {}
+
+    def plan_only(out, data, budget, overrides, seeds, full, jobs, policy, echo):
+        seen["cwd"], plan = Path.cwd(), _plan(out, quick=True)
+        seen["todo"], seen["notes"] = _todo(plan), plan.notes
+        return 0
+
+    monkeypatch.setattr(demo, "_run_locked", plan_only)
+    monkeypatch.chdir(tmp_path / "runs")
+    lines = []
+    assert demo.run_demo(Path("demo"), None, demo.demo_budget(True), echo=lines.append) == 0
+    assert seen == {"cwd": tmp_path, "todo": [], "notes": []}, seen
+    assert Path.cwd() == tmp_path / "runs" and "running from" in lines[0]
+    assert (tmp_path / "runs" / "demo" / "sft" / "status.json").exists()
+
+
+def test_a_folder_recorded_with_absolute_paths_or_from_a_lost_directory_is_refused_not_remade(tmp_path, monkeypatch):
+    import simforcing.demo as demo
+    from simforcing.config import ConfigError
+
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    out = tmp_path / "demo"
+    _finish(_plan(out, quick=True))  # outside the working directory: recorded with absolute paths
+    _strip_cwd(out)
+    monkeypatch.setattr(demo, "_run_locked", lambda *a, **k: _todo(_plan(a[0], quick=True)) == [] and 0)
+    assert demo.run_demo(out, None, demo.demo_budget(True), echo=print) == 0  # still outside: the same spelling
+    monkeypatch.chdir(tmp_path)  # inside: it would be spelled relative, so every record would look stale
+    with pytest.raises(ConfigError, match="absolute path"):
+        demo.run_demo(out, None, demo.demo_budget(True), echo=print)
+    for f in out.rglob("provenance.json"):
+        f.write_text(json.dumps({**json.loads(f.read_text()), "cwd": str(tmp_path / "gone")}))
+    with pytest.raises(ConfigError, match="no longer exists"):
+        demo.run_demo(out, None, demo.demo_budget(True), echo=print)
+    assert (out / "sft" / "status.json").exists()
+
+
 def test_an_unfinished_run_resumes_and_a_finished_one_is_reused(tmp_path):
     out = tmp_path / "demo"
     plan = _plan(out, quick=True)
