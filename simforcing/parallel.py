@@ -28,6 +28,9 @@
 
 Gradients are averaged over ranks by FSDP (each rank's loss is its local mean; equal local batch sizes make the
 average the global mean). Logged values are averaged over ranks with :func:`all_reduce_mean`.
+
+FSDP, DCP and the device mesh are imported inside the functions that use them: together they take about half a second
+to import, and every command that trains or loads a model imports this module, most of them in one process.
 """
 
 from __future__ import annotations
@@ -41,12 +44,6 @@ from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
-                                                     set_model_state_dict, set_optimizer_state_dict, set_state_dict)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
 from simforcing.config import Config
 from simforcing.utils import resolve_device
@@ -93,6 +90,8 @@ def init_distributed(device: str = "auto") -> DistInfo:
     if not dist.is_initialized():  # one process group per process, reused by later runs, destroyed at exit
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
         atexit.register(cleanup)
+    from torch.distributed.device_mesh import init_device_mesh
+
     mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
     return DistInfo(dist.get_rank(), dist.get_world_size(), local, dev, mesh)
 
@@ -184,6 +183,8 @@ def mixed_precision_dtype(cfg: Config, device: torch.device) -> torch.dtype:
 def parallelize(model: torch.nn.Module, cfg: Config, mesh: Any) -> torch.nn.Module:
     """fully_shard per ``model.layers`` entry, then the root. Returns the same (now sharded) module. ``mesh`` None
     (single process) returns the model unchanged. Activation checkpointing stays the model's own (module docstring)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
     if mesh is None:
         return model
     layers = getattr(model, "layers", None)
@@ -205,6 +206,9 @@ def shard_from_rank0(model: torch.nn.Module, cfg: Config, mesh: Any, device: tor
     broadcast into every rank's shards. ``mesh`` None: the model moved to ``device``, unchanged otherwise.
     ``forward_methods``: names of other methods the training step calls instead of ``forward`` (FSDP2 then runs its
     gather/reshard hooks around them as around ``forward``)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
     if mesh is None:
         return model.to(device)
     meta = any(t.is_meta for t in model.state_dict().values())
@@ -242,6 +246,9 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
 
 def save_sharded(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """Every rank writes its shard of the model (and optimizer) under ``path`` (a folder)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
     model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
     state = {"model": model_sd}
     if optimizer is not None:
@@ -251,6 +258,10 @@ def save_sharded(path: str | Path, model: torch.nn.Module, optimizer: torch.opti
 
 def load_sharded(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """Every rank reads its shard of the model (and optimizer) from ``path`` (resharding when the world changed)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
     state = {"model": model_sd}
     if optimizer is not None:
@@ -272,6 +283,9 @@ def load_full_into_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimi
     """A single-process checkpoint into a sharded run: ``model_state`` the full weights, ``optim_state`` a plain
     ``optimizer.state_dict()`` (parameters by index). The indices are mapped to parameter names through this run's
     optimizer, built by the same ``train.build_optimizer`` (same groups, same order), then both are sharded."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
+                                                         set_model_state_dict, set_optimizer_state_dict)
+
     names = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
     fqns = [f for group in names["param_groups"] for f in group["params"]]
     ours = [p for group in optimizer.param_groups for p in group["params"]]
@@ -291,6 +305,9 @@ def load_full_into_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimi
 def load_sharded_model_offline(path: str | Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A full (unsharded) state dict for ``model`` read from a DCP folder in a single process (sampler, evaluator,
     or a sharded teacher run loaded by one process)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
     state = {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}}
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
@@ -300,6 +317,8 @@ def load_sharded_model_offline(path: str | Path, model: torch.nn.Module) -> dict
 
 def load_full_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load a full (unsharded) state dict into a model that may be sharded."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
     if is_distributed():
         set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
     else:

@@ -31,7 +31,6 @@ from typing import Iterator, Optional
 
 import torch
 import torch.nn as nn
-from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -143,6 +142,10 @@ def _check_shapes(model: nn.Module, shapes: dict[str, tuple], where: str) -> Non
 def _to_diffusers_names(tensors: dict, layout: str) -> dict:
     if layout == "diffusers":
         return tensors
+    # imported here: diffusers' single-file utils take about a second to import, and only the original Wan layout
+    # needs them (every `simforcing` command that builds a model imports this module)
+    from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
+
     return convert_wan_transformer_to_diffusers(dict(tensors))
 
 
