@@ -79,8 +79,19 @@ def test_sampler_forwards_are_minimal_and_match_the_reference(tiny_run):
 
 
 @pytest.mark.slow
-def test_quick_bench_schema_and_minimal_forwards(tmp_path):
-    """`bench --quick` as a user runs it (about 1.5 min here): every section, the quick grid, the targets' schema."""
+def test_quick_bench_schema_and_minimal_forwards(tmp_path, monkeypatch):
+    """`bench --quick` as a user runs it: every section, the quick grid and sizes, the targets' schema — with its
+    repetitions cut to one (they only make the timings steadier; about a minute of the suite otherwise)."""
+    import dataclasses
+
+    quick_mode = options.BenchOptions.for_mode
+
+    def one_repeat(quick: bool, tiny: bool):
+        o = quick_mode(quick, tiny)
+        return dataclasses.replace(o, repeats=1, max_repeats=1, min_config_s=0.0, forward_repeats=2, train_repeats=2,
+                                   scaling_repeats=1, policy_repeats=1)
+
+    monkeypatch.setattr(options.BenchOptions, "for_mode", staticmethod(one_repeat))
     out = tmp_path / "quick.json"
     assert main(["bench", "--quick", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
