@@ -268,8 +268,10 @@ def test_full_policy_measurement_end_to_end_at_tiny_size(tiny, prior_run, tmp_pa
     res = collect_policy(info)
     assert res is not None and res["full"] and set(res["main"]) == {
         "action_only / random (no prior)", "action_only / video base", "action_only / SFT WM",
-        "action_only / SimForcing WM"}
-    assert len(res["runs"]) == 2 * 4 + 2 and res["init"]["action_only / video base"]["new"] > 0
+        "action_only / SimForcing WM", "action_only / SimForcing WM video expert only"}
+    assert len(res["runs"]) == 2 * 4 + 2 + 1 and res["init"]["action_only / video base"]["new"] > 0
+    vo = res["init_all"]["action_only / SimForcing WM video expert only"]  # its video expert only: a new action expert
+    assert vo["new"] > res["init_all"]["action_only / SimForcing WM"]["new"]
     blocks = {(b["setting"], b["steps"]) for b in res["transfer"]["blocks"]}
     assert blocks == {("action_only", 3), ("action_only", 4), ("unconditional", 3), ("video_action", 3)}
     assert set(res["probe"]["runs"]) == {"random (no prior)", "video base", "SFT WM", "SimForcing WM"}

@@ -5,6 +5,8 @@ from) while the default section keeps its jobs. The probe end to end on a tiny p
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from pathlib import Path
 
@@ -116,7 +118,9 @@ def test_full_section_jobs(tmp_path):
     specs = policy_specs(b.train_steps, t)
     per_budget = 2 * (1 + 1 + 2 + 2)  # policy seeds × (random, video base, sft × WM seeds, simforcing × WM seeds)
     joint = 2 * 2 * (1 + 2)  # 2 settings × policy seeds × (video base, simforcing × WM seeds)
-    assert len(specs) == 2 * per_budget + joint and len(set(specs)) == len(specs)
+    video_only = 2 * 2  # policy seeds × WM seeds: the SimForcing WM's video expert alone, at the demo's budget only
+    assert len(specs) == 2 * per_budget + joint + video_only and len(set(specs)) == len(specs)
+    assert len(policy_specs(b.train_steps, dataclasses.replace(t, video_only=False))) == 2 * per_budget + joint
     jobs, info = full_policy_jobs(tmp_path, wm, 42, b, t, wm_deps=deps, after=("stage1",))
     by = {j.name: j for j in jobs}
     assert len(info["runs"]) == len(specs) and len(set(info["runs"].values())) == len(specs)
@@ -127,12 +131,17 @@ def test_full_section_jobs(tmp_path):
         == str(wm["simforcing_seed43"])
     rnd = by["policy train action_only / random (no prior)"]
     assert rnd.argv[rnd.argv.index("--init") + 1] == "base" and "--config" in rnd.argv
+    vo = by["policy train action_only / SimForcing WM video expert only / WM seed 43"]
+    assert vo.argv[vo.argv.index("--init") + 1] == str(wm["simforcing_seed43"]) and "make simforcing_seed43" in vo.deps
+    assert vo.argv[-1] == "--policy.init_from=video" and "--policy.init_from=video" not in by[sf].argv
+    assert not any("video expert only" in n and "4 steps" in n for n in by)
     vb = by["policy train video_action / video base / seed 43"]
     assert "make video_base" in vb.deps and "--train.seed=43" in vb.argv
     evals = [j for j in jobs if j.name.startswith("policy eval")]
     assert len(evals) == len(specs) + 1 and all(j.argv[j.argv.index("--per-task") + 1] == "1" for j in evals)
     probe = by["policy probe"]
-    assert len(probe.deps) == 1 + 1 + 2 + 2  # action-only, first policy seed, demo budget: every init and WM
+    assert len(probe.deps) == 1 + 1 + 2 + 2  # action-only, first policy seed, demo budget: every init and WM (the
+    assert not any("video expert only" in d for d in probe.deps)  # video expert alone is the SimForcing WM's own)
     with pytest.raises(ValueError, match="simforcing_seed43"):
         full_policy_jobs(tmp_path, {k: v for k, v in wm.items() if k != "simforcing_seed43"}, 42, b, t)
     # policy_jobs(full=True) hands over to it; the default section is what it was: base, SFT WM, SimForcing WM

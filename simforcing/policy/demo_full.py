@@ -12,7 +12,10 @@ Initialisations (the paper's base is Wan2.2, its "our WM" the world model traine
 - ``video_base``: the demo's video base (``pretrain --method video_prior``, ``simforcing.prior``), from which stage 1
   is trained in ``--full`` (``pretrain --init``) — what stands in for Wan2.2: its video expert, a new action expert;
 - ``sft``, ``simforcing``: the world models (stage 2 from that stage 1), at ``wm_seeds`` stage-2 seeds (``wm_runs``
-  holds ``sft_seed43`` ... as the demo names them, :func:`wm_key`).
+  holds ``sft_seed43`` ... as the demo names them, :func:`wm_key`);
+- ``simforcing_video`` (``video_only``): the SimForcing world model's video expert alone, its action expert new
+  (``--policy.init_from=video``), action-only at the demo's budget — which of the two experts a policy's gain from the
+  world model comes from.
 
 Policies: action-only from all four × world-model seeds × ``policy_seeds`` policy seeds, at the demo's budget
 (``PolicyBudget.train_steps``) and at ``long_steps``; unconditional and video + action for ``joint_inits`` (the main
@@ -38,9 +41,10 @@ from simforcing.utils import atomic_write_json, atomic_write_text
 
 SEED = 42
 INIT_LABELS = {"random": "random (no prior)", "video_base": "video base", "sft": "SFT WM",
-               "simforcing": "SimForcing WM"}
+               "simforcing": "SimForcing WM", "simforcing_video": "SimForcing WM video expert only"}
 INITS = tuple(INIT_LABELS)
-WM_INITS = ("sft", "simforcing")  # the initialisations that are world models (one per world-model seed)
+WM_SOURCE = {"sft": "sft", "simforcing": "simforcing", "simforcing_video": "simforcing"}  # init -> world model it reads
+WM_INITS = tuple(WM_SOURCE)  # the initialisations from a world model (one per world-model seed)
 
 
 @dataclass
@@ -54,6 +58,7 @@ class TransferBudget:
     wm_seeds: int = 3  # stage-2 seeds of the world models
     policy_seeds: int = 3  # policy training seeds
     joint_inits: tuple = ("video_base", "simforcing")  # unconditional and video + action
+    video_only: bool = True  # action-only at the demo's budget from the SimForcing WM's video expert alone
     probe_train_scenes: int = 40  # per task: the probe's fitting scenes (training seed)
     probe_test_scenes: int = 20  # per task: its held-out scenes
 
@@ -111,8 +116,12 @@ def policy_specs(train_steps: int, transfer: TransferBudget, inits: tuple = INIT
     for setting, steps_list, setting_inits in (("action_only", (train_steps, transfer.long_steps), inits),
                                                ("unconditional", (train_steps,), transfer.joint_inits),
                                                ("video_action", (train_steps,), transfer.joint_inits)):
+        if setting == "action_only" and not transfer.video_only:
+            setting_inits = tuple(i for i in setting_inits if i != "simforcing_video")
         for steps in dict.fromkeys(steps_list):
             for init in (i for i in INITS if i in setting_inits and i in inits):
+                if init == "simforcing_video" and steps != train_steps:
+                    continue
                 for wm in (wm_seeds if init in WM_INITS else [None]):
                     out += [PolicySpec(setting, init, wm, s, steps) for s in seeds]
     return out
@@ -134,7 +143,7 @@ def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int, b
         if key not in wm_runs:
             raise ValueError(f"wm_runs: expected a {key!r} run; got {sorted(wm_runs)}")
     specs = policy_specs(budget.train_steps, transfer, INITS, seed)
-    missing = sorted({wm_key(s.init, s.wm_seed) for s in specs if s.wm_seed is not None} - set(wm_runs))
+    missing = sorted({wm_key(WM_SOURCE[s.init], s.wm_seed) for s in specs if s.wm_seed is not None} - set(wm_runs))
     if missing:
         raise ValueError(f"wm_runs: the world-model runs {missing} are missing (demo --full trains "
                          f"{transfer.wm_seeds} world-model seeds)")
@@ -151,7 +160,7 @@ def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int, b
         label, run = spec.label(budget.train_steps), out / spec.folder(budget.train_steps)
         runs[label] = run
         source = "simforcing" if spec.init == "random" else \
-            spec.init if spec.wm_seed is None else wm_key(spec.init, spec.wm_seed)
+            spec.init if spec.wm_seed is None else wm_key(WM_SOURCE[spec.init], spec.wm_seed)
         init = "base" if spec.init == "random" else str(wm_runs[source])
         deps = ("policy data",) + tuple(wm_deps[k] for k in ("simforcing", source) if k in wm_deps)
         # the first seeds at the demo's budget first, then the longer budget and the joint settings, then the rest
@@ -160,7 +169,8 @@ def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int, b
         job, train_recs[label] = train_job(label, run, spec.setting, init,
                                            sf_cfg if spec.init == "random" else None, data, spec.steps, spec.seed,
                                            budget, {"data": digest(data_rec), "world model": wm_digest[source]},
-                                           deps, priority, notes)
+                                           deps, priority, notes,
+                                           ("--policy.init_from=video",) if spec.init == "simforcing_video" else ())
         jobs.append(job)
     per_task = transfer.eval_per_task
     evals: dict[str, Path] = {}
@@ -173,8 +183,10 @@ def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int, b
         else:
             jobs.append(eval_job(f"policy eval {label}", ev, per_task, budget, seed, (label, runs[label]),
                                  {"policy": digest(train_recs[label])}, (f"policy train {label}",)))
-    # what the frozen video expert gives an action-only policy: one per initialisation and world model
-    probed = [s for s in specs if s.setting == "action_only" and s.steps == budget.train_steps and s.seed == seed]
+    # what the frozen video expert gives an action-only policy: one per initialisation and world model (the video
+    # expert alone is the SimForcing WM's own: not probed twice)
+    probed = [s for s in specs if s.setting == "action_only" and s.steps == budget.train_steps and s.seed == seed
+              and s.init != "simforcing_video"]
     probe = out / "probe"
     names = {s.label(budget.train_steps): s.label(budget.train_steps).split(" / ", 1)[1] for s in probed}
     argv = ["policy", "probe", "--out", str(probe), "--train-scenes", str(transfer.probe_train_scenes),

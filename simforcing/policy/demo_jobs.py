@@ -40,15 +40,17 @@ def policy_data_job(data: Path, budget, seed: int, after: tuple) -> tuple[Job, d
 
 
 def train_job(label: str, run: Path, setting: str, init: str, config: Optional[Path], data: Path, steps: int,
-              seed: int, budget, inputs: dict, deps: tuple, priority: int, notes: list) -> tuple[Job, dict]:
-    """``policy train`` of one policy into ``run`` from ``init`` (``config``: the architecture of a ``base`` start);
-    a run recorded with another command is removed (said in ``notes``), an unfinished one resumed."""
+              seed: int, budget, inputs: dict, deps: tuple, priority: int, notes: list,
+              overrides: tuple = ()) -> tuple[Job, dict]:
+    """``policy train`` of one policy into ``run`` from ``init`` (``config``: the architecture of a ``base`` start;
+    ``overrides``: more ``--section.field=value``); a run recorded with another command is removed (said in
+    ``notes``), an unfinished one resumed."""
     argv = ["policy", "train", "--setting", setting, "--init", init, "--data", str(data), "--out", str(run)]
     if config is not None:
         argv += ["--config", str(config)]  # the same architecture and VAE, no weight inherited
     argv += [f"--train.max_steps={steps}", f"--train.batch_size={budget.batch_size}",
              f"--policy.execute={budget.execute}", f"--train.seed={seed}", f"--train.ckpt_every={steps}",
-             "--train.log_every=25", "--train.threads=1"]
+             "--train.log_every=25", "--train.threads=1", *overrides]
     rec = provenance_record("simforcing " + " ".join(argv), None, seed, inputs)
     stale = stale_fields(run, rec)
     if run.exists() and stale:

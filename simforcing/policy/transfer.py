@@ -30,7 +30,8 @@ from scipy import stats
 TASK_ORDER = ("reach", "push", "grasp")
 # A − B: the paper's claim first (world model > the video model it came from), then what separates the priors
 COMPARISONS = (("simforcing", "video_base"), ("sft", "video_base"), ("simforcing", "sft"), ("video_base", "random"),
-               ("simforcing", "random"), ("sft", "random"))
+               ("simforcing", "random"), ("sft", "random"), ("simforcing", "simforcing_video"),
+               ("simforcing_video", "random"))
 
 
 def successes(episodes: dict) -> np.ndarray:
