@@ -174,3 +174,20 @@ def test_cli_writes_refuses_to_overwrite_and_rejects_bad_sizes(tmp_path, capsys)
     sim, real = read_episode_videos(root, read_info(root), read_episodes(root)["ep_00000"])
     assert sim.shape == real.shape == (5, H, W, 3) and real.mean() > sim.mean() + 20  # halves not swapped
     assert main(args + ["--overwrite", "--height", "31"]) == 2 and "height: got 31" in capsys.readouterr().err
+
+
+def test_a_scene_whose_objects_cannot_be_placed_is_drawn_again():
+    """Scene 457 of seed 7000 (the judge's rollouts) draws objects that cannot all be placed; it once ended a judge's
+    fit after hundreds of rollouts. It is drawn again from the same generator; a scene placed at once is unchanged."""
+    from simforcing.data.synthetic.scene import _draw_objects, sample_objects
+
+    def rng(seed, index):
+        return np.random.default_rng(np.random.SeedSequence([seed, index]).spawn(3)[0])  # EpisodePhysics' scene_rng
+
+    with pytest.raises(RuntimeError, match="could not place"):
+        _draw_objects(rng(7000, 457))
+    assert len(sample_objects(rng(7000, 457))) >= 3
+    assert sample_objects(rng(7000, 456)) == _draw_objects(rng(7000, 456))
+    from simforcing.policy.synthetic import SyntheticTaskEnv
+
+    SyntheticTaskEnv(7000, 457, 4, 32, 48, layouts=2).close()

@@ -339,8 +339,20 @@ def _place(rng: np.random.Generator, taken: list[tuple[float, float, float]], ra
                        f"y {lo[1]}..{hi[1]} clear of {len(taken)} others")
 
 
-def sample_objects(rng: np.random.Generator) -> list[SceneObject]:
-    """2–3 task objects with distinct named colours in reach, 1–3 distractors with random colours further out."""
+def sample_objects(rng: np.random.Generator, attempts: int = 10) -> list[SceneObject]:
+    """2–3 task objects with distinct named colours in reach, 1–3 distractors with random colours further out. A draw
+    whose objects cannot all be placed (about 1 in 8,000 episodes) is drawn again from the same generator, up to
+    ``attempts`` times: a scene placed at its first draw is unchanged, and a rare one no longer ends a long generation
+    (or a judge's rollouts) with an error."""
+    for _ in range(attempts - 1):
+        try:
+            return _draw_objects(rng)
+        except RuntimeError:
+            continue
+    return _draw_objects(rng)
+
+
+def _draw_objects(rng: np.random.Generator) -> list[SceneObject]:
     taken: list[tuple[float, float, float]] = []
     objects = []
     n_task = int(rng.integers(2, 4))
