@@ -40,7 +40,7 @@ class WorldModelEvalBudget:
     judge_steps: int = 2000  # the default demo's judge: what its 20 minutes allow (it caps the agreement)
     judge_steps_full: int = 5000
     judge_rollouts: int = 60  # simulator rollouts the judge is also fitted on (another scene seed)
-    judge_rollouts_full: int = 600  # about 10 minutes of simulation: episode κ 0.30 -> 0.76 (docs/WORLD_MODEL_EVAL.md)
+    judge_rollouts_full: int = 600  # ~15 min with the fit: held-out episode κ 0.30 -> 0.76 (docs/WORLD_MODEL_EVAL.md)
 
 
 WM_EVAL_QUICK = WorldModelEvalBudget(per_task=1, per_task_full=1, budgets=(3,), budgets_full=(3,), expert_noise=(0.02,),

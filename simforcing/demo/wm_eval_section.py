@@ -90,6 +90,17 @@ def collect_wm_eval(plan: Plan) -> Optional[dict]:
     return res
 
 
+def judge_budget_sentence(w, full: bool) -> str:
+    """What the judge was fitted on, and what that means for the table (a judge below a κ near 1 caps it)."""
+    rollouts, steps = (w.judge_rollouts_full, w.judge_steps_full) if full else (w.judge_rollouts, w.judge_steps)
+    text = (f"The success judge was fitted on {rollouts} simulator rollouts for {steps} steps; its agreement with "
+            "MuJoCo (the last table) caps what any world model judged by it can show")
+    if not full:
+        text += (f" — this one is the 20-minute demo's; `demo --full` fits it on {w.judge_rollouts_full} rollouts "
+                 f"for {w.judge_steps_full} steps, which lifts the harness to the aim (docs/WORLD_MODEL_EVAL.md)")
+    return text + "."
+
+
 def wm_eval_lines(res: Optional[dict], plan: Plan) -> list[str]:
     if not res:
         return []
@@ -103,7 +114,8 @@ def wm_eval_lines(res: Optional[dict], plan: Plan) -> list[str]:
              "task's success from them (the simulator's predicates on the judge's readings of the hand and the "
              "object). The world models were trained on paired data including "
              f"{b.layout_train} real episodes of these layouts. Learned policies: action-only, one camera (the "
-             "world model predicts the external view), from base, the `sft` and the SimForcing world model.", "",
+             "world model predicts the external view), from base, the `sft` and the SimForcing world model. "
+             + judge_budget_sentence(b.wm_eval, plan.full), "",
              res["table_md"], "", f"![world model vs simulator success]({relative_to(res['scatter'], plan.out)})",
              ""]
     for gif in res.get("videos", []):
