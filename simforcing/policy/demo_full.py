@@ -116,12 +116,10 @@ def policy_specs(train_steps: int, transfer: TransferBudget, inits: tuple = INIT
     for setting, steps_list, setting_inits in (("action_only", (train_steps, transfer.long_steps), inits),
                                                ("unconditional", (train_steps,), transfer.joint_inits),
                                                ("video_action", (train_steps,), transfer.joint_inits)):
-        if setting == "action_only" and not transfer.video_only:
-            setting_inits = tuple(i for i in setting_inits if i != "simforcing_video")
         for steps in dict.fromkeys(steps_list):
             for init in (i for i in INITS if i in setting_inits and i in inits):
-                if init == "simforcing_video" and steps != train_steps:
-                    continue
+                if init == "simforcing_video" and not (transfer.video_only and steps == train_steps):
+                    continue  # the video expert alone: only with video_only, at the demo's budget
                 for wm in (wm_seeds if init in WM_INITS else [None]):
                     out += [PolicySpec(setting, init, wm, s, steps) for s in seeds]
     return out
