@@ -191,3 +191,45 @@ def test_a_scene_whose_objects_cannot_be_placed_is_drawn_again():
     from simforcing.policy.synthetic import SyntheticTaskEnv
 
     SyntheticTaskEnv(7000, 457, 4, 32, 48, layouts=2).close()
+
+
+def test_noisy_operator_is_a_clipped_random_walk_around_the_same_scripted_motion(twin):
+    from simforcing.data.synthetic.generate import EpisodePhysics
+    from simforcing.data.synthetic.motions import _clip
+
+    clean, noisy = EpisodePhysics(5, 2, T), EpisodePhysics(5, 2, T, action_noise=0.05)
+    assert [o.name for o in clean.objects] == [o.name for o in noisy.objects]
+    assert clean.motion.instruction == noisy.motion.instruction
+    np.testing.assert_array_equal(clean.motion.rpy, noisy.motion.rpy)
+    # independently: the same stream's σ, then every position delta plus N(0, σ²), clipped step by step
+    rng = np.random.default_rng(np.random.SeedSequence([5, 2, 11]))
+    sigma = rng.uniform(0.0, 0.05)
+    steps = np.diff(clean.motion.pos, axis=0) + rng.normal(0.0, sigma, size=(T - 1, 3))
+    want = [clean.motion.pos[0]]
+    for d in steps:
+        want.append(_clip(want[-1] + d))
+    np.testing.assert_allclose(noisy.motion.pos, np.stack(want), atol=1e-12)
+    assert np.abs(noisy.motion.pos - clean.motion.pos).max() > 1e-3
+    # the recorded actions are the noisy targets' deltas; the video follows them
+    ep = simulate_episode(5, 2, T, twin, paired=False, action_noise=0.05)
+    np.testing.assert_allclose(ep.actions[:, :3], np.diff(noisy.motion.pos, axis=0), atol=1e-6)
+    assert np.array_equal(simulate_episode(5, 2, T, twin, paired=False).actions, clean.motion.actions())
+
+
+def test_action_noise_drives_only_the_named_splits(dataset, tmp_path):
+    from simforcing.config import ConfigError
+
+    noisy = generate_dataset(tmp_path / "noisy", seed=3, progress=False, action_noise=0.05,
+                             noise_splits=("sim_pool",), **SIZES)
+    settings = read_info(noisy)["synth"]["action_noise"]
+    assert settings["sigma_max"] == 0.05 and settings["splits"] == ["sim_pool"]
+    assert read_info(dataset)["synth"]["action_noise"] is None
+    for split, ids in read_splits(noisy).items():
+        for eid in ids:
+            same = np.array_equal(read_lowdim(dataset, eid)[0], read_lowdim(noisy, eid)[0])
+            assert same == (split != "sim_pool"), (split, eid)
+    for bad, splits in ((0.5, ("sim_pool",)), (-0.01, ("sim_pool",)), (0.02, ("test",))):
+        with pytest.raises(ConfigError, match="action-noise"):
+            generate_dataset(tmp_path / "bad", seed=3, progress=False, action_noise=bad, noise_splits=splits,
+                             **SIZES)
+    assert not (tmp_path / "bad").exists()

@@ -40,6 +40,11 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
                         help="more paired training episodes in the policy benchmark's LIBERO-like scenes")
     parser.add_argument("--layouts", type=int, default=2, help="fixed layouts of those episodes")
     parser.add_argument("--jitter", type=float, default=0.03, help="their task object's jitter (metres)")
+    parser.add_argument("--action-noise", type=float, default=0.0, metavar="SIGMA",
+                        help="drive the episodes of --action-noise-splits by a noisy operator: N(0, σ²) per step and "
+                        "axis on the position actions, σ ~ U(0, SIGMA) per episode (metres; 0: scripted motions only)")
+    parser.add_argument("--action-noise-splits", nargs="+", default=["sim_pool"],
+                        choices=("train", "val", "sim_pool"), help="which episodes --action-noise drives")
     parser.add_argument("--quick", action="store_true", help="a tiny set: 2 train, 2 val, 4 sim-only, 17 frames")
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
     parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
@@ -59,7 +64,8 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
                            height=args.height, width=args.width, seed=args.seed, layout=args.layout,
                            progress=not args.no_progress, workers=args.workers, overwrite=args.overwrite,
                            finish=None if args.no_finalize else finalize_dataset, layout_train=args.layout_train,
-                           layouts=args.layouts, jitter=args.jitter)
+                           layouts=args.layouts, jitter=args.jitter, action_noise=args.action_noise,
+                           noise_splits=tuple(args.action_noise_splits))
     if args.preview and counts[0] + counts[1] > 0:
         save_preview(out, "ep_00000", args.preview)
     print(f"wrote {sum(counts[:3]) + args.layout_train} episodes to {out} in {time.time() - t0:.1f} s")

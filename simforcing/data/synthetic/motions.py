@@ -177,6 +177,19 @@ def script_motion(rng: np.random.Generator, objects: list[SceneObject], start_po
                   target=next(i for i, o in enumerate(objects) if o is target))
 
 
+def perturb_targets(pos: np.ndarray, rng: np.random.Generator, sigma: float) -> np.ndarray:
+    """Commanded positions (T, 3) of a noisy operator: every position delta gets N(0, σ²) per axis (metres), as the
+    policy benchmark's noisy expert (``policy.evaluate.ExpertPlayer``), and the target is clipped into the workspace
+    after each step, the controller's rule (``policy.synthetic.CommandedTarget``) — so the noise accumulates into a
+    random walk around the scripted path. ``data synth --action-noise``: action sequences a world model trained on
+    scripted motions alone never sees."""
+    deltas = np.diff(pos, axis=0) + rng.normal(0.0, sigma, size=(len(pos) - 1, 3))
+    out = np.array(pos, np.float64)
+    for t in range(1, len(pos)):
+        out[t] = _clip(out[t - 1] + deltas[t - 1])
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Executing the commanded targets: differential inverse kinematics
 # ----------------------------------------------------------------------------------------------------------------------
