@@ -25,8 +25,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/simforcing demo --out runs/demo
 
+# one worker per core, each test file on one worker (its module fixtures built once); every test runs one torch thread
 test: $(STAMP)
-	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/python -m pytest -q tests
+	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/python -m pytest -q -n auto --dist loadfile tests
 
 $(LIBERO_STAMP): pyproject.toml
 	test -x $(LIBERO_VENV)/bin/python || $(PY) -m venv $(LIBERO_VENV)
