@@ -332,7 +332,7 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
                 jitter)
     _check_noise(action_noise, noise_splits)
     out = Path(out)
-    scene = (layout_train, layouts, jitter, action_noise if action_noise > 0 else 0.0, tuple(noise_splits))
+    scene = (layout_train, layouts, jitter, action_noise, tuple(noise_splits))
     with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
         _generate_into(tmp, num_train, num_val, num_sim_pool, length, height, width, seed, layout, progress, workers,
                        scene)
