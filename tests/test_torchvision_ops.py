@@ -154,11 +154,17 @@ def test_the_stand_in_serves_exactly_when_torchvision_compiled_ops_did_not_load(
 
 def test_import_simforcing_stays_light_and_torchvision_imports_after_it():
     """``import simforcing`` imports neither torch nor torchvision; the first torchvision import (from anywhere) then
-    works beside this torch (the import hook of simforcing/__init__)."""
+    works beside this torch (the import hook of simforcing/__init__); diffusers asking whether torchvision is installed
+    (at its import) does not import it."""
     import subprocess
     import sys
 
-    code = ("import sys, simforcing; assert 'torch' not in sys.modules and 'torchvision' not in sys.modules; "
-            "from diffusers import AutoencoderKLWan; import torchvision.ops; print('ok')")
+    code = ("import sys, importlib.util, simforcing; "
+            "assert 'torch' not in sys.modules and 'torchvision' not in sys.modules; "
+            "import diffusers.models.normalization; assert importlib.util.find_spec('torchvision') is not None; "
+            "assert 'torchvision' not in sys.modules, 'asking whether torchvision is installed imported it'; "
+            "from diffusers import AutoencoderKLWan; import torchvision.ops, torch; "
+            "b = torch.tensor([[0, 0, 1, 1.0], [0, 0, 1, 1.1]]); "
+            "assert torchvision.ops.nms(b, torch.tensor([1.0, 0.9]), 0.5).tolist() == [0]; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
