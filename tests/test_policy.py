@@ -325,6 +325,22 @@ def test_wilson_interval():
     assert rate(3, 4)["rate"] == 0.75
 
 
+def test_scene_seed_draws_other_held_out_scenes_and_is_recorded(tmp_path, capsys):
+    """`policy eval --scene-seed`: other scenes than every evaluation's default (9000), recorded in eval.json (which
+    `policy agreement` compares); the same seed draws the same scenes."""
+    def scenes(*seed):
+        out = tmp_path / ("e" + "_".join(seed))
+        assert cli_main(["policy", "eval", "--expert-noise", "0.02", "--no-baselines", "--per-task", "1",
+                         "--max-steps", "4", "--out", str(out), *(["--scene-seed", *seed] if seed else [])]) == 0
+        res = json.loads((out / "eval.json").read_text())
+        return res["seed"], res["scenes"]
+
+    default, other = scenes(), scenes("123")
+    assert default[0] == 9000 and other[0] == 123 and default[1] != other[1]
+    assert scenes("9000") == default
+    capsys.readouterr()
+
+
 @pytest.mark.slow
 def test_a_short_closed_loop_episode_end_to_end(tiny, tmp_path):
     """A trained (tiny) policy acts in the synthetic MuJoCo scene: observation -> chunk -> steps, step limit."""

@@ -91,6 +91,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="folder for eval.json and eval.md")
     parser.add_argument("--per-task", type=int, default=10, help="synthetic: held-out scenes per task")
     parser.add_argument("--max-steps", type=int, default=30, help="synthetic: step limit of an episode")
+    parser.add_argument("--scene-seed", type=int, default=None, metavar="SEED",
+                        help="synthetic, world-model: the seed of the held-out scenes and of the players' noise "
+                             "(default: 9000, every evaluation's; another seed draws other scenes, e.g. to validate "
+                             "a judge where no evaluation looked)")
     parser.add_argument("--no-baselines", action="store_true", help="synthetic: leave out the expert / floor rows")
     parser.add_argument("--layouts", type=int, default=None, help="synthetic: the scenes' layouts (default: those of "
                         "the runs' training data, `data synth-policy --layouts`; 0 without runs)")
@@ -158,6 +162,9 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     out = check_output_path(args.out, "--out")  # before any episode is run
     device = resolve_device(args.device, "--device")
     runs = parse_runs(args.runs, args.run)
+    if args.env == "libero" and args.scene_seed is not None:
+        raise ConfigError("--scene-seed: LIBERO's scenes are its own init states (--trials cycles them); the seed "
+                          "applies to --env synthetic and world-model")
     if args.env == "libero":
         from simforcing.policy.libero import evaluate_libero
 
@@ -190,6 +197,8 @@ def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device) 
     common = dict(per_task=args.per_task, max_steps=args.max_steps, baselines=not args.no_baselines,
                   device=device, execute=args.execute, layouts=args.layouts, jitter=args.jitter,
                   expert_noise=args.expert_noise)
+    if args.scene_seed is not None:
+        common["seed"] = args.scene_seed
     if args.env == "world-model":
         from simforcing.policy.world_model_eval import evaluate_world_model
 

@@ -234,6 +234,8 @@ def test_policy_and_dataset_commands_name_a_bad_argument_before_any_work(tmp_pat
              "--tasks: got 'a,b'"),
             (["policy", "eval", "--env", "libero", "--runs", run, "--out", o / "e", "--trials", "0"],
              "--trials: got 0"),
+            (["policy", "eval", "--env", "libero", "--runs", run, "--out", o / "e", "--scene-seed", "1"],
+             "--scene-seed: LIBERO's scenes are its own"),
             (["data", "synth-policy", "--out", o / "d", "--height", "31"], "height: got 31"),
             (["data", "synth-policy", "--out", o / "d", "--width", "0"], "width: got 0"),
             (["data", "synth-policy", "--out", o / "d", "--workers", "0"], "workers: got 0"),
