@@ -80,6 +80,27 @@ def test_the_judges_terms_give_the_simulators_verdicts_on_scripted_episodes():
     assert checked == 12
 
 
+def test_policy_eval_with_a_judge_validates_it_on_its_own_scenes(judge_dir, tmp_path, capsys):
+    """`policy eval --judge` in the simulator: the judge's verdicts beside MuJoCo's on every episode, and their
+    agreement per task (what `policy agreement` reports as the harness check) in eval.json and the table — one
+    command validates a judge, on any --scene-seed."""
+    import json
+
+    from simforcing.cli import main
+    from simforcing.policy.agreement import judge_validation
+
+    out = tmp_path / "e"
+    assert main(["policy", "eval", "--no-baselines", "--expert-noise", "0.01", "--per-task", "1", "--max-steps", "4",
+                 "--layouts", str(LAYOUTS), "--judge", str(judge_dir), "--scene-seed", "5", "--out", str(out)]) == 0
+    res = json.loads((out / "eval.json").read_text())
+    jv = res["judge_validation"]
+    assert set(jv) == {"reach", "push", "grasp", "all"} and jv == judge_validation(res, res["tasks"])
+    eps = [o for per in res["episodes"].values() for os_ in per.values() for o in os_]
+    assert jv["all"]["episode"]["n"] == len(eps) == 3 and res["seed"] == 5
+    assert "The judge on the simulator's own frames" in (out / "eval.md").read_text()
+    capsys.readouterr()
+
+
 def test_frame_verdicts_apply_the_benchmarks_predicates():
     rng = np.random.default_rng(0)
     tasks = [Task("reach", "", 0, "x"), Task("push", "", 0, "x", (0.0, -1.0)), Task("grasp", "", 0, "x")]

@@ -231,16 +231,22 @@ def agreement_markdown(res: dict) -> str:
                     lines.append(f"| {e} | {subset} ({r['n_policies']}) | {_stat(r['pearson'], r['pearson_ci95'])} | "
                                  f"{_stat(r['spearman'], r['spearman_ci95'])} | "
                                  f"{_stat(r['mmrv'], r['mmrv_ci95'], 3)} | {agree} |")
-    jv = res.get("judge_validation")
-    if jv:
-        lines += ["", "The judge on the simulator's own frames against MuJoCo's verdicts:", "",
-                  "| task | frames: precision | recall | κ | episodes: precision | recall | κ |",
-                  "|---|---|---|---|---|---|---|"]
-        for t, v in jv.items():
-            f, e = v["frame"], v["episode"]
-            lines.append(f"| {t} | {fmt_num(f['precision'], 2)} | {fmt_num(f['recall'], 2)} | {fmt_num(f['kappa'], 2)} "
-                         f"| {fmt_num(e['precision'], 2)} | {fmt_num(e['recall'], 2)} | {fmt_num(e['kappa'], 2)} |")
+    if res.get("judge_validation"):
+        lines += ["", *judge_validation_md(res["judge_validation"])]
     return "\n".join(lines)
+
+
+def judge_validation_md(jv: dict) -> list[str]:
+    """:func:`judge_validation` as a markdown table (``policy agreement``, and ``policy eval --judge`` in the
+    simulator)."""
+    lines = ["The judge on the simulator's own frames against MuJoCo's verdicts:", "",
+             "| task | frames: precision | recall | κ | episodes: precision | recall | κ |",
+             "|---|---|---|---|---|---|---|"]
+    for t, v in jv.items():
+        f, e = v["frame"], v["episode"]
+        lines.append(f"| {t} | {fmt_num(f['precision'], 2)} | {fmt_num(f['recall'], 2)} | {fmt_num(f['kappa'], 2)} "
+                     f"| {fmt_num(e['precision'], 2)} | {fmt_num(e['recall'], 2)} | {fmt_num(e['kappa'], 2)} |")
+    return lines
 
 
 def merge_evals(evals: list[dict]) -> dict:
