@@ -227,10 +227,11 @@ def evaluate_policies(runs: dict[str, str | Path], world_model: Optional[str | P
     ``kwargs``: per_task, max_steps, expert_noise, baselines, layouts, jitter, device, ..."""
     from simforcing.policy.judge import load_judge  # MuJoCo and the judge load only here
 
-    if world_model is None:
+    if world_model is None:  # with a judge: its validation on these scenes too (``judge_validation``)
+        from simforcing.policy.agreement import with_judge_validation
         from simforcing.policy.evaluate import evaluate_synthetic
 
-        return evaluate_synthetic(runs, judge=load_judge(judge) if judge else None, **kwargs)
+        return with_judge_validation(evaluate_synthetic(runs, judge=load_judge(judge) if judge else None, **kwargs))
     from simforcing.policy.world_model_eval import evaluate_world_model
 
     if judge is None:

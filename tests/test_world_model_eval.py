@@ -98,6 +98,11 @@ def test_policy_eval_with_a_judge_validates_it_on_its_own_scenes(judge_dir, tmp_
     eps = [o for per in res["episodes"].values() for os_ in per.values() for o in os_]
     assert jv["all"]["episode"]["n"] == len(eps) == 3 and res["seed"] == 5
     assert "The judge on the simulator's own frames" in (out / "eval.md").read_text()
+    from simforcing.api import evaluate_policies  # the Python face: the same evaluation, the same validation
+
+    again = evaluate_policies({}, judge=judge_dir, baselines=False, expert_noise=(0.01,), per_task=1, max_steps=4,
+                              layouts=LAYOUTS, seed=5, progress=lambda *_: None)
+    assert again["judge_validation"] == jv
     capsys.readouterr()
 
 

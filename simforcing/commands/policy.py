@@ -210,13 +210,9 @@ def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device) 
 
     if args.wm:
         raise ConfigError("--wm: a world model is used with --env world-model only")
-    res = evaluate_synthetic(runs, judge=judge, **common)
-    if judge is not None:  # the judge's validation on these scenes, in eval.json and the table
-        from simforcing.policy.agreement import judge_validation, judge_validation_md
+    from simforcing.policy.agreement import with_judge_validation
 
-        res["judge_validation"] = judge_validation(res, res["tasks"])
-        res["table_md"] += "\n\n" + "\n".join(judge_validation_md(res["judge_validation"]))
-    return res
+    return with_judge_validation(evaluate_synthetic(runs, judge=judge, **common))
 
 
 def _save_frames(path: Path, frames: dict) -> None:

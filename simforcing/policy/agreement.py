@@ -236,6 +236,17 @@ def agreement_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+def with_judge_validation(res: dict) -> dict:
+    """A simulator evaluation made with a judge (``evaluate_synthetic(judge=...)``) with the judge's validation on its
+    own scenes added: ``res["judge_validation"]`` and its table under ``res["table_md"]``. Unchanged without a
+    judge."""
+    jv = judge_validation(res, list(res["tasks"]))
+    if jv is not None:
+        res["judge_validation"] = jv
+        res["table_md"] += "\n\n" + "\n".join(judge_validation_md(jv))
+    return res
+
+
 def judge_validation_md(jv: dict) -> list[str]:
     """:func:`judge_validation` as a markdown table (``policy agreement``, and ``policy eval --judge`` in the
     simulator)."""
