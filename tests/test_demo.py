@@ -51,3 +51,24 @@ def test_demo_quick_writes_a_complete_report(tmp_path):
     assert run_demo(out, None, demo_budget(True), jobs=2, policy=False, echo=said.append) == 0
     assert (out / "data" / "meta" / "info.json").stat().st_mtime_ns == stamp
     assert not [s for s in said if "started" in s], said
+    again = json.loads((out / "results.json").read_text())  # every job's time survives the reuse, marked as such
+    assert set(again["wall_time_reused"]) == set(res["wall_time_s"]) - {"total"}
+    assert {k: v for k, v in again["wall_time_s"].items() if k != "total"} == \
+        {k: v for k, v in res["wall_time_s"].items() if k != "total"}
+    assert "(reused) |" in (out / "report.md").read_text()
+
+
+def test_reused_jobs_keep_the_earlier_runs_seconds(tmp_path):
+    """A resumed demo: jobs it ran keep this run's seconds, jobs it skipped get the earlier results.json's; a missing
+    or unreadable earlier file gives none (never an error at the end of a demo)."""
+    from simforcing.demo import with_reused_timings
+    from simforcing.jobs import JobResult
+
+    results = {"a": JobResult("a", "done", 0, 5.0), "b": JobResult("b", "skipped"), "c": JobResult("c", "skipped")}
+    earlier = tmp_path / "results.json"
+    earlier.write_text(json.dumps({"wall_time_s": {"a": 99.0, "b": 7.5, "total": 120.0}}))
+    assert with_reused_timings({"a": 5.0}, results, earlier) == ({"b": 7.5, "a": 5.0}, ["b"])
+    for text in ("{not json", "[]"):
+        earlier.write_text(text)
+        assert with_reused_timings({"a": 5.0}, results, earlier) == ({"a": 5.0}, [])
+    assert with_reused_timings({"a": 5.0}, results, tmp_path / "none.json") == ({"a": 5.0}, [])

@@ -16,6 +16,7 @@ output folder at a time: it holds ``OUT/.lock`` (``simforcing.locking``) from be
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from pathlib import Path
@@ -100,16 +101,30 @@ def _run_locked(out: Path, data: Optional[Path], budget: Budget, overrides, seed
     except JobFailed as e:
         echo(f"simforcing demo: {e}\nrun the same command again to continue (finished jobs are reused)")
         return e.exit_code if e.exit_code in (3, 75) else 1
-    wall = timings(results)
+    wall, reused = with_reused_timings(timings(results), results, out / "results.json")
     wall["total"] = round(time.perf_counter() - t0, 1)
     pol = collect_policy(plan.policy, {k: v for k, v in wall.items() if k.startswith("policy")}) \
         if plan.policy else None
     res = collect(plan, wall, pol)
+    res["wall_time_reused"] = reused
     res["budget"] = budget_dict(budget)
     write_report(plan, res, plan.commands)
     echo("\n" + res["summary"]["line"])
     echo(f"report: {out / 'report.html'}")
     return 0
+
+
+def with_reused_timings(wall: dict, results: dict, earlier: Path) -> tuple[dict, list[str]]:
+    """This run's job times plus, for each job it reused (skipped: finished in an earlier run, e.g. before a Ctrl-C),
+    the seconds the earlier run's ``results.json`` recorded for it — so a resumed demo's report still gives every
+    job's time. Returns (times by job, the reused jobs' names)."""
+    try:
+        before = json.loads(earlier.read_text()).get("wall_time_s") or {}
+    except (OSError, ValueError, AttributeError):
+        before = {}
+    reused = {n: before[n] for n, r in results.items()
+              if r.state == "skipped" and isinstance(before.get(n), (int, float))}
+    return {**reused, **wall}, sorted(reused)
 
 
 __all__ = ["BASE_METHODS", "Budget", "Plan", "QUICK", "build_plan", "demo_budget", "demo_config", "run_demo"]

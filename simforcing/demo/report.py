@@ -295,8 +295,13 @@ def _media_section(res: dict, plan: Plan) -> list[str]:
 
 
 def _wall_time_and_commands(res: dict, commands: dict) -> list[str]:
-    lines = ["## Wall time", "", "| job | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v:.0f} |" for k, v in res["wall_time_s"].items()]
+    reused = set(res.get("wall_time_reused") or ())
+    lines = ["## Wall time", ""]
+    if reused:
+        lines += [f"{len(reused)} jobs were reused from an earlier run (marked; their seconds are that run's); the "
+                  "total is this run's.", ""]
+    lines += ["| job | seconds |", "|---|---|"]
+    lines += [f"| {k}{' (reused)' if k in reused else ''} | {v:.0f} |" for k, v in res["wall_time_s"].items()]
     lines += ["", "## Commands behind each number", "", "```bash"]
     lines += [f"# {k}\n{v}" for k, v in commands.items()]
     return lines + ["```", ""]
