@@ -97,7 +97,12 @@ def test_policy_eval_with_a_judge_validates_it_on_its_own_scenes(judge_dir, tmp_
     assert set(jv) == {"reach", "push", "grasp", "all"} and jv == judge_validation(res, res["tasks"])
     eps = [o for per in res["episodes"].values() for os_ in per.values() for o in os_]
     assert jv["all"]["episode"]["n"] == len(eps) == 3 and res["seed"] == 5
+    # the judge's readings against the truth: the median over every frame of |judge − truth| per output (cm)
+    err = np.concatenate([np.asarray(o["frame_error_mm"]) for o in eps])
+    assert err.shape == (sum(len(o["frame_judged"]) for o in eps), 6)
+    assert list(jv["all"]["median_error_cm"].values()) == pytest.approx(np.median(err, axis=0) / 10, abs=0.006)
     assert "The judge on the simulator's own frames" in (out / "eval.md").read_text()
+    assert "median |error| over every frame" in (out / "eval.md").read_text()
     from simforcing.api import evaluate_policies  # the Python face: the same evaluation, the same validation
 
     again = evaluate_policies({}, judge=judge_dir, baselines=False, expert_noise=(0.01,), per_task=1, max_steps=4,

@@ -29,7 +29,7 @@ import numpy as np
 
 from simforcing.config import ConfigError
 from simforcing.policy.evaluate import wilson
-from simforcing.policy.judge import confusion
+from simforcing.policy.judge import OUTPUTS, confusion
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num
 
 JUDGE_ON_SIM = "simulator frames through the judge"
@@ -132,6 +132,10 @@ def judge_validation(sim: dict, tasks: list[str]) -> Optional[dict]:
         ft = [v for o in eps for v in o["frame_true"]]
         out[task] = {"frame": confusion(fj, ft), "episode": confusion([o["judged"] for o in eps],
                                                                       [o["success"] for o in eps])}
+        errors = [row for o in eps for row in o.get("frame_error_mm", ())]
+        if errors:  # the judge's readings against the simulator's truth: median |error| per output, every frame
+            med = np.median(np.asarray(errors, float), axis=0) / 10
+            out[task]["median_error_cm"] = {k: round(float(v), 2) for k, v in zip(OUTPUTS, med)}
     return out
 
 
@@ -257,6 +261,12 @@ def judge_validation_md(jv: dict) -> list[str]:
         f, e = v["frame"], v["episode"]
         lines.append(f"| {t} | {fmt_num(f['precision'], 2)} | {fmt_num(f['recall'], 2)} | {fmt_num(f['kappa'], 2)} "
                      f"| {fmt_num(e['precision'], 2)} | {fmt_num(e['recall'], 2)} | {fmt_num(e['kappa'], 2)} |")
+    med = {t: v["median_error_cm"] for t, v in jv.items() if "median_error_cm" in v}
+    if med:
+        lines += ["", "Its readings against the simulator's truth, median |error| over every frame (cm; r = hand − "
+                  "object, d = object's displacement):", "",
+                  "| task | " + " | ".join(OUTPUTS) + " |", "|---|" + "---|" * len(OUTPUTS)]
+        lines += [f"| {t} | " + " | ".join(f"{m[k]:.1f}" for k in OUTPUTS) + " |" for t, m in med.items()]
     return lines
 
 

@@ -262,8 +262,9 @@ def judge_episode(judge, outcome: dict, task, q0: np.ndarray) -> dict:
     judged, true = frame_verdicts(task, readings), frame_verdicts(task, truth)
     limit = outcome["steps"] + 1 if not outcome["success"] else len(judged)
     hit = first_success(judged[:limit], judge.consecutive)
+    error_mm = np.rint(1000 * np.abs(readings - truth)).astype(int)  # (T, 6): |judge − truth| per output, millimetres
     return dict(outcome, judged=hit is not None, judged_step=hit, frame_judged=judged.tolist(),
-                frame_true=true.tolist())
+                frame_true=true.tolist(), frame_error_mm=error_mm.tolist())
 
 
 def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_steps: int = 30, seed: int = EVAL_SEED,
