@@ -233,3 +233,39 @@ def test_action_noise_drives_only_the_named_splits(dataset, tmp_path):
             generate_dataset(tmp_path / "bad", seed=3, progress=False, action_noise=bad, noise_splits=splits,
                              **SIZES)
     assert not (tmp_path / "bad").exists()
+
+
+def test_pauses_hold_the_target_then_the_same_scripted_motion_goes_on(twin):
+    """`data synth --pauses N`: N holds of 2–5 frames (zero actions, the gripper command unchanged) inserted into the
+    same scripted motion, which then continues where it stopped; the episode keeps its length."""
+    from simforcing.data.synthetic.generate import EpisodePhysics
+
+    clean, paused = EpisodePhysics(5, 2, T), EpisodePhysics(5, 2, T, pauses=2)
+    rng = np.random.default_rng(np.random.SeedSequence([5, 2, 13]))  # independently: the same stream's draws
+    idx = list(range(T))
+    for at in sorted(rng.integers(1, T - 1, size=2), reverse=True):
+        idx[at:at] = [int(at)] * int(rng.integers(2, 6))
+    idx = np.array(idx[:T])
+    for field in ("pos", "rpy", "grip"):
+        np.testing.assert_array_equal(getattr(paused.motion, field), getattr(clean.motion, field)[idx])
+    held = np.all(paused.motion.actions()[:, :6] == 0, axis=1)
+    assert 4 <= held.sum() <= 10 and len(paused.motion.pos) == T
+    ep = simulate_episode(5, 2, T, twin, paired=False, pauses=2)  # the recorded actions are the held targets'
+    np.testing.assert_allclose(ep.actions, paused.motion.actions(), atol=1e-6)
+
+
+def test_pauses_apply_to_the_named_splits_and_are_recorded(dataset, tmp_path):
+    from simforcing.config import ConfigError
+
+    paused = generate_dataset(tmp_path / "paused", seed=3, progress=False, pauses=1, pause_splits=("train",), **SIZES)
+    settings = read_info(paused)["synth"]["pauses"]
+    assert settings["per_episode"] == 1 and settings["splits"] == ["train"]
+    assert read_info(dataset)["synth"]["pauses"] is None
+    for split, ids in read_splits(paused).items():
+        for eid in ids:
+            same = np.array_equal(read_lowdim(dataset, eid)[0], read_lowdim(paused, eid)[0])
+            assert same == (split != "train"), (split, eid)
+    for bad, splits in ((5, ("train",)), (-1, ("train",)), (1, ("test",))):
+        with pytest.raises(ConfigError, match="pause"):
+            generate_dataset(tmp_path / "bad", seed=3, progress=False, pauses=bad, pause_splits=splits, **SIZES)
+    assert not (tmp_path / "bad").exists()

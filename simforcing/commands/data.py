@@ -45,6 +45,11 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
                         "axis on the position actions, σ ~ U(0, SIGMA) per episode (metres; 0: scripted motions only)")
     parser.add_argument("--action-noise-splits", nargs="+", default=["sim_pool"],
                         choices=("train", "val", "sim_pool"), help="which episodes --action-noise drives")
+    parser.add_argument("--pauses", type=int, default=0, metavar="N",
+                        help="the operator of the --pause-splits episodes stops N times (0-4), holding its target "
+                             "for 2-5 frames (zero actions) before the motion goes on")
+    parser.add_argument("--pause-splits", nargs="+", default=["train", "sim_pool"],
+                        choices=("train", "val", "sim_pool"), help="which episodes --pauses applies to")
     parser.add_argument("--quick", action="store_true", help="a tiny set: 2 train, 2 val, 4 sim-only, 17 frames")
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
     parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
@@ -65,7 +70,8 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
                            progress=not args.no_progress, workers=args.workers, overwrite=args.overwrite,
                            finish=None if args.no_finalize else finalize_dataset, layout_train=args.layout_train,
                            layouts=args.layouts, jitter=args.jitter, action_noise=args.action_noise,
-                           noise_splits=tuple(args.action_noise_splits))
+                           noise_splits=tuple(args.action_noise_splits), pauses=args.pauses,
+                           pause_splits=tuple(args.pause_splits))
     if args.preview and counts[0] + counts[1] > 0:
         save_preview(out, "ep_00000", args.preview)
     print(f"wrote {sum(counts[:3]) + args.layout_train} episodes to {out} in {time.time() - t0:.1f} s")

@@ -243,6 +243,7 @@ def test_policy_and_dataset_commands_name_a_bad_argument_before_any_work(tmp_pat
             (["data", "synth-policy", o / "d", "--max-steps", "3", "--per-task", "1", "--num-val", "0",
               "--no-progress"], "--max-steps 3: the scripted expert succeeded only"),
             (["data", "synth", "--out", o / "d", "--quick", "--workers", "0"], "workers: got 0"),
-            (["data", "synth", "--out", o / "d", "--quick", "--action-noise", "0.5"], "--action-noise: got 0.5")):
+            (["data", "synth", "--out", o / "d", "--quick", "--action-noise", "0.5"], "--action-noise: got 0.5"),
+            (["data", "synth", "--out", o / "d", "--quick", "--pauses", "9"], "--pauses: got 9")):
         _named(words, capsys, 2, needle)
     assert sorted(p.name for p in o.iterdir()) == []

@@ -33,7 +33,8 @@ from simforcing.config import ConfigError  # noqa: E402
 from simforcing.utils import atomic_write, staged_folder  # noqa: E402
 from simforcing.data.format import (EpisodeInfo, episode_file, is_dataset, read_arm_mask,  # noqa: E402
                                     read_episode_videos, read_info, write_episode, write_meta)
-from simforcing.data.synthetic.motions import ArmController, mat_to_rpy, perturb_targets, script_motion  # noqa: E402
+from simforcing.data.synthetic.motions import (ArmController, insert_pauses, mat_to_rpy, perturb_targets,  # noqa: E402
+                                               script_motion)
 from simforcing.data.synthetic.scene import (  # noqa: E402
     ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, SERVO_GAINS, TIMESTEP, CameraPose,
     NOMINAL_CAMERA, fixed_layout, paint_textures, real_xml, sample_appearance, sample_camera, sample_objects, sim_xml)
@@ -119,11 +120,13 @@ class EpisodePhysics:
 
     ``action_noise`` = σ_max > 0 (``data synth --action-noise``): the commanded positions are those of a noisy
     operator (:func:`motions.perturb_targets`), σ ~ U(0, σ_max) per episode, drawn from a stream of their own (the
-    scene and the scripted motion are those of the same episode without noise).
+    scene and the scripted motion are those of the same episode without noise). ``pauses`` = N > 0 (``data synth
+    --pauses``): the operator holds its target N times for 2–5 frames (:func:`motions.insert_pauses`, a stream of
+    its own), after any noise.
     """
 
     def __init__(self, seed: int, index: int, length: int, layouts: int = 0, jitter: float = 0.03,
-                 action_noise: float = 0.0):
+                 action_noise: float = 0.0, pauses: int = 0):
         if length < 2:
             raise ValueError(f"length: got {length}; an episode needs at least 2 frames (1 action)")
         if layouts < 0:
@@ -147,6 +150,8 @@ class EpisodePhysics:
         if action_noise > 0:
             noise_rng = np.random.default_rng(np.random.SeedSequence([seed, index, 11]))
             self.motion.pos = perturb_targets(self.motion.pos, noise_rng, noise_rng.uniform(0.0, action_noise))
+        if pauses > 0:
+            insert_pauses(self.motion, np.random.default_rng(np.random.SeedSequence([seed, index, 13])), pauses)
 
         self.site = int(mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, EE_SITE))
         self.finger_adr = np.array([int(m.joint(j).qposadr[0]) for j in FINGER_JOINTS])
@@ -188,11 +193,11 @@ class EpisodePhysics:
 
 
 def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True, layouts: int = 0,
-                     jitter: float = 0.03, action_noise: float = 0.0) -> Episode:
+                     jitter: float = 0.03, action_noise: float = 0.0, pauses: int = 0) -> Episode:
     """Simulate episode ``index`` of the dataset with ``seed``; render sim always, real + mask when ``paired``;
     ``layouts`` > 0: the policy benchmark's LIBERO-like scenes, ``action_noise`` a noisy operator
     (:class:`EpisodePhysics`)."""
-    ep = EpisodePhysics(seed, index, length, layouts, jitter, action_noise)
+    ep = EpisodePhysics(seed, index, length, layouts, jitter, action_noise, pauses)
     camera = ep.camera.to_mjv()
     real_r = RealRenderer(ep.model, twin.renderer.height, twin.renderer.width) if paired else None
     sims, reals, masks, states, obj_xyz = [], [], [], [], []
@@ -240,11 +245,11 @@ def _init_worker(height: int, width: int) -> None:
 
 def _write_one(job: tuple) -> EpisodeInfo:
     """Simulate one episode and write its files. job = (out, episode_id, index, paired, seed, length, layout,
-    scene_layouts, jitter, action_noise)."""
-    out, episode_id, index, paired, seed, length, layout, scene_layouts, jitter, action_noise = job
+    scene_layouts, jitter, action_noise, pauses)."""
+    out, episode_id, index, paired, seed, length, layout, scene_layouts, jitter, action_noise, pauses = job
     assert _TWIN is not None, "_init_worker must run first"
     ep = simulate_episode(seed, index, length, _TWIN, paired=paired, layouts=scene_layouts, jitter=jitter,
-                          action_noise=action_noise)
+                          action_noise=action_noise, pauses=pauses)
     write_episode(out, episode_id, ep.sim, ep.real, ep.actions, ep.states, ep.arm_mask, layout=layout, fps=FPS)
     if paired:
         write_objects(out, episode_id, ep.object_xyz, ep.object_names, ep.target, ep.kind)
@@ -300,20 +305,24 @@ def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, he
 NOISE_SPLITS = ("train", "val", "sim_pool")
 
 
-def _check_noise(action_noise: float, noise_splits) -> None:
+def _check_noise(action_noise: float, noise_splits, pauses: int = 0, pause_splits=()) -> None:
     if not 0 <= action_noise <= 0.2:
         raise ConfigError(f"--action-noise: got {action_noise}; expected a noise level in [0, 0.2] metres per step "
                           "(0: the scripted operator alone)")
-    bad = [s for s in noise_splits if s not in NOISE_SPLITS]
-    if bad:
-        raise ConfigError(f"--action-noise-splits: got {bad}; expected some of {', '.join(NOISE_SPLITS)}")
+    if not 0 <= pauses <= 4:
+        raise ConfigError(f"--pauses: got {pauses}; expected 0 to 4 pauses per episode (0: the operator never stops)")
+    for flag, splits in (("--action-noise-splits", noise_splits), ("--pause-splits", pause_splits)):
+        bad = [s for s in splits if s not in NOISE_SPLITS]
+        if bad:
+            raise ConfigError(f"{flag}: got {bad}; expected some of {', '.join(NOISE_SPLITS)}")
 
 
 def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
                      width: int, seed: int, layout: str = "separate", progress: bool = True,
                      workers: int = 1, overwrite: bool = False, finish: Callable[[Path], None] | None = None,
                      layout_train: int = 0, layouts: int = 2, jitter: float = 0.03, action_noise: float = 0.0,
-                     noise_splits: tuple[str, ...] = ("sim_pool",)) -> Path:
+                     noise_splits: tuple[str, ...] = ("sim_pool",), pauses: int = 0,
+                     pause_splits: tuple[str, ...] = ("train", "sim_pool")) -> Path:
     """Write the synthetic paired dataset to ``out`` (videos, lowdim, masks, meta). Returns ``out``.
 
     Everything is written into a temporary sibling folder that becomes ``out`` by a rename once complete
@@ -327,12 +336,13 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
     policy acts in; the other episodes are unchanged. ``action_noise`` σ_max > 0: the episodes of ``noise_splits``
     (``train`` includes the layout episodes) are driven by a noisy operator, σ ~ U(0, σ_max) m per step per episode
     (:class:`EpisodePhysics`); their scenes and scripted motions are those of the same dataset without noise.
+    ``pauses`` N > 0: the episodes of ``pause_splits`` hold their target N times for 2–5 frames.
     """
     _check_args(num_train, num_val, num_sim_pool, length, height, width, layout, workers, layout_train, layouts,
                 jitter)
-    _check_noise(action_noise, noise_splits)
+    _check_noise(action_noise, noise_splits, pauses, pause_splits)
     out = Path(out)
-    scene = (layout_train, layouts, jitter, action_noise, tuple(noise_splits))
+    scene = (layout_train, layouts, jitter, action_noise, tuple(noise_splits), pauses, tuple(pause_splits))
     with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
         _generate_into(tmp, num_train, num_val, num_sim_pool, length, height, width, seed, layout, progress, workers,
                        scene)
@@ -343,12 +353,12 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
 
 def _generate_into(out: Path, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
                    width: int, seed: int, layout: str, progress: bool, workers: int,
-                   scene: tuple = (0, 2, 0.03, 0.0, ())) -> None:
-    layout_train, layouts, jitter, action_noise, noise_splits = scene
+                   scene: tuple = (0, 2, 0.03, 0.0, (), 0, ())) -> None:
+    layout_train, layouts, jitter, action_noise, noise_splits, pauses, pause_splits = scene
     plan = ([("train", True, 0)] * num_train + [("val", True, 0)] * num_val + [("sim_pool", False, 0)] * num_sim_pool
             + [("train", True, layouts)] * layout_train)
     jobs = [(str(out), f"ep_{i:05d}", i, paired, seed, length, layout, k, jitter,
-             action_noise if split in noise_splits else 0.0)
+             action_noise if split in noise_splits else 0.0, pauses if split in pause_splits else 0)
             for i, (split, paired, k) in enumerate(plan)]
     bar = tqdm(total=len(jobs), desc="synth episodes", unit="ep", disable=not progress, file=sys.stderr)
     infos: list[EpisodeInfo] = []
@@ -377,6 +387,9 @@ def _generate_into(out: Path, num_train: int, num_val: int, num_sim_pool: int, l
                 "action_noise": ({"sigma_max": action_noise, "splits": sorted(noise_splits),
                                   "per_episode": "sigma ~ U(0, sigma_max) m per step per axis, a random walk around "
                                                  "the scripted targets"} if action_noise else None),
+                "pauses": ({"per_episode": pauses, "splits": sorted(pause_splits),
+                            "hold": "the commanded target held for 2-5 frames (zero actions) at a random frame, "
+                                    "then the scripted motion goes on"} if pauses else None),
                 "physics_timestep": TIMESTEP, "substeps": SUBSTEPS,
                 "mujoco": mujoco.__version__, "motions": ["reach", "push", "grasp"],
                 "episode_seed": "SeedSequence([seed, index]), index over train, val, sim_pool in order",

@@ -190,6 +190,20 @@ def perturb_targets(pos: np.ndarray, rng: np.random.Generator, sigma: float) -> 
     return out
 
 
+def insert_pauses(motion: Motion, rng: np.random.Generator, pauses: int) -> Motion:
+    """The operator stops ``pauses`` times: at a random frame after the first the commanded target (position,
+    orientation, gripper) is held for 2–5 frames (zero actions), then the scripted motion goes on where it stopped;
+    the episode keeps its length (the motion's end is cut). ``data synth --pauses``: what a world model trained on
+    scripted motions alone never sees — commanded stillness."""
+    length = len(motion.pos)
+    idx = list(range(length))
+    for at in sorted(rng.integers(1, length - 1, size=pauses), reverse=True):
+        idx[at:at] = [int(at)] * int(rng.integers(2, 6))
+    idx = np.array(idx[:length])
+    motion.pos, motion.rpy, motion.grip = motion.pos[idx], motion.rpy[idx], motion.grip[idx]
+    return motion
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Executing the commanded targets: differential inverse kinematics
 # ----------------------------------------------------------------------------------------------------------------------
