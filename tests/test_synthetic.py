@@ -216,6 +216,14 @@ def test_noisy_operator_is_a_clipped_random_walk_around_the_same_scripted_motion
     assert np.array_equal(simulate_episode(5, 2, T, twin, paired=False).actions, clean.motion.actions())
 
 
+def assert_actions_differ_only_in(dataset, changed, split_changed: str) -> None:
+    """Every episode of ``changed`` has the actions of the same episode of ``dataset`` except those of one split."""
+    for split, ids in read_splits(changed).items():
+        for eid in ids:
+            same = np.array_equal(read_lowdim(dataset, eid)[0], read_lowdim(changed, eid)[0])
+            assert same == (split != split_changed), (split, eid)
+
+
 def test_action_noise_drives_only_the_named_splits(dataset, tmp_path):
     from simforcing.config import ConfigError
 
@@ -224,10 +232,7 @@ def test_action_noise_drives_only_the_named_splits(dataset, tmp_path):
     settings = read_info(noisy)["synth"]["action_noise"]
     assert settings["sigma_max"] == 0.05 and settings["splits"] == ["sim_pool"]
     assert read_info(dataset)["synth"]["action_noise"] is None
-    for split, ids in read_splits(noisy).items():
-        for eid in ids:
-            same = np.array_equal(read_lowdim(dataset, eid)[0], read_lowdim(noisy, eid)[0])
-            assert same == (split != "sim_pool"), (split, eid)
+    assert_actions_differ_only_in(dataset, noisy, "sim_pool")
     for bad, splits in ((0.5, ("sim_pool",)), (-0.01, ("sim_pool",)), (0.02, ("test",))):
         with pytest.raises(ConfigError, match="action-noise"):
             generate_dataset(tmp_path / "bad", seed=3, progress=False, action_noise=bad, noise_splits=splits,
@@ -261,10 +266,7 @@ def test_pauses_apply_to_the_named_splits_and_are_recorded(dataset, tmp_path):
     settings = read_info(paused)["synth"]["pauses"]
     assert settings["per_episode"] == 1 and settings["splits"] == ["train"]
     assert read_info(dataset)["synth"]["pauses"] is None
-    for split, ids in read_splits(paused).items():
-        for eid in ids:
-            same = np.array_equal(read_lowdim(dataset, eid)[0], read_lowdim(paused, eid)[0])
-            assert same == (split != "train"), (split, eid)
+    assert_actions_differ_only_in(dataset, paused, "train")
     for bad, splits in ((5, ("train",)), (-1, ("train",)), (1, ("test",))):
         with pytest.raises(ConfigError, match="pause"):
             generate_dataset(tmp_path / "bad", seed=3, progress=False, pauses=bad, pause_splits=splits, **SIZES)

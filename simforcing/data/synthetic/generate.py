@@ -302,19 +302,20 @@ def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, he
         raise ConfigError(f"layout: got {layout!r}; expected 'separate' or 'side_by_side'")
 
 
-NOISE_SPLITS = ("train", "val", "sim_pool")
+OPERATOR_SPLITS = ("train", "val", "sim_pool")
 
 
-def _check_noise(action_noise: float, noise_splits, pauses: int = 0, pause_splits=()) -> None:
+def _check_operator(action_noise: float, noise_splits, pauses: int = 0, pause_splits=()) -> None:
+    """The noisy or pausing operator's settings (``--action-noise``, ``--pauses`` and their splits), named."""
     if not 0 <= action_noise <= 0.2:
         raise ConfigError(f"--action-noise: got {action_noise}; expected a noise level in [0, 0.2] metres per step "
                           "(0: the scripted operator alone)")
     if not 0 <= pauses <= 4:
         raise ConfigError(f"--pauses: got {pauses}; expected 0 to 4 pauses per episode (0: the operator never stops)")
     for flag, splits in (("--action-noise-splits", noise_splits), ("--pause-splits", pause_splits)):
-        bad = [s for s in splits if s not in NOISE_SPLITS]
+        bad = [s for s in splits if s not in OPERATOR_SPLITS]
         if bad:
-            raise ConfigError(f"{flag}: got {bad}; expected some of {', '.join(NOISE_SPLITS)}")
+            raise ConfigError(f"{flag}: got {bad}; expected some of {', '.join(OPERATOR_SPLITS)}")
 
 
 def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
@@ -340,7 +341,7 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
     """
     _check_args(num_train, num_val, num_sim_pool, length, height, width, layout, workers, layout_train, layouts,
                 jitter)
-    _check_noise(action_noise, noise_splits, pauses, pause_splits)
+    _check_operator(action_noise, noise_splits, pauses, pause_splits)
     out = Path(out)
     scene = (layout_train, layouts, jitter, action_noise, tuple(noise_splits), pauses, tuple(pause_splits))
     with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
