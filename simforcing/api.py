@@ -13,7 +13,8 @@ as in training), ``state`` (S,), ``actions`` (A, action_dim) — one window's ``
 any number for a rollout. The first frame is masked for the simulation branch as ``sample.mask_mode`` says: pass
 ``arm_mask`` (H, W) bool for ``mask-file``, ``sim_frame`` for ``paired-sim``; ``sam3`` segments it. The sampler's
 settings (``n_sim``, ``n_real``, ``w``) and the noise (``seed``) are arguments. The same objects the command line uses
-stay reachable: ``pipe.model``, ``pipe.vae``, ``pipe.cfg``, ``pipe.normalizer``, and :func:`evaluate` /
+stay reachable: ``pipe.world_model`` (``runs.LoadedWorldModel``: ``pipe.model``, ``pipe.vae``, ``pipe.cfg``,
+``pipe.normalizer``, ``pipe.checkpoint``), and :func:`evaluate` /
 :func:`rollout_drift` / :func:`evaluate_policies` / :func:`load_policy` are the functions behind ``simforcing
 evaluate``, ``rollout`` and ``policy eval``.
 """
@@ -34,11 +35,11 @@ from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_ra
 from simforcing.data.stats import Normalizer
 from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
 from simforcing.evaluate.run import evaluate_run as evaluate  # noqa: F401  (re-exported)
-from simforcing.models.text import load_text_encoder
 from simforcing.policy.infer import PolicyRunner
 from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
-from simforcing.runs import load_run
-from simforcing.sample import sample_videos
+from simforcing.runs import CheckpointId, LoadedWorldModel, load_world_model
+from simforcing.sample import SampleResult, model_device, sampler_for
+from simforcing.sampler_batch import SamplerBatch
 from simforcing.utils import resolve_device
 
 
@@ -61,13 +62,10 @@ class Prediction:
 
 
 class WorldModelPipeline:
-    """A trained world-model run ready to predict (module docstring)."""
+    """A trained world-model run ready to predict (module docstring), over its ``runs.LoadedWorldModel``."""
 
-    def __init__(self, cfg: Config, model, vae, stats: dict, checkpoint: Optional[dict] = None):
-        self.cfg, self.model, self.vae = cfg, model, vae
-        self.normalizer = Normalizer(stats)
-        self.checkpoint = checkpoint or {}
-        self._text_encoder = None
+    def __init__(self, world_model: LoadedWorldModel):
+        self.world_model = world_model
         self._text: dict = {}
 
     @classmethod
@@ -82,28 +80,37 @@ class WorldModelPipeline:
             cfg = Config.load(Path(run) / "config.json")
             apply_overrides(cfg, parse_overrides(list(overrides)))
             cfg.validate()
-        cfg, model, vae, meta = load_run(run, cfg, resolve_device(device), step)
-        if cfg.model.action_head:
-            raise ConfigError(f"{run} is a policy run; load it with simforcing.api.load_policy")
-        return cls(cfg, model, vae, meta["stats"], {"run": str(run), "step": meta.get("step"),
-                                                    "path": meta.get("path")})
+        return cls(load_world_model(run, cfg, resolve_device(device), step))
+
+    @property
+    def cfg(self) -> Config:
+        return self.world_model.cfg
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.world_model.model
+
+    @property
+    def vae(self):
+        return self.world_model.vae
+
+    @property
+    def normalizer(self) -> Normalizer:
+        return self.world_model.normalizer
+
+    @property
+    def checkpoint(self) -> Optional[CheckpointId]:
+        return self.world_model.checkpoint
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return model_device(self.model)
 
     # -- inputs -------------------------------------------------------------------------------------------------------
     def text(self, instruction: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(1, N, D) embedding padded to data.text_max_tokens and its (1, N) mask, with the run's text encoder."""
         if instruction not in self._text:
-            if self._text_encoder is None:
-                self._text_encoder = load_text_encoder(self.cfg)
-            d = self.cfg.data
-            emb = torch.as_tensor(self._text_encoder.encode([instruction])[0])[: d.text_max_tokens]
-            text = torch.zeros(1, d.text_max_tokens, emb.shape[-1])
-            mask = torch.zeros(1, d.text_max_tokens, dtype=torch.bool)
-            text[0, : len(emb)], mask[0, : len(emb)] = emb, True
-            self._text[instruction] = (text, mask)
+            self._text[instruction] = self.world_model.text([instruction])
         return self._text[instruction]
 
     def frame(self, image: np.ndarray) -> torch.Tensor:
@@ -141,20 +148,13 @@ class WorldModelPipeline:
         """One window from ``frame``: the two-stage guided sampler (SPEC §5) with the run's or the given settings."""
         a = self._check_actions(actions, exact=True)
         text, mask = self.text(instruction)
-        x = self.frame(frame)
-        batch = {"real": x[:, :, None], "actions": torch.from_numpy(self.normalizer.normalize("action", a[None])),
-                 "state0": torch.from_numpy(self.normalizer.normalize("state", np.asarray(state)[None])),
-                 "text": text, "text_mask": mask}
-        m = self._mask(arm_mask)
-        if m is not None:
-            batch["arm_mask"], batch["has_arm_mask"] = m[None], torch.ones(1, dtype=torch.bool)
-        if sim_frame is not None:
-            batch["sim"] = self.frame(sim_frame)[:, :, None]
-        res = sample_videos(self.model, self.vae, batch, self.cfg, n_sim, n_real, w,
-                            torch.Generator().manual_seed(int(seed)), decode_sim=True)
-        return Prediction(_uint8(res.real_video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
-                          None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
-                          res.forwards, res)
+        batch = SamplerBatch(first_frame=self.frame(frame),
+                             actions=torch.from_numpy(self.normalizer.normalize("action", a[None])),
+                             state0=torch.from_numpy(self.normalizer.normalize("state", np.asarray(state)[None])),
+                             text=text, text_mask=mask, arm_mask=self._mask(arm_mask),
+                             recorded_sim=None if sim_frame is None else self.frame(sim_frame)[:, :, None])
+        sampler = sampler_for(self.world_model, n_sim, n_real, w, decode_sim=True)
+        return _prediction(sampler(batch, torch.Generator().manual_seed(int(seed))))
 
     # -- any length ---------------------------------------------------------------------------------------------------
     def rollout(self, frame: np.ndarray, instruction: str, state: np.ndarray, actions: np.ndarray,
@@ -166,19 +166,19 @@ class WorldModelPipeline:
         a = torch.from_numpy(self._check_actions(actions, exact=False))[None]
         chunk_sizes(a.shape[1], self.cfg.data.actions_per_window, self.cfg.data.frame_stride)  # named errors first
         text, mask = self.text(instruction)
-        m = self._mask(arm_mask)
-        ro = WorldModelRollout(self.model, self.vae, self.cfg, self.normalizer, self.frame(frame),
-                               torch.as_tensor(np.asarray(state, np.float64))[None], text, mask,
-                               [torch.Generator().manual_seed(int(seed))], first_mask=m,
+        state0 = torch.as_tensor(np.asarray(state, np.float64))[None]
+        ro = WorldModelRollout(self.world_model, self.frame(frame), state0, text, mask,
+                               [torch.Generator().manual_seed(int(seed))], first_mask=self._mask(arm_mask),
                                first_sim=None if sim_frame is None else self.frame(sim_frame))
-        i = 0
-        for n in chunk_sizes(a.shape[1], self.cfg.data.actions_per_window, self.cfg.data.frame_stride):
-            ro.step(a[:, i:i + n])
-            i += n
-        res: RolloutResult = ro.result()
-        return Prediction(_uint8(res.video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
-                          None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
-                          res.forwards, res)
+        return _prediction(ro.run(a))
+
+
+def _prediction(res: SampleResult | RolloutResult) -> Prediction:
+    """The first (only) sample of a sampler call or rollout as a Prediction."""
+    video = res.real_video if isinstance(res, SampleResult) else res.video
+    return Prediction(_uint8(video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
+                      None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
+                      res.forwards, res)
 
 
 @dataclass

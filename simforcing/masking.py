@@ -25,6 +25,7 @@ import torch
 
 from simforcing.config import Config, ConfigError, parse_color
 from simforcing.data.format import DataError
+from simforcing.sampler_batch import SamplerBatch
 
 MASK_MODES = ("mask-file", "sam3", "paired-sim")
 
@@ -107,10 +108,10 @@ def frames_to_uint8(frames: torch.Tensor):
 
 
 class FirstFrameMasker:
-    """Builds x^s_0 (B, 3, H, W) from a batch of paired windows, by ``mode`` (see the module docstring).
+    """Builds x^s_0 (B, 3, H, W) from a batch of windows, by ``mode`` (see the module docstring).
 
-    ``__call__(batch) -> (masked_frame (B, 3, H, W), arm_mask (B, H, W) bool or None)``; the batch holds ``real``
-    (B, 3, F, H, W), and ``arm_mask`` (B, F, H, W) + ``has_arm_mask`` (B,) for `mask-file`, ``sim`` for `paired-sim`.
+    ``__call__(batch: SamplerBatch) -> (masked_frame (B, 3, H, W), arm_mask (B, H, W) bool or None)``: the batch's
+    ``first_frame``, and its ``arm_mask`` for `mask-file`, ``recorded_sim`` for `paired-sim`.
     """
 
     def __init__(self, mode: str, background: tuple[int, int, int], segmenter: Optional[Segmenter] = None):
@@ -127,21 +128,21 @@ class FirstFrameMasker:
             segmenter = Sam3Segmenter(cfg.sample.sam3_path, device)
         return cls(mode, parse_color(cfg.data.sim_background or "black", "data.sim_background"), segmenter)
 
-    def __call__(self, batch: dict) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def __call__(self, batch: SamplerBatch) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         if self.mode == "paired-sim":
-            if "sim" not in batch:
-                raise DataError("sample.mask_mode='paired-sim' needs the paired sim video in the batch (key 'sim'); "
-                                "load the dataset with domains ('sim', 'real')", kind="missing_sim")
-            return batch["sim"][:, :, 0], None
-        frame = batch["real"][:, :, 0]  # (B, 3, H, W)
+            if batch.recorded_sim is None:
+                raise DataError("sample.mask_mode='paired-sim' needs the paired sim video of the window in the batch "
+                                "(SamplerBatch.recorded_sim); load the dataset with domains ('sim', 'real')",
+                                kind="missing_sim")
+            return batch.recorded_sim[:, :, 0], None
+        frame = batch.first_frame  # (B, 3, H, W)
         if self.mode == "mask-file":
-            has = torch.as_tensor(batch.get("has_arm_mask", False)).reshape(-1)
-            if "arm_mask" not in batch or not bool(has.all()):
-                eps = batch.get("episode_id", "?")
+            if batch.arm_mask is None:
+                eps = batch.episode_ids or "?"
                 raise DataError(f"sample.mask_mode='mask-file' needs stored arm masks (episodes/<id>/arm_mask.npz), "
                                 f"but episode(s) {eps} have none; use --sample.mask_mode=sam3 or paired-sim",
                                 kind="missing_arm_mask")
-            mask = batch["arm_mask"][:, 0].bool()  # (B, H, W): the first frame's mask
+            mask = batch.arm_mask.bool()  # (B, H, W): the first frame's mask
         else:
             if self.segmenter is None:
                 raise ConfigError("sample.mask_mode='sam3' needs a segmenter (set sample.sam3_path)")

@@ -1,13 +1,13 @@
 """Long-horizon rollouts: the world model run chunk after chunk, from one real first frame, for any number of actions.
 
-    ro = WorldModelRollout(model, vae, cfg, normalizer, first_frame, state0, text, text_mask, generators,
-                           first_mask=mask)               # B episodes advance together
-    frames = ro.step(actions)                            # raw actions (B, n, A), n <= data.actions_per_window
-    ro.video, ro.sim_video, ro.states                    # everything so far
-    res = rollout(..., actions (B, H, A))                # the whole horizon: one ``step`` per chunk
+    ro = WorldModelRollout(wm, first_frame, state0, text, text_mask, generators, first_mask=mask)
+    frames = ro.step(actions)                # raw actions (B, n, A), n <= data.actions_per_window: B episodes together
+    ro.video, ro.sim_video, ro.states        # everything so far
+    res = ro.run(actions (B, H, A))          # the whole horizon: one ``step`` per chunk (``chunk_sizes``)
 
-A chunk is one call of the two-stage sampler (``simforcing.sample.sample_videos``: ``(N_s, N_r, w)``, both branches
-batched, ``P_j(c)`` once per chunk, no forward a weight makes useless) on a window of ``F = data.frames`` frames and
+``wm`` is a loaded world model (``runs.LoadedWorldModel``). A chunk is one call of its sampler
+(``sample.sampler_for``: the two-stage sampler, ``(N_s, N_r, w)``, both branches batched, ``P_j(c)`` once per chunk,
+no forward a weight makes useless) on a window of ``F = data.frames`` frames and
 ``A_w = data.actions_per_window`` actions:
 
 1. chunk 0 starts from the given real first frame and its recorded state, masked as the sampler always masks it
@@ -40,10 +40,9 @@ from typing import Optional, Sequence
 import torch
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.stats import Normalizer
-from simforcing.masking import FirstFrameMasker
-from simforcing.runs import sample_generator
-from simforcing.sample import GuidedSampler, model_device
+from simforcing.runs import LoadedWorldModel, sample_generator
+from simforcing.sample import Sampler, model_device, sampler_for
+from simforcing.sampler_batch import SamplerBatch
 
 def integrate_state(cfg: Config, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """The state after ``actions`` (B, n, A) raw from ``state`` (B, S) raw: delta dims summed, absolute dims set to
@@ -86,24 +85,33 @@ class RolloutResult:
         return len(self.chunk_starts)
 
 
+@dataclass
+class Recorded:
+    """Recorded videos of the episodes being rolled out (an analysis, never the closed loop): read by ``remask`` with
+    mask-file / paired-sim and by ``sample.condition = oracle``."""
+
+    sim: Optional[torch.Tensor] = None  # (B, 3, 1 + T, H, W) the simulation video
+    arm_mask: Optional[torch.Tensor] = None  # (B, 1 + T, H, W) bool the real video's arm masks
+
+
 class WorldModelRollout:
     """B episodes rolled out together, one chunk per :meth:`step` (module docstring).
 
     first_frame (B, 3, H, W) in [-1, 1]; state0 (B, S) raw (the dataset's units); text (B, N, D), text_mask (B, N);
     ``generators``: one torch.Generator per episode (the noise of every chunk). Chunk 0's masking: ``first_mask``
     (B, H, W) bool for ``mask-file``, ``first_sim`` (B, 3, H, W) the paired sim frame for ``paired-sim``; ``sam3``
-    segments the frame. ``recorded`` (optional, analysis only): {"arm_mask": (B, 1 + T, H, W), "sim": (B, 3, 1 + T,
-    H, W)} recorded videos read by ``remask`` with mask-file / paired-sim and by ``sample.condition = oracle``.
+    segments the frame. ``sampler``: the world model's sampler to use (default ``sample.sampler_for(wm)``); it is
+    asked to decode the simulation video.
     """
 
-    def __init__(self, model, vae, cfg: Config, normalizer: Normalizer, first_frame: torch.Tensor,
-                 state0: torch.Tensor, text: torch.Tensor, text_mask: Optional[torch.Tensor],
-                 generators: Sequence[torch.Generator], first_mask: Optional[torch.Tensor] = None,
-                 first_sim: Optional[torch.Tensor] = None, probe=None, masker: Optional[FirstFrameMasker] = None,
-                 recorded: Optional[dict] = None, sampler: Optional[GuidedSampler] = None):
-        if cfg.model.action_head:
-            raise ConfigError("this run is a policy (model.action_head true), not a world model: it cannot roll out "
-                              "a video; give a run of `simforcing pretrain` or `simforcing train`")
+    def __init__(self, wm: LoadedWorldModel, first_frame: torch.Tensor, state0: torch.Tensor, text: torch.Tensor,
+                 text_mask: Optional[torch.Tensor], generators: Sequence[torch.Generator],
+                 first_mask: Optional[torch.Tensor] = None, first_sim: Optional[torch.Tensor] = None, probe=None,
+                 recorded: Optional[Recorded] = None, sampler: Optional[Sampler] = None):
+        cfg = wm.cfg
+        if wm.normalizer is None:
+            raise ConfigError(f"{wm.name}: the checkpoint records no action/state statistics (meta.json 'stats'); "
+                              "a rollout normalises raw actions and states with them")
         if cfg.rollout.state == "probe" and probe is None:
             raise ConfigError("rollout.state=probe reads each chunk's state from the generated frames with the state "
                               "probe: set --eval.probe=PROBE (`simforcing model fit-probe`) or use "
@@ -117,13 +125,13 @@ class WorldModelRollout:
         b = first_frame.shape[0]
         if len(generators) != b:
             raise ValueError(f"generators: got {len(generators)} for {b} episodes; expected one per episode")
-        self.cfg, self.vae, self.normalizer, self.probe = cfg, vae, normalizer, probe
-        self.device = model_device(model)
-        self.sampler = sampler or GuidedSampler(model, vae, cfg, masker=masker, decode_sim=True)
+        self.cfg, self.normalizer, self.probe = cfg, wm.normalizer, probe
+        self.device = model_device(wm.model)
+        self.sampler = sampler or sampler_for(wm, decode_sim=True)
         self.sampler.decode_sim = True
         self.generators = list(generators)
         self.text, self.text_mask = text.to(self.device), (None if text_mask is None else text_mask.to(self.device))
-        self.first_mask, self.first_sim, self.recorded = first_mask, first_sim, recorded
+        self.first_mask, self.first_sim, self.recorded = first_mask, first_sim, recorded or Recorded()
         self.stride, self.span = cfg.data.frame_stride, cfg.data.actions_per_window
         self.state = state0.detach().double().cpu()  # (B, S) raw: the next chunk's state input
         self.frames = [first_frame.detach().float().cpu()[:, :, None]]  # chunks of (B, 3, n, H, W), frame 0 first
@@ -174,9 +182,7 @@ class WorldModelRollout:
             tail = hold_actions(self.cfg, actions[:, -1], fill, b, actions.shape[2]).double()
         window = torch.cat([actions, tail], dim=1)  # (B, A_w, A) raw
         first = self.frame  # (B, 3, H, W): this chunk's first frame as given to the model
-        batch = self._batch(window)
-        sim_first = self._sim_first_frame(batch)
-        res = self.sampler(batch, self.generators, sim_first_frame=sim_first)
+        res = self.sampler(self._batch(window), self.generators)
         keep = n // self.stride  # frames kept after the first
         video = res.real_video.float().cpu()  # (B, 3, F, H, W)
         self.frames.append(video[:, :, 1:1 + keep])
@@ -199,38 +205,32 @@ class WorldModelRollout:
         self.t += keep
         return self.frames[-1]
 
-    def _batch(self, window: torch.Tensor) -> dict:
+    def _batch(self, window: torch.Tensor) -> SamplerBatch:
         """The sampler's batch for the next chunk: the newest frame as the first frame, the window's actions and the
-        state input, normalised with the run's statistics."""
-        t0 = self.t
-        batch = {"real": self.frame[:, :, None],
-                 "actions": torch.from_numpy(self.normalizer.normalize("action", window.numpy())).float(),
-                 "state0": torch.from_numpy(self.normalizer.normalize("state", self.state.numpy())).float(),
-                 "text": self.text, "text_mask": self.text_mask}
-        rec = self.recorded or {}
-        f = self.cfg.data.frames
+        state input, normalised with the run's statistics; x^s_0 the simulation chain's last frame (``continue``
+        after chunk 0), else what masking reads (chunk 0's mask or sim frame, or the recorded ones)."""
+        t0, f, rec = self.t, self.cfg.data.frames, self.recorded
+        arm_mask = recorded_sim = None
         if t0 == 0 and self.first_mask is not None:
-            batch["arm_mask"], batch["has_arm_mask"] = self.first_mask[:, None], torch.ones(self.batch, dtype=torch.bool)
-        elif "arm_mask" in rec:
-            batch["arm_mask"] = rec["arm_mask"][:, t0:t0 + 1]
-            batch["has_arm_mask"] = torch.ones(self.batch, dtype=torch.bool)
+            arm_mask = self.first_mask
+        elif rec.arm_mask is not None:
+            arm_mask = rec.arm_mask[:, t0]
         if self.cfg.sample.condition == "oracle":  # analysis: c = the recorded sim video of this chunk
-            if "sim" not in rec or rec["sim"].shape[2] < t0 + f:
+            if rec.sim is None or rec.sim.shape[2] < t0 + f:
                 raise ConfigError("sample.condition=oracle needs the recorded sim video of every chunk (recorded="
-                                  "{'sim': ...}) and a horizon of whole chunks")
-            batch["sim"] = rec["sim"][:, :, t0:t0 + f]
+                                  "Recorded(sim=...)) and a horizon of whole chunks")
+            recorded_sim = rec.sim[:, :, t0:t0 + f]
         elif t0 == 0 and self.first_sim is not None:
-            batch["sim"] = self.first_sim[:, :, None]
-        elif "sim" in rec:
-            batch["sim"] = rec["sim"][:, :, t0:t0 + 1]
-        return batch
-
-    def _sim_first_frame(self, batch: dict) -> Optional[torch.Tensor]:
-        """x^s_0 of the next chunk: None (the sampler masks the first frame: chunk 0, ``remask``) or the simulation
-        chain's own last frame (``continue``)."""
-        if self.sim_first is None or self.cfg.rollout.sim_chain == "remask":
-            return None
-        return self.sim_first
+            recorded_sim = self.first_sim[:, :, None]
+        elif rec.sim is not None:
+            recorded_sim = rec.sim[:, :, t0:t0 + 1]
+        chain = self.sim_first if self.cfg.rollout.sim_chain == "continue" else None
+        return SamplerBatch(
+            first_frame=self.frame,
+            actions=torch.from_numpy(self.normalizer.normalize("action", window.numpy())).float(),
+            state0=torch.from_numpy(self.normalizer.normalize("state", self.state.numpy())).float(),
+            text=self.text, text_mask=self.text_mask, arm_mask=arm_mask, sim_first_frame=chain,
+            recorded_sim=recorded_sim)
 
     def _next_state(self, actions: torch.Tensor, first: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
         """The next chunk's state input (B, S) raw, from the executed ``actions`` or the probe on (first, last)."""
@@ -239,6 +239,15 @@ class WorldModelRollout:
         dev = next(self.probe.parameters()).device
         delta = self.probe(first.to(dev), last.to(dev)).double().cpu()  # (B, S) raw units
         return self.state + delta
+
+    def run(self, actions: torch.Tensor) -> RolloutResult:
+        """Advance every episode over all of ``actions`` (B, H, A) raw — ceil(H / A_w) chunks of
+        :func:`chunk_sizes`, the last one cut when H is not a whole number of chunks — and return the result."""
+        i = 0
+        for n in chunk_sizes(actions.shape[1], self.span, self.stride):
+            self.step(actions[:, i:i + n])
+            i += n
+        return self.result()
 
     def result(self) -> RolloutResult:
         return RolloutResult(video=self.video, sim_video=self.sim_video, masked_frame=self.masked_frame,
@@ -256,17 +265,12 @@ def chunk_sizes(horizon: int, span: int, stride: int) -> list[int]:
     return [span] * (horizon // span) + ([horizon % span] if horizon % span else [])
 
 
-def rollout(model, vae, cfg: Config, normalizer: Normalizer, first_frame: torch.Tensor, actions: torch.Tensor,
-            state0: torch.Tensor, text: torch.Tensor, text_mask: Optional[torch.Tensor],
-            generators: Sequence[torch.Generator], **kwargs) -> RolloutResult:
-    """Roll B episodes out over all of ``actions`` (B, H, A) raw: ceil(H / A_w) chunks, the last one cut when H is
-    not a whole number of chunks (module docstring). ``kwargs`` go to :class:`WorldModelRollout`."""
-    ro = WorldModelRollout(model, vae, cfg, normalizer, first_frame, state0, text, text_mask, generators, **kwargs)
-    i = 0
-    for n in chunk_sizes(actions.shape[1], cfg.data.actions_per_window, cfg.data.frame_stride):
-        ro.step(actions[:, i:i + n])
-        i += n
-    return ro.result()
+def rollout(wm: LoadedWorldModel, first_frame: torch.Tensor, actions: torch.Tensor, state0: torch.Tensor,
+            text: torch.Tensor, text_mask: Optional[torch.Tensor], generators: Sequence[torch.Generator],
+            **kwargs) -> RolloutResult:
+    """Roll B episodes out over all of ``actions`` (B, H, A) raw (:meth:`WorldModelRollout.run`); ``kwargs`` go to
+    :class:`WorldModelRollout`."""
+    return WorldModelRollout(wm, first_frame, state0, text, text_mask, generators, **kwargs).run(actions)
 
 
 def episode_generators(cfg: Config, indices: Sequence[int]) -> list[torch.Generator]:

@@ -1,10 +1,12 @@
 """Training runs as the sampler and the evaluator see them, and the fields a run's network was built for.
 
-    cfg, model, vae, meta = load_run(RUN, cfg=None, device="cpu", step=None)  # run's config + cfg's data/sample/eval
-    ds = eval_dataset(cfg, DATA, "val", meta["stats"])                      # sample i is ds[i]: one fixed window
-    gen = sample_generator(cfg, i)                                          # the noise of sample i, on any device
+    wm = load_world_model(RUN, cfg=None, device="cpu", step=None, data_root=DATA)  # a LoadedWorldModel
+    wm.cfg, wm.model, wm.vae, wm.normalizer, wm.checkpoint                      # what every sampling caller reads
+    text, text_mask = wm.text(["push the blue ball to the left"])              # padded as training pads them
+    ds = eval_dataset(wm.cfg, DATA, "val", wm.stats)                           # sample i is ds[i]: one fixed window
+    gen = sample_generator(wm.cfg, i)                                          # the noise of sample i, on any device
 
-Fields a run must match (one comparison, two lists):
+``sample.sampler_for(wm)`` is its sampler. Fields a run must match (one comparison, two lists):
 - ``EVAL_FIXED_FIELDS``: an evaluation/sampling config may change the data/sample/eval sections but not what the
   network was built for (frames, resolution, action/state dims, text tokens): :func:`merge_run_config`.
 - :func:`architecture_fields`: a stage-2 config starts the student from the teacher's weights, so every model field
@@ -16,8 +18,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -26,6 +29,10 @@ from torch.utils.data import default_collate
 from simforcing.config import Config, ConfigError
 from simforcing.data.format import read_info
 from simforcing.data.paired import PairedWindowDataset
+from simforcing.data.stats import Normalizer
+from simforcing.data.text_cache import pad_embedding
+from simforcing.masking import FirstFrameMasker
+from simforcing.models.text import load_text_encoder
 from simforcing.models.vae import load_vae
 from simforcing.runfolder import WORLD_MODELS, open_run
 
@@ -88,13 +95,86 @@ def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:
     return out
 
 
-def load_run(run_dir: str | Path, cfg: Optional[Config] = None, device: str | torch.device = "cpu",
-             step: Optional[int] = None):
-    """(cfg, model, vae, meta) for sampling from a world-model run (``runfolder.open_run``: a policy run is refused by
-    name); ``cfg`` supplies data/sample/eval settings. ``meta`` is the checkpoint's meta.json plus ``path``."""
-    run = open_run(run_dir, WORLD_MODELS, "--ckpt", "sample", step=step)
+# ----------------------------------------------------------------------------------------------------------------------
+# A world model loaded for sampling
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointId:
+    """Which weights a loaded world model holds: the run folder, its kind (``runfolder.KIND_NAMES``), the
+    checkpoint's step and folder."""
+
+    run: Path
+    kind: Optional[str]
+    step: int
+    path: Path
+
+
+@dataclass
+class LoadedWorldModel:
+    """A world model ready to sample (:func:`load_world_model`): what generate, evaluate, the sweeps, long rollouts,
+    the policy evaluation inside a world model, the API and the benchmark all hold, and ``sample.sampler_for``
+    samples.
+
+    ``cfg``: the run's model/VAE/flow sections with the caller's data/sample/eval/rollout ones; ``model``: the
+    network in eval mode; ``normalizer``: the action/state statistics it was trained with (None when the checkpoint
+    records none: the dataset's own are used); ``checkpoint``: None for weights not loaded from a run (the
+    benchmark's); ``masker``: the first-frame masker its samplers share (``sample.sampler_for`` keeps the first one
+    a sampler builds, so SAM3 loads once).
+    """
+
+    cfg: Config
+    model: torch.nn.Module
+    vae: Any
+    normalizer: Optional[Normalizer]
+    checkpoint: Optional[CheckpointId] = None
+    masker: Optional[FirstFrameMasker] = None
+    text_encoder: Any = field(default=None, repr=False)  # models.text.TextEncoder, loaded by the first text()
+
+    def __post_init__(self) -> None:
+        if self.cfg.model.action_head:
+            raise ConfigError(f"{self.name} is a policy (model.action_head true), not a world model: it cannot "
+                              "predict a video; give a run of `simforcing pretrain` or `simforcing train` (a policy "
+                              "loads with simforcing.api.load_policy)")
+
+    @property
+    def name(self) -> str:
+        """The run folder it was loaded from (as given), or what it is when not from a run."""
+        return str(self.checkpoint.run) if self.checkpoint is not None else "a world model not loaded from a run"
+
+    @property
+    def stats(self) -> Optional[dict]:
+        """The normalisation statistics (``eval_dataset``'s ``stats``)."""
+        return None if self.normalizer is None else self.normalizer.stats
+
+    def text(self, instructions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The instructions through the run's text encoder (one batch), each padded as training pads it
+        (``data.text_cache.pad_embedding``): (text (B, N, D) float32, text_mask (B, N) bool), N =
+        data.text_max_tokens, on the CPU."""
+        if self.text_encoder is None:
+            self.text_encoder = load_text_encoder(self.cfg)
+        d = self.cfg.data
+        padded = [pad_embedding(e, d.text_max_tokens, self.cfg.model.text_dim)
+                  for e in self.text_encoder.encode(list(instructions))]
+        return (torch.from_numpy(np.stack([t for t, _ in padded])),
+                torch.from_numpy(np.stack([m for _, m in padded])))
+
+
+def load_world_model(run_dir: str | Path, cfg: Optional[Config] = None, device: str | torch.device = "cpu",
+                     step: Optional[int] = None, data_root: Optional[str | Path] = None,
+                     flag: str = "--ckpt") -> LoadedWorldModel:
+    """The newest valid checkpoint (or ``step``) of a world-model run, ready to sample (``runfolder.open_run``: a
+    policy run or a video base is refused by name, ``flag`` naming the argument that gave it). ``cfg`` supplies the
+    data/sample/eval/rollout settings (:func:`merge_run_config`; the run's own when None); ``data_root``: the
+    dataset it will sample, whose own settings fill what the config leaves open (:func:`with_dataset_settings`)."""
+    run = open_run(run_dir, WORLD_MODELS, flag, "sample", step=step)
     merged = merge_run_config(run.cfg, cfg)
-    return merged, run.model(str(device)), load_vae(merged, device), run.meta
+    if data_root is not None:
+        merged = with_dataset_settings(merged, data_root)
+    return LoadedWorldModel(merged, run.model(str(device)), load_vae(merged, device),
+                            None if run.stats is None else Normalizer(run.stats),
+                            CheckpointId(Path(run_dir), run.kind, run.step, run.checkpoint.path))
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Inference (SPEC §5): the two-stage guided sampler, the baselines as samplers, and ``generate_run`` (the work of
-`simforcing generate`). Loading a run and the evaluation windows/noise: ``simforcing.runs``.
+`simforcing generate`). Its input is a ``sampler_batch.SamplerBatch``; a run loaded for sampling is a
+``runs.LoadedWorldModel``, and :func:`sampler_for` is its sampler.
 
     1. x^s_0 = masked real first frame (simforcing.masking)          -> z^s_0 = VAE(x^s_0),  z^r_0 = VAE(x^r_0)
     2. simulation rollout, N_s Euler steps from noise, no condition  -> c = (z^s_0, ẑ^s_{1:L})   (fixed from here on)
@@ -7,14 +8,19 @@
            u_c = R(z, τ, z^r_0, a, …, P(c), g = 1),   u_u = R(z, τ, z^r_0, a, …, g = 0)
     4. decode (z^r_0, ẑ^r_{1:L}) with the VAE
 
+Where c comes from is one seam, a ``ConditionSource`` (``sample.condition``): steps 1–2 (``rollout``) or the
+window's recorded sim video (``oracle``). Both rollouts are one integration loop (:func:`integrate`) of a velocity
+function; the network is called with its inputs by name (``CountingModel.velocity``). Every sampler has the
+``Sampler`` signature: ``sampler(batch, generator) -> SampleResult`` and ``settings()``.
+
 No wasted work: w = 0 runs neither the simulation rollout nor the conditional branch (N_r forwards per sample); w = 1
 runs only the conditional branch (N_s + N_r); any other w runs both branches as ONE batched forward of 2B samples per
 step (N_s + 2·N_r per-sample evaluations). P_j(c) is computed once per sample (``model.condition_features``) and reused
 at every step. Likewise everything a step's forward derives from (actions, state, text) alone — text embeddings and
 cross-attention keys/values, the attention mask, and the whole action stream (action tokens never attend to video
-tokens) — is computed once per batch (``WorldModel.step_context``), shared by the simulation and a w = 1 real
-rollout, so a rollout step costs less than a plain forward (skipped when only one forward would use it). ``forwards`` counts per-sample network evaluations,
-measured from the calls actually made.
+tokens) — is computed once per batch (``WorldModel.step_context``, carried by ``StepInputs``), shared by the
+simulation and a w = 1 real rollout, so a rollout step costs less than a plain forward (skipped when only one
+forward would use it). ``forwards`` counts per-sample network evaluations, measured from the calls actually made.
 
 Noise: ε_r (the real rollout) is drawn from the generator first, then ε_s (simulation) — both always, so the real
 rollout of a sample sees the same noise whatever w, N_s or N_r, and a simulation rollout can be reused across
@@ -24,9 +30,9 @@ configurations (sweeps). Everything runs under ``torch.no_grad``; bf16 autocast 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
 
@@ -35,12 +41,13 @@ from simforcing.errors import DataError
 from simforcing.flow import euler_schedule, euler_step
 from simforcing.masking import FirstFrameMasker
 from simforcing.media import write_sample_media
-from simforcing.runs import collate_one, eval_dataset, load_run, sample_generator, with_dataset_settings
+from simforcing.models.world_model import StepContext
+from simforcing.runs import LoadedWorldModel, collate_one, eval_dataset, load_world_model, sample_generator
+from simforcing.sampler_batch import SamplerBatch
 from simforcing.timing import Stopwatch
 from simforcing.utils import autocast_context
 
 BASELINES = ("copy-first", "vae-recon")
-CONTEXT_KEYS = ("actions", "state0", "text", "text_mask")  # what a rollout's step context is built from
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -79,16 +86,24 @@ class SampleResult:
         return float(sum(self.timings.values()))
 
 
+Generators = Optional[torch.Generator | Sequence[torch.Generator]]  # one for the batch, or one per sample
+
+
 class Sampler(Protocol):
+    """What generate, evaluate, the sweeps, long rollouts, the policy evaluation inside a world model and the API
+    call: B windows in, B predicted windows out."""
+
     name: str
 
-    def __call__(self, batch: dict, generator: Optional[torch.Generator] = None) -> SampleResult: ...
+    def __call__(self, batch: SamplerBatch, generator: Generators = None) -> SampleResult: ...
 
-    def settings(self) -> dict: ...
+    def settings(self) -> dict:
+        """What the outputs record about the sampler (JSON)."""
+        ...
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The guided sampler
+# The network's inputs and the integration loop
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -102,86 +117,182 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
-def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+@dataclass
+class StepInputs:
+    """What every forward of one rollout reads besides z_t, τ and the condition, and the work done once for them.
+
+    ``context``: the model's step context of (actions, state0, text, text_mask) — the text/action work of every
+    forward, computed once (``WorldModel.step_context``) and checked by identity against these very tensors — or
+    None (each forward does that work itself)."""
+
+    z0: torch.Tensor  # (B, C, 1, h, w) the clean first latent: z^r_0 (real rollout) or z^s_0 (simulation rollout)
+    actions: Optional[torch.Tensor]  # (B, A_w, action_dim) normalised
+    state0: Optional[torch.Tensor]  # (B, S) normalised
+    text: torch.Tensor  # (B, N, D)
+    text_mask: Optional[torch.Tensor]  # (B, N) bool
+    context: Optional[StepContext] = None
+
+    def with_context(self, model: torch.nn.Module, uses: int) -> "StepInputs":
+        """These inputs with ``model.step_context`` of them when ``uses`` >= 2 forwards will share it and the model
+        offers it (for one forward it is only extra work; a model with the forward signature alone has none); these
+        inputs themselves otherwise, and when they already hold a context."""
+        if self.context is not None or uses < 2 or not hasattr(model, "step_context"):
+            return self
+        return replace(self, context=model.step_context(self.actions, self.state0, self.text, self.text_mask))
+
+    def doubled(self) -> "StepInputs":
+        """The inputs of a batched CFG pair, (2B, ...) = [these; these], without a context."""
+        def two(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return None if x is None else torch.cat([x, x])
+
+        return StepInputs(two(self.z0), two(self.actions), two(self.state0), two(self.text), two(self.text_mask))
 
 
 class CountingModel:
-    """Calls the model and counts per-sample evaluations (a forward over 2B samples counts 2B)."""
+    """The network as the sampler calls it — every input by name — counting per-sample evaluations (a forward over
+    2B samples counts 2B)."""
 
     def __init__(self, model: torch.nn.Module):
         self.model, self.evals = model, 0
 
-    def __call__(self, z_t: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        self.evals += z_t.shape[0]
-        return self.model(z_t, *args, **kwargs)
+    def __call__(self, **inputs) -> torch.Tensor:
+        """One forward with the network's keyword inputs (``z_t``, ``tau``, ``z0``, ``actions``, ...)."""
+        self.evals += inputs["z_t"].shape[0]
+        return self.model(**inputs)
+
+    def velocity(self, z_t: torch.Tensor, tau: torch.Tensor, step: StepInputs,
+                 cond_feats: Optional[list] = None, gate: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """û (B, C, L, h, w) at (z_t, τ) for ``step``'s inputs (given its context when it holds one); ``cond_feats``
+        P_j(c) per block and ``gate`` (B,) for a conditioned forward, None for an unconditioned one."""
+        reuse = {} if step.context is None else {"static": step.context}
+        return self(z_t=z_t, tau=tau, z0=step.z0, actions=step.actions, state0=step.state0, text=step.text,
+                    text_mask=step.text_mask, cond_feats=cond_feats, gate=gate, **reuse)
 
 
-def step_kwargs(model: torch.nn.Module, actions, state0, text, text_mask, uses: int) -> dict:
-    """``{"static": model.step_context(...)}`` — the text/action work of a rollout's forwards, done once — for a model
-    that offers it (the WorldModel) when ``uses`` >= 2 forwards will share it (for one forward it is only extra work);
-    ``{}`` otherwise, and for any other model with the forward signature."""
-    if uses < 2 or not hasattr(model, "step_context"):
-        return {}
-    return {"static": model.step_context(actions, state0, text, text_mask)}
+Velocity = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (z (B, C, L, h, w), τ (B,)) -> u like z
 
 
-def simulation_rollout(net: CountingModel, z0_sim: torch.Tensor, ctx: dict, noise: torch.Tensor, n_sim: int,
-                       shift: float) -> torch.Tensor:
-    """N_s Euler steps from ε_s with no condition (gate None). z0_sim (B,C,1,h,w), noise (B,C,L,h,w) -> ẑ^s_{1:L}.
-    ctx: actions, state0, text, text_mask, and optionally "once" (:func:`step_kwargs` of them, built here if absent)."""
-    sched = euler_schedule(n_sim, shift).tolist()
-    b = noise.shape[0]
-    a, s0, txt, tm = ctx["actions"], ctx["state0"], ctx["text"], ctx["text_mask"]
-    once = ctx["once"] if "once" in ctx else step_kwargs(net.model, a, s0, txt, tm, uses=n_sim)
+def integrate(velocity: Velocity, noise: torch.Tensor, n_steps: int, shift: float) -> torch.Tensor:
+    """dz/dτ = u from τ = 1 (``noise``, (B, C, L, h, w)) down to τ = 0 over the ``n_steps`` Euler steps of
+    ``flow.euler_schedule(n_steps, shift)``: the one integration loop of both rollouts -> ẑ like ``noise``."""
+    sched = euler_schedule(n_steps, shift).tolist()
+    b, dev = noise.shape[0], noise.device
     z = noise
-    for i in range(n_sim):
-        tau = torch.full((b,), sched[i], device=z.device)
-        u = net(z, tau, z0_sim, a, s0, txt, text_mask=tm, **once)
-        z = euler_step(z, u.float(), tau, torch.full((b,), sched[i + 1], device=z.device))
+    for i in range(n_steps):
+        tau = torch.full((b,), sched[i], device=dev)
+        z = euler_step(z, velocity(z, tau).float(), tau, torch.full((b,), sched[i + 1], device=dev))
     return z
 
 
-def real_rollout(net: CountingModel, z0_real: torch.Tensor, ctx: dict, noise: torch.Tensor, n_real: int, shift: float,
-                 w: float, cond_feats: Optional[list] = None) -> torch.Tensor:
-    """N_r Euler steps from ε_r with the guided velocity. cond_feats: P_j(c) per block, each (B, N_video, dim).
+def simulation_rollout(net: CountingModel, step: StepInputs, noise: torch.Tensor, n_sim: int,
+                       shift: float) -> torch.Tensor:
+    """N_s Euler steps from ε_s with no condition (gate None): step.z0 = z^s_0 (B, C, 1, h, w), noise (B, C, L, h, w)
+    -> ẑ^s_{1:L}."""
+    return integrate(lambda z, tau: net.velocity(z, tau, step), noise, n_sim, shift)
+
+
+def real_rollout(net: CountingModel, step: StepInputs, noise: torch.Tensor, n_real: int, shift: float, w: float,
+                 cond_feats: Optional[list] = None) -> torch.Tensor:
+    """N_r Euler steps from ε_r with the guided velocity: step.z0 = z^r_0; cond_feats: P_j(c) per block, each
+    (B, N_video, dim).
 
     w = 0: unconditional forwards only; w = 1: conditional only; else both halves in one forward of 2B samples
     (rows [0, B) conditional with gate 1, rows [B, 2B) unconditional with gate 0 and zero features). The step context
-    is ctx["once"] when given (B samples), built here otherwise (and always for the 2B batch).
+    is ``step``'s when it holds one (B samples), built here otherwise (and always for the 2B batch).
     """
-    sched = euler_schedule(n_real, shift).tolist()
-    b = noise.shape[0]
-    dev = noise.device
-    a, s0, txt, tm = ctx["actions"], ctx["state0"], ctx["text"], ctx["text_mask"]
-    both = w not in (0.0, 1.0)
+    b, dev = noise.shape[0], noise.device
     if w != 0.0 and cond_feats is None:
         raise ValueError(f"real_rollout: w = {w} needs the condition features P_j(c); got None")
-    if both:  # inputs of the 2B batch, built once: (2B, ...) = [conditional; unconditional]
-        z0_2, a_2, s0_2, txt_2 = (torch.cat([x, x]) for x in (z0_real, a, s0, txt))
-        tm_2 = torch.cat([tm, tm]) if tm is not None else None
-        feats_2 = [torch.cat([f, torch.zeros_like(f)]) for f in cond_feats]
-        gate_2 = torch.cat([torch.ones(b, device=dev), torch.zeros(b, device=dev)])
-        once = step_kwargs(net.model, a_2, s0_2, txt_2, tm_2, uses=n_real)
-    else:
-        once = ctx["once"] if "once" in ctx else step_kwargs(net.model, a, s0, txt, tm, uses=n_real)
-    z = noise
-    for i in range(n_real):
-        tau = torch.full((b,), sched[i], device=dev)
-        if w == 0.0:
-            u = net(z, tau, z0_real, a, s0, txt, text_mask=tm, **once)
-        elif w == 1.0:
-            u = net(z, tau, z0_real, a, s0, txt, text_mask=tm, cond_feats=cond_feats,
-                    gate=torch.ones(b, device=dev), **once)
-        else:
-            u2 = net(torch.cat([z, z]), torch.cat([tau, tau]), z0_2, a_2, s0_2, txt_2, text_mask=tm_2,
-                     cond_feats=feats_2, gate=gate_2, **once)  # (2B, C, L, h, w)
-            u = guided_velocity(u2[:b].float(), u2[b:].float(), w)
-        z = euler_step(z, u.float(), tau, torch.full((b,), sched[i + 1], device=dev))
-    return z
+    if w == 0.0:
+        step = step.with_context(net.model, n_real)
+        return integrate(lambda z, tau: net.velocity(z, tau, step), noise, n_real, shift)
+    if w == 1.0:
+        step, ones = step.with_context(net.model, n_real), torch.ones(b, device=dev)
+        return integrate(lambda z, tau: net.velocity(z, tau, step, cond_feats, ones), noise, n_real, shift)
+    pair = step.doubled().with_context(net.model, n_real)  # (2B, ...) = [conditional; unconditional], built once
+    feats_2 = [torch.cat([f, torch.zeros_like(f)]) for f in cond_feats]
+    gate_2 = torch.cat([torch.ones(b, device=dev), torch.zeros(b, device=dev)])
+
+    def guided(z: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        u2 = net.velocity(torch.cat([z, z]), torch.cat([tau, tau]), pair, feats_2, gate_2)  # (2B, C, L, h, w)
+        return guided_velocity(u2[:b].float(), u2[b:].float(), w)
+
+    return integrate(guided, noise, n_real, shift)
 
 
-Generators = Optional[torch.Generator | Sequence[torch.Generator]]
+# ----------------------------------------------------------------------------------------------------------------------
+# Where the simulation condition comes from
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ConditionInputs:
+    """What a condition source may read for one batch (built by ``sample_videos``)."""
+
+    batch: SamplerBatch  # on the model's device
+    vae: Any
+    net: CountingModel
+    step: StepInputs  # the batch's network inputs (z0 = z^r_0) with the step context its forwards share
+    noise: torch.Tensor  # ε_s (B, C, L, h, w)
+    n_sim: int
+    shift: float
+    amp: Any  # the network's autocast context (the VAE runs outside it)
+    masker: Callable[[], FirstFrameMasker]  # the first-frame masker, built on first use (SAM3 loads only then)
+
+
+class ConditionSource(Protocol):
+    """Where the simulation condition c = (z^s_0, ẑ^s_{1:L}) of a batch comes from: ``sample.condition`` selects one
+    of ``CONDITION_SOURCES`` (:func:`condition_source`); a sampler takes any other (``GuidedSampler(condition=)``)."""
+
+    name: str  # what settings() records as "condition"
+    runs_network: bool  # its forwards run on the batch's rows (they share its step context with a w = 1 real rollout)
+
+    def __call__(self, x: ConditionInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(c (B, C, L+1, h, w) float32, x^s_0 (B, 3, H, W) in [-1, 1])."""
+        ...
+
+
+class StudentSimulation:
+    """``sample.condition = rollout`` (SPEC §5 steps 1–2): x^s_0 — the batch's ``sim_first_frame`` when given, else
+    its real first frame masked (``masking``) — encoded to z^s_0, then N_s Euler steps of the network itself from
+    ε_s with no condition."""
+
+    name = "rollout"
+    runs_network = True
+
+    def __call__(self, x: ConditionInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        masked = x.batch.sim_first_frame if x.batch.sim_first_frame is not None else x.masker()(x.batch)[0]
+        z0_sim = x.vae.encode(masked[:, :, None]).float()  # (B, C, 1, h, w)
+        with x.amp:
+            zs = simulation_rollout(x.net, replace(x.step, z0=z0_sim), x.noise, x.n_sim, x.shift)
+        return torch.cat([z0_sim, zs], dim=2), masked
+
+
+class RecordedSimulation:
+    """``sample.condition = oracle`` (an analysis, not a sampler): c = the window's recorded sim video, encoded."""
+
+    name = "oracle"
+    runs_network = False
+
+    def __call__(self, x: ConditionInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        sim = x.batch.recorded_sim  # (B, 3, F, H, W)
+        if sim is None:
+            raise ConfigError("sample.condition=oracle: the batch has no recorded sim video to condition on "
+                              "(SamplerBatch.recorded_sim)")
+        return x.vae.encode(sim).float(), sim[:, :, 0]
+
+
+CONDITION_SOURCES = {"rollout": StudentSimulation, "oracle": RecordedSimulation}
+
+
+def condition_source(cfg: Config) -> ConditionSource:
+    """The condition source ``cfg.sample.condition`` names."""
+    return CONDITION_SOURCES[cfg.sample.condition]()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The guided sampler
+# ----------------------------------------------------------------------------------------------------------------------
 
 
 def _draw_noise(z0: torch.Tensor, num_future: int, generator: Generators):
@@ -204,21 +315,18 @@ def _draw_noise(z0: torch.Tensor, num_future: int, generator: Generators):
 
 
 @torch.no_grad()
-def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: Optional[int] = None,
+def sample_videos(model: torch.nn.Module, vae, batch: SamplerBatch, cfg: Config, n_sim: Optional[int] = None,
                   n_real: Optional[int] = None, w: Optional[float] = None,
                   generator: Generators = None, masker: Optional[FirstFrameMasker] = None,
                   decode_sim: bool = False, reuse_sim: Optional[SimRollout] = None,
-                  sim_first_frame: Optional[torch.Tensor] = None) -> SampleResult:
-    """The two-stage guided sampler on a batch of paired windows (see the module docstring).
+                  condition: Optional[ConditionSource] = None) -> SampleResult:
+    """The two-stage guided sampler on a batch of windows (see the module docstring).
 
-    batch: ``real`` (B, 3, F, H, W) (its first frame is the given observation; F = 1 is enough), ``actions``
-    (B, A_w, action_dim), ``state0`` (B, S), ``text`` (B, N, D), ``text_mask`` (B, N), plus what the masker needs.
     n_sim/n_real/w default to cfg.sample. ``generator``: one for the batch or one per sample (:func:`_draw_noise`).
     ``reuse_sim``: a SimRollout of the same batch and seed with the same N_s (its time and forwards are charged to
-    this call). Pass ``masker`` when calling repeatedly (SAM3 would otherwise load on every call).
-    ``sim_first_frame`` (B, 3, H, W): x^s_0 itself — the simulation rollout starts from it and no masking runs (a
-    long rollout continues its simulation chain from its own last frame, ``simforcing.rollout``).
-    Returns a SampleResult; ``forwards`` is per sample.
+    this call). Pass ``masker`` when calling repeatedly (SAM3 would otherwise load on every call that masks).
+    ``condition``: where c comes from (default: ``sample.condition``'s source). Returns a SampleResult; ``forwards``
+    is per sample.
     """
     n_sim = cfg.sample.n_sim if n_sim is None else int(n_sim)
     n_real = cfg.sample.n_real if n_real is None else int(n_real)
@@ -227,49 +335,37 @@ def sample_videos(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: 
         raise ConfigError(f"sample: got n_sim={n_sim}, n_real={n_real}, w={w}; expected step counts >= 1 and w >= 0")
     w = effective_w(cfg, w)
     device = model_device(model)
-    batch = to_device(batch, device)
-    ctx = {k: batch.get(k) for k in CONTEXT_KEYS}
+    batch = batch.to(device)
     net = CountingModel(model)
     sw = Stopwatch(device)
-    num_future = cfg.latent_frames - 1
     amp = autocast_context(cfg, device, cuda_only=True)  # the network only; the VAE runs in its own precision
     with sw.phase("encode_first_frame"):
-        z0_real = vae.encode(batch["real"][:, :, :1]).float()  # (B, C, 1, h, w)
-    eps_r, eps_s = _draw_noise(z0_real, num_future, generator)
+        z0_real = vae.encode(batch.first_frame[:, :, None]).float()  # (B, C, 1, h, w)
+    b = z0_real.shape[0]
+    eps_r, eps_s = _draw_noise(z0_real, cfg.latent_frames - 1, generator)
+    step = StepInputs(z0_real, batch.actions, batch.state0, batch.text, batch.text_mask)
     sim = None
     if w != 0.0 and reuse_sim is not None:
         if reuse_sim.n_sim != n_sim:
             raise ValueError(f"reuse_sim: the rollout has n_sim={reuse_sim.n_sim}; this call asks n_sim={n_sim}")
         sim = reuse_sim
         sw.add("simulation", sim.seconds)
-    elif w != 0.0 and cfg.sample.condition == "oracle":  # analysis: c = the window's recorded sim video
-        if "sim" not in batch:
-            raise ConfigError("sample.condition=oracle: the batch has no recorded 'sim' video to condition on")
-        with sw.phase("simulation"):
-            c = vae.encode(batch["sim"]).float()  # (B, C, L+1, h, w)
-        sim = SimRollout(c, batch["sim"][:, :, 0], 0, sw.times["simulation"], 0)
     elif w != 0.0:
+        source = condition or condition_source(cfg)
         with sw.phase("simulation"):
-            if sim_first_frame is not None:
-                masked = sim_first_frame.to(device)
-            else:
-                masker = masker or FirstFrameMasker.from_config(cfg, device)
-                masked, _ = masker(batch)
-            z0_sim = vae.encode(masked[:, :, None]).float()  # (B, C, 1, h, w)
-            with amp:
-                uses = n_sim + (n_real if w == 1.0 else 0)  # a w = 1 real rollout shares it
-                ctx["once"] = step_kwargs(model, *(ctx[k] for k in CONTEXT_KEYS), uses=uses)
-                zs = simulation_rollout(net, z0_sim, ctx, eps_s, n_sim, cfg.flow.shift)
-            c = torch.cat([z0_sim, zs], dim=2)  # (B, C, L+1, h, w)
-        sim = SimRollout(c, masked, n_sim, sw.times["simulation"], net.evals // z0_real.shape[0])
+            if source.runs_network:  # one step context for its forwards and, at w = 1, the real rollout's
+                with amp:
+                    step = step.with_context(model, n_sim + (n_real if w == 1.0 else 0))
+            c, masked = source(ConditionInputs(batch, vae, net, step, eps_s, n_sim, cfg.flow.shift, amp,
+                                               lambda: masker or FirstFrameMasker.from_config(cfg, device)))
+        sim = SimRollout(c, masked, n_sim if source.runs_network else 0, sw.times["simulation"], net.evals // b)
     with sw.phase("real"), amp:
         feats = model.condition_features(sim.latents) if sim is not None else None
-        zr = real_rollout(net, z0_real, ctx, eps_r, n_real, cfg.flow.shift, w, feats)
+        zr = real_rollout(net, step, eps_r, n_real, cfg.flow.shift, w, feats)
     real_latents = torch.cat([z0_real, zr.float()], dim=2)  # (B, C, L+1, h, w)
     with sw.phase("decode"):
         video = vae.decode(real_latents).float().clamp(-1, 1)
     sim_video = vae.decode(sim.latents).float().clamp(-1, 1) if (decode_sim and sim is not None) else None
-    b = z0_real.shape[0]
     forwards = net.evals // b + (sim.forwards if (sim is not None and reuse_sim is not None) else 0)
     return SampleResult(real_video=video, real_latents=real_latents, sim_latents=sim.latents if sim else None,
                         sim_video=sim_video, masked_frame=sim.masked_frame if sim else None, forwards=forwards,
@@ -289,39 +385,55 @@ class GuidedSampler:
     name = "simforcing-sampler"
 
     def __init__(self, model, vae, cfg: Config, n_sim: Optional[int] = None, n_real: Optional[int] = None,
-                 w: Optional[float] = None, masker: Optional[FirstFrameMasker] = None, decode_sim: bool = False):
+                 w: Optional[float] = None, masker: Optional[FirstFrameMasker] = None, decode_sim: bool = False,
+                 condition: Optional[ConditionSource] = None):
         self.model, self.vae, self.cfg, self.decode_sim = model, vae, cfg, decode_sim
         self.n_sim = cfg.sample.n_sim if n_sim is None else int(n_sim)
         self.n_real = cfg.sample.n_real if n_real is None else int(n_real)
         self.w_asked = float(cfg.sample.w if w is None else w)
         self.w = effective_w(cfg, self.w_asked)
+        self.condition = condition or condition_source(cfg)
         # SAM3 is loaded once here, and only when a simulation rollout will run
         self.masker = masker or (FirstFrameMasker.from_config(cfg, model_device(model)) if self.w != 0 else None)
 
-    def __call__(self, batch: dict, generator: Generators = None, reuse_sim: Optional[SimRollout] = None,
-                 sim_first_frame: Optional[torch.Tensor] = None) -> SampleResult:
+    def __call__(self, batch: SamplerBatch, generator: Generators = None,
+                 reuse_sim: Optional[SimRollout] = None) -> SampleResult:
         return sample_videos(self.model, self.vae, batch, self.cfg, self.n_sim, self.n_real, self.w, generator,
-                             self.masker, self.decode_sim, reuse_sim, sim_first_frame)
+                             self.masker, self.decode_sim, reuse_sim, self.condition)
 
     def settings(self) -> dict:
         out = {"sampler": self.name, "n_sim": self.n_sim, "n_real": self.n_real, "w": self.w,
-               "condition": self.cfg.sample.condition,
+               "condition": self.condition.name,
                "mask_mode": self.cfg.sample.mask_mode, "seed": self.cfg.sample.seed, "shift": self.cfg.flow.shift}
         if self.w != self.w_asked:
             out["w_asked"] = self.w_asked  # an unconditioned model (conditioning.p = 0): see effective_w
         return out
 
 
+def sampler_for(wm: LoadedWorldModel, n_sim: Optional[int] = None, n_real: Optional[int] = None,
+                w: Optional[float] = None, decode_sim: bool = False) -> Sampler:
+    """The sampler of a loaded world model, as every caller gets it (generate, evaluate, the sweeps, long rollouts,
+    the policy evaluation inside a world model, the API, the benchmark): stage-1 and stage-2 runs sample with the
+    two-stage guided sampler at ``wm.cfg.sample`` or the given settings. A kind of run with a sampler of its own
+    plugs in here, chosen by ``wm.checkpoint.kind``. The samplers of one model share its first-frame masker."""
+    sampler = GuidedSampler(wm.model, wm.vae, wm.cfg, n_sim, n_real, w, masker=wm.masker, decode_sim=decode_sim)
+    wm.masker = wm.masker or sampler.masker
+    return sampler
+
+
 class CopyFirstSampler:
-    """Baseline floor: every frame = the given real first frame. No model, no VAE."""
+    """Baseline floor: every one of the window's ``frames`` frames = the given real first frame. No model, no VAE."""
 
     name = "copy-first"
 
-    def __call__(self, batch: dict, generator: Optional[torch.Generator] = None) -> SampleResult:
-        real = batch["real"]  # (B, 3, F, H, W)
-        sw = Stopwatch(real.device)
+    def __init__(self, frames: int):
+        self.frames = int(frames)
+
+    def __call__(self, batch: SamplerBatch, generator: Generators = None) -> SampleResult:
+        first = batch.first_frame  # (B, 3, H, W)
+        sw = Stopwatch(first.device)
         with sw.phase("copy"):
-            video = real[:, :, :1].expand_as(real).clone()
+            video = first[:, :, None].expand(-1, -1, self.frames, -1, -1).clone()  # (B, 3, F, H, W)
         return SampleResult(real_video=video, real_latents=None, timings=dict(sw.times))
 
     def settings(self) -> dict:
@@ -329,7 +441,7 @@ class CopyFirstSampler:
 
 
 class VaeReconSampler:
-    """Baseline ceiling: decode(encode(ground truth)) — what any latent model can at best reproduce."""
+    """Baseline ceiling: decode(encode(the recorded window)) — what any latent model can at best reproduce."""
 
     name = "vae-recon"
 
@@ -337,8 +449,11 @@ class VaeReconSampler:
         self.vae, self.device = vae, torch.device(device)
 
     @torch.no_grad()
-    def __call__(self, batch: dict, generator: Optional[torch.Generator] = None) -> SampleResult:
-        real = batch["real"].to(self.device)
+    def __call__(self, batch: SamplerBatch, generator: Generators = None) -> SampleResult:
+        if batch.recorded_real is None:
+            raise ValueError("vae-recon reconstructs the recorded window: the batch has no recorded_real "
+                             "(SamplerBatch.from_collated of a dataset window has it)")
+        real = batch.recorded_real.to(self.device)  # (B, 3, F, H, W)
         sw = Stopwatch(self.device)
         with sw.phase("encode"):
             z = self.vae.encode(real)
@@ -360,31 +475,31 @@ def generate_run(run_dir: str | Path, data_root: str | Path, cfg: Optional[Confi
                  upscale: int = 4, fps: int = 4) -> list[str]:
     """Sample the first ``num_samples`` windows of ``split``; write per sample ``sample_XXX.{mp4,gif,png}`` with four
     panels (masked first frame | simulation rollout | prediction | ground truth). Returns the GIF paths."""
-    cfg, model, vae, meta = load_run(run_dir, cfg, device, step)
-    cfg = with_dataset_settings(cfg, data_root)
-    device = model_device(model)
-    ds = eval_dataset(cfg, data_root, split, meta.get("stats") if isinstance(meta, dict) else None)
-    masker = FirstFrameMasker.from_config(cfg, device)
-    sampler = GuidedSampler(model, vae, cfg, masker=masker, decode_sim=True)
+    wm = load_world_model(run_dir, cfg, device, step, data_root)
+    device = model_device(wm.model)
+    ds = eval_dataset(wm.cfg, data_root, split, wm.stats)
+    wm.masker = FirstFrameMasker.from_config(wm.cfg, device)  # also the first panel of a sample without simulation
+    sampler = sampler_for(wm, decode_sim=True)
     out = Path(out_dir)
     gifs = []
     for i in range(min(num_samples, len(ds))):
-        batch = collate_one(ds[i])
-        res = sampler(batch, sample_generator(cfg, i))
-        masked = res.masked_frame if res.masked_frame is not None else _display_mask(masker, batch, device)
-        title = (f"{batch['episode_id'][0]} @ {int(batch['start'][0])}  N_s={sampler.n_sim} N_r={sampler.n_real} "
-                 f"w={sampler.w:g}")
+        item = collate_one(ds[i])
+        batch = SamplerBatch.from_collated(item)
+        res = sampler(batch, sample_generator(wm.cfg, i))
+        masked = res.masked_frame if res.masked_frame is not None else _display_mask(wm.masker, batch, device)
+        s = sampler.settings()
+        title = f"{batch.episode_ids[0]} @ {int(item['start'][0])}  N_s={s['n_sim']} N_r={s['n_real']} w={s['w']:g}"
         files = write_sample_media(out / f"sample_{i:03d}", None if masked is None else masked[0],
                                    None if res.sim_video is None else res.sim_video[0], res.real_video[0],
-                                   batch["real"][0], title=title, sim_label=f"w={sampler.w:g}: none",
+                                   item["real"][0], title=title, sim_label=f"w={s['w']:g}: none",
                                    upscale=upscale, fps=fps)
         gifs.append(str(files["gif"]))
     return gifs
 
 
-def _display_mask(masker: FirstFrameMasker, batch: dict, device) -> Optional[torch.Tensor]:
+def _display_mask(masker: FirstFrameMasker, batch: SamplerBatch, device) -> Optional[torch.Tensor]:
     """x^s_0 for the first panel when the sampler did not need it (w = 0); None when it cannot be built."""
     try:
-        return masker(to_device(batch, device))[0]
+        return masker(batch.to(device))[0]
     except (DataError, ConfigError):
         return None

@@ -11,6 +11,7 @@ from simforcing import WorldModelPipeline
 from simforcing.config import ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.sample import sample_videos
+from simforcing.sampler_batch import SamplerBatch
 from test_sample import make_data, make_run
 
 
@@ -37,10 +38,9 @@ def test_a_call_is_the_sampler_on_the_same_inputs(pipe_and_inputs):
     x = to_unit_range(frames_to_target(frame[None], 32, 48)).permute(1, 0, 2, 3)
     from simforcing.data.paired import masks_to_target
 
-    batch = {"real": x[:, :, None], "actions": torch.from_numpy(pipe.normalizer.normalize("action", actions[None])),
-             "state0": torch.from_numpy(pipe.normalizer.normalize("state", state[None])), "text": text,
-             "text_mask": tmask, "arm_mask": masks_to_target(mask[None], 32, 48)[None],
-             "has_arm_mask": torch.ones(1, dtype=torch.bool)}
+    batch = SamplerBatch(first_frame=x, actions=torch.from_numpy(pipe.normalizer.normalize("action", actions[None])),
+                         state0=torch.from_numpy(pipe.normalizer.normalize("state", state[None])), text=text,
+                         text_mask=tmask, arm_mask=masks_to_target(mask[None], 32, 48))
     want = sample_videos(pipe.model, pipe.vae, batch, pipe.cfg, generator=torch.Generator().manual_seed(3))
     assert torch.equal(out.raw.real_video, want.real_video)
     assert out.forwards == pipe.cfg.sample.n_sim + 2 * pipe.cfg.sample.n_real
@@ -68,3 +68,18 @@ def test_named_errors(pipe_and_inputs, tmp_path):
         pipe(frame.astype(float), "open the drawer", state, actions, arm_mask=mask)
     with pytest.raises(ConfigError, match="horizon"):
         pipe.rollout(frame, "open the drawer", state, actions[:0], arm_mask=mask)
+
+
+def test_the_pipeline_is_its_loaded_world_model(pipe_and_inputs):
+    """One loaded world model beneath the pipeline: its objects, which checkpoint, and the text padded as training
+    pads it (the instruction's real tokens, then zeros to data.text_max_tokens)."""
+    pipe = pipe_and_inputs[0]
+    wm = pipe.world_model
+    assert pipe.cfg is wm.cfg and pipe.model is wm.model and pipe.vae is wm.vae and pipe.normalizer is wm.normalizer
+    assert pipe.checkpoint.step == 1 and pipe.checkpoint.path.name == "step_000001"
+    text, mask = pipe.text("open the drawer")
+    emb = wm.text_encoder.encode(["open the drawer"])[0]  # (n, D) real tokens
+    n = emb.shape[0]
+    assert text.shape == (1, pipe.cfg.data.text_max_tokens, pipe.cfg.model.text_dim) and text.dtype == torch.float32
+    assert int(mask.sum()) == n and bool(mask[0, :n].all()) and torch.equal(text[0, :n], emb)
+    assert not text[0, n:].any()

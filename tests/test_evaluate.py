@@ -176,16 +176,17 @@ def test_sim_domain_scores_the_recorded_simulation_video(world, tmp_path):
 
 
 def test_oracle_condition_is_the_encoded_recorded_sim_video(world):
-    from simforcing.runs import collate_one, eval_dataset, load_run
-    from simforcing.sample import sample_videos
+    from simforcing.runs import collate_one, eval_dataset, load_world_model
+    from simforcing.sample import sampler_for
+    from simforcing.sampler_batch import SamplerBatch
 
     tmp, data, cfg = world
     c = tiny_cfg(sample__condition="oracle")
     c.model.vae.path = cfg.model.vae.path
-    c, model, vae, _ = load_run(tmp / "run", c)
-    batch = collate_one(eval_dataset(c, data, "val")[0])
-    res = sample_videos(model, vae, batch, c, generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(res.sim_latents, vae.encode(batch["sim"]).float())
+    wm = load_world_model(tmp / "run", c)
+    batch = SamplerBatch.from_collated(collate_one(eval_dataset(wm.cfg, data, "val")[0]))
+    res = sampler_for(wm)(batch, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(res.sim_latents, wm.vae.encode(batch.recorded_sim).float())
     assert res.forwards == 2 * c.sample.n_real  # no simulation rollout ran
 
 

@@ -5,6 +5,7 @@ post_process_instance_segmentation), alone and inside `simforcing generate`."""
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,18 +16,21 @@ from safetensors.torch import load_file
 from simforcing.config import ConfigError, load_config
 from simforcing.data.format import DataError
 from simforcing.masking import FirstFrameMasker, Sam3Segmenter, background_pixels, compose_masked_frame
+from simforcing.sampler_batch import SamplerBatch
 
 
-def _batch(b=2, f=3, h=8, w=12, masks=True, seed=0):
+def _batch(b=2, f=3, h=8, w=12, masks=True, seed=0) -> SamplerBatch:
     g = torch.Generator().manual_seed(seed)
-    return {"real": torch.rand(b, 3, f, h, w, generator=g) * 2 - 1, "sim": torch.rand(b, 3, f, h, w, generator=g) - 1,
-            "arm_mask": torch.rand(b, f, h, w, generator=g) > 0.5, "has_arm_mask": torch.full((b,), masks),
-            "episode_id": [f"ep{i}" for i in range(b)]}
+    real, sim = torch.rand(b, 3, f, h, w, generator=g) * 2 - 1, torch.rand(b, 3, f, h, w, generator=g) - 1
+    arm = torch.rand(b, f, h, w, generator=g) > 0.5
+    return SamplerBatch(first_frame=real[:, :, 0], actions=torch.zeros(b, 8, 7), state0=torch.zeros(b, 7),
+                        text=torch.zeros(b, 4, 16), text_mask=None, arm_mask=arm[:, 0] if masks else None,
+                        recorded_sim=sim, recorded_real=real, episode_ids=[f"ep{i}" for i in range(b)])
 
 
 def test_composition_keeps_the_arm_and_fills_the_background():
     batch = _batch()
-    frame, mask = batch["real"][:, :, 0], batch["arm_mask"][:, 0]
+    frame, mask = batch.first_frame, batch.arm_mask
     for rgb in [(0, 0, 0), (10, 200, 255)]:
         out = compose_masked_frame(frame, mask, rgb)
         m = mask[:, None].expand_as(frame)
@@ -42,22 +46,23 @@ def test_composition_keeps_the_arm_and_fills_the_background():
 def test_mask_file_mode_uses_the_stored_first_frame_mask():
     batch = _batch()
     masked, mask = FirstFrameMasker("mask-file", (0, 0, 0))(batch)
-    assert torch.equal(mask, batch["arm_mask"][:, 0])
-    assert torch.equal(masked, compose_masked_frame(batch["real"][:, :, 0], batch["arm_mask"][:, 0], (0, 0, 0)))
+    assert torch.equal(mask, batch.arm_mask)
+    assert torch.equal(masked, compose_masked_frame(batch.first_frame, batch.arm_mask, (0, 0, 0)))
 
 
 def test_mask_file_mode_without_masks_names_the_file_and_the_alternatives():
     with pytest.raises(DataError, match="arm_mask.npz") as e:
         FirstFrameMasker("mask-file", (0, 0, 0))(_batch(masks=False))
     assert "sam3" in str(e.value) and "paired-sim" in str(e.value) and e.value.kind == "missing_arm_mask"
+    assert "ep0" in str(e.value)  # the episodes without a mask are named
 
 
 def test_paired_sim_mode_returns_the_sim_first_frame():
     batch = _batch()
     masked, mask = FirstFrameMasker("paired-sim", (0, 0, 0))(batch)
-    assert mask is None and torch.equal(masked, batch["sim"][:, :, 0])
-    with pytest.raises(DataError, match="'sim'"):
-        FirstFrameMasker("paired-sim", (0, 0, 0))({"real": batch["real"]})
+    assert mask is None and torch.equal(masked, batch.recorded_sim[:, :, 0])
+    with pytest.raises(DataError, match="recorded_sim"):
+        FirstFrameMasker("paired-sim", (0, 0, 0))(replace(batch, recorded_sim=None))
 
 
 def test_sam3_mode_composes_the_segmenters_mask():
@@ -71,7 +76,7 @@ def test_sam3_mode_composes_the_segmenters_mask():
     cfg = load_config("demo", ["--sample.mask_mode=sam3", "--data.sim_background=30,40,50"])
     masker = FirstFrameMasker.from_config(cfg, segmenter=fake_segmenter)
     masked, mask = masker(batch)
-    frame = batch["real"][:, :, 0]
+    frame = batch.first_frame
     assert torch.equal(seen[0], frame)  # the segmenter sees the real first frame
     assert torch.equal(mask, frame[:, 0] > 0.2)
     assert torch.equal(masked, compose_masked_frame(frame, frame[:, 0] > 0.2, (30, 40, 50)))
@@ -180,7 +185,7 @@ def test_sam3_mode_segments_with_a_saved_sam3_as_a_user_would(tiny_sam3):
     assert saved.keys() <= loaded.keys() and all(torch.equal(loaded[k], v) for k, v in saved.items())
 
     batch = _batch(b=3, h=24, w=40, seed=1)
-    frame = batch["real"][:, :, 0]  # (B, 3, H, W)
+    frame = batch.first_frame  # (B, 3, H, W)
     masked, mask = masker(batch)
     want = reference_sam3_mask(tiny_sam3, frame)
     assert mask.dtype == torch.bool and mask.shape == (3, 24, 40)

@@ -4,6 +4,7 @@ state input, cut chunks, batching, and the command's outputs and errors."""
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -12,9 +13,10 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.data.stats import Normalizer
 from simforcing.evaluate.probe import ProbeConfig, StateProbe, save_probe
-from simforcing.rollout import WorldModelRollout, chunk_sizes, integrate_state, rollout
-from simforcing.runs import sample_generator
+from simforcing.rollout import Recorded, WorldModelRollout, chunk_sizes, integrate_state, rollout
+from simforcing.runs import LoadedWorldModel, sample_generator
 from simforcing.sample import GuidedSampler, sample_videos
+from simforcing.sampler_batch import SamplerBatch
 from test_sample import make_data, make_run, random_batch, tiny_cfg, tiny_model, tiny_vae
 
 IDENTITY = Normalizer({"action": {"min": [-1.0] * 7, "max": [1.0] * 7},
@@ -35,15 +37,27 @@ def episode_inputs(cfg, b: int, horizon: int, seed: int = 0) -> dict:
     actions[:, :8] = batch["actions"]  # chunk 0 = the window's actions (identity normaliser)
     return {"first_frame": batch["real"][:, :, 0], "first_mask": batch["arm_mask"][:, 0],
             "first_sim": batch["sim"][:, :, 0], "actions": actions, "state0": batch["state0"],
-            "text": batch["text"], "text_mask": batch["text_mask"], "batch": batch}
+            "text": batch["text"], "text_mask": batch["text_mask"], "batch": SamplerBatch.from_collated(batch)}
+
+
+def window_of(batch: SamplerBatch, i: int) -> SamplerBatch:
+    """Window ``i`` of a batch, as a batch of one."""
+    parts = {f.name: getattr(batch, f.name) for f in fields(batch)}
+    return SamplerBatch(**{k: None if v is None else v[i:i + 1] for k, v in parts.items()})
+
+
+def loaded(setup, cfg=None) -> LoadedWorldModel:
+    """The tiny model as a loaded world model (identity statistics), with ``cfg`` or the fixture's config."""
+    c, model, vae = setup
+    return LoadedWorldModel(cfg or c, model, vae, IDENTITY)
 
 
 def roll(setup, ep: dict, horizon: int | None = None, b_idx=None, **kw):
-    cfg, model, vae = setup
+    cfg = setup[0]
     sl = slice(None) if b_idx is None else b_idx
     gens = [sample_generator(cfg, i) for i in range(ep["actions"].shape[0])][sl]
     acts = ep["actions"][sl] if horizon is None else ep["actions"][sl, :horizon]
-    return rollout(model, vae, kw.pop("cfg", cfg), IDENTITY, ep["first_frame"][sl], acts, ep["state0"][sl],
+    return rollout(loaded(setup, kw.pop("cfg", None)), ep["first_frame"][sl], acts, ep["state0"][sl],
                    ep["text"][sl], ep["text_mask"][sl], gens, first_mask=ep["first_mask"][sl],
                    first_sim=ep["first_sim"][sl], **kw)
 
@@ -60,21 +74,23 @@ def test_one_chunk_is_the_sampler_bit_for_bit(setup):
     ep2 = episode_inputs(cfg, 2, 8)
     both = roll(setup, ep2)
     for i in range(2):
-        one = sample_videos(model, vae, {k: (v[i:i + 1] if isinstance(v, torch.Tensor) else v[i:i + 1])
-                                         for k, v in ep2["batch"].items()}, cfg, generator=sample_generator(cfg, i))
+        one = sample_videos(model, vae, window_of(ep2["batch"], i), cfg, generator=sample_generator(cfg, i))
         torch.testing.assert_close(both.video[i:i + 1], one.real_video, atol=1e-5, rtol=1e-5)
 
 
 class Recorder:
-    """Wraps the guided sampler: keeps every chunk's batch and simulation first frame."""
+    """Wraps the guided sampler: keeps every chunk's batch."""
 
     def __init__(self, sampler: GuidedSampler):
         self.sampler, self.calls = sampler, []
         self.decode_sim = True
 
-    def __call__(self, batch, generators, sim_first_frame=None):
-        self.calls.append((batch, sim_first_frame))
-        return self.sampler(batch, generators, sim_first_frame=sim_first_frame)
+    def __call__(self, batch: SamplerBatch, generators):
+        self.calls.append(batch)
+        return self.sampler(batch, generators)
+
+    def settings(self) -> dict:
+        return self.sampler.settings()
 
 
 def test_each_chunk_starts_from_the_previous_chunks_last_frame(setup):
@@ -84,13 +100,24 @@ def test_each_chunk_starts_from_the_previous_chunks_last_frame(setup):
     res = roll(setup, ep, sampler=rec)
     assert res.video.shape[2] == 25 and res.chunk_starts == [0, 8, 16] and len(rec.calls) == 3
     for k in (1, 2):
-        batch, sim_first = rec.calls[k]
+        batch = rec.calls[k]
         # the real first frame of chunk k = the decoded last frame of chunk k-1 (re-encoded by the sampler)
-        assert torch.equal(batch["real"][:, :, 0], res.video[:, :, 8 * k])
+        assert torch.equal(batch.first_frame, res.video[:, :, 8 * k])
         # the simulation chain continues from its own last frame: no masking of a generated frame
-        assert torch.equal(sim_first, res.sim_video[:, :, 8 * k])
-        assert "arm_mask" not in batch or k == 0
-    assert rec.calls[0][1] is None  # chunk 0: the first frame is masked as the sampler always does
+        assert torch.equal(batch.sim_first_frame, res.sim_video[:, :, 8 * k])
+        assert batch.arm_mask is None
+    assert rec.calls[0].sim_first_frame is None  # chunk 0: the first frame is masked as the sampler always does
+    assert torch.equal(rec.calls[0].arm_mask, ep["first_mask"])
+
+
+def test_remask_masks_each_chunks_first_frame_with_the_recorded_mask(setup):
+    _, model, vae = setup
+    cfg = tiny_cfg(rollout__sim_chain="remask")
+    ep = episode_inputs(cfg, 2, 16)
+    masks = torch.rand(2, 17, 32, 48, generator=torch.Generator().manual_seed(1)) > 0.5
+    rec = Recorder(GuidedSampler(model, vae, cfg, decode_sim=True))
+    roll(setup, ep, cfg=cfg, sampler=rec, recorded=Recorded(arm_mask=masks))
+    assert rec.calls[1].sim_first_frame is None and torch.equal(rec.calls[1].arm_mask, masks[:, 8])
 
 
 def test_state_input_is_integrated_from_the_actions_never_recorded(setup):
@@ -146,7 +173,7 @@ def test_a_horizon_that_is_not_whole_chunks_cuts_the_last_chunk(setup):
 def test_a_step_with_a_plan_fills_the_window_and_keeps_the_executed_frames(setup):
     cfg, model, vae = setup
     ep = episode_inputs(cfg, 1, 8)
-    ro = WorldModelRollout(model, vae, cfg, IDENTITY, ep["first_frame"], ep["state0"], ep["text"], ep["text_mask"],
+    ro = WorldModelRollout(loaded(setup), ep["first_frame"], ep["state0"], ep["text"], ep["text_mask"],
                            [sample_generator(cfg, 0)], first_mask=ep["first_mask"])
     frames = ro.step(ep["actions"][:, :4], plan=ep["actions"][:, 4:])
     full = roll(setup, ep)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -18,7 +19,9 @@ from simforcing.config import load_config
 from simforcing.models.vae import DemoVAE
 from simforcing.models.world_model import build_world_model
 from simforcing.runs import sample_generator
-from simforcing.sample import CopyFirstSampler, GuidedSampler, VaeReconSampler, guided_velocity, sample_videos
+from simforcing.sample import (CopyFirstSampler, GuidedSampler, StudentSimulation, VaeReconSampler, guided_velocity,
+                               integrate, sample_videos)
+from simforcing.sampler_batch import SamplerBatch
 
 K = 16  # demo-VAE components of the test VAE -> C = 48 + K latent channels
 TEXT_DIM = 16
@@ -67,6 +70,7 @@ def tiny_model(cfg, seed: int = 0) -> nn.Module:
 
 
 def random_batch(cfg, b: int = 2, seed: int = 0) -> dict:
+    """B random windows as the dataset collates them (``runs.collate_one``)."""
     g = torch.Generator().manual_seed(seed)
     f, h, w = cfg.data.frames, cfg.data.height, cfg.data.width
     text_mask = torch.zeros(b, cfg.data.text_max_tokens, dtype=torch.bool)
@@ -80,6 +84,11 @@ def random_batch(cfg, b: int = 2, seed: int = 0) -> dict:
             "arm_mask": torch.rand(b, f, h, w, generator=g) > 0.6,
             "has_arm_mask": torch.ones(b, dtype=torch.bool),
             "episode_id": [f"ep{i}" for i in range(b)], "start": torch.zeros(b, dtype=torch.long)}
+
+
+def random_sampler_batch(cfg, b: int = 2, seed: int = 0) -> SamplerBatch:
+    """:func:`random_batch` as the sampler reads it."""
+    return SamplerBatch.from_collated(random_batch(cfg, b, seed))
 
 
 class Counting(nn.Module):
@@ -128,9 +137,9 @@ def ref_rollout(velocity, noise: torch.Tensor, n: int, shift: float) -> torch.Te
 
 def ref_inputs(cfg, vae, batch, gen_seed: int):
     """z^r_0, z^s_0 (from the stored first-frame arm mask, black background), ε_r, ε_s — as the sampler draws them."""
-    z0r = vae.encode(batch["real"][:, :, :1])
-    frame = batch["real"][:, :, 0]
-    masked = torch.where(batch["arm_mask"][:, 0, None], frame, torch.full_like(frame, -1.0))
+    z0r = vae.encode(batch.first_frame[:, :, None])
+    frame = batch.first_frame
+    masked = torch.where(batch.arm_mask[:, None], frame, torch.full_like(frame, -1.0))
     z0s = vae.encode(masked[:, :, None])
     g = torch.Generator().manual_seed(gen_seed)
     shape = (z0r.shape[0], z0r.shape[1], cfg.latent_frames - 1, *z0r.shape[3:])
@@ -140,13 +149,13 @@ def ref_inputs(cfg, vae, batch, gen_seed: int):
 
 
 def args_of(batch):
-    return batch["actions"], batch["state0"], batch["text"]
+    return batch.actions, batch.state0, batch.text
 
 
 @pytest.fixture(scope="module")
 def setup():
     cfg = tiny_cfg()
-    return cfg, tiny_model(cfg), tiny_vae(), random_batch(cfg)
+    return cfg, tiny_model(cfg), tiny_vae(), random_sampler_batch(cfg)
 
 
 def run(setup, n_sim, n_real, w, seed=5):
@@ -167,7 +176,7 @@ def test_w0_is_the_unconditioned_rollout_with_nr_forwards(setup):
     res, net = run(setup, n_sim=3, n_real=4, w=0.0)
     z0r, _, eps_r, _ = ref_inputs(cfg, vae, batch, 5)
     a, s0, txt = args_of(batch)
-    ref = ref_rollout(lambda z, t: model(z, t, z0r, a, s0, txt, text_mask=batch["text_mask"]), eps_r, 4,
+    ref = ref_rollout(lambda z, t: model(z, t, z0r, a, s0, txt, text_mask=batch.text_mask), eps_r, 4,
                       cfg.flow.shift)
     torch.testing.assert_close(res.real_latents[:, :, 1:], ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(res.real_latents[:, :, :1], z0r)
@@ -182,7 +191,7 @@ def test_w1_is_the_conditional_rollout_with_one_forward_per_step(setup):
     cfg, model, vae, batch = setup
     res, net = run(setup, n_sim=2, n_real=3, w=1.0)
     z0r, z0s, eps_r, eps_s = ref_inputs(cfg, vae, batch, 5)
-    a, s0, txt, tm = *args_of(batch), batch["text_mask"]
+    a, s0, txt, tm = *args_of(batch), batch.text_mask
     zs = ref_rollout(lambda z, t: model(z, t, z0s, a, s0, txt, text_mask=tm), eps_s, 2, cfg.flow.shift)
     c = torch.cat([z0s, zs], 2)
     ones = torch.ones(2)
@@ -201,7 +210,7 @@ def test_intermediate_w_equals_the_two_branch_formula(setup, w):
     cfg, model, vae, batch = setup
     res, net = run(setup, n_sim=1, n_real=3, w=w)
     z0r, z0s, eps_r, eps_s = ref_inputs(cfg, vae, batch, 5)
-    a, s0, txt, tm = *args_of(batch), batch["text_mask"]
+    a, s0, txt, tm = *args_of(batch), batch.text_mask
     zs = ref_rollout(lambda z, t: model(z, t, z0s, a, s0, txt, text_mask=tm), eps_s, 1, cfg.flow.shift)
     c = torch.cat([z0s, zs], 2)
 
@@ -292,7 +301,7 @@ class PinModel(nn.Module):
 @torch.no_grad()
 def test_pinned_output_for_a_fixed_seed():
     cfg = tiny_cfg()
-    batch = random_batch(cfg, b=1, seed=11)
+    batch = random_sampler_batch(cfg, b=1, seed=11)
     res = sample_videos(PinModel(48 + K), tiny_vae(1), batch, cfg, 2, 3, 0.6, torch.Generator().manual_seed(0))
     z = res.real_latents[0, :, 1:]
     got = [z.mean().item(), z.std().item(), z[0, 0, 0, 0].item(), z[5, 1, 3, 2].item(), z[60, 1, 7, 11].item()]
@@ -312,11 +321,14 @@ def test_guided_velocity_endpoints():
 @torch.no_grad()
 def test_baselines(setup):
     cfg, _, vae, batch = setup
-    copy = CopyFirstSampler()(batch)
-    assert copy.forwards == 0 and torch.equal(copy.real_video, batch["real"][:, :, :1].expand_as(batch["real"]))
+    real = batch.recorded_real  # (B, 3, F, H, W)
+    copy = CopyFirstSampler(cfg.data.frames)(batch)
+    assert copy.forwards == 0 and torch.equal(copy.real_video, real[:, :, :1].expand_as(real))
     rec = VaeReconSampler(vae)(batch)
-    torch.testing.assert_close(rec.real_video, vae.decode(vae.encode(batch["real"])).clamp(-1, 1))
+    torch.testing.assert_close(rec.real_video, vae.decode(vae.encode(real)).clamp(-1, 1))
     assert set(rec.timings) == {"encode", "decode"}
+    with pytest.raises(ValueError, match="recorded_real"):
+        VaeReconSampler(vae)(replace(batch, recorded_real=None))
 
 
 @torch.no_grad()
@@ -353,6 +365,73 @@ def test_a_model_trained_without_the_condition_samples_unguided(setup):
     full = GuidedSampler(model, vae, guided, n_sim=1, n_real=2, w=0.6)(batch, torch.Generator().manual_seed(0))
     assert full.forwards == 5
     torch.testing.assert_close(full.real_video, want.real_video)
+
+
+def test_integrate_is_the_euler_loop_of_both_rollouts():
+    """The one integration loop against this file's own Euler loop, for a velocity that depends on z and τ."""
+    noise = torch.randn(2, 3, 2, 4, 6, generator=torch.Generator().manual_seed(0))
+
+    def velocity(z, tau):
+        return -0.5 * z * tau.view(-1, 1, 1, 1, 1) + 0.1
+
+    for n in (1, 3):
+        torch.testing.assert_close(integrate(velocity, noise, n, 3.0), ref_rollout(velocity, noise, n, 3.0),
+                                   atol=1e-6, rtol=1e-6)
+
+
+class GivenCondition:
+    """A condition source of this test: c = the encoded recorded sim video (what a renderer of the robot's digital
+    twin would give), no network evaluation."""
+
+    name = "given"
+    runs_network = False
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, x):
+        self.calls += 1
+        return x.vae.encode(x.batch.recorded_sim).float(), x.batch.recorded_sim[:, :, 0]
+
+
+@torch.no_grad()
+def test_a_condition_source_plugs_into_the_sampler(setup):
+    """Where c comes from is one seam: a source given to the sampler replaces the simulation rollout (the oracle's
+    numbers, its name in the settings, no simulation forwards), and the default source is sample.condition's."""
+    cfg, model, vae, batch = setup
+    net = Counting(model)
+    given = GivenCondition()
+    s = GuidedSampler(net, vae, cfg, n_sim=2, n_real=2, w=0.6, condition=given)
+    got = s(batch, torch.Generator().manual_seed(1))
+    oracle = GuidedSampler(model, vae, tiny_cfg(sample__condition="oracle"), n_sim=2, n_real=2, w=0.6)
+    want = oracle(batch, torch.Generator().manual_seed(1))
+    assert given.calls == 1 and s.settings()["condition"] == "given" and oracle.settings()["condition"] == "oracle"
+    assert torch.equal(got.real_video, want.real_video) and torch.equal(got.sim_latents, want.sim_latents)
+    assert got.forwards == 2 * 2 and net.rows == 2 * 2 * 2 and got.sim.n_sim == 0  # only the real rollout ran
+    assert isinstance(GuidedSampler(model, vae, cfg).condition, StudentSimulation)
+
+
+@torch.no_grad()
+def test_a_given_simulation_first_frame_replaces_masking(setup):
+    """x^s_0 in the batch: the simulation rollout starts from it and nothing is masked (a long rollout's chain)."""
+    cfg, model, vae, batch = setup
+    masked = run(setup, 2, 2, 0.6)[0].masked_frame
+    no_masks = replace(batch, arm_mask=None, sim_first_frame=masked)
+    res = sample_videos(model, vae, no_masks, cfg, 2, 2, 0.6, torch.Generator().manual_seed(5))
+    assert torch.equal(res.real_latents, run(setup, 2, 2, 0.6)[0].real_latents)
+    assert torch.equal(res.masked_frame, masked)
+
+
+def test_sampler_batch_from_collated_items_and_to():
+    cfg = tiny_cfg()
+    items = random_batch(cfg, b=2)
+    batch = SamplerBatch.from_collated(items)
+    assert torch.equal(batch.first_frame, items["real"][:, :, 0])
+    assert torch.equal(batch.arm_mask, items["arm_mask"][:, 0])
+    assert batch.recorded_sim is items["sim"] and batch.recorded_real is items["real"]
+    assert batch.episode_ids == ["ep0", "ep1"] and batch.to("cpu").actions is batch.actions
+    items["has_arm_mask"][1] = False  # one window without a stored mask: mask-file has none to use
+    assert SamplerBatch.from_collated(items).arm_mask is None
 
 
 # ----------------------------------------------------------------------------------------------------------------------

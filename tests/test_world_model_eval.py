@@ -202,11 +202,12 @@ def test_every_player_sees_the_same_scenes_and_noise(world_model_run, judge_dir,
 def test_named_errors_for_what_the_world_model_cannot_serve(world_model_run, judge_dir, tiny, tmp_path,  # noqa: F811
                                                             capsys):
     from simforcing.cli import main
-    from simforcing.policy.world_model_eval import WorldModel, check_compatible
+    from simforcing.policy.world_model_eval import check_compatible, load_environment
 
     two = tmp_path / "two"
     policy_train_run(pcfg(tiny, "action_only"), two, "base", progress=False)
-    wm = WorldModel(str(world_model_run))
+    wm = load_environment(str(world_model_run))
+    assert load_environment("copy-first") is None
     players = {"two cameras": RunPlayer("two cameras", PolicyRunner.load(two))}
     with pytest.raises(ConfigError, match="external camera only"):
         check_compatible(wm, players, 32, 48)
@@ -216,8 +217,8 @@ def test_named_errors_for_what_the_world_model_cannot_serve(world_model_run, jud
     runner.cfg.policy.cameras, runner.cfg.data.action_dim = 1, 8
     with pytest.raises(ConfigError, match="8-D"):
         check_compatible(wm, {"p": RunPlayer("p", runner)}, 32, 48)
-    with pytest.raises(ConfigError, match="policy run"):
-        WorldModel(str(two))
+    with pytest.raises(ConfigError, match="--wm: .* is a policy run"):
+        load_environment(str(two))
     for argv, msg in ((["--wm", str(world_model_run)], "--judge"),
                       (["--wm", str(world_model_run), "--judge", str(tmp_path)], "holds no success judge"),
                       (["--wm", str(world_model_run), "--judge", str(judge_dir), "--layouts", "0"], "layouts")):

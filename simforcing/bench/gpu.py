@@ -14,10 +14,10 @@ What it runs, in this order (``plan_gpu_bench`` writes the schedule into the rep
    ``simforcing`` and ``sft`` at the preset's batch, ``simforcing`` at 4× that batch. Each row: forward + backward and
    the optimizer update timed separately (medians after one warm-up step), the peak memory of one whole step
    (``max_memory_allocated``: weights, gradients, optimizer state, activations), tokens/s, achieved FLOP/s and MFU.
-3. ``sampler``: ``sample.sample_videos`` at (N_s, N_r, w) = (1, 10, 0.6) and (1, 10, 1) on one sample: latency per
-   sample (first-frame encode + simulation + real rollout + decode through a Wan2.2-architecture VAE with random
-   weights, ``bench.inputs.bench_vae``) against the paper's 2.008 s and 1.245 s, its phases, network evaluations and
-   the network's MFU over the whole latency; with fp32 weights under bf16 autocast (as ``generate``/``evaluate`` load
+3. ``sampler``: the sampler (``sample.sampler_for``) at (N_s, N_r, w) = (1, 10, 0.6) and (1, 10, 1) on one sample:
+   latency per sample (first-frame encode + simulation + real rollout + decode through a Wan2.2-architecture VAE with
+   random weights, ``bench.inputs.bench_vae``) against the paper's 2.008 s and 1.245 s, its phases, network evaluations
+   and the network's MFU over the whole latency; with fp32 weights under bf16 autocast (as ``generate``/``evaluate`` load
    a run), then (CUDA only) with the weights stored in bf16, the cast a deployment could save.
 4. ``fsdp``: the FSDP2 path on one process: a process group of world size 1 (NCCL on CUDA, gloo on CPU; a file
    store, no network), ``parallel.parallelize`` of student and teacher, the step as ``train.py`` runs it under FSDP2
@@ -47,7 +47,7 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Optional
 
 import torch
@@ -55,14 +55,15 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from simforcing import parallel
-from simforcing.bench.inputs import bench_model, bench_vae, latent_batch, pixel_batch
+from simforcing.bench.inputs import bench_model, bench_vae, bench_world_model, latent_batch, pixel_batch
 from simforcing.bench.measure import machine_info, peak_flops, time_calls
 from simforcing.config import Config, ConfigError
-from simforcing.masking import FirstFrameMasker
 from simforcing.methods import METHODS, method_preset
 from simforcing.models.info import activation_bytes, forward_flops, parameter_counts, token_counts
 from simforcing.models.weights import frozen_copy
-from simforcing.sample import sample_videos
+from simforcing.runs import LoadedWorldModel
+from simforcing.sample import sampler_for
+from simforcing.sampler_batch import SamplerBatch
 from simforcing.training.optim import build_optimizer
 from simforcing.training.step import apply_update, clip_gradients, forward_backward
 from simforcing.utils import atomic_write_json
@@ -303,17 +304,18 @@ def train_row(timer: StepTimer, method: str, b: int, repeats: int, fwd_flops: fl
     return row
 
 
-def sampler_rows(model, vae, batch: dict, masker, cfg: Config, device: torch.device, plan: GpuPlan, fwd_flops: float,
-                 tokens: int, peak: Optional[float], log: Callable[[str], None], weights: str) -> list[dict]:
-    """Latency per sample of ``sample_videos`` at each planned (N_s, N_r, w) (1 warm-up, median of the repeats),
-    its phases and network evaluations, against the paper's."""
+def sampler_rows(wm: LoadedWorldModel, batch: SamplerBatch, plan: GpuPlan, fwd_flops: float, tokens: int,
+                 peak: Optional[float], log: Callable[[str], None], weights: str) -> list[dict]:
+    """Latency per sample of the world model's sampler (``sample.sampler_for``) at each planned (N_s, N_r, w) (1
+    warm-up, median of the repeats), its phases and network evaluations, against the paper's."""
     rows = []
     for n_sim, n_real, w in plan.sampler_configs:
+        sampler = sampler_for(wm, n_sim, n_real, w)
         gen = torch.Generator(device="cpu")
         results = []
         for _ in range(1 + plan.sampler_repeats):
             gen.manual_seed(1234)
-            results.append(sample_videos(model, vae, batch, cfg, n_sim, n_real, w, generator=gen, masker=masker))
+            results.append(sampler(batch, gen))
         timed = results[1:]
         lat = statistics.median(r.latency for r in timed)
         phases = {k: statistics.median(r.timings[k] for r in timed) for k in timed[0].timings}
@@ -355,15 +357,15 @@ def sampler_section(student, spare, cfg: Config, device: torch.device, plan: Gpu
                  "vae_build_s": time.perf_counter() - t0, "vae_parameters": sum(p.numel() for p in vae.parameters()),
                  "batch_size": 1, "warmup": 1}
     batch = pixel_batch(cfg, 1, device)
-    masker = FirstFrameMasker.from_config(cfg, device)
     student.eval()
-    out["configs"] = sampler_rows(student, vae, batch, masker, cfg, device, plan, fwd_flops, tokens, peak, log,
+    wm = bench_world_model(cfg, student, vae, device)
+    out["configs"] = sampler_rows(wm, batch, plan, fwd_flops, tokens, peak, log,
                                   "fp32, bf16 autocast" if device.type == "cuda" else "fp32")
     if device.type == "cuda":  # off CUDA the sampler does not autocast, so bf16 weights would not run
         try:
             with params_in(spare, torch.bfloat16):
-                out["bf16_weights"] = sampler_rows(spare, vae, batch, masker, cfg, device, plan, fwd_flops, tokens,
-                                                   peak, log, "bf16, bf16 autocast")
+                out["bf16_weights"] = sampler_rows(replace(wm, model=spare), batch, plan, fwd_flops, tokens, peak,
+                                                   log, "bf16, bf16 autocast")
         except (RuntimeError, torch.cuda.OutOfMemoryError) as e:  # an extra: its failure is recorded, not fatal
             out["bf16_weights"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
             log(f"gpu sampler with bf16 weights: {out['bf16_weights']['error']}")

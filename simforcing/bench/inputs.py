@@ -1,5 +1,6 @@
 """The benchmark's inputs: models with random weights (every branch active) and random batches shaped like the
-dataset's; no checkpoint and no dataset are needed."""
+dataset's; no checkpoint and no dataset are needed. ``bench_world_model`` holds them as every sampling caller holds a
+trained one (``runs.LoadedWorldModel``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import torch
 from diffusers import AutoencoderKLWan
 
 from simforcing.config import Config, ConfigError
+from simforcing.data.stats import Normalizer
+from simforcing.masking import FirstFrameMasker
 from simforcing.models.vae import DEMO_MEAN_CHANNELS, DEMO_RESIDUAL_DIM, DemoVAE, WanVAE, load_vae
 from simforcing.models.world_model import build_world_model
+from simforcing.runs import LoadedWorldModel
+from simforcing.sampler_batch import SamplerBatch
 
 # The architecture of Wan2.2-TI2V-5B's VAE (diffusers AutoencoderKLWan, the `vae/config.json` of
 # Wan-AI/Wan2.2-TI2V-5B-Diffusers): 48 latent channels, 16x spatial and 4x temporal compression
@@ -68,22 +73,36 @@ def bench_vae(cfg: Config, device: torch.device):
     return random_wan_vae(cfg, device)
 
 
-def pixel_batch(cfg: Config, b: int, device: torch.device, seed: int = 0) -> dict:
-    """What the sampler reads: real/sim (B, 3, F, H, W) in [-1, 1], actions (B, A_w, A), state0 (B, S),
-    text (B, N, D) with text_mask (B, N) (first half real tokens), arm_mask (B, F, H, W) (a centred box)."""
+def identity_normalizer(cfg: Config) -> Normalizer:
+    """Statistics that leave actions and states in [-1, 1] as they are (normalise(x) == x)."""
+    d = cfg.data
+    return Normalizer({k: {"min": [-1.0] * n, "max": [1.0] * n}
+                       for k, n in (("action", d.action_dim), ("state", d.state_dim))})
+
+
+def bench_world_model(cfg: Config, model: torch.nn.Module, vae, device: torch.device) -> LoadedWorldModel:
+    """``model`` and ``vae`` as a loaded world model (identity statistics, the configured first-frame masker)."""
+    return LoadedWorldModel(cfg, model, vae, identity_normalizer(cfg), masker=FirstFrameMasker.from_config(cfg, device))
+
+
+def pixel_batch(cfg: Config, b: int, device: torch.device, seed: int = 0) -> SamplerBatch:
+    """What the sampler reads: the first frame of a window (B, 3, F, H, W) in [-1, 1] (the window as
+    ``recorded_real``, a sim window as ``recorded_sim``), actions (B, A_w, A), state0 (B, S), text (B, N, D) with
+    text_mask (B, N) (first half real tokens), the first frame's arm_mask (B, H, W) (a centred box)."""
     d = cfg.data
     g = torch.Generator().manual_seed(seed)
     video = (b, 3, d.frames, d.height, d.width)
     text_mask = torch.zeros(b, d.text_max_tokens, dtype=torch.bool)
     text_mask[:, : max(1, d.text_max_tokens // 2)] = True
-    arm = torch.zeros(b, d.frames, d.height, d.width, dtype=torch.bool)
-    arm[:, :, d.height // 4: 3 * d.height // 4, d.width // 4: 3 * d.width // 4] = True
-    batch = {"real": torch.rand(video, generator=g) * 2 - 1, "sim": torch.rand(video, generator=g) * 2 - 1,
-             "actions": torch.rand(b, d.actions_per_window, d.action_dim, generator=g) * 2 - 1,
-             "state0": torch.rand(b, d.state_dim, generator=g) * 2 - 1,
-             "text": torch.randn(b, d.text_max_tokens, cfg.model.text_dim, generator=g), "text_mask": text_mask,
-             "arm_mask": arm, "has_arm_mask": torch.ones(b, dtype=torch.bool)}
-    return {k: v.to(device) for k, v in batch.items()}
+    arm = torch.zeros(b, d.height, d.width, dtype=torch.bool)
+    arm[:, d.height // 4: 3 * d.height // 4, d.width // 4: 3 * d.width // 4] = True
+    real, sim = torch.rand(video, generator=g) * 2 - 1, torch.rand(video, generator=g) * 2 - 1
+    batch = SamplerBatch(first_frame=real[:, :, 0], recorded_real=real, recorded_sim=sim,
+                         actions=torch.rand(b, d.actions_per_window, d.action_dim, generator=g) * 2 - 1,
+                         state0=torch.rand(b, d.state_dim, generator=g) * 2 - 1,
+                         text=torch.randn(b, d.text_max_tokens, cfg.model.text_dim, generator=g),
+                         text_mask=text_mask, arm_mask=arm)
+    return batch.to(device)
 
 
 def latent_batch(cfg: Config, b: int, device: torch.device, seed: int = 0) -> dict:
@@ -91,7 +110,7 @@ def latent_batch(cfg: Config, b: int, device: torch.device, seed: int = 0) -> di
     px = pixel_batch(cfg, b, device, seed)
     g = torch.Generator().manual_seed(seed + 7)
     shape = (b, cfg.model.vae.latent_channels, cfg.latent_frames, *cfg.latent_hw)
-    out = {k: px[k] for k in ("actions", "state0", "text", "text_mask")}
+    out = {"actions": px.actions, "state0": px.state0, "text": px.text, "text_mask": px.text_mask}
     out["z_sim"] = torch.randn(shape, generator=g).to(device)
     out["z_real"] = (out["z_sim"].cpu() + 0.5 * torch.randn(shape, generator=g)).to(device)
     return out

@@ -20,48 +20,40 @@ from typing import Callable
 
 import torch
 
-from simforcing.bench.inputs import bench_model, bench_vae, pixel_batch
+from simforcing.bench.inputs import bench_model, bench_vae, bench_world_model, pixel_batch
 from simforcing.bench.options import BenchOptions
+from simforcing.bench.sampler import minimal_forwards
 from simforcing.config import Config
-from simforcing.data.stats import Normalizer
 from simforcing.evaluate.probe import ProbeConfig
 from simforcing.policy.judge import PREDICATES, JudgeNet, SuccessJudge
 from simforcing.rollout import WorldModelRollout
+from simforcing.runs import LoadedWorldModel
+from simforcing.sampler_batch import SamplerBatch
 
 
-def minimal_forwards(n_sim: int, n_real: int, w: float) -> int:
-    return n_real if w == 0 else (n_sim + n_real if w == 1 else n_sim + 2 * n_real)
-
-
-def _identity_stats(cfg: Config) -> Normalizer:
-    d = cfg.data
-    return Normalizer({k: {"min": [-1.0] * n, "max": [1.0] * n}
-                       for k, n in (("action", d.action_dim), ("state", d.state_dim))})
-
-
-def _roll(model, vae, cfg: Config, batch: dict, idx: list[int], chunks: int) -> tuple[float, int]:
-    """Roll episodes ``idx`` of ``batch`` over ``chunks`` chunks; (seconds, per-sample forwards)."""
+def _roll(wm: LoadedWorldModel, batch: SamplerBatch, idx: list[int], chunks: int) -> tuple[float, int]:
+    """Roll episodes ``idx`` of ``batch`` over ``chunks`` chunks of its window's actions; (seconds, per-sample
+    forwards)."""
     gens = [torch.Generator().manual_seed(i) for i in idx]
-    ro = WorldModelRollout(model, vae, cfg, _identity_stats(cfg), batch["real"][idx, :, 0], batch["state0"][idx],
-                           batch["text"][idx], batch["text_mask"][idx], gens, first_mask=batch["arm_mask"][idx, 0])
+    ro = WorldModelRollout(wm, batch.first_frame[idx], batch.state0[idx], batch.text[idx], batch.text_mask[idx], gens,
+                           first_mask=batch.arm_mask[idx])
     t0 = time.perf_counter()
-    for _ in range(chunks):
-        ro.step(batch["actions"][idx])
+    ro.run(batch.actions[idx].repeat(1, chunks, 1))
     return time.perf_counter() - t0, ro.forwards
 
 
 def bench_rollout(cfg: Config, device: torch.device, opts: BenchOptions, log: Callable[[str], None]) -> dict:
     c = copy.deepcopy(cfg)
-    model, vae = bench_model(c, device), bench_vae(c, device)
+    wm = bench_world_model(c, bench_model(c, device), bench_vae(c, device), device)
     b, k = opts.rollout_batch, opts.rollout_chunks
     batch = pixel_batch(c, b, device)
     frames_per_chunk = c.data.frames - 1
     s = c.sample
     rows = []
-    _roll(model, vae, c, batch, [0], 1)  # warm-up
+    _roll(wm, batch, [0], 1)  # warm-up
     for size in (1, b):
-        together, fwd = _roll(model, vae, c, batch, list(range(size)), k)
-        alone = sum(_roll(model, vae, c, batch, [i], k)[0] for i in range(size))
+        together, fwd = _roll(wm, batch, list(range(size)), k)
+        alone = sum(_roll(wm, batch, [i], k)[0] for i in range(size))
         row = {"batch": size, "chunks": k, "seconds": together, "seconds_one_at_a_time": alone,
                "s_per_chunk": together / k, "s_per_frame": together / (k * frames_per_chunk * size),
                "s_per_frame_one_at_a_time": alone / (k * frames_per_chunk * size),
@@ -79,14 +71,11 @@ def bench_wm_policy(cfg: Config, device: torch.device, opts: BenchOptions, log: 
     # MuJoCo (the simulator's scenes) loads for this section only
     from simforcing.policy.evaluate import ExpertPlayer, IdlePlayer, evaluate_synthetic
     from simforcing.policy.synthetic import held_out_scenes
-    from simforcing.policy.world_model_eval import Episodes, WorldModel, start_frames
+    from simforcing.policy.world_model_eval import Episodes, start_frames
 
     c = copy.deepcopy(cfg)
     c.data.height, c.data.width = 32, 48  # the synthetic benchmark's camera
-    wm = WorldModel.__new__(WorldModel)
-    wm.name, wm.device, wm.copy, wm.cfg = "bench", device, False, c
-    wm.model, wm.vae, wm.normalizer = bench_model(c, device), bench_vae(c, device), _identity_stats(c)
-    wm._encoder = None
+    wm = bench_world_model(c, bench_model(c, device), bench_vae(c, device), device)
     torch.manual_seed(0)
     judge = SuccessJudge(JudgeNet(ProbeConfig(32, 48, 6, (0, 1, 2), None)),
                          {"resolution": [32, 48], "layouts": 2, "predicates": PREDICATES})

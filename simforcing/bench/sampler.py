@@ -9,13 +9,13 @@ from typing import Callable
 
 import torch
 
-from simforcing.bench.inputs import bench_model, bench_vae, latent_batch, pixel_batch
+from simforcing.bench.inputs import bench_model, bench_vae, bench_world_model, latent_batch, pixel_batch
 from simforcing.bench.measure import STATS, ForwardClock, Times, median, time_call, time_calls, time_round_robin
 from simforcing.bench.options import BenchOptions
 from simforcing.config import Config
 from simforcing.flow import euler_schedule, euler_step
-from simforcing.masking import FirstFrameMasker
-from simforcing.sample import CountingModel, sample_videos
+from simforcing.sample import CountingModel, sampler_for
+from simforcing.sampler_batch import SamplerBatch
 
 
 def minimal_forwards(n_sim: int, n_real: int, w: float) -> int:
@@ -28,8 +28,8 @@ def minimal_forwards(n_sim: int, n_real: int, w: float) -> int:
 
 
 @torch.no_grad()
-def reference_sample(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_sim: int, n_real: int, w: float,
-                     generator: torch.Generator, masker) -> tuple[torch.Tensor, int]:
+def reference_sample(model: torch.nn.Module, vae, batch: SamplerBatch, cfg: Config, n_sim: int, n_real: int,
+                     w: float, generator: torch.Generator, masker) -> tuple[torch.Tensor, int]:
     """The plain loop of the authors' code: always the simulation rollout, then at every real step the conditional
     and the unconditional forward one after the other, each given ``cond`` (so P_j(c) is recomputed in every
     forward), u = u_u + w·(u_c − u_u). Same noise order as ``sample.sample_videos`` (ε_r, then ε_s).
@@ -37,8 +37,8 @@ def reference_sample(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_si
     Returns (video (B, 3, F, H, W) in [-1, 1], per-sample forwards).
     """
     net = CountingModel(model)
-    a, s0, txt, tm = batch["actions"], batch["state0"], batch["text"], batch.get("text_mask")
-    z0_real = vae.encode(batch["real"][:, :, :1]).float()  # (B, C, 1, h, w)
+    ctx = {"actions": batch.actions, "state0": batch.state0, "text": batch.text, "text_mask": batch.text_mask}
+    z0_real = vae.encode(batch.first_frame[:, :, None]).float()  # (B, C, 1, h, w)
     b, c, _, h, wd = z0_real.shape
     shape = (b, c, cfg.latent_frames - 1, h, wd)
     eps_r = torch.randn(shape, generator=generator, device=z0_real.device, dtype=torch.float32)
@@ -49,7 +49,7 @@ def reference_sample(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_si
     z = eps_s
     for i in range(n_sim):
         tau = torch.full((b,), sched[i], device=z.device)
-        u = net(z, tau, z0_sim, a, s0, txt, text_mask=tm)
+        u = net(z_t=z, tau=tau, z0=z0_sim, **ctx)
         z = euler_step(z, u, tau, torch.full((b,), sched[i + 1], device=z.device))
     cond = torch.cat([z0_sim, z], dim=2)  # (B, C, L+1, h, w)
     ones, zeros = torch.ones(b, device=z.device), torch.zeros(b, device=z.device)
@@ -57,36 +57,35 @@ def reference_sample(model: torch.nn.Module, vae, batch: dict, cfg: Config, n_si
     z = eps_r
     for i in range(n_real):
         tau = torch.full((b,), sched[i], device=z.device)
-        u_c = net(z, tau, z0_real, a, s0, txt, text_mask=tm, cond=cond, gate=ones)
-        u_u = net(z, tau, z0_real, a, s0, txt, text_mask=tm, cond=cond, gate=zeros)
+        u_c = net(z_t=z, tau=tau, z0=z0_real, **ctx, cond=cond, gate=ones)
+        u_u = net(z_t=z, tau=tau, z0=z0_real, **ctx, cond=cond, gate=zeros)
         z = euler_step(z, u_u + w * (u_c - u_u), tau, torch.full((b,), sched[i + 1], device=z.device))
     video = vae.decode(torch.cat([z0_real, z], dim=2)).float().clamp(-1, 1)
     return video, net.evals // b
 
 
-def _unit_costs(model, vae, batch: dict, lat: dict, single_forward: Callable, n: int, device: torch.device) -> dict:
+def _unit_costs(model, vae, batch: SamplerBatch, lat: dict, single_forward: Callable, n: int,
+                device: torch.device) -> dict:
     """Median seconds (wall and CPU) of one single-sample forward (plain; as a rollout step, given the step context;
     conditioned), one pair forward (conditional + unconditional rows, as the sampler batches them), P_j(c) for all
     blocks, the step context (``WorldModel.step_context``), the first-frame encode and the decode."""
     z0, zt = lat["z_real"][:, :, :1], lat["z_real"][:, :, 1:]
     tau = torch.full((1,), 0.5, device=device)
-    ctx = (lat["actions"], lat["state0"], lat["text"])
+    ctx = {k: lat[k] for k in ("actions", "state0", "text", "text_mask")}
     with torch.no_grad():
-        static = model.step_context(*ctx, lat["text_mask"])
+        static = model.step_context(**ctx)
         feats = model.condition_features(lat["z_sim"])
         feats2 = [torch.cat([f, torch.zeros_like(f)]) for f in feats]  # (2, N_video, dim) each
-        pair = [torch.cat([x, x]) for x in (zt, tau, z0, *ctx)]
+        pair = {k: torch.cat([v, v]) for k, v in dict(z_t=zt, tau=tau, z0=z0, **ctx).items()}
         gate2 = torch.tensor([1.0, 0.0], device=device)
         times = time_round_robin({
             "forward": single_forward,
-            "forward_step": lambda: model(zt, tau, z0, *ctx, text_mask=lat["text_mask"], static=static),
-            "step_context": lambda: model.step_context(*ctx, lat["text_mask"]),
-            "forward_conditioned": lambda: model(zt, tau, z0, *ctx, text_mask=lat["text_mask"], cond_feats=feats,
-                                                 gate=gate2[:1]),
-            "pair_forward": lambda: model(*pair, text_mask=lat["text_mask"].repeat(2, 1), cond_feats=feats2,
-                                          gate=gate2),
+            "forward_step": lambda: model(z_t=zt, tau=tau, z0=z0, **ctx, static=static),
+            "step_context": lambda: model.step_context(**ctx),
+            "forward_conditioned": lambda: model(z_t=zt, tau=tau, z0=z0, **ctx, cond_feats=feats, gate=gate2[:1]),
+            "pair_forward": lambda: model(**pair, cond_feats=feats2, gate=gate2),
             "condition_features": lambda: model.condition_features(lat["z_sim"]),
-            "encode_first_frame": lambda: vae.encode(batch["real"][:, :, :1]),
+            "encode_first_frame": lambda: vae.encode(batch.first_frame[:, :, None]),
             "decode": lambda: vae.decode(lat["z_real"]),
         }, n, 3, device)
     return {f"{k}{sfx}_s": median(getattr(v, clock)) for clock, sfx in STATS for k, v in times.items()}
@@ -150,28 +149,29 @@ def bench_sampler(cfg: Config, device: torch.device, opts: BenchOptions, log: Ca
     vae = bench_vae(cfg, device)
     model = bench_model(cfg, device)
     batch = pixel_batch(cfg, 1, device)
-    masker = FirstFrameMasker.from_config(cfg, device)
+    wm = bench_world_model(cfg, model, vae, device)
     lat = latent_batch(cfg, 1, device)
     tau = torch.full((1,), 0.5, device=device)
 
     def single_forward():
         with torch.no_grad():
-            return model(lat["z_real"][:, :, 1:], tau, lat["z_real"][:, :, :1], lat["actions"], lat["state0"],
-                         lat["text"], text_mask=lat["text_mask"])
+            return model(z_t=lat["z_real"][:, :, 1:], tau=tau, z0=lat["z_real"][:, :, :1], actions=lat["actions"],
+                         state0=lat["state0"], text=lat["text"], text_mask=lat["text_mask"])
 
     clock = ForwardClock(model, device)
+    samplers = {(n_sim, n_real, w): sampler_for(wm, n_sim, n_real, w) for n_sim, n_real, w in opts.grid}
 
     def ours(n_sim, n_real, w):
         gen = torch.Generator(device=device).manual_seed(1234)
         clock.active, clock.seconds = True, 0.0
         try:
-            return sample_videos(model, vae, batch, cfg, n_sim, n_real, w, generator=gen, masker=masker)
+            return samplers[(n_sim, n_real, w)](batch, gen)
         finally:
             clock.active = False
 
     def reference(n_sim, n_real, w):
         gen = torch.Generator(device=device).manual_seed(1234)
-        return reference_sample(model, vae, batch, cfg, n_sim, n_real, w, gen, masker)
+        return reference_sample(model, vae, batch, cfg, n_sim, n_real, w, gen, wm.masker)
 
     unit = _unit_costs(model, vae, batch, lat, single_forward, opts.forward_repeats, device)
     log(f"sampler: one forward {unit['forward_s'] * 1e3:.2f} ms (as a rollout step {unit['forward_step_s'] * 1e3:.2f}"

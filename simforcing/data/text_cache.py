@@ -75,9 +75,25 @@ def has_embedding(cache: Path, instruction: str) -> bool:
     return embedding_path(cache, instruction).exists()
 
 
+def pad_embedding(embedding, max_tokens: int, text_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """One instruction's embedding (n, D) (numpy or a CPU tensor: real tokens only) as the network reads it: (text
+    (max_tokens, D) float32, its first min(n, max_tokens) rows the embedding's and the rest zero; mask (max_tokens,)
+    bool, True on those rows). The one padding of the dataset, the world-model policy evaluation and the API.
+    ValueError when the embedding is not (n, ``text_dim``)."""
+    emb = np.asarray(embedding, np.float32)
+    if emb.ndim != 2 or emb.shape[1] != text_dim:
+        raise ValueError(f"embedding has shape {emb.shape}; expected (n, {text_dim}) (model.text_dim)")
+    n = min(emb.shape[0], max_tokens)
+    text = np.zeros((max_tokens, text_dim), np.float32)
+    text[:n] = emb[:n]
+    mask = np.zeros(max_tokens, bool)
+    mask[:n] = True
+    return text, mask
+
+
 def load_embedding(cache: Path, instruction: str, max_tokens: int, text_dim: int,
                    episode: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(text (max_tokens, D) zero-padded float32, mask (max_tokens,) bool)."""
+    """(text (max_tokens, D) zero-padded float32, mask (max_tokens,) bool): :func:`pad_embedding` of the cached one."""
     p = embedding_path(cache, instruction)
     if not p.exists():
         raise DataError(f"instruction {instruction!r} has no cached embedding; run `simforcing data embed-text`",
@@ -86,12 +102,7 @@ def load_embedding(cache: Path, instruction: str, max_tokens: int, text_dim: int
         emb = load_file(str(p))["embedding"]
     except (SafetensorError, KeyError, OSError) as e:
         raise DataError(f"cannot read the cached embedding ({e})", episode, p, kind="bad_text_embedding") from e
-    if emb.ndim != 2 or emb.shape[1] != text_dim:
-        raise DataError(f"embedding has shape {emb.shape}; expected (n, {text_dim}) (model.text_dim)", episode, p,
-                        kind="bad_text_embedding")
-    n = min(emb.shape[0], max_tokens)
-    text = np.zeros((max_tokens, text_dim), np.float32)
-    text[:n] = emb[:n]
-    mask = np.zeros(max_tokens, bool)
-    mask[:n] = True
-    return text, mask
+    try:
+        return pad_embedding(emb, max_tokens, text_dim)
+    except ValueError as e:
+        raise DataError(str(e), episode, p, kind="bad_text_embedding") from e

@@ -45,9 +45,10 @@ from simforcing.data.paired import PairedWindowDataset
 from simforcing.evaluate.metrics import MetricProtocol, masked_psnr_per_sample, psnr_per_sample, ssim_per_sample
 from simforcing.evaluate.probe import StateProbe
 from simforcing.evaluate.run import load_configured_probe
-from simforcing.rollout import WorldModelRollout, chunk_sizes, episode_generators, hold_actions
-from simforcing.runs import load_run, with_dataset_settings
-from simforcing.sample import GuidedSampler
+from simforcing.rollout import Recorded, WorldModelRollout, chunk_sizes, episode_generators, hold_actions
+from simforcing.runs import load_world_model
+from simforcing.sample import Sampler, sampler_for
+from simforcing.sampler_batch import SamplerBatch
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, resolve_device
 
 METRICS = ("psnr", "ssim", "psnr_arm", "af_pos")
@@ -172,7 +173,7 @@ def score(pred: torch.Tensor, gt: torch.Tensor, masks, bounds, probe: Optional[S
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def restart_video(sampler: GuidedSampler, batch: dict, cfg: Config, normalizer, bounds, sizes,
+def restart_video(sampler: Sampler, batch: dict, cfg: Config, normalizer, bounds, sizes,
                   generators) -> tuple[torch.Tensor, torch.Tensor]:
     """The model restarted at every chunk from the recorded frame, recorded state and mask (normalised batch
     entries), with the rollout's window actions (a cut chunk filled with hold actions) and the same noise (each
@@ -187,11 +188,11 @@ def restart_video(sampler: GuidedSampler, batch: dict, cfg: Config, normalizer, 
                                 acts.shape[0], acts.shape[2])
             acts = torch.cat([acts, torch.from_numpy(normalizer.normalize("action", hold.numpy())).float()], dim=1)
         oracle = cfg.sample.condition == "oracle"  # the condition is the recorded sim video of the whole chunk
-        sim = batch["sim"][:, :, s:s + (cfg.data.frames if oracle else 1)]
-        window = {"real": batch["real"][:, :, s:s + 1], "actions": acts, "state0": batch["states"][:, s],
-                  "text": batch["text"], "text_mask": batch["text_mask"], "sim": sim}
-        if batch["arm_mask"] is not None:
-            window["arm_mask"], window["has_arm_mask"] = batch["arm_mask"][:, s:s + 1], batch["has_arm_mask"]
+        window = SamplerBatch(first_frame=batch["real"][:, :, s], actions=acts, state0=batch["states"][:, s],
+                              text=batch["text"], text_mask=batch["text_mask"],
+                              arm_mask=None if batch["arm_mask"] is None else batch["arm_mask"][:, s],
+                              recorded_sim=batch["sim"][:, :, s:s + (cfg.data.frames if oracle else 1)],
+                              episode_ids=list(batch["episode_id"]))
         res = sampler(window, generators)
         video = res.real_video.float().cpu()
         if s == 0:
@@ -316,14 +317,14 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
     videos. Returns the result dict."""
     t_start = time.perf_counter()
     dev = _checked_device(cfg, device, rows, horizon)
-    cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
-    cfg = with_dataset_settings(cfg, data_root)
+    wm = load_world_model(run_dir, cfg, dev, step, data_root)
+    cfg = wm.cfg
     cfg.validate()
     sizes = chunk_sizes(horizon, cfg.data.actions_per_window, cfg.data.frame_stride)
-    ds = horizon_dataset(cfg, data_root, split, horizon, meta["stats"])
+    ds = horizon_dataset(cfg, data_root, split, horizon, wm.stats)
     n, bsz = episode_counts(len(ds), num_episodes, batch_size, split, horizon)
     probe = load_configured_probe(cfg, dev)
-    sampler = GuidedSampler(model, vae, cfg, decode_sim=True)
+    sampler = sampler_for(wm, decode_sim=True)
     bounds = chunk_bounds(horizon, cfg)
     control_of = other_episodes(n)
     per: dict[str, dict[str, list]] = {r: {} for r in rows}
@@ -337,37 +338,29 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
         states = batch["raw_states"]
 
         def roll() -> WorldModelRollout:
-            return WorldModelRollout(model, vae, cfg, ds.normalizer, batch["real"][:, :, 0], states[:, 0].double(),
-                                     batch["text"], batch["text_mask"], episode_generators(cfg, idx),
+            return WorldModelRollout(wm, batch["real"][:, :, 0], states[:, 0].double(), batch["text"],
+                                     batch["text_mask"], episode_generators(cfg, idx),
                                      first_mask=None if masks is None else masks[:, 0],
                                      first_sim=batch["sim"][:, :, 0], probe=probe, sampler=sampler,
-                                     recorded={"sim": batch["sim"], **({} if masks is None else
-                                                                       {"arm_mask": masks})})
-
-        def run(ro: WorldModelRollout, actions: torch.Tensor):  # every chunk of the horizon
-            i = 0
-            for m in sizes:
-                ro.step(actions[:, i:i + m])
-                i += m
-            return ro.result()
+                                     recorded=Recorded(sim=batch["sim"], arm_mask=masks))
 
         t0 = time.perf_counter()
-        res = run(roll(), batch["raw_actions"])
+        res = roll().run(batch["raw_actions"])
         seconds["rollout"] += time.perf_counter() - t0
         forwards = res.forwards
         got: dict[str, dict] = {"rollout": score(res.video, batch["real"], masks, bounds, probe, states)}
         if "sim chain" in rows and res.sim_video is not None:
             got["sim chain"] = score(res.sim_video, batch["sim"], masks, bounds, probe, states)
         if "restart" in rows:
-            rv, firsts = restart_video(sampler, batch, cfg, ds.normalizer, bounds, sizes,
+            rv, firsts = restart_video(sampler, batch, cfg, wm.normalizer, bounds, sizes,
                                        episode_generators(cfg, idx))
             got["restart"] = score(rv, batch["real"], masks, bounds, probe, states,
                                    anchors=states[:, [s for s, _ in bounds]], refs=firsts)
         if "control" in rows and n > 1:
             other = load_episodes(ds, [control_of[i] for i in idx], horizon)
-            got["control"] = score(run(roll(), other["raw_actions"]).video, batch["real"], masks,
-                                   bounds, probe, states)
-        got.update(reference_rows(batch, rows, bounds, probe, vae, dev))
+            got["control"] = score(roll().run(other["raw_actions"]).video, batch["real"], masks, bounds, probe,
+                                   states)
+        got.update(reference_rows(batch, rows, bounds, probe, wm.vae, dev))
         for row, metrics in got.items():
             for k, v in metrics.items():
                 per[row].setdefault(k, []).append(v)  # one array per batch, joined below
@@ -377,7 +370,7 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
     result = {row: summarize({k: np.concatenate(v) for k, v in metrics.items()}, bounds)
               for row, metrics in per.items() if metrics}
     summary = {
-        "run": str(run_dir), "checkpoint": {"step": meta.get("step"), "path": meta.get("path")},
+        "run": str(run_dir), "checkpoint": {"step": wm.checkpoint.step, "path": str(wm.checkpoint.path)},
         "data": str(data_root), "split": split, "horizon": horizon, **_chunk_facts(bounds), "num_episodes": n,
         "episode_ids": [ds.episodes[i].info.episode_id for i in range(n)], "sampler": sampler.settings(),
         "state_input": cfg.rollout.state, "sim_chain": cfg.rollout.sim_chain, "probe": cfg.eval.probe,

@@ -13,6 +13,7 @@ Writes OUT/eval.json and OUT/eval.md.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -25,9 +26,10 @@ from simforcing.evaluate.metrics import MetricAccumulator, psnr_per_sample
 from simforcing.evaluate.probe import ProbeAccumulator, StateProbe, load_probe, mean_or_none
 from simforcing.models.vae import load_vae
 from simforcing.runfolder import WORLD_MODELS, run_config, scored_record, unfinished_note
-from simforcing.runs import (collate_one, eval_dataset, load_run, merge_run_config, sample_generator,
-                             with_dataset_settings)
-from simforcing.sample import BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler, to_device
+from simforcing.runs import (LoadedWorldModel, collate_one, eval_dataset, load_world_model, merge_run_config,
+                             sample_generator, with_dataset_settings)
+from simforcing.sample import BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler, sampler_for
+from simforcing.sampler_batch import SamplerBatch
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, resolve_device
 
 METRIC_KEYS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
@@ -42,6 +44,12 @@ def raw_states(ds, batch: dict) -> torch.Tensor:
     """The window's recorded states in the dataset's units: batch["states"] (B, F, S) de-normalised."""
     st = batch["states"].detach().cpu().double().numpy()
     return torch.as_tensor(ds.normalizer.denormalize("state", st), dtype=torch.float32)
+
+
+def window_on(ds, i: int, device) -> dict:
+    """Window ``i`` of ``ds`` as a batch of one (``runs.collate_one``), its tensors on ``device``: the recorded
+    truth the samples are scored against."""
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in collate_one(ds[i]).items()}
 
 
 def control_index(i: int, k: int, ds) -> int:
@@ -94,7 +102,8 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
     if progress:
         it = tqdm(it, desc=desc, leave=False)
     for i in it:
-        batch = to_device(collate_one(ds[i]), device)
+        window = window_on(ds, i, device)
+        batch = SamplerBatch.from_collated(window)
         gen = sample_generator(cfg, i)
         if guided:
             key = (i, sampler.n_sim)
@@ -104,21 +113,21 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
                 sim_cache[key] = res.sim
         else:
             res = sampler(batch, gen)
-        masks = batch["arm_mask"] if bool(torch.as_tensor(batch["has_arm_mask"]).all()) else None
-        acc.update(res.real_video, batch["real"], masks)
+        masks = window["arm_mask"] if batch.arm_mask is not None else None
+        acc.update(res.real_video, window["real"], masks)
         if probe_acc is not None:
-            states = raw_states(ds, batch)
-            probe_acc.update(res.real_video, batch["real"], states)
+            states = raw_states(ds, window)
+            probe_acc.update(res.real_video, window["real"], states)
             if control_acc is not None:
-                other = to_device(collate_one(ds[control_index(i, k, ds)]), device)
-                wrong = sampler(dict(batch, actions=other["actions"]), sample_generator(cfg, i))
-                control_acc.update(wrong.real_video, batch["real"], states)
-                control_psnr += psnr_per_sample(wrong.real_video, batch["real"], acc.protocol).tolist()
+                other = window_on(ds, control_index(i, k, ds), device)
+                wrong = sampler(replace(batch, actions=other["actions"]), sample_generator(cfg, i))
+                control_acc.update(wrong.real_video, window["real"], states)
+                control_psnr += psnr_per_sample(wrong.real_video, window["real"], acc.protocol).tolist()
         lat.append(res.latency)
         phases.append(res.timings)
         fwd.append(res.forwards)
-        eps.append(batch["episode_id"][0])
-        starts.append(int(batch["start"][0]))
+        eps.append(window["episode_id"][0])
+        starts.append(int(window["start"][0]))
     out = acc.compute()
     out.update(probe_summary(probe_acc, control_acc, control_psnr if control_acc is not None else None,
                              None if probe is not None else "eval.probe is not set (fit one with `simforcing model "
@@ -138,16 +147,14 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
     return out
 
 
-def build_sampler(cfg: Config, baseline: Optional[str], model=None, vae=None, device="cpu"):
-    """The sampler of an evaluation: the guided sampler (needs model + vae) or a baseline."""
+def build_sampler(cfg: Config, baseline: Optional[str], wm: Optional[LoadedWorldModel] = None, device="cpu"):
+    """The sampler of an evaluation: the loaded world model's (``sample.sampler_for``) or a baseline."""
     if baseline is None:
-        return GuidedSampler(model, vae, cfg)
+        return sampler_for(wm)
     if baseline == "copy-first":
-        return CopyFirstSampler()
+        return CopyFirstSampler(cfg.data.frames)
     if baseline == "vae-recon":
-        if vae is None:
-            vae = load_vae(cfg, device)
-        return VaeReconSampler(vae, device)
+        return VaeReconSampler(wm.vae if wm is not None else load_vae(cfg, device), device)
     raise ConfigError(f"--baseline: got {baseline!r}; expected one of {', '.join(BASELINES)}")
 
 
@@ -206,20 +213,21 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
     if run_dir is None and baseline is None:
         raise ConfigError(f"evaluate: --ckpt is required unless --baseline is one of {', '.join(BASELINES)}")
     dev = torch.device(device) if device is not None else resolve_device((cfg.train.device if cfg else "auto"))
-    meta: dict = {}
-    model = vae = None
+    wm = None
     if run_dir is not None and baseline is None:
-        cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
-    elif run_dir is not None:
-        cfg = merge_run_config(run_config(run_dir, WORLD_MODELS, "--ckpt", "sample"), cfg)
-    cfg = with_dataset_settings(cfg, data_root)
+        wm = load_world_model(run_dir, cfg, dev, step, data_root)
+        cfg = wm.cfg
+    else:
+        if run_dir is not None:
+            cfg = merge_run_config(run_config(run_dir, WORLD_MODELS, "--ckpt", "sample"), cfg)
+        cfg = with_dataset_settings(cfg, data_root)
     if domain not in DOMAINS:
         raise ConfigError(f"--domain: got {domain!r}; expected one of {', '.join(DOMAINS)}")
     if domain == "sim":
         cfg.sample.w = 0.0  # in simulation the model runs unconditioned: the rollout the sampler conditions on
     num_samples = cfg.eval.num_samples if num_samples is None else int(num_samples)
-    sampler = build_sampler(cfg, baseline, model, vae, dev)
-    ds = eval_dataset(cfg, data_root, split, meta.get("stats") if isinstance(meta, dict) else None)
+    sampler = build_sampler(cfg, baseline, wm, dev)
+    ds = eval_dataset(cfg, data_root, split, wm.stats if wm is not None else None)
     if domain == "sim":
         ds = SimDomainView(ds)
     probe = load_configured_probe(cfg, dev)
@@ -229,9 +237,9 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
                 "baseline": baseline,
                 "sampler": sampler.settings(), "device": str(dev),
                 "include_first_frame": cfg.eval.include_first_frame,
-                "checkpoint": None if run_dir is None or baseline else
-                {**scored_record(run_dir, meta.get("path"), meta.get("step")), "run": str(run_dir),
-                 "path": meta.get("path")}})
+                "checkpoint": None if wm is None else
+                {**scored_record(run_dir, str(wm.checkpoint.path), wm.checkpoint.step), "run": str(run_dir),
+                 "path": str(wm.checkpoint.path)}})
     if baseline is None:
         res.update({k: res["sampler"][k] for k in ("n_sim", "n_real", "w", "mask_mode", "seed")})
     out = Path(out_dir)

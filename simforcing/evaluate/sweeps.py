@@ -28,8 +28,8 @@ from matplotlib.figure import Figure
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.run import evaluate_sampler, sweep_probe
 from simforcing.runfolder import scored_record, unfinished_note
-from simforcing.runs import eval_dataset, load_run, with_dataset_settings
-from simforcing.sample import GuidedSampler
+from simforcing.runs import eval_dataset, load_world_model
+from simforcing.sample import sampler_for
 from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, resolve_device
 
 PAPER_W = (0.0, 0.3, 0.6, 1.0)
@@ -57,14 +57,13 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
     Returns {"configs": [one row per (n_sim, n_real, w)], "table_md", "tables", "heatmap", "json", "notes"}.
     """
     dev = _device(cfg, device)
-    cfg, model, vae, meta = load_run(run_dir, cfg, dev, step)
-    cfg = with_dataset_settings(cfg, data_root)
+    wm = load_world_model(run_dir, cfg, dev, step, data_root)
+    cfg = wm.cfg
     k = cfg.eval.num_samples if num_samples is None else int(num_samples)
-    ds = eval_dataset(cfg, data_root, split, meta.get("stats"))
+    ds = eval_dataset(cfg, data_root, split, wm.stats)
     probe = sweep_probe(cfg, dev)
     rows: list[dict] = []
     w0: dict[int, dict] = {}  # n_real -> the evaluated w = 0 row
-    masker = None
     for ns in n_sim:
         cache: dict = {}  # (sample, n_sim) -> SimRollout, shared by every n_real and w of this n_sim
         for nr in n_real:
@@ -72,8 +71,7 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
                 if float(w) == 0.0 and nr in w0:
                     rows.append({**w0[nr], "n_sim": ns, "reused_from": {"n_sim": w0[nr]["n_sim"], "n_real": nr}})
                     continue
-                sampler = GuidedSampler(model, vae, cfg, ns, nr, w, masker=masker)
-                masker = masker or sampler.masker
+                sampler = sampler_for(wm, ns, nr, w)
                 res = evaluate_sampler(sampler, ds, cfg, k, dev, sim_cache=cache, progress=progress,
                                        desc=f"N_s={ns} N_r={nr} w={w:g}", probe=probe)
                 row = _row(res, n_sim=ns, n_real=nr, w=float(w), reused_from=None)
@@ -98,7 +96,7 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
              "the full measured simulation time.",
              "Latency: mean over samples after the first (warm-up) of each configuration; includes first-frame "
              "encoding, simulation, real generation and decoding."]
-    scored = scored_record(run_dir, meta.get("path"), meta.get("step"))
+    scored = scored_record(run_dir, str(wm.checkpoint.path), wm.checkpoint.step)
     notes += [n for n in [unfinished_note(str(run_dir), scored)] if n]
     md += "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     png = out / "sweep_steps.png"
@@ -106,7 +104,7 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
     heatmap(png, tables, labels, [f"{w:g}" for w in ws], "(N_s, N_r)",
             {"psnr": "PSNR (dB)", "ssim": "SSIM", "latency_s": "latency (s)",
              **({"af_pos": "action error"} if probe is not None else {})})
-    result = {"run": str(run_dir), "checkpoint_step": meta.get("step"), "checkpoint": scored, "split": split,
+    result = {"run": str(run_dir), "checkpoint_step": wm.checkpoint.step, "checkpoint": scored, "split": split,
               "num_samples": k,
               "n_sim": list(n_sim), "n_real": list(n_real), "w": [float(w) for w in ws],
               "mask_mode": cfg.sample.mask_mode, "seed": cfg.sample.seed, "configs": rows, "tables": tables,
@@ -132,25 +130,24 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
     k = None
     scored: dict[str, dict] = {}
     for run_dir in run_dirs:
-        c, model, vae, meta = load_run(run_dir, copy.deepcopy(cfg) if cfg is not None else None, dev)
-        scored[str(run_dir)] = scored_record(run_dir, meta.get("path"), meta.get("step"))
-        c = with_dataset_settings(c, data_root)
+        wm = load_world_model(run_dir, copy.deepcopy(cfg) if cfg is not None else None, dev, data_root=data_root)
+        c = wm.cfg
+        scored[str(run_dir)] = scored_record(run_dir, str(wm.checkpoint.path), wm.checkpoint.step)
         p = float(c.conditioning.p)  # the run's own (merge_run_config keeps its conditioning section)
         key = (p, Path(run_dir).name)
         keys.append(key)
         k = c.eval.num_samples if num_samples is None else int(num_samples)
-        ds = eval_dataset(c, data_root, split, meta.get("stats"))
+        ds = eval_dataset(c, data_root, split, wm.stats)
         probe = sweep_probe(c, dev)
         cache: dict = {}
-        masker = None
         for w in ws:
-            sampler = GuidedSampler(model, vae, c, w=w, masker=masker)
-            masker = masker or sampler.masker
+            sampler = sampler_for(wm, w=w)
             res = evaluate_sampler(sampler, ds, c, k, dev, sim_cache=cache, progress=progress,
                                    desc=f"p={p:g} w={w:g}", probe=probe)
-            rows.append(_row(res, p=p, run=str(run_dir), w=float(w), n_sim=sampler.n_sim, n_real=sampler.n_real,
-                             checkpoint_step=meta.get("step")))
-        del model, vae
+            used = sampler.settings()
+            rows.append(_row(res, p=p, run=str(run_dir), w=float(w), n_sim=used["n_sim"], n_real=used["n_real"],
+                             checkpoint_step=wm.checkpoint.step))
+        del wm
     dup = len({p for p, _ in keys}) < len(keys)
     labels = [f"p={p:g}" + (f" ({name})" if dup else "") for p, name in keys]
     tables = {m: _grid(rows, keys, ws, lambda r: (r["p"], Path(r["run"]).name), m) for m in ("psnr", "ssim", "af_pos")}

@@ -33,14 +33,12 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.generate import RealRenderer
-from simforcing.data.stats import Normalizer
-from simforcing.models.text import load_text_encoder
 from simforcing.policy.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, format_table, make_players, rows_of,
                                         scene_mode, scene_of)
 from simforcing.policy.judge import SuccessJudge, first_success, frame_verdicts
 from simforcing.policy.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
 from simforcing.rollout import WorldModelRollout
-from simforcing.runs import load_run, sample_generator
+from simforcing.runs import LoadedWorldModel, load_world_model, sample_generator
 
 COPY_FIRST = "copy-first"
 
@@ -75,39 +73,15 @@ def start_frames(scenes: dict[str, list[int]], seed: int, max_steps: int, height
     return out
 
 
-class WorldModel:
-    """A world-model run ready to roll out episodes (or ``copy-first``): its model, VAE, config, statistics and text
-    embeddings (padded as training pads them)."""
-
-    def __init__(self, run: str, device="cpu"):
-        self.name, self.device = run, torch.device(device)
-        self.copy = run == COPY_FIRST
-        if self.copy:
-            return
-        self.cfg, self.model, self.vae, meta = load_run(run, None, device)
-        if self.cfg.model.action_head:
-            raise ConfigError(f"--wm: {run} is a policy run; expected a world-model run (`simforcing pretrain` or "
-                              "`simforcing train`) or 'copy-first'")
-        self.normalizer = Normalizer(meta["stats"])
-        self._encoder = None
-
-    def text(self, instructions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, N, D) zero-padded embeddings and their (B, N) mask, N = data.text_max_tokens."""
-        if self._encoder is None:
-            self._encoder = load_text_encoder(self.cfg)
-        d = self.cfg.data
-        embs = self._encoder.encode(list(instructions))
-        out = torch.zeros(len(embs), d.text_max_tokens, self.cfg.model.text_dim)
-        mask = torch.zeros(len(embs), d.text_max_tokens, dtype=torch.bool)
-        for i, e in enumerate(embs):
-            n = min(len(e), d.text_max_tokens)
-            out[i, :n], mask[i, :n] = torch.as_tensor(e[:n]), True
-        return out, mask
+def load_environment(wm_run: str, device="cpu") -> Optional[LoadedWorldModel]:
+    """The world model the episodes run in (``--wm``): a world-model run loaded for sampling, or None for
+    ``copy-first`` (the "world model" that repeats the first frame)."""
+    return None if wm_run == COPY_FIRST else load_world_model(wm_run, None, device, flag="--wm")
 
 
-def check_compatible(wm: WorldModel, players: dict[str, Player], height: int, width: int) -> None:
-    """Named errors for a world model whose frames or actions a player cannot use."""
-    if wm.copy:
+def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player], height: int, width: int) -> None:
+    """Named errors for a world model whose frames or actions a player cannot use (none for copy-first: None)."""
+    if wm is None:
         return
     d = wm.cfg.data
     if (d.height, d.width) != (height, width):
@@ -140,9 +114,10 @@ def plan_of(targets: list[CommandedTarget], actions: np.ndarray) -> np.ndarray:
 
 
 class Episodes:
-    """All episodes (player × start frame, player-major) of one world-model evaluation, advanced together."""
+    """All episodes (player × start frame, player-major) of one world-model evaluation, advanced together, inside
+    ``wm`` (None: copy-first)."""
 
-    def __init__(self, wm: WorldModel, players: dict[str, Player], starts: list[StartFrame]):
+    def __init__(self, wm: Optional[LoadedWorldModel], players: dict[str, Player], starts: list[StartFrame]):
         self.wm, self.players, self.starts = wm, players, starts
         self.rows = [(name, s) for name in players for s in starts]
         h, w = starts[0].image.shape[:2]
@@ -151,14 +126,13 @@ class Episodes:
         self.targets = [CommandedTarget(*s.target) for _, s in self.rows]
         self.frames: list[torch.Tensor] = []  # each step's new frames (B, 3, n, H, W)
         self.ro = None
-        if not wm.copy:
+        if wm is not None:
             scene_no = {id(s): i for i, s in enumerate(starts)}
             text, mask = wm.text([s.scene.instruction for _, s in self.rows])
             gens = [sample_generator(wm.cfg, scene_no[id(s)]) for _, s in self.rows]
             masks = torch.from_numpy(np.stack([s.mask for _, s in self.rows])).bool()
             states = torch.from_numpy(np.stack([s.state for _, s in self.rows])).double()
-            self.ro = WorldModelRollout(wm.model, wm.vae, wm.cfg, wm.normalizer, self.first, states, text, mask, gens,
-                                        first_mask=masks)
+            self.ro = WorldModelRollout(wm, self.first, states, text, mask, gens, first_mask=masks)
         self.states = np.stack([s.state for _, s in self.rows]).astype(np.float64)
 
     def observe(self) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +184,7 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     players = make_players(runs, baselines, expert_noise, seed, device)
     cfgs = {n: p.runner.cfg for n, p in players.items() if isinstance(p, RunPlayer)}
     layouts, jitter = scene_mode(cfgs, layouts, jitter, progress)
-    wm = WorldModel(wm_run, device)
+    wm = load_environment(wm_run, device)
     height, width = judge.benchmark["resolution"]
     check_compatible(wm, players, height, width)
     judge.check_benchmark(height, width, layouts, "the world-model evaluation")
@@ -241,7 +215,7 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
         seconds["world_model"] += t3 - t2
         seconds["judge"] += time.perf_counter() - t3
         t, chunk = t + n, chunk + 1
-        progress(f"world model {Path(wm_run).name if not wm.copy else wm_run}: {t}/{max_steps} steps of "
+        progress(f"world model {Path(wm_run).name if wm is not None else wm_run}: {t}/{max_steps} steps of "
                  f"{len(ep.rows)} episodes ({time.perf_counter() - t0:.0f} s)")
     result = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps, judge.consecutive)
     rows = rows_of(result, tasks)
@@ -250,7 +224,7 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
             "per_task": per_task, "max_steps": max_steps, "execute": execute, "tasks": list(tasks),
             "layouts": layouts, "jitter": jitter, "resolution": [height, width], "rows": rows, "episodes": result,
             "learned": [n for n, p in players.items() if p.learned],
-            "sampler": None if wm.copy else {k: v for k, v in ep.ro.sampler.settings().items()},
+            "sampler": None if wm is None else ep.ro.sampler.settings(),
             "seconds": total, "timing": {k: round(v, 2) for k, v in seconds.items()},
             "episodes_per_minute": round(60 * len(ep.rows) / max(total, 1e-9), 1),
             "runs": {n: p.runner.scored for n, p in players.items() if isinstance(p, RunPlayer)},
