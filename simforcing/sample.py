@@ -61,9 +61,9 @@ class SimRollout:
 
     latents: torch.Tensor  # (B, C, L+1, h, w) the condition c = (z^s_0, ẑ^s_{1:L})
     masked_frame: torch.Tensor  # (B, 3, H, W) x^s_0 in [-1, 1]
-    n_sim: int
+    n_sim: int  # the N_s it was made for (a real rollout reusing it asks the same)
     seconds: float  # masking + encode of x^s_0 + the N_s steps
-    forwards: int  # per-sample network evaluations (= n_sim)
+    forwards: int  # per-sample network evaluations (n_sim; 0 for a source that runs no network)
 
 
 @dataclass
@@ -279,7 +279,12 @@ class RecordedSimulation:
         if sim is None:
             raise ConfigError("sample.condition=oracle: the batch has no recorded sim video to condition on "
                               "(SamplerBatch.recorded_sim)")
-        return x.vae.encode(sim).float(), sim[:, :, 0]
+        c = x.vae.encode(sim).float()  # (B, C, L+1, h, w)
+        if c.shape[2] != x.noise.shape[2] + 1:
+            raise ConfigError(f"sample.condition=oracle: the recorded sim video has {sim.shape[2]} frames ({c.shape[2]} "
+                              f"latent frames); the condition is the whole window, data.frames frames "
+                              f"({x.noise.shape[2] + 1} latent frames)")
+        return c, sim[:, :, 0]
 
 
 CONDITION_SOURCES = {"rollout": StudentSimulation, "oracle": RecordedSimulation}
@@ -358,7 +363,7 @@ def sample_videos(model: torch.nn.Module, vae, batch: SamplerBatch, cfg: Config,
                     step = step.with_context(model, n_sim + (n_real if w == 1.0 else 0))
             c, masked = source(ConditionInputs(batch, vae, net, step, eps_s, n_sim, cfg.flow.shift, amp,
                                                lambda: masker or FirstFrameMasker.from_config(cfg, device)))
-        sim = SimRollout(c, masked, n_sim if source.runs_network else 0, sw.times["simulation"], net.evals // b)
+        sim = SimRollout(c, masked, n_sim, sw.times["simulation"], net.evals // b)
     with sw.phase("real"), amp:
         feats = model.condition_features(sim.latents) if sim is not None else None
         zr = real_rollout(net, step, eps_r, n_real, cfg.flow.shift, w, feats)
@@ -411,12 +416,15 @@ class GuidedSampler:
 
 
 def sampler_for(wm: LoadedWorldModel, n_sim: Optional[int] = None, n_real: Optional[int] = None,
-                w: Optional[float] = None, decode_sim: bool = False) -> Sampler:
+                w: Optional[float] = None, decode_sim: bool = False,
+                condition: Optional[ConditionSource] = None) -> Sampler:
     """The sampler of a loaded world model, as every caller gets it (generate, evaluate, the sweeps, long rollouts,
     the policy evaluation inside a world model, the API, the benchmark): stage-1 and stage-2 runs sample with the
-    two-stage guided sampler at ``wm.cfg.sample`` or the given settings. A kind of run with a sampler of its own
-    plugs in here, chosen by ``wm.checkpoint.kind``. The samplers of one model share its first-frame masker."""
-    sampler = GuidedSampler(wm.model, wm.vae, wm.cfg, n_sim, n_real, w, masker=wm.masker, decode_sim=decode_sim)
+    two-stage guided sampler at ``wm.cfg.sample`` or the given settings, its condition from ``condition`` (default:
+    ``sample.condition``'s source). A kind of run with a sampler of its own plugs in here, chosen by
+    ``wm.checkpoint.kind``. The samplers of one model share its first-frame masker."""
+    sampler = GuidedSampler(wm.model, wm.vae, wm.cfg, n_sim, n_real, w, masker=wm.masker, decode_sim=decode_sim,
+                            condition=condition)
     wm.masker = wm.masker or sampler.masker
     return sampler
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from simforcing.config import load_config
+from simforcing.config import ConfigError, load_config
 from simforcing.models.vae import DemoVAE
 from simforcing.models.world_model import build_world_model
 from simforcing.runs import sample_generator
@@ -407,8 +407,21 @@ def test_a_condition_source_plugs_into_the_sampler(setup):
     want = oracle(batch, torch.Generator().manual_seed(1))
     assert given.calls == 1 and s.settings()["condition"] == "given" and oracle.settings()["condition"] == "oracle"
     assert torch.equal(got.real_video, want.real_video) and torch.equal(got.sim_latents, want.sim_latents)
-    assert got.forwards == 2 * 2 and net.rows == 2 * 2 * 2 and got.sim.n_sim == 0  # only the real rollout ran
+    assert got.forwards == 2 * 2 and net.rows == 2 * 2 * 2 and got.sim.forwards == 0  # only the real rollout ran
     assert isinstance(GuidedSampler(model, vae, cfg).condition, StudentSimulation)
+
+
+@torch.no_grad()
+def test_a_recorded_condition_is_reused_across_weights(setup):
+    """A sweep reuses sample i's condition at every w > 0: the recorded sim video's too (encoded once)."""
+    _, model, vae, batch = setup
+    cfg = tiny_cfg(sample__condition="oracle")
+    first = sample_videos(model, vae, batch, cfg, 2, 2, 0.3, torch.Generator().manual_seed(5))
+    again = sample_videos(model, vae, batch, cfg, 2, 2, 0.6, torch.Generator().manual_seed(5), reuse_sim=first.sim)
+    want = sample_videos(model, vae, batch, cfg, 2, 2, 0.6, torch.Generator().manual_seed(5))
+    assert torch.equal(again.real_video, want.real_video) and again.forwards == want.forwards == 2 * 2
+    with pytest.raises(ConfigError, match="whole window"):  # the first frame alone is no condition
+        sample_videos(model, vae, replace(batch, recorded_sim=batch.recorded_sim[:, :, :1]), cfg, 1, 1, 0.6)
 
 
 @torch.no_grad()

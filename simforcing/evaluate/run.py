@@ -36,8 +36,9 @@ METRIC_KEYS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
 
 
 def uses_actions(sampler) -> bool:
-    """Whether a sampler's output depends on the actions (the control of the action-following metric)."""
-    return isinstance(sampler, GuidedSampler)
+    """Whether a sampler's output depends on the actions (the control of the action-following metric): every
+    sampler but the baselines."""
+    return sampler.name not in BASELINES
 
 
 def raw_states(ds, batch: dict) -> torch.Tensor:
