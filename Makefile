@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 # CPU wheel of PyTorch on this machine and the torchvision release paired with it (SAM3 masking: PyPI's is a CUDA
 # build whose compiled ops do not load beside the CPU wheel; simforcing/torchvision_ops.py stands in for the two SAM3
 # can call). A GPU user installs a CUDA pair instead (see README).
+# After pip, `python -m simforcing.torchvision_startup` checks whether torchvision imports in this environment and only
+# where it does not (its compiled ops do not load beside torch) writes the startup file simforcing-torchvision.pth into
+# site-packages, so every process of .venv imports torchvision, diffusers and transformers (nothing else changes).
 TORCH_SPEC ?= torch==2.13.0
 TORCHVISION_SPEC ?= torchvision==0.28.0
 STAMP := $(VENV)/.installed
@@ -15,9 +18,10 @@ LIBERO_STAMP := $(LIBERO_VENV)/.installed
 
 .PHONY: demo test test-libero install clean bench-gpu
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml simforcing/torchvision_startup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q "$(TORCH_SPEC)" "$(TORCHVISION_SPEC)" -e ".[test,sam3]"
+	$(BIN)/python -m simforcing.torchvision_startup
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -4,10 +4,10 @@ SAM3 (the ``sam3`` masking mode: transformers' ``Sam3Model`` / ``Sam3Processor``
 and diffusers import it as soon as it is installed. PyPI's torchvision for Linux x86_64 is a CUDA build: its compiled
 ops (``torchvision/_C.so``) link against ``libtorch_cuda.so``, so beside the CPU wheel of torch they do not load, and
 ``import torchvision`` stops with "operator torchvision::nms does not exist" (it registers a fake kernel for an op its
-library never defined). :func:`provide_missing_ops` (run by ``simforcing/__init__``'s import hook right before the first
-``import torchvision`` of a process) then defines the ops
-below in the ``torchvision`` namespace with plain-PyTorch kernels and tells torchvision its ops are present, so
-``import torchvision``, ``torchvision.ops.nms`` / ``batched_nms`` and ``torchvision.ops.roi_align`` work:
+library never defined). :func:`provide_missing_ops` (run right before the first ``import torchvision`` of a process by
+the environment's startup file, ``simforcing.torchvision_startup``) then defines the ops below in the ``torchvision``
+namespace with plain-PyTorch kernels and tells torchvision its ops are present, so ``import torchvision``,
+``torchvision.ops.nms`` / ``batched_nms`` and ``torchvision.ops.roi_align`` work:
 
 | op          | kernel here                                                       | SAM3 uses it for                 |
 |-------------|-------------------------------------------------------------------|----------------------------------|

@@ -1,6 +1,7 @@
 """Starting a run from another run's weights, and saying what was taken.
 
     report = init_from_run(model, cfg, RUN0)    # `simforcing pretrain --init RUN0`: every tensor the run trained
+    load_start_weights(model, cfg)              # no run to start from: Wan2.2 weights when configured
     check_init_run(cfg, RUN0)                   # read-only, before any work: a video base of this architecture
     cfg, weights, ckpt = run_state(RUN, kinds)  # the newest valid checkpoint's config and tensors (runfolder.open_run)
 
@@ -27,6 +28,7 @@ import torch
 from simforcing.checkpoint import list_checkpoints
 from simforcing.config import VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.errors import CheckpointError
+from simforcing.models.weights import load_configured_weights
 from simforcing.runfolder import CHECKPOINTS_DIR, INIT_STAGE1, open_run, run_config
 from simforcing.runs import architecture_fields, differing_fields
 
@@ -119,3 +121,17 @@ def init_from_run(model: torch.nn.Module, cfg: Config, run_dir: str | Path, flag
         raise ConfigError(f"{flag} {run_dir}: the run is another architecture; {len(bad)} tensor(s) do not match: "
                           + "; ".join(bad[:12]) + (f"; … (+{len(bad) - 12})" if len(bad) > 12 else ""))
     return rep
+
+
+def load_start_weights(model: torch.nn.Module, cfg: Config) -> None:
+    """A start from no run: Wan2.2 video-expert weights (model.weights) and action-expert weights
+    (model.action_expert_weights) when configured; otherwise the model keeps its own init (demo)."""
+    if cfg.model.weights or cfg.model.action_expert_weights:
+        try:
+            load_configured_weights(model, cfg)
+        except (OSError, ValueError, KeyError, RuntimeError) as e:
+            field = "model.weights" if cfg.model.weights and str(cfg.model.weights) in str(e) else \
+                "model.weights / model.action_expert_weights"
+            raise ConfigError(f"{field}: cannot load the start weights ({type(e).__name__}: {e}); expected a "
+                              "diffusers transformer folder, an original Wan2.2 safetensors checkpoint, or the "
+                              "safetensors file written by `simforcing model init-action-expert`") from e

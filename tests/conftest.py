@@ -10,10 +10,6 @@ os.environ["OMP_NUM_THREADS"] = "1"
 import pytest
 import torch
 
-# first, so that torchvision imports in test modules find its ops (simforcing/torchvision_ops.py provides them in plain
-# PyTorch where torchvision's compiled ops do not load beside this torch)
-import simforcing  # noqa: F401
-
 
 @pytest.fixture(autouse=True, scope="session")
 def _single_thread():

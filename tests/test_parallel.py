@@ -74,13 +74,14 @@ WORKER = """
 import os, signal, sys
 sys.path.insert(0, {tests!r})
 import test_parallel
-from simforcing import methods, train
+from simforcing import methods
 from simforcing.cli import main
+from simforcing.training.step import TrainStep
 
 args, real_out, stage2_out = sys.argv[1:-2], sys.argv[-2], sys.argv[-1]
 real_step = methods.METHODS["sim_pretrain"]
 methods.METHODS["sim_pretrain"] = test_parallel.det_step
-original = train.Trainer._train_step
+original = TrainStep.__call__
 
 def stop_on_rank0_after_step2(self, batch, step):
     out = original(self, batch, step)
@@ -88,9 +89,9 @@ def stop_on_rank0_after_step2(self, batch, step):
         signal.raise_signal(signal.SIGTERM)  # only rank 0 is signalled: every rank must stop at the same step
     return out
 
-train.Trainer._train_step = stop_on_rank0_after_step2
+TrainStep.__call__ = stop_on_rank0_after_step2
 first = main(["pretrain", *args])
-train.Trainer._train_step = original
+TrainStep.__call__ = original
 second = main(["pretrain", "--resume", *args])
 methods.METHODS["sim_pretrain"] = real_step
 out_i = args.index("--out")
@@ -161,13 +162,14 @@ RESUME_WORKER = """
 import os, signal, sys
 sys.path.insert(0, {tests!r})
 import test_parallel
-from simforcing import methods, train
+from simforcing import methods
 from simforcing.cli import main
+from simforcing.training.step import TrainStep
 
 methods.METHODS["sim_pretrain"] = test_parallel.det_step
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == "stop2":  # SIGTERM after step 2 (rank 0 only): a checkpoint at step 2, exit code 75
-    original = train.Trainer._train_step
+    original = TrainStep.__call__
 
     def stop(self, batch, step):
         out = original(self, batch, step)
@@ -175,7 +177,7 @@ if mode == "stop2":  # SIGTERM after step 2 (rank 0 only): a checkpoint at step 
             signal.raise_signal(signal.SIGTERM)
         return out
 
-    train.Trainer._train_step = stop
+    TrainStep.__call__ = stop
     sys.exit(0 if main(["pretrain", *args]) == 75 else 1)
 sys.exit(main(["pretrain", "--resume", *args]))
 """

@@ -262,6 +262,14 @@ def test_init_from_another_architecture_lists_the_mismatched_tensors(tiny, world
         policy_train_run(cfg, world_model_run.parent / "bad", str(world_model_run), progress=False)
 
 
+def test_own_rollouts_are_refused_before_work(tiny, tmp_path):
+    """train.rollout_prob is the world model's (own first frames of a video window); a policy refuses it by name."""
+    with pytest.raises(ConfigError, match=r"train\.rollout_prob: got 0\.5; a policy trains on recorded"):
+        policy_train_run(pcfg(tiny, "action_only", "base", "--train.rollout_prob=0.5"), tmp_path / "own", "base",
+                         progress=False)
+    assert not (tmp_path / "own").exists()
+
+
 def test_resume_continues_exactly(tiny, world_model_run, tmp_path):
     """A run that lost its last checkpoint resumes from the one before and ends with the same losses and weights."""
     import shutil

@@ -1,16 +1,25 @@
 """torchvision's nms and roi_align in plain PyTorch (``simforcing.torchvision_ops``): results against independent
-scalar references, the same results through torchvision's own functions (whichever kernels serve them here), and the
-stand-in registered only when torchvision's compiled ops did not load."""
+scalar references, the same results through torchvision's own functions (whichever kernels serve them here), the
+stand-in registered only when torchvision's compiled ops did not load, and the environment's startup file
+(``simforcing.torchvision_startup``): every process imports torchvision and diffusers without simforcing, and
+``import simforcing`` changes no other library's import."""
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
-import torchvision
 
-from simforcing import torchvision_ops
+from simforcing import torchvision_ops, torchvision_startup
+
+try:
+    import torchvision
+except RuntimeError as e:  # the compiled ops do not load and nothing stands in: the environment is not installed
+    raise RuntimeError(f"{e}; this environment has no startup file {torchvision_startup.startup_file()}: run "
+                       "`make install` (or `python -m simforcing.torchvision_startup`)") from e
 from simforcing.torchvision_ops import nms, roi_align
 
 
@@ -152,19 +161,65 @@ def test_the_stand_in_serves_exactly_when_torchvision_compiled_ops_did_not_load(
             torch.ops.torchvision.qnms(torch.zeros(1, 4), torch.zeros(1), 0.5)
 
 
-def test_import_simforcing_stays_light_and_torchvision_imports_after_it():
-    """``import simforcing`` imports neither torch nor torchvision; the first torchvision import (from anywhere) then
-    works beside this torch (the import hook of simforcing/__init__); diffusers asking whether torchvision is installed
-    (at its import) does not import it."""
-    import subprocess
-    import sys
+def _fresh(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter of this environment (its startup files read, nothing imported before)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
 
-    code = ("import sys, importlib.util, simforcing; "
-            "assert 'torch' not in sys.modules and 'torchvision' not in sys.modules; "
-            "import diffusers.models.normalization; assert importlib.util.find_spec('torchvision') is not None; "
-            "assert 'torchvision' not in sys.modules, 'asking whether torchvision is installed imported it'; "
-            "from diffusers import AutoencoderKLWan; import torchvision.ops, torch; "
+
+def test_the_environment_imports_torchvision_and_diffusers_without_simforcing():
+    """A fresh interpreter of the environment imports torchvision.ops and diffusers' Wan VAE, simforcing not imported
+    first, and torchvision's nms works (the startup file `make install` writes where the compiled ops do not load,
+    simforcing/torchvision_startup.py); diffusers asking whether torchvision is installed imports nothing."""
+    code = ("import sys, importlib.util; assert 'simforcing' not in sys.modules and 'torch' not in sys.modules; "
+            "assert importlib.util.find_spec('torchvision') is not None and 'torchvision' not in sys.modules; "
+            "import torchvision.ops; from diffusers import AutoencoderKLWan; import torch; "
             "b = torch.tensor([[0, 0, 1, 1.0], [0, 0, 1, 1.1]]); "
             "assert torchvision.ops.nms(b, torch.tensor([1.0, 0.9]), 0.5).tolist() == [0]; print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = _fresh(code)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:] + _startup_file_note()
+
+
+def _startup_file_note() -> str:
+    path = torchvision_startup.site_packages() / torchvision_startup.STARTUP_FILE
+    return f"\n(startup file {path}: {'present' if path.exists() else 'absent; run `make install`'})"
+
+
+def test_import_simforcing_changes_no_other_import_and_stays_light():
+    """``import simforcing`` leaves sys.meta_path as it was and imports neither torch nor torchvision."""
+    code = ("import sys; before = list(sys.meta_path); import simforcing; assert sys.meta_path == before, "
+            "sys.meta_path; assert 'torch' not in sys.modules and 'torchvision' not in sys.modules; print('ok')")
+    out = _fresh(code)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_the_startup_line_installs_one_finder_and_does_nothing_once_its_file_is_gone(tmp_path):
+    """The startup file's line, run twice (as site may), puts one finder in sys.meta_path; a line naming a file that
+    no longer exists does nothing."""
+    line = torchvision_startup.startup_line()
+    code = (f"import sys; n = len(sys.meta_path); exec({line!r}); exec({line!r}); "
+            "assert 'torchvision' in sys.modules or [type(f).__name__ for f in sys.meta_path].count("
+            "'TorchvisionFirst') == 1, sys.meta_path; "
+            f"k = len(sys.meta_path); exec({torchvision_startup.startup_line(tmp_path / 'gone.py')!r}); "
+            "assert len(sys.meta_path) == k; print('ok')")
+    out = _fresh(code)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("errors, code, written", [
+    ([None], 0, False),  # torchvision imports as installed (a CUDA pair, or none): no startup file, a stale one removed
+    (["RuntimeError: operator torchvision::nms does not exist", None], 0, True),  # the CPU wheel beside PyPI's
+    (["ImportError: libjpeg.so.8: cannot open shared object file"], 1, False),  # another failure: named, no file
+    (["RuntimeError: operator torchvision::nms does not exist"] * 2, 1, False)])  # the file does not help: removed
+def test_make_install_writes_the_startup_file_only_where_torchvision_needs_it(tmp_path, monkeypatch, capsys, errors,
+                                                                               code, written):
+    target = tmp_path / torchvision_startup.STARTUP_FILE
+    target.write_text("import sys\n")  # left by an earlier install
+    answers = iter(errors)
+    monkeypatch.setattr(torchvision_startup, "startup_file", lambda: str(target))
+    monkeypatch.setattr(torchvision_startup, "torchvision_import_error", lambda: next(answers))
+    assert torchvision_startup.main([]) == code
+    assert target.exists() is written
+    if written:
+        assert target.read_text() == torchvision_startup.startup_line()
+    if code:
+        assert errors[-1] in capsys.readouterr().err

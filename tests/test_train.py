@@ -23,7 +23,12 @@ from simforcing.runfolder import load_model_from_run
 from simforcing.cli import main as cli_main
 from simforcing.config import STAGE2_METHODS, Config, ConfigError, load_config
 from simforcing.errors import EXIT_DIVERGED, EXIT_STOPPED
-from simforcing.train import Trainer, lr_factor, param_groups, train_run
+from simforcing.train import STAGE2, train_run
+from simforcing.training.loop import Trainer
+from simforcing.training.optim import lr_factor, param_groups
+from simforcing.training.faults import FaultPlan, StopFlag
+from simforcing.training.stage import Start
+from simforcing.training.step import StepHooks, TrainStep
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model.num_layers=1", "--model.num_attention_heads=2", "--model.attention_head_dim=16",
@@ -172,16 +177,17 @@ def test_teacher_stays_bit_identical_and_student_moves(tiny, stage1, tmp_path):
     cfg = tiny_cfg(*tiny, "--train.max_steps=3")
     from simforcing.methods import method_preset
 
-    trainer = Trainer(method_preset(cfg, "simforcing"), tmp_path / "sf", "train", teacher_run=stage1, progress=False)
+    trainer = Trainer(STAGE2, method_preset(cfg, "simforcing"), tmp_path / "sf", progress=False,
+                      start=Start(teacher_run=stage1))
     assert trainer.run()["state"] == "finished"
     start = load_checkpoint(stage1 / "checkpoints/step_000004").model_state
     moved = 0
-    for name, p in trainer.teacher.named_parameters():
+    for name, p in trainer.models.teacher.named_parameters():
         assert torch.equal(p, start[name]), name
         assert not p.requires_grad and p.grad is None
-    for name, p in trainer.student.named_parameters():
+    for name, p in trainer.models.student.named_parameters():
         moved += not torch.equal(p.detach(), start[name])
-    assert moved > 0 and not trainer.teacher.training
+    assert moved > 0 and not trainer.models.teacher.training
 
 
 def test_architecture_override_against_the_teacher_is_refused_before_work(tiny, stage1, tmp_path):
@@ -201,7 +207,7 @@ def test_architecture_override_against_the_teacher_is_refused_before_work(tiny, 
 
 
 def _raise_sigterm_at(monkeypatch, at_step: int) -> None:
-    original = Trainer._train_step
+    original = TrainStep.__call__
 
     def step(self, batch, step):
         out = original(self, batch, step)
@@ -209,7 +215,7 @@ def _raise_sigterm_at(monkeypatch, at_step: int) -> None:
             signal.raise_signal(signal.SIGTERM)  # handled by the trainer: finish this step, checkpoint, exit 75
         return out
 
-    monkeypatch.setattr(Trainer, "_train_step", step)
+    monkeypatch.setattr(TrainStep, "__call__", step)
 
 
 @pytest.mark.slow
@@ -259,6 +265,31 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny, tmp_path
     assert [s for s, _ in list_checkpoints(run)] == [2]  # nothing written after the NaN
     load_checkpoint(run / "checkpoints/step_000002")  # verifies every sha256
     assert [s for s, _ in losses(run)] == [1, 2]
+
+
+def test_a_fault_plan_wraps_only_what_it_names():
+    """Without SIMFORCING_FAULT the loop calls the stage's latents, the step hooks and the checkpoint writer
+    themselves; a plan wraps each only for its kind of fault, and only its steps change."""
+    def latents(batch, step):
+        return {"z_sim": torch.zeros(2), "actions": torch.zeros(2)}
+
+    def hooks(step):
+        return StepHooks()
+
+    def write(run_dir, step, *args, **kwargs):
+        return kwargs.get("on_partial")
+
+    stop = StopFlag()
+    empty = FaultPlan()
+    assert empty.around_latents(latents, ("z_sim",)) is latents and empty.around_hooks(hooks, stop) is hooks
+    assert empty.around_writer(write) is write
+    plan = FaultPlan(nan_batch={3}, nan_loss={2}, ckpt_sleep={4: 1.0})
+    faulty = plan.around_latents(latents, ("z_sim",))
+    assert torch.isnan(faulty({}, 3)["z_sim"]).all() and not torch.isnan(faulty({}, 3)["actions"]).any()
+    assert not torch.isnan(faulty({}, 2)["z_sim"]).any()
+    assert plan.around_hooks(hooks, stop)(2).corrupt_loss is not None
+    assert plan.around_hooks(hooks, stop)(3).corrupt_loss is None
+    assert plan.around_writer(write)("run", 2) is None and callable(plan.around_writer(write)("run", 4))
 
 
 def _wait_for_line(proc: subprocess.Popen, marker: str) -> str:

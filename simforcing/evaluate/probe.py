@@ -42,6 +42,7 @@ from tqdm import tqdm
 from simforcing.data.format import (DataError, read_arm_mask, read_episode_videos, read_episodes, read_info,
                                     read_lowdim, read_splits)
 from simforcing.data.paired import frames_to_target, masks_to_target
+from simforcing.training.optim import warmup_cosine
 from simforcing.utils import atomic_write, atomic_write_json
 
 PROBE_FILE, PROBE_META = "probe.safetensors", "probe.json"
@@ -353,9 +354,7 @@ def fit_probe(root: str | Path, height: int, width: int, opts: FitOptions = FitO
     i, j = _pairs(sim, 4096, opts.reach, gen)
     probe.scale.copy_((sim.states[j] - sim.states[i]).std(0).clamp(min=1e-4))
     opt = torch.optim.AdamW(probe.parameters(), lr=opts.lr, weight_decay=1e-4)
-    warm = max(1, opts.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up over 5 %, then cosine to 0
-        opt, lambda k: (k + 1) / warm if k < warm else 0.5 * (1 + math.cos(math.pi * (k - warm) / max(1, opts.steps - warm))))
+    sched = warmup_cosine(opt, opts.steps, max(1, opts.steps // 20))  # linear warm-up over 5 %, then cosine to 0
     # a batch (pairs of one episode): real, real with a ghost second frame, simulation and — with arm masks —
     # simulation arms on a real background and real arms on another episode's background (equal shares)
     parts = 5 if backgrounds is not None else 3

@@ -25,7 +25,6 @@ Cohen's κ of its verdicts against MuJoCo's, per frame and per episode, per task
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from simforcing.data.paired import frames_to_target
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
 from simforcing.evaluate.probe import ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames
 from simforcing.policy.data import FORMAT as POLICY_FORMAT, read_policy_info
+from simforcing.training.optim import warmup_cosine
 from simforcing.utils import atomic_write, atomic_write_json
 
 JUDGE_FILE, JUDGE_META = "judge.safetensors", "judge.json"
@@ -296,9 +296,7 @@ def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeF
     net = JudgeNet(cfg)
     net.scale.copy_(data.labels.std(0).clamp(min=1e-3))
     opt = torch.optim.AdamW(net.parameters(), lr=opts.lr, weight_decay=1e-4)
-    warm = max(1, opts.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda k: (k + 1) / warm if k < warm else 0.5 * (1 + math.cos(math.pi * (k - warm) / max(1, opts.steps - warm))))
+    sched = warmup_cosine(opt, opts.steps, max(1, opts.steps // 20))  # linear warm-up over 5 %, then cosine to 0
     # rare but decisive frames get fixed shares of every batch: the object moved (pushes, lifts), the hand near it
     pools = [((data.labels[:, 3:].norm(dim=1) > 0.02).nonzero().flatten(), 0, opts.batch_size // 3),
              ((data.labels[:, :3].norm(dim=1) < 0.14).nonzero().flatten(), opts.batch_size // 3, opts.batch_size // 2)]

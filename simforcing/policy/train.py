@@ -1,90 +1,82 @@
-"""`simforcing policy train`: the world model's training loop (``simforcing.train.Trainer``: run folder, checkpoints,
-resume, SIGTERM/SIGINT, faults, NaN stop, FSDP2) with the policy's data, model, initialisation and step.
+"""`simforcing policy train`: the policy as a training stage (``POLICY``, a ``training.stage.Stage``) run by the loop
+every stage shares (``training.loop.Trainer``: run folder, checkpoints, resume, SIGTERM/SIGINT, faults, NaN stop,
+FSDP2), with the policy's data, model, initialisation and step.
 
     policy_train_run(cfg, out_dir, init="base" | RUN, resume=False) -> the result dict of ``train.train_run``
 
 ``cfg`` is a policy config (``settings.policy_config``). On a fresh start the model is built with the setting's
 attention mode, initialised by ``init.init_policy`` (the report goes to ``RUN/init.json`` and stdout) and, for
 ``action_only``, every video parameter is frozen (AdamW sees only the trainable ones). ``--resume`` restores the
-checkpoint instead (the initialisation is not redone). Each batch: the observation window -> frozen VAE -> ``z``.
+checkpoint instead (the initialisation is not redone) and continues only a run of the same setting. Each batch: the
+observation window -> frozen VAE -> ``z``.
 """
 
 from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from simforcing import parallel
 from simforcing.config import Config, ConfigError
-from simforcing.models.vae import load_vae
 from simforcing.models.world_model import build_world_model
 from simforcing.policy.data import PolicyWindowDataset
 from simforcing.policy.init import init_policy
 from simforcing.policy.settings import ATTENTION_MODE, check_setting, freeze_for_setting
 from simforcing.policy.steps import policy_step
-from simforcing.runfolder import INIT_FILE
-from simforcing.train import Trainer
-from simforcing.utils import atomic_write_text
+from simforcing.runfolder import resume_command
+from simforcing.training.loop import Trainer
+from simforcing.training.stage import Models, Stage, Start
 
 _KEYS = ("actions", "state0", "text", "text_mask")
 
 
-class PolicyTrainer(Trainer):
-    STAGES = ("policy",)
+def _check(cfg: Config) -> None:
+    check_setting(cfg.policy.setting)
+    if not cfg.model.action_head:
+        raise ConfigError("model.action_head: False; a policy needs the action head (policy train sets it)")
+    if cfg.train.rollout_prob > 0:
+        raise ConfigError(f"train.rollout_prob: got {cfg.train.rollout_prob}; a policy trains on recorded "
+                          "observation windows only (set it to 0)")
 
-    def __init__(self, cfg: Config, out_dir: str | Path, init: str = "base", resume: bool = False,
-                 progress: bool = True):
-        super().__init__(cfg, out_dir, "policy", None, resume, progress)
-        self.init = str(init)
-        self.init_report = None
 
-    def _check_method(self, cfg: Config) -> None:
-        check_setting(cfg.policy.setting)
-        if not cfg.model.action_head:
-            raise ConfigError("model.action_head: False; a policy needs the action head (policy train sets it)")
+def _same_setting(theirs: Config, cfg: Config, run_dir: Path) -> None:
+    if theirs.policy.setting != cfg.policy.setting:
+        raise ConfigError(f"policy.setting: {run_dir} is a {theirs.policy.setting!r} policy run, the resumed config "
+                          f"asks {cfg.policy.setting!r}; --resume continues a run of the same setting — use "
+                          f"`{resume_command(run_dir, 'policy', theirs)}`")
 
-    def _describe(self) -> str:
-        return f"policy {self.cfg.policy.setting}"
 
-    def _step_function(self):
-        return policy_step
+def _models(cfg: Config, start: Start, meta: bool, fresh: bool) -> Models:
+    """The policy with its setting's attention mode, initialised from ``start.init`` ("base" or a run) on a fresh
+    start, frozen as its setting says."""
+    setting = cfg.policy.setting
+    model = build_world_model(cfg, device="cpu", meta=meta, attention_mode=ATTENTION_MODE[setting])
+    report = init_policy(model, cfg, str(start.init)) if not meta and fresh else None
+    freeze_for_setting(model, setting)
+    return Models(model, report=report)
 
-    def _build_data(self) -> None:
-        cfg = self.cfg
-        self.dataset = PolicyWindowDataset(cfg, cfg.data.root, "train", stats=self._train_stats())
-        self.vae = load_vae(cfg, self.device)
-        self.stats = self.dataset.stats
-        self.domains = ("obs",)
 
-    def _build_models(self) -> None:
-        cfg, setting = self.cfg, self.cfg.policy.setting
-        full = self.dist.mesh is None or self.dist.is_main
-        model = build_world_model(cfg, device="cpu", meta=not full, attention_mode=ATTENTION_MODE[setting])
-        if full and not (self.resume and self.has_checkpoints):
-            self.init_report = init_policy(model, cfg, self.init)
-            if self.dist.is_main:
-                atomic_write_text(self.run_dir / INIT_FILE, self.init_report.to_json() + "\n")
-                print(self.init_report.summary(), flush=True)
-        freeze_for_setting(model, setting)
-        self.student = parallel.shard_from_rank0(model, cfg, self.dist.mesh, self.device,
-                                                 forward_methods=("policy_forward",)).train()
-        self.teacher = None
+def _latents(batch: dict, cfg: Config, device: torch.device, vae: Any) -> dict:
+    """The observation window -> latents ``z`` (only its first frame for action_only); actions, state, text."""
+    out = {k: batch[k].to(device, non_blocking=True) for k in _KEYS if k in batch}
+    obs = batch["obs"].to(device)  # (B, 3, F, H, W)
+    if cfg.policy.setting == "action_only":
+        obs = obs[:, :, :1]  # only the observation is encoded (the causal VAE encodes frame 0 alone anyway)
+    with torch.no_grad():
+        out["z"] = vae.encode(obs)  # (B, C, L+1, h, w), or (B, C, 1, h, w) for action_only
+    return out
 
-    def _latents(self, batch: dict, step: int) -> dict:
-        out = {k: batch[k].to(self.device, non_blocking=True) for k in _KEYS if k in batch}
-        obs = batch["obs"].to(self.device)  # (B, 3, F, H, W)
-        if self.cfg.policy.setting == "action_only":
-            obs = obs[:, :, :1]  # only the observation is encoded (the causal VAE encodes frame 0 alone anyway)
-        with torch.no_grad():
-            out["z"] = self.vae.encode(obs)  # (B, C, L+1, h, w), or (B, C, 1, h, w) for action_only
-        if step in self.faults.nan_batch:
-            out["z"] = torch.full_like(out["z"], float("nan"))
-        return out
+
+POLICY = Stage(
+    name="policy", command="simforcing policy train", describe=lambda cfg: f"policy {cfg.policy.setting}",
+    check=_check, dataset=lambda cfg, stats: PolicyWindowDataset(cfg, cfg.data.root, "train", stats=stats),
+    encodes=lambda cfg: True, models=_models, step=lambda cfg: policy_step, latents=_latents, latent_keys=("z",),
+    resume_check=_same_setting, forward_methods=("policy_forward",))
 
 
 def policy_train_run(cfg: Config, out_dir: str | Path, init: str = "base", resume: bool = False,
                      progress: bool = True) -> dict:
     """Train (or resume) a policy; the result dict of ``simforcing.train.train_run``."""
-    return PolicyTrainer(copy.deepcopy(cfg), out_dir, init, resume, progress).run()
+    return Trainer(POLICY, copy.deepcopy(cfg), out_dir, resume, progress, Start(init=str(init))).run()

@@ -2,9 +2,10 @@
 it records about its data so that a resume can say what changed.
 
 - ``--resume``: the run's kind (a stage-1 run is continued by ``pretrain``, a stage-2 run by ``train``, a policy by
-  ``policy train``: ``runfolder.require_kind``), the same architecture as the config its checkpoint was trained
-  with (``runs.architecture_fields``), and the same data: :func:`data_record` goes into every checkpoint's
-  meta.json; :func:`data_changes` compares it, and the checkpoint's normalisation statistics, with the data now.
+  ``policy train``: ``runfolder.require_kind``), what the stage itself requires (``Stage.resume_check``), the same
+  architecture as the config its checkpoint was trained with (``runs.architecture_fields``), and the same data:
+  :func:`data_record` goes into every checkpoint's meta.json; :func:`data_changes` compares it, and the checkpoint's
+  normalisation statistics, with the data now.
 - ``--teacher``: a stage-1 run of the same architecture (:func:`resolve_teacher`; on resume the checkpoint
   ``teacher.json`` recorded).
 """
@@ -21,6 +22,7 @@ from simforcing.errors import CheckpointError
 from simforcing.runfolder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config, open_run,
                                   resume_command)
 from simforcing.runs import architecture_fields, check_teacher_architecture, differing_fields
+from simforcing.training.stage import Stage
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -28,15 +30,13 @@ from simforcing.runs import architecture_fields, check_teacher_architecture, dif
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def check_resume_kind(theirs: Config, stage: str, run_dir: Path) -> None:
+def check_resume_kind(theirs: Config, stage: Stage, run_dir: Path) -> None:
     """ConfigError naming the run's kind (and the command that continues it) when the config its checkpoint was
     trained with is another kind of run than ``stage`` trains."""
     kind = kind_of_config(theirs, (run_dir / TEACHER_FILE).exists())
-    if kind != STAGE_KIND[stage]:
-        command = {"policy": "simforcing policy train", "video_prior": "simforcing pretrain --method video_prior"}.get(
-            stage, f"simforcing {stage}")
-        raise ConfigError(f"--out: {run_dir} is {describe_kind(kind, theirs)}; {command} --resume cannot continue "
-                          f"it — use `{resume_command(run_dir, kind, theirs)}`")
+    if kind != STAGE_KIND[stage.name]:
+        raise ConfigError(f"--out: {run_dir} is {describe_kind(kind, theirs)}; {stage.command} --resume cannot "
+                          f"continue it — use `{resume_command(run_dir, kind, theirs)}`")
 
 
 def check_architecture_unchanged(theirs: Config, cfg: Config, run_dir: Path) -> None:
@@ -46,14 +46,11 @@ def check_architecture_unchanged(theirs: Config, cfg: Config, run_dir: Path) -> 
                           "architecture fields cannot change on --resume (start a new run, or stage 2 from it)")
 
 
-def check_resume_config(cfg: Config, theirs: Config, stage: str, run_dir: Path) -> None:
-    """Whether ``cfg`` may continue a run (stage "pretrain", "train" or "policy") trained with ``theirs``: the same
-    kind of run, the same architecture, and for a policy the same setting."""
+def check_resume_config(cfg: Config, theirs: Config, stage: Stage, run_dir: Path) -> None:
+    """Whether ``cfg`` may continue a run of ``stage`` trained with ``theirs``: the same kind of run, what the stage
+    itself requires (``Stage.resume_check``: a policy's setting), the same architecture."""
     check_resume_kind(theirs, stage, run_dir)
-    if stage == "policy" and theirs.policy.setting != cfg.policy.setting:
-        raise ConfigError(f"policy.setting: {run_dir} is a {theirs.policy.setting!r} policy run, the resumed config "
-                          f"asks {cfg.policy.setting!r}; --resume continues a run of the same setting — use "
-                          f"`{resume_command(run_dir, 'policy', theirs)}`")
+    stage.resume_check(theirs, cfg, run_dir)
     check_architecture_unchanged(theirs, cfg, run_dir)
 
 

@@ -6,6 +6,10 @@ N becomes NaN), ``nan_batch@N`` (the latents of step N become NaN, so the method
 ``sleep@N:S`` (hold S seconds in the middle of step N, after backward and before the optimizer update) and
 ``ckpt_sleep@N:S`` (hold S seconds in the middle of writing checkpoint N, after the weights, before the folder is
 finalised) — e.g. to SIGKILL or SIGTERM a run there.
+
+The faults reach a run through wrappers around what the loop calls — the batch's latents (``around_latents``), the
+step's hooks (``around_hooks``) and the checkpoint writer (``around_writer``) — each the function itself when the
+plan holds no fault of its kind: the production path never asks for one.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+import torch
 
 from simforcing.errors import ConfigError
+from simforcing.training.step import StepHooks
 
 
 class StopFlag:
@@ -79,3 +86,49 @@ class FaultPlan:
         end = time.monotonic() + seconds
         while time.monotonic() < end and not (stop is not None and stop.requested):
             time.sleep(0.02)
+
+    def around_latents(self, latents: Callable[[dict, int], dict],
+                       keys: tuple[str, ...]) -> Callable[[dict, int], dict]:
+        """``latents(batch, step)`` whose ``keys`` are NaN at the ``nan_batch`` steps."""
+        if not self.nan_batch:
+            return latents
+
+        def faulty(batch: dict, step: int) -> dict:
+            out = latents(batch, step)
+            if step in self.nan_batch:
+                for key in keys:
+                    out[key] = torch.full_like(out[key], float("nan"))
+            return out
+
+        return faulty
+
+    def around_hooks(self, hooks: Callable[[int], StepHooks], stop: StopFlag) -> Callable[[int], StepHooks]:
+        """``hooks(step)`` with a NaN loss at the ``nan_loss`` steps and a hold after backward at the ``sleep``
+        steps (ended early by a stop request)."""
+        if not (self.nan_loss or self.sleep):
+            return hooks
+
+        def faulty(step: int) -> StepHooks:
+            out = hooks(step)
+            if step in self.nan_loss:
+                out = dataclasses.replace(out, corrupt_loss=lambda loss: loss * float("nan"))
+            seconds = self.sleep.get(step)
+            if seconds:
+                out = dataclasses.replace(out, after_backward=lambda: self.hold(seconds, stop, f"step {step}"))
+            return out
+
+        return faulty
+
+    def around_writer(self, write: Callable[..., Any]) -> Callable[..., Any]:
+        """``write(run_dir, step, ...)`` (``checkpoint.save_checkpoint``) holding in the middle of writing the
+        ``ckpt_sleep`` checkpoints."""
+        if not self.ckpt_sleep:
+            return write
+
+        def faulty(run_dir: Any, step: int, *args: Any, **kwargs: Any) -> Any:
+            seconds = self.ckpt_sleep.get(step)
+            if seconds:
+                kwargs["on_partial"] = lambda: self.hold(seconds, what=f"checkpoint {step}")
+            return write(run_dir, step, *args, **kwargs)
+
+        return faulty

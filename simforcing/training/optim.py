@@ -32,12 +32,16 @@ def lr_factor(i: int, total: int, warmup: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The one warm-up + cosine schedule (:func:`lr_factor`) over ``total`` updates, for the recipe's optimizer and
+    for the small networks fitted beside it (the state probe, the success judge)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: lr_factor(i, total, warmup))
+
+
 def build_optimizer(model: torch.nn.Module, cfg: Config, total_steps: int):
     t = cfg.train
     opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2))
-    warmup = int(round(t.warmup_frac * total_steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_factor(i, total_steps, warmup))
-    return opt, sched
+    return opt, warmup_cosine(opt, total_steps, int(round(t.warmup_frac * total_steps)))
 
 
 def apply_optimizer_settings(optimizer: torch.optim.Optimizer, scheduler: Any, cfg: Config) -> list[str]:

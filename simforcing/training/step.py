@@ -1,9 +1,10 @@
-"""One training step, the same wherever a step is taken: the train loop (``simforcing.train``), ``bench`` (the
+"""One training step, the same wherever a step is taken: the train loop (``training.loop``), ``bench`` (the
 training-step section) and ``bench --gpu``.
 
     loss, logs = forward_backward(step_fn, student, teacher, batch, cfg, gen, device)   # autocast, step, backward
     grad_norm = apply_update(params, optimizer, scheduler, cfg.train.grad_clip)           # clip, AdamW, schedule
     loss, logs, grad_norm = train_step(...)                                               # both
+    logs, grad_norm = TrainStep(...)(batch, step)          # the loop's: a loader batch in, Diverged on a NaN
 
 ``step_fn(student, teacher, batch, cfg, gen) -> (loss, logs)`` is a method's step function (``methods.METHODS`` or
 the policy's ``policy_step``). A NaN/inf loss term, total or gradient norm raises ``losses.NonFiniteLoss`` naming it,
@@ -22,7 +23,16 @@ import torch
 from simforcing import parallel
 from simforcing.config import Config
 from simforcing.losses import NonFiniteLoss
-from simforcing.utils import autocast_context
+from simforcing.methods import own_first_frames
+from simforcing.utils import autocast_context, derive_seed
+
+
+class Diverged(Exception):
+    """A non-finite loss term or gradient norm at ``step`` (every rank raises it together)."""
+
+    def __init__(self, step: int, term: str, value: float):
+        self.step, self.term, self.value = step, term, value
+        super().__init__(f"training diverged at step {step}: non-finite {term} ({value})")
 
 
 @dataclass
@@ -92,3 +102,38 @@ def train_step(step_fn: Callable, student: torch.nn.Module, teacher: Optional[to
     (loss, logs, gradient norm)."""
     loss, logs = forward_backward(step_fn, student, teacher, batch, cfg, gen, device, hooks)
     return loss, logs, apply_update(params, optimizer, scheduler, cfg.train.grad_clip)
+
+
+class TrainStep:
+    """The loop's step: ``(loader batch, step number) -> (logs, gradient norm)``, one optimizer update.
+
+    ``latents(batch, step)`` makes the step's batch (on the device, pixels encoded); the step's generator is
+    re-seeded from (seed, step, rank); with ``train.rollout_prob`` some windows start from the student's own frame
+    (``methods.own_first_frames`` in ``rollout_domain``); then :func:`train_step` with ``hooks(step)``. A non-finite
+    loss term or gradient norm raises :class:`Diverged` with the gradients cleared.
+    """
+
+    def __init__(self, latents: Callable[[dict, int], dict], step_fn: Callable, student: torch.nn.Module,
+                 teacher: Optional[torch.nn.Module], vae: Any, cfg: Config, device: torch.device, rank: int,
+                 optimizer: torch.optim.Optimizer, scheduler: Any, hooks: Callable[[int], StepHooks],
+                 rollout_domain: Optional[str]):
+        self.latents, self.step_fn, self.student, self.teacher, self.vae = latents, step_fn, student, teacher, vae
+        self.cfg, self.device, self.rank, self.optimizer, self.scheduler = cfg, device, rank, optimizer, scheduler
+        self.hooks, self.rollout_domain = hooks, rollout_domain
+        self.params = [p for p in student.parameters() if p.requires_grad]
+        self.gen = torch.Generator(device=device)
+
+    def __call__(self, batch: dict, step: int) -> tuple[dict, float]:
+        z = self.latents(batch, step)
+        self.gen.manual_seed(derive_seed(self.cfg.train.seed, "step", step, self.rank))
+        if self.cfg.train.rollout_prob > 0 and self.rollout_domain is not None:
+            z = own_first_frames(self.student, self.vae, z, self.cfg, self.gen, self.rollout_domain)
+        try:
+            _, logs, grad_norm = train_step(self.step_fn, self.student, self.teacher, z, self.cfg, self.gen,
+                                            self.device, self.params, self.optimizer, self.scheduler, self.hooks(step))
+        except NonFiniteLoss as e:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(step, e.term, e.value) from None
+        if "rollout_frac" in z:
+            logs["rollout_frac"] = float(z["rollout_frac"])
+        return logs, grad_norm

@@ -56,7 +56,7 @@ def test_data_check_refuses_a_bad_config_too(tiny, capsys):
 
 
 def test_window_longer_than_every_episode_is_refused_before_the_model_is_built(tiny, tmp_path, capsys, monkeypatch):
-    import simforcing.train as training  # the training loop builds the model through this name
+    import simforcing.train as training  # stage 1 builds its model through this name
 
     def no_work(*a, **k):
         raise AssertionError("the model was built although the config cannot work")

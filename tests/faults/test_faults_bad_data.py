@@ -66,7 +66,7 @@ def test_data_check_skip_bad_names_and_counts_every_kind(bad_root, capsys):
 
 
 def test_pretrain_without_skip_fails_before_the_model_is_built(tiny, bad_root, tmp_path, capsys, monkeypatch):
-    import simforcing.train as training  # the training loop builds the model through this name
+    import simforcing.train as training  # stage 1 builds its model through this name
 
     monkeypatch.setattr(training, "build_world_model", lambda *a, **k: pytest.fail("the model was built on bad data"))
     run = tmp_path / "run"

@@ -148,7 +148,7 @@ def test_resume_checks_config_json_against_the_checkpoints(ref, tiny, tmp_path, 
 
 def test_resume_applies_a_changed_lr_weight_decay_and_betas(ref, tiny, tmp_path, capsys, monkeypatch):
     """The values config.json records are the values the optimizer uses, from the first resumed update on."""
-    from simforcing.train import lr_factor
+    from simforcing.training.optim import lr_factor
 
     used: list[list[dict]] = []
     original = torch.optim.AdamW.step
