@@ -47,6 +47,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("data", "import-lerobot"), "simforcing.commands.data:IMPORT_LEROBOT",
      "import paired sim/real LeRobot v3.0 datasets (or, with --wrist-camera, a policy dataset)"),
     (("data", "encode"), "simforcing.commands.data:ENCODE", "encode windows with the frozen VAE into a latent cache"),
+    (("data", "check-twin"), "simforcing.commands.data:CHECK_TWIN",
+     "render the recorded simulation videos again with the robot's digital twin and compare (PSNR per episode)"),
     (("data", "synth-policy"), "simforcing.commands.data:SYNTH_POLICY",
      "scripted-expert demonstrations of the synthetic tasks, two cameras (a policy dataset)"),
     (("model", "info"), "simforcing.commands.model:INFO", "parameters, tokens, FLOPs and per-GPU memory of a preset"),

@@ -174,8 +174,11 @@ class SampleConfig:
     mask_mode: str = "mask-file"  # "mask-file", "sam3", "paired-sim"
     sam3_path: Optional[str] = None
     seed: int = 0
-    condition: str = "rollout"  # c: "rollout" (the simulation rollout, SPEC §5) or "oracle" (the recorded sim video
-    #                             of the window, encoded: an upper bound for analysis, not a sampler)
+    condition: str = "rollout"  # c: "rollout" (the simulation rollout, SPEC §5), "oracle" (the recorded sim video
+    #                             of the window, encoded: an upper bound for analysis, not a sampler) or "render" (the
+    #                             robot's digital twin renders the commanded actions: simforcing.twin)
+    twin: str = "synthetic"  # the SimRenderer of condition=render: "synthetic" (the embedded benchmark's arm twin) or
+    #                          "module:factory" (your robot's: factory(height, width) -> SimRenderer)
 
 
 @dataclass
@@ -191,6 +194,7 @@ class EvalConfig:
     i3d_weights: Optional[str] = None
 
 
+SAMPLE_CONDITIONS = ("rollout", "oracle", "render")
 ROLLOUT_STATES = ("integrate", "probe")
 SIM_CHAINS = ("continue", "remask")
 
@@ -361,7 +365,8 @@ class Config:
         s = self.sample
         _check(s.n_sim >= 1 and s.n_real >= 1, "sample.n_real", (s.n_sim, s.n_real), "step counts >= 1")
         _check(0.0 <= s.w, "sample.w", s.w, "a guidance weight >= 0 (paper: 0, 0.3, 0.6, 1)")
-        _check(s.condition in ("rollout", "oracle"), "sample.condition", s.condition, "'rollout' or 'oracle'")
+        _check(s.condition in SAMPLE_CONDITIONS, "sample.condition", s.condition,
+               "'rollout', 'oracle' or 'render'")
         _check(s.mask_mode in ("mask-file", "sam3", "paired-sim"), "sample.mask_mode", s.mask_mode,
                "'mask-file', 'sam3' or 'paired-sim'")
         e = self.eval

@@ -282,6 +282,38 @@ def encode(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------------------------------
+# data check-twin
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def add_check_twin_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_args(parser)
+    parser.add_argument("--data", required=True, help="dataset folder (episodes with twin.json)")
+    parser.add_argument("--split", default="val", help="which split's episodes to render")
+    parser.add_argument("--num-episodes", type=int, default=None, help="the first N episodes of the split (all)")
+    parser.add_argument("--out", default=None, help="also write the result here (JSON)")
+
+
+def check_twin(args: argparse.Namespace, cfg: Config) -> int:
+    from simforcing.twin import check_twin as run_check  # MuJoCo (the synthetic twin) loads only here
+    from simforcing.utils import atomic_write_json
+
+    if args.num_episodes is not None and args.num_episodes < 1:
+        raise ConfigError(f"--num-episodes: got {args.num_episodes}; expected an integer >= 1")
+    if args.out:
+        check_output_path(args.out, "--out")
+    res = run_check(cfg, args.data, args.split, args.num_episodes)
+    print(f"twin {res.twin!r} against the recorded simulation videos of {len(res.episodes)} {args.split} episodes "
+          f"(PSNR dB; the VAE's own reconstruction is the ceiling a condition goes through):")
+    for e in res.episodes:
+        print(f"  {e['episode_id']}  mean {e['psnr_mean']:6.2f}  worst frame {e['psnr_min']:6.2f}  {e['instruction']}")
+    print(f"all: mean {res.mean:.2f} dB, worst frame {res.worst_frame:.2f} dB")
+    if args.out:
+        atomic_write_json(args.out, res.to_json())
+    return 0
+
+
 SYNTH = Subcommand(add_synth_arguments, synth)
 SYNTH_POLICY = Subcommand(add_synth_policy_arguments, synth_policy)
 CHECK = Subcommand(add_check_arguments, check, config_from_args)
@@ -289,3 +321,4 @@ STATS = Subcommand(add_stats_arguments, stats)
 EMBED_TEXT = Subcommand(add_embed_text_arguments, embed_text, embed_text_config)
 IMPORT_LEROBOT = Subcommand(add_import_lerobot_arguments, import_lerobot)
 ENCODE = Subcommand(add_encode_arguments, encode, encode_config)
+CHECK_TWIN = Subcommand(add_check_twin_arguments, check_twin, config_from_args)

@@ -241,6 +241,29 @@ def read_arm_mask(root: str | Path, episode_id: str) -> np.ndarray | None:
     return load_npz_field(p, "mask", episode_id) if p.exists() else None
 
 
+TWIN_FILE = "twin.json"
+
+
+def write_twin_record(root: str | Path, episode_id: str, record: dict) -> None:
+    """``episodes/<id>/twin.json``: what the robot's digital twin needs to render this episode's simulation video
+    again (``simforcing.twin``): today ``{"camera": {...}}``, the camera of the episode in the renderer's own terms
+    (the synthetic benchmark's: lookat, distance, azimuth, elevation). Optional in a dataset; read only by the
+    ``render`` condition."""
+    atomic_write_json(episode_file(root, episode_id, TWIN_FILE), record)
+
+
+def read_twin_record(root: str | Path, episode_id: str) -> dict:
+    """The episode's twin record (:func:`write_twin_record`); DataError ``missing_file`` naming the file when the
+    dataset has none."""
+    path = episode_file(root, episode_id, TWIN_FILE)
+    if not path.exists():
+        raise DataError(f"has no {TWIN_FILE}: the render condition renders the episode with the robot's digital twin "
+                        "from the camera recorded there (datasets of `simforcing data synth` since generator version "
+                        "3 have it: synthesize again; your own data: write {\"camera\": {...}} per episode, "
+                        "docs/GUIDE.md \"The twin in the loop\")", episode_id, path, kind="missing_file")
+    return read_json(path, TWIN_FILE)
+
+
 def write_meta(root: str | Path, info: dict, episodes: Iterable[EpisodeInfo], splits: dict[str, list[str]]) -> None:
     m = meta_dir(root)
     m.mkdir(parents=True, exist_ok=True)

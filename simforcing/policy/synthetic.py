@@ -39,33 +39,10 @@ from __future__ import annotations
 import numpy as np
 
 from simforcing.data.synthetic.generate import EpisodePhysics, mujoco
-from simforcing.data.synthetic.motions import TILT_LIMIT, YAW_LIMIT, _clip
+from simforcing.data.synthetic.motions import CommandedTarget  # noqa: F401  (the env's controller target)
 from simforcing.data.synthetic.scene import WRIST_CAMERA
 from simforcing.data.synthetic.tasks import (LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, TASKS, Task,  # noqa: F401
                                              parse_task, task_success)
-
-class CommandedTarget:
-    """The controller's commanded target (module docstring "Action"): the deltas of an action are added to the
-    target, which is clipped into the scripted workspace; the gripper command is clipped to [0, 1]. What the
-    controller executes — the simulator — and what a world model is given instead (the effective action) are the
-    same, without reading any simulator state."""
-
-    def __init__(self, pos: np.ndarray, rpy: np.ndarray, grip: float):
-        self.pos, self.rpy, self.grip = np.array(pos, np.float64), np.array(rpy, np.float64), float(grip)
-
-    def apply(self, action: np.ndarray) -> np.ndarray:
-        """Move the target by one 7-D action; returns the effective action (the target's actual change, the
-        clipped gripper command), float64 (7,)."""
-        a = np.asarray(action, np.float64).reshape(-1)
-        if a.shape != (7,) or not np.all(np.isfinite(a)):
-            raise ValueError(f"action: expected 7 finite numbers; got {a}")
-        pos = _clip(self.pos + a[:3])
-        rpy = self.rpy + a[3:6]
-        rpy = np.concatenate([np.clip(rpy[:2], -TILT_LIMIT, TILT_LIMIT), np.clip(rpy[2:], -YAW_LIMIT, YAW_LIMIT)])
-        eff = np.concatenate([pos - self.pos, rpy - self.rpy, [np.clip(a[6], 0.0, 1.0)]])
-        self.pos, self.rpy, self.grip = pos, rpy, float(eff[6])
-        return eff
-
 
 class SyntheticTaskEnv:
     """One closed-loop episode of the synthetic benchmark (module docstring). ``max_steps`` bounds the scripted

@@ -17,7 +17,7 @@ import multiprocessing as mp
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -32,7 +32,7 @@ import mujoco  # noqa: E402  (after MUJOCO_GL is set)
 from simforcing.config import ConfigError  # noqa: E402
 from simforcing.utils import atomic_write, staged_folder  # noqa: E402
 from simforcing.data.format import (EpisodeInfo, episode_file, is_dataset, read_arm_mask,  # noqa: E402
-                                    read_episode_videos, read_info, write_episode, write_meta)
+                                    read_episode_videos, read_info, write_episode, write_meta, write_twin_record)
 from simforcing.data.synthetic.motions import (ArmController, insert_pauses, mat_to_rpy, perturb_targets,  # noqa: E402
                                                script_motion)
 from simforcing.data.synthetic.scene import (  # noqa: E402
@@ -43,7 +43,7 @@ FPS = 10
 SUBSTEPS = round(1.0 / (FPS * TIMESTEP))  # physics steps per video frame (100)
 SIM_BACKGROUND = "black"
 LEAD = np.array([kv / kp for kp, kv in SERVO_GAINS])  # s: velocity feed-forward cancels the servos' damping lag
-GENERATOR_VERSION = 2  # 2: objects.npz beside every paired episode; layout episodes (--layout-train)
+GENERATOR_VERSION = 3  # 2: objects.npz beside every paired episode; layout episodes (--layout-train); 3: twin.json
 
 
 @dataclass
@@ -59,6 +59,7 @@ class Episode:
     states: np.ndarray  # float32 (T, 7): ee position, ee roll-pitch-yaw, gripper opening in [0, 1]
     object_xyz: np.ndarray  # float32 (T, n_objects, 3): object positions (objects.npz of paired episodes)
     object_names: list[str]  # "<colour> <shape>" of task objects, "distractor" otherwise
+    camera: CameraPose  # the pose both renders share (the twin record: the digital twin renders from it)
     target: int = -1  # the task's object (index into object_names)
 
 
@@ -172,14 +173,7 @@ class EpisodePhysics:
     def drive(self, pos: np.ndarray, rpy: np.ndarray, grip: float) -> None:
         """One frame of physics towards the commanded target: IK for (pos (3,), rpy (3,)), the gripper opening
         ``grip`` in [0, 1] (``advance`` drives the scripted targets; a closed-loop policy drives its own)."""
-        d = self.data
-        q_new = self.ctl.solve(self.q, pos, rpy)
-        qdot = (q_new - self.q) / (SUBSTEPS * TIMESTEP)
-        d.ctrl[self.finger_act] = grip * FINGER_TRAVEL
-        for s in range(1, SUBSTEPS + 1):
-            d.ctrl[self.arm_act] = self.q + (q_new - self.q) * (s / SUBSTEPS) + LEAD * qdot
-            mujoco.mj_step(self.model, d)
-        self.q = q_new
+        self.q = servo_frame(self.model, self.data, self.ctl, self.q, pos, rpy, grip, self.arm_act, self.finger_act)
 
     def state(self) -> np.ndarray:
         """(7,): ee position, ee roll-pitch-yaw, gripper opening in [0, 1]."""
@@ -190,6 +184,22 @@ class EpisodePhysics:
     def object_positions(self) -> np.ndarray:
         """(n_objects, 3) free-body positions."""
         return self.data.qpos[self.obj_adr[:, None] + np.arange(3)].copy()
+
+
+def servo_frame(model, data, ctl: ArmController, q: np.ndarray, pos: np.ndarray, rpy: np.ndarray, grip: float,
+                arm_act: np.ndarray, finger_act: np.ndarray) -> np.ndarray:
+    """One video frame of the benchmark's controller: IK for the commanded target (pos (3,), rpy (3,)) from the last
+    setpoint ``q`` (6,), then ``SUBSTEPS`` physics steps while the arm's position servos track setpoints moving
+    linearly from ``q`` to the new solution (with the velocity feed-forward ``LEAD``), the fingers commanded to
+    ``grip`` in [0, 1]. The real scene (``EpisodePhysics``) and the arm's twin alone (``twin.ArmTwin``) both run it.
+    Returns the new setpoint (6,)."""
+    q_new = ctl.solve(q, pos, rpy)
+    qdot = (q_new - q) / (SUBSTEPS * TIMESTEP)
+    data.ctrl[finger_act] = grip * FINGER_TRAVEL
+    for s in range(1, SUBSTEPS + 1):
+        data.ctrl[arm_act] = q + (q_new - q) * (s / SUBSTEPS) + LEAD * qdot
+        mujoco.mj_step(model, data)
+    return q_new
 
 
 def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True, layouts: int = 0,
@@ -228,7 +238,7 @@ def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, pai
                    arm_mask=np.stack(masks) if paired else None, actions=ep.motion.actions(), states=states_arr,
                    object_xyz=np.asarray(obj_xyz, np.float32),
                    object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects],
-                   target=ep.motion.target)
+                   camera=ep.camera, target=ep.motion.target)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -251,6 +261,7 @@ def _write_one(job: tuple) -> EpisodeInfo:
     ep = simulate_episode(seed, index, length, _TWIN, paired=paired, layouts=scene_layouts, jitter=jitter,
                           action_noise=action_noise, pauses=pauses)
     write_episode(out, episode_id, ep.sim, ep.real, ep.actions, ep.states, ep.arm_mask, layout=layout, fps=FPS)
+    write_twin_record(out, episode_id, {"camera": asdict(ep.camera)})
     if paired:
         write_objects(out, episode_id, ep.object_xyz, ep.object_names, ep.target, ep.kind)
     return EpisodeInfo(episode_id=episode_id, length=length, instruction=ep.instruction, has_real=paired)

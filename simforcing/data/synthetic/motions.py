@@ -270,3 +270,29 @@ class ArmController:
             dq += null @ (0.05 * (self.home - q))
             q = np.clip(q + np.clip(dq, -0.3, 0.3), self.lo, self.hi)
         return q
+
+
+class CommandedTarget:
+    """The controller's commanded target (``policy.synthetic``, "Action"): the deltas of an action are added to the
+    target, which is clipped into the scripted workspace; the gripper command is clipped to [0, 1]. What the
+    controller executes — the simulator, the arm's twin — and what a world model is given instead (the effective
+    action) are the same, without reading any simulator state."""
+
+    def __init__(self, pos: np.ndarray, rpy: np.ndarray, grip: float):
+        self.pos, self.rpy, self.grip = np.array(pos, np.float64), np.array(rpy, np.float64), float(grip)
+
+    def copy(self) -> "CommandedTarget":
+        return CommandedTarget(self.pos, self.rpy, self.grip)
+
+    def apply(self, action: np.ndarray) -> np.ndarray:
+        """Move the target by one 7-D action; returns the effective action (the target's actual change, the
+        clipped gripper command), float64 (7,)."""
+        a = np.asarray(action, np.float64).reshape(-1)
+        if a.shape != (7,) or not np.all(np.isfinite(a)):
+            raise ValueError(f"action: expected 7 finite numbers; got {a}")
+        pos = _clip(self.pos + a[:3])
+        rpy = self.rpy + a[3:6]
+        rpy = np.concatenate([np.clip(rpy[:2], -TILT_LIMIT, TILT_LIMIT), np.clip(rpy[2:], -YAW_LIMIT, YAW_LIMIT)])
+        eff = np.concatenate([pos - self.pos, rpy - self.rpy, [np.clip(a[6], 0.0, 1.0)]])
+        self.pos, self.rpy, self.grip = pos, rpy, float(eff[6])
+        return eff

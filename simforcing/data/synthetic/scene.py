@@ -153,10 +153,13 @@ def _actuators_xml() -> str:
 
 
 def sim_xml() -> str:
-    """The digital twin: the arm alone, evenly lit, flat black background (no skybox, floor or shadows)."""
+    """The digital twin: the arm alone, evenly lit, flat black background (no skybox, floor or shadows), with the real
+    scene's servos and integrator, so that it renders the simulation videos (``generate.TwinRenderer``: joint positions
+    set, no physics) and runs the benchmark's controller on its own (``twin.ArmTwin``: the actions' physics, no
+    objects). Actuators are invisible: the renders do not depend on them."""
     return f"""<mujoco model="simforcing-synth-sim">
   <compiler angle="radian"/>
-  <option timestep="{TIMESTEP}"/>
+  <option timestep="{TIMESTEP}" integrator="implicitfast"/>
   <visual>
     <global offwidth="640" offheight="480"/>
     <headlight ambient="0.45 0.45 0.45" diffuse="0.45 0.45 0.45" specular="0.05 0.05 0.05"/>
@@ -168,6 +171,7 @@ def sim_xml() -> str:
     <light name="key" directional="true" dir="0.3 0.2 -1" diffuse="0.35 0.35 0.35" specular="0 0 0"
            castshadow="false"/>{_arm_xml()}
   </worldbody>
+  {_actuators_xml()}
 </mujoco>
 """
 

@@ -1,0 +1,170 @@
+"""The robot's digital twin in the loop (beyond the paper): simulation-domain frames of commanded actions.
+
+SimForcing's training data pairs every real video with a simulation video of the same actions, rendered by a
+simulator of the robot — its digital twin: the arm alone on the simulation's background, seen from the real camera's
+pose. At inference the paper's sampler makes that condition itself (the student's own simulation rollout, SPEC §5
+step 2), and over a long rollout that chain drifts. A user who owns the twin can render the condition instead, exactly,
+for any commanded actions, chunk after chunk: ``sample.condition = render``.
+
+    twin = make_renderer(cfg, height, width)                    # a SimRenderer (``sample.twin``)
+    first = twin.start([TwinEpisode(state0, record), ...])      # (B, H, W, 3) uint8: each twin at its start
+    frames = twin.window(actions, stride, keep=n)               # (B, F, H, W, 3) uint8: now + every stride actions
+
+A :class:`SimRenderer` keeps one twin per episode and promises:
+
+- ``start(episodes)``: each twin at the episode's start — its robot state (dataset units) and its twin record (the
+  dataset's ``episodes/<id>/twin.json``: the camera in the renderer's own terms), optionally the controller's commanded
+  target when it is not the state's pose (a closed-loop environment knows it) — and that first frame;
+- ``window(actions, stride, keep)``: raw actions (B, A_w, A) from the current state: the frame now, then one frame
+  after every ``stride`` actions (F = A_w / stride + 1 frames, the data's window layout), rendered as the training
+  data's simulation videos were; each twin then advances by its first ``keep`` actions only (the executed ones; the
+  rest of a window is the plan or the hold actions that fill it, ``simforcing.rollout``);
+- frames at the size it was built for (the data's ``height × width``), uint8, deterministic for the same inputs.
+
+The synthetic benchmark's twin is :class:`simforcing.data.synthetic.twin.ArmTwin` (``sample.twin = synthetic``): the
+MuJoCo arm alone, the benchmark's own controller and servos, no objects. For your own robot, write a class with these
+three methods (an MJCF or URDF of the arm in the simulator the paired data was rendered with, the camera per episode
+in ``twin.json``, the controller that turns one action into joint targets) and name it ``--sample.twin=module:factory``
+with ``factory(height, width) -> SimRenderer``; ``simforcing data check-twin`` measures how well it renders the
+recorded simulation videos again (docs/GUIDE.md "The twin in the loop").
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Optional, Protocol, Sequence
+
+import numpy as np
+
+from simforcing.config import Config, ConfigError
+
+SYNTHETIC = "synthetic"
+
+
+@dataclass
+class TwinEpisode:
+    """One episode's start as a twin sees it. ``state`` (S,) raw (dataset units); ``record`` the episode's twin record
+    (``{"camera": {...}}``); ``target`` the controller's commanded target at the start when the environment knows it
+    (the synthetic benchmark's: (pos (3,), rpy (3,), grip)); None: the state's own pose."""
+
+    state: np.ndarray
+    record: dict
+    target: Optional[tuple] = None
+
+
+class SimRenderer(Protocol):
+    """Simulation-domain frames of commanded actions (module docstring)."""
+
+    height: int
+    width: int
+
+    def start(self, episodes: Sequence[TwinEpisode]) -> np.ndarray: ...
+
+    def window(self, actions: np.ndarray, stride: int, keep: int) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+
+def window_frame_steps(num_actions: int, stride: int) -> list[int]:
+    """The action counts after which a window's frames are rendered: 0 (now), stride, 2·stride, …, num_actions."""
+    if stride < 1 or num_actions < stride or num_actions % stride:
+        raise ValueError(f"a window of {num_actions} actions with frame stride {stride}: expected a positive multiple "
+                         "of the stride")
+    return list(range(0, num_actions + 1, stride))
+
+
+def make_renderer(cfg: Config, height: int, width: int) -> SimRenderer:
+    """The renderer ``cfg.sample.twin`` names, rendering ``height × width`` frames — the size the dataset's simulation
+    videos were recorded at (its info.json); the sampler transforms them as training transforms recorded frames.
+    ``synthetic`` (the embedded benchmark's arm twin) or ``module:factory`` (your own: ``factory(height, width)``
+    returns a SimRenderer)."""
+    name, h, w = cfg.sample.twin, int(height), int(width)
+    if name == SYNTHETIC:
+        from simforcing.data.synthetic.twin import ArmTwin  # MuJoCo loads only here
+
+        return ArmTwin(h, w)
+    module, _, attr = str(name).partition(":")
+    if not module or not attr:
+        raise ConfigError(f"sample.twin: got {name!r}; expected {SYNTHETIC!r} or 'module:factory' (a function "
+                          "factory(height, width) returning a SimRenderer)")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"sample.twin: cannot load {name!r} ({type(e).__name__}: {e}); expected 'module:factory' "
+                          "importable in this environment") from e
+    renderer = factory(h, w)
+    missing = [m for m in ("start", "window", "close") if not callable(getattr(renderer, m, None))]
+    if missing:
+        raise ConfigError(f"sample.twin: {name!r} returned a {type(renderer).__name__} without {', '.join(missing)}; "
+                          "expected a SimRenderer (simforcing.twin)")
+    return renderer
+
+
+def render_actions(renderer: SimRenderer, episodes: Sequence[TwinEpisode], actions: np.ndarray,
+                   stride: int = 1) -> np.ndarray:
+    """A whole episode's simulation video again: (B, 1 + H / stride, height, width, 3) uint8 for raw actions
+    (B, H, A) from the episodes' starts (what ``data check-twin`` compares with the recorded video)."""
+    first = renderer.start(episodes)
+    if actions.shape[1] == 0:
+        return first[:, None]
+    return renderer.window(np.asarray(actions), stride, keep=actions.shape[1])
+
+
+@dataclass
+class TwinCheck:
+    """How well a renderer renders a dataset's recorded simulation videos again (``simforcing data check-twin``):
+    per episode the PSNR (dB, 0..255 frames) of every frame against the recorded one — its mean and its worst frame."""
+
+    twin: str
+    split: str
+    episodes: list  # [{"episode_id", "instruction", "frames", "psnr_mean", "psnr_min"}]
+
+    @property
+    def worst_frame(self) -> float:
+        return min(e["psnr_min"] for e in self.episodes)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean([e["psnr_mean"] for e in self.episodes]))
+
+    def to_json(self) -> dict:
+        return {"twin": self.twin, "split": self.split, "psnr_mean": self.mean, "psnr_worst_frame": self.worst_frame,
+                "episodes": self.episodes}
+
+
+PSNR_CAP = 99.0  # dB: an exact frame (its MSE 0) counts as this
+
+
+def frame_psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """PSNR (dB) per frame of uint8 videos (T, H, W, 3), capped at ``PSNR_CAP``."""
+    mse = ((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean(axis=(1, 2, 3))
+    return np.minimum(PSNR_CAP, 10 * np.log10(255.0 ** 2 / np.maximum(mse, 1e-12)))
+
+
+def check_twin(cfg: Config, root, split: str = "val", num_episodes: Optional[int] = None) -> TwinCheck:
+    """Render the first ``num_episodes`` episodes of ``split`` from their recorded first state and actions with the
+    twin ``cfg.sample.twin`` and compare with their recorded simulation videos (:class:`TwinCheck`)."""
+    from simforcing.data.format import (read_episode_videos, read_episodes, read_info, read_lowdim, read_splits,
+                                        read_twin_record)
+
+    info, index = read_info(root), read_episodes(root)
+    ids = read_splits(root).get(split) or []
+    if not ids:
+        raise ConfigError(f"--split {split}: {root} holds no episode in that split")
+    ids = ids[:num_episodes] if num_episodes else ids
+    renderer = make_renderer(cfg, info["height"], info["width"])
+    rows = []
+    try:
+        for eid in ids:
+            ep = index[eid]
+            sim, _ = read_episode_videos(root, info, ep)
+            actions, states = read_lowdim(root, eid)
+            frames = render_actions(renderer, [TwinEpisode(states[0], read_twin_record(root, eid))],
+                                    actions[None].astype(np.float64))[0]
+            p = frame_psnr(frames, sim[: len(frames)])
+            rows.append({"episode_id": eid, "instruction": ep.instruction, "frames": int(len(p)),
+                         "psnr_mean": float(p.mean()), "psnr_min": float(p.min())})
+    finally:
+        renderer.close()
+    return TwinCheck(cfg.sample.twin, split, rows)
