@@ -33,7 +33,8 @@ from simforcing.data.paired import PairedWindowDataset
 from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, OutputError
 from simforcing.locking import FolderLock
 from simforcing.losses import NonFiniteLoss
-from simforcing.methods import METHODS, method_preset, needs_teacher, own_first_frames, rollout_windows
+from simforcing.methods import (METHODS, method_preset, needs_previous_chunk, needs_teacher, own_first_frames,
+                                rollout_windows)
 from simforcing.models.vae import load_vae
 from simforcing.models.weights import frozen_copy, load_configured_weights
 from simforcing.models.world_model import build_world_model
@@ -52,7 +53,8 @@ from simforcing.warmstart import init_from_run
 __all__ = ["Diverged", "Trainer", "derive_seed", "lr_factor", "param_groups", "train_run"]
 
 # what the steps read ("states": the second chunk's first state when training on own rollouts)
-_BATCH_KEYS = ("sim", "real", "z_sim", "z_real", "actions", "state0", "text", "text_mask", "states")
+_BATCH_KEYS = ("sim", "real", "z_sim", "z_real", "actions", "state0", "text", "text_mask", "states", "arm_mask",
+               "has_arm_mask")
 
 
 class Diverged(Exception):
@@ -297,7 +299,7 @@ class Trainer(RunFolderMixin, ResumeMixin):
         windows hold two chunks: the second is the training window, the first its ``*_prev`` (own_first_frames)."""
         out = {k: batch[k].to(self.device, non_blocking=True) for k in _BATCH_KEYS if k in batch}
         states = out.pop("states", None)
-        own = self.cfg.train.rollout_prob > 0
+        own = needs_previous_chunk(self.cfg)
         if self.vae is not None:
             with torch.no_grad():
                 for d in self.domains:
@@ -308,6 +310,8 @@ class Trainer(RunFolderMixin, ResumeMixin):
                         video = video[:, :, f - 1:]
                     out[f"z_{d}"] = self.vae.encode(video)  # (B, 3, F, H, W) -> (B, C, L+1, h, w)
             if own:
+                if "arm_mask" in out:
+                    out["arm_mask"] = out["arm_mask"][:, self.cfg.data.frames - 1:]
                 a = self.cfg.data.actions_per_window
                 out["actions_prev"], out["actions"] = out["actions"][:, :a], out["actions"][:, a:]
                 out["state0_prev"], out["state0"] = out["state0"], states[:, self.cfg.data.frames - 1]
