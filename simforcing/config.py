@@ -129,6 +129,9 @@ class ConditioningConfig:
     sigma_min: float = 0.1
     sigma_max: float = 0.3
     action_dropout: float = 0.1  # stage 1: actions of this fraction of samples dropped
+    # what P_j reads (beyond the paper): "latent" — c itself (the paper) — or "motion" — (c_0, c_ℓ − c_0): each
+    # future token's patch then shows where the simulated arm is and where it was (WorldModel._condition_patches)
+    representation: str = "latent"
 
 
 @dataclass
@@ -139,6 +142,9 @@ class LossConfig:
     md_sim: float = 0.025
     value_real: float = 0.25  # value_distill only: ||z_hat^r - sg(z_hat^s)||^2
     value_sim: float = 0.025
+    # beyond the paper: stage-2 terms weight a latent position 1 + arm_weight·(its share of arm pixels, where the arm
+    # goes and where it was; losses.region_weight), from the windows' arm masks; 0 = every position alike (the paper)
+    arm_weight: float = 0.0
 
 
 @dataclass
@@ -164,6 +170,12 @@ class TrainConfig:
     # probability per sample, the window's first frame is the model's own prediction of it from the previous chunk
     # (methods.own_first_frames), as a long rollout hands a chunk over; 0 = always the recorded frame
     rollout_prob: float = 0.0
+    # stage 2, against the drift of long rollouts (beyond the paper, after GameNGen): the student's first latent is
+    # noised to a level σ ~ U(0, context_noise) per sample and told that level (methods.context_noise); 0 = off
+    context_noise: float = 0.0
+    # stage 2, against drift (beyond the paper): each window's first frame blended with the pose of F − 1 frames
+    # earlier, a ~ U(0, context_ghost) (methods.ghosted_first_frames; two-chunk windows); 0 = off
+    context_ghost: float = 0.0
 
 
 @dataclass
@@ -340,6 +352,8 @@ class Config:
                "0 <= alpha_min <= alpha_max <= 1")
         _check(0 <= c.sigma_min <= c.sigma_max, "conditioning.sigma_min", (c.sigma_min, c.sigma_max),
                "0 <= sigma_min <= sigma_max")
+        _check(c.representation in ("latent", "motion"), "conditioning.representation", c.representation,
+               "'latent' (the paper) or 'motion'")
         for f in dataclasses.fields(self.loss):
             _check(getattr(self.loss, f.name) >= 0, f"loss.{f.name}", getattr(self.loss, f.name), ">= 0")
 
@@ -357,6 +371,8 @@ class Config:
                "train.threads", t.threads, "'auto' or an integer >= 1")
         _check(t.ckpt_every >= 1, "train.ckpt_every", t.ckpt_every, "an integer >= 1")
         _check(0.0 <= t.rollout_prob <= 1.0, "train.rollout_prob", t.rollout_prob, "a probability in [0, 1]")
+        _check(0.0 <= t.context_noise <= 1.0, "train.context_noise", t.context_noise, "a noise level in [0, 1]")
+        _check(0.0 <= t.context_ghost <= 1.0, "train.context_ghost", t.context_ghost, "a blend weight in [0, 1]")
         _check(t.rollout_prob == 0 or not self.data.latent_cache, "train.rollout_prob", t.rollout_prob,
                "0 with data.latent_cache (training on the model's own rollouts decodes two chunks per window)")
         _check(t.method in METHOD_NAMES, "train.method", t.method, "one of " + ", ".join(METHOD_NAMES))

@@ -47,10 +47,17 @@ class Term(NamedTuple):
     per_sample: torch.Tensor  # (B,)
 
 
-def _weighted_mse(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor | None, name: str) -> Term:
+def _weighted_mse(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor | None, name: str,
+                  region: torch.Tensor | None = None) -> Term:
+    """Mean squared error per sample × weight. ``region`` (B, 1, L, h, w), broadcast over channels: a per-position
+    weight, normalised to mean 1 per sample, so it moves the emphasis without changing the loss's scale."""
     if a.shape != b.shape:
         raise ValueError(f"{name}: prediction {tuple(a.shape)} and target {tuple(b.shape)} must have the same shape")
-    per_sample = (a.float() - b.float()).pow(2).flatten(1).mean(dim=1)  # (B, ...) -> (B,)
+    sq = (a.float() - b.float()).pow(2)
+    if region is not None:
+        r = region.float().expand_as(sq)
+        sq = sq * (r / r.flatten(1).mean(dim=1).view(-1, *([1] * (sq.dim() - 1))))
+    per_sample = sq.flatten(1).mean(dim=1)  # (B, ...) -> (B,)
     if weight is not None:
         if weight.shape != per_sample.shape:
             raise ValueError(f"{name}: weight must have shape {tuple(per_sample.shape)}, got {tuple(weight.shape)}")
@@ -58,9 +65,28 @@ def _weighted_mse(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor | None,
     return Term(per_sample.mean(), per_sample)
 
 
-def flow_matching_loss(u_hat: torch.Tensor, u: torch.Tensor, weight: torch.Tensor | None = None) -> Term:
-    """‖û − u‖² per sample (mean over C, L, h, w) × weight; u_hat, u (B, C, L, h, w), weight (B,) or None (= 1)."""
-    return _weighted_mse(u_hat, u, weight, "flow_matching_loss")
+def flow_matching_loss(u_hat: torch.Tensor, u: torch.Tensor, weight: torch.Tensor | None = None,
+                       region: torch.Tensor | None = None) -> Term:
+    """‖û − u‖² per sample (mean over C, L, h, w) × weight; u_hat, u (B, C, L, h, w), weight (B,) or None (= 1);
+    ``region``: :func:`region_weight` (None: every position alike)."""
+    return _weighted_mse(u_hat, u, weight, "flow_matching_loss", region)
+
+
+def region_weight(mask: torch.Tensor, temporal_stride: int, spatial_stride: int, strength: float) -> torch.Tensor:
+    """Per-position loss weight of the future latents from a window's pixel masks (the robot arm's):
+    mask (B, F, H, W) bool with F = 1 + ts·L -> (B, 1, L, H / s, W / s) = 1 + strength·m, where m is the fraction of
+    a latent cell's pixels that hold the arm in the first frame or in any frame its latent frame encodes (frames
+    (ℓ − 1)·ts + 1 … ℓ·ts for latent ℓ = 1 … L): where the arm goes and where it was, which a prediction that leaves a
+    ghost of the start pose gets wrong. ``loss.arm_weight`` is ``strength``; the paper weights every position alike."""
+    b, f, h, w = mask.shape
+    if (f - 1) % temporal_stride or h % spatial_stride or w % spatial_stride:
+        raise ValueError(f"region_weight: mask (B, F, H, W) = {tuple(mask.shape)} does not fit a latent of temporal "
+                         f"stride {temporal_stride} and spatial stride {spatial_stride}")
+    m = mask.bool()
+    groups = m[:, 1:].reshape(b, (f - 1) // temporal_stride, temporal_stride, h, w).any(dim=2)  # (B, L, H, W)
+    cover = (groups | m[:, :1]).float()
+    frac = torch.nn.functional.avg_pool2d(cover.flatten(0, 1)[:, None], spatial_stride)  # (B·L, 1, h, w)
+    return 1.0 + strength * frac.view(b, 1, groups.shape[1], h // spatial_stride, w // spatial_stride)
 
 
 def latent_motion(z0: torch.Tensor, z_future: torch.Tensor) -> torch.Tensor:
@@ -75,15 +101,16 @@ def latent_motion(z0: torch.Tensor, z_future: torch.Tensor) -> torch.Tensor:
     return seq[:, :, 1:] - seq[:, :, :-1]
 
 
-def motion_distill_loss(m_student: torch.Tensor, m_teacher: torch.Tensor, weight: torch.Tensor | None = None) -> Term:
+def motion_distill_loss(m_student: torch.Tensor, m_teacher: torch.Tensor, weight: torch.Tensor | None = None,
+                        region: torch.Tensor | None = None) -> Term:
     """‖m̂_student − sg(m̂_teacher)‖² per sample × weight (teacher motion detached here)."""
-    return _weighted_mse(m_student, m_teacher.detach(), weight, "motion_distill_loss")
+    return _weighted_mse(m_student, m_teacher.detach(), weight, "motion_distill_loss", region)
 
 
 def value_distill_loss(z_student_hat: torch.Tensor, z_teacher_hat: torch.Tensor,
-                       weight: torch.Tensor | None = None) -> Term:
+                       weight: torch.Tensor | None = None, region: torch.Tensor | None = None) -> Term:
     """‖ẑ_student − sg(ẑ_teacher)‖² per sample × weight over the future latents (teacher detached here)."""
-    return _weighted_mse(z_student_hat, z_teacher_hat.detach(), weight, "value_distill_loss")
+    return _weighted_mse(z_student_hat, z_teacher_hat.detach(), weight, "value_distill_loss", region)
 
 
 def _uniform(batch: int, lo: float, hi: float, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:

@@ -48,7 +48,7 @@ from torch import nn
 from simforcing import flow
 from simforcing.config import METHOD_NAMES, STAGE2_METHODS, VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.losses import (Term, corrupt_condition, flow_matching_loss, latent_motion, motion_distill_loss,
-                               sample_gate, value_distill_loss, weighted_total)
+                               region_weight, sample_gate, value_distill_loss, weighted_total)
 
 StepFn = Callable[[nn.Module, Optional[nn.Module], dict, Config, torch.Generator], "tuple[torch.Tensor, dict]"]
 TEACHER_TERMS = ("md_real", "md_sim", "value_real", "value_sim")  # the distillation terms: they read the teacher
@@ -68,10 +68,12 @@ class ModelInputs:
     cond: Optional[torch.Tensor] = None  # (B, C, L+1, h, w)
     gate: Optional[torch.Tensor] = None  # (B,) float in {0, 1}
     action_keep: Optional[torch.Tensor] = None  # (B,) bool
+    context_tau: Optional[torch.Tensor] = None  # (B,) noise level of a corrupted z0 (train.context_noise)
 
     def run(self, model: nn.Module) -> torch.Tensor:
+        kw = {} if self.context_tau is None else {"context_tau": self.context_tau}
         u = model(self.z_t, self.tau, self.z0, self.actions, self.state0, self.text, text_mask=self.text_mask,
-                  cond=self.cond, gate=self.gate, action_keep=self.action_keep)
+                  cond=self.cond, gate=self.gate, action_keep=self.action_keep, **kw)
         return u.float()
 
 
@@ -92,6 +94,9 @@ def concat_inputs(a: ModelInputs, b: ModelInputs) -> ModelInputs:
     def cond_fill(n_like):
         return lambda other: torch.zeros((n_like,) + other.shape[1:], dtype=other.dtype, device=other.device)
 
+    def tau_fill(n_like):
+        return lambda other: torch.zeros(n_like, dtype=other.dtype, device=other.device)
+
     ba, bb = a.z_t.shape[0], b.z_t.shape[0]
     has_cond = a.cond is not None or b.cond is not None
     if has_cond and ((a.cond is None) != (a.gate is None) or (b.cond is None) != (b.gate is None)):
@@ -103,6 +108,7 @@ def concat_inputs(a: ModelInputs, b: ModelInputs) -> ModelInputs:
         cond=cat(a.cond, b.cond, cond_fill(ba), cond_fill(bb)),
         gate=cat(a.gate, b.gate, gate_fill(ba), gate_fill(bb)),
         action_keep=cat(a.action_keep, b.action_keep, keep_fill(ba), keep_fill(bb)),
+        context_tau=cat(a.context_tau, b.context_tau, tau_fill(ba), tau_fill(bb)),
     )
 
 
@@ -228,6 +234,8 @@ def _stage2_step(recipe: Recipe, student: nn.Module, teacher: Optional[nn.Module
         c, applied = corrupt_condition(batch["z_sim"], cfg.conditioning, gen)
         real_kw = {"cond": c, "gate": gate.to(zr.dtype)}
         extra = {"gate_mean": float(gate.mean()), "corrupt_frac": float(applied.float().mean())}
+    # beyond the paper: the student's first latents degraded (train.context_ghost / context_noise)
+    real_z0, sim_z0, ctx_kw = student_context(zr0, zs0, batch, cfg, gen)
     # 4. forward passes: teacher (no grad), student real (c, g) + student sim (no condition) as one batch
     zhat_s = m_s = None
     if need_teacher:
@@ -235,30 +243,77 @@ def _stage2_step(recipe: Recipe, student: nn.Module, teacher: Optional[nn.Module
             u_s = _inputs(batch, zs_t, tau, zs0).run(teacher)
         zhat_s = flow.clean_estimate(zs_t, tau, u_s).detach()
         m_s = latent_motion(zs0, zhat_s)
-    real_in = _inputs(batch, zr_t, tau, zr0, **real_kw) if need_real else None
-    sim_in = _inputs(batch, zs_t, tau, zs0) if need_sim_student else None
+    real_in = _inputs(batch, zr_t, tau, real_z0, **real_kw, **ctx_kw) if need_real else None
+    sim_in = _inputs(batch, zs_t, tau, sim_z0, **ctx_kw) if need_sim_student else None
     if real_in is not None and sim_in is not None:
         u_r, u_ss = paired_student_forward(student, real_in, sim_in)
     else:
         u_r = real_in.run(student) if real_in is not None else None
         u_ss = sim_in.run(student) if sim_in is not None else None
-    # 5-6. clean estimates, motions and the weighted terms
+    # 5-6. clean estimates, motions and the weighted terms (the arm's region weighted with loss.arm_weight)
+    rw = arm_region(batch, cfg, recipe.name)
     terms: dict[str, Term] = {}
     if "fm_real" in active:
-        terms["fm_real"] = flow_matching_loss(u_r, flow.velocity_target(zr, eps), weight)
+        terms["fm_real"] = flow_matching_loss(u_r, flow.velocity_target(zr, eps), weight, rw)
     if "fm_sim" in active:
-        terms["fm_sim"] = flow_matching_loss(u_ss, flow.velocity_target(zs, eps), weight)
+        terms["fm_sim"] = flow_matching_loss(u_ss, flow.velocity_target(zs, eps), weight, rw)
     zhat_r = flow.clean_estimate(zr_t, tau, u_r) if u_r is not None else None
     zhat_ss = flow.clean_estimate(zs_t, tau, u_ss) if u_ss is not None else None
     if "md_real" in active:
-        terms["md_real"] = motion_distill_loss(latent_motion(zr0, zhat_r), m_s, weight)
+        terms["md_real"] = motion_distill_loss(latent_motion(zr0, zhat_r), m_s, weight, rw)
     if "md_sim" in active:
-        terms["md_sim"] = motion_distill_loss(latent_motion(zs0, zhat_ss), m_s, weight)
+        terms["md_sim"] = motion_distill_loss(latent_motion(zs0, zhat_ss), m_s, weight, rw)
     if "value_real" in active:
-        terms["value_real"] = value_distill_loss(zhat_r, zhat_s, weight)
+        terms["value_real"] = value_distill_loss(zhat_r, zhat_s, weight, rw)
     if "value_sim" in active:
-        terms["value_sim"] = value_distill_loss(zhat_ss, zhat_s, weight)
+        terms["value_sim"] = value_distill_loss(zhat_ss, zhat_s, weight, rw)
     return _finish(terms, lambdas, extra)
+
+
+def student_context(zr0: torch.Tensor, zs0: Optional[torch.Tensor], batch: dict, cfg: Config,
+                    gen: torch.Generator) -> tuple[torch.Tensor, Optional[torch.Tensor], dict]:
+    """The student's first latents as a degraded context, against the drift of long rollouts (beyond the paper; the
+    targets, the motions' anchors and the teacher keep the clean z0, so the student learns to predict the recorded
+    future from a degraded start, as a long rollout hands it one). Drawn after every other random number of the step:
+
+    - ``train.context_ghost`` = a_max > 0: the real z0 blended with the pose of F − 1 frames earlier,
+      z0' = (1 − a)·z0 + a·z_prev,0, a ~ U(0, a_max) per sample (``z_real_prev``: the trainer's two-chunk windows) —
+      the blur of poses a rollout's later chunks start from;
+    - ``train.context_noise`` = σ_max > 0 (after GameNGen): both domains' z0' = (1 − σ)·z0' + σ·η, σ ~ U(0, σ_max)
+      per sample, η ~ N(0, I) per domain, and σ passed to the network as the first frame's flow time.
+
+    Returns (real z0, sim z0, {"context_tau": σ} or {})."""
+    a_max, sigma_max = float(cfg.train.context_ghost), float(cfg.train.context_noise)
+    b, dev = zr0.shape[0], zr0.device
+    if a_max > 0:
+        if "z_real_prev" not in batch:
+            raise ValueError("train.context_ghost: the batch has no 'z_real_prev' (the chunk before each window); "
+                             "the trainer reads two-chunk windows when context_ghost > 0 (methods.rollout_windows)")
+        a = (a_max * torch.rand(b, generator=gen, device=dev)).view(-1, 1, 1, 1, 1).to(zr0.dtype)
+        zr0 = (1 - a) * zr0 + a * batch["z_real_prev"][:, :, :1]
+    if sigma_max <= 0:
+        return zr0, zs0, {}
+    sigma = sigma_max * torch.rand(b, generator=gen, device=dev)
+    noisy = [None if z is None else flow.add_noise(z, torch.randn(z.shape, generator=gen, device=z.device,
+                                                                  dtype=z.dtype), sigma) for z in (zr0, zs0)]
+    return noisy[0], noisy[1], {"context_tau": sigma}
+
+
+def arm_region(batch: dict, cfg: Config, method: str) -> Optional[torch.Tensor]:
+    """``losses.region_weight`` of the batch's arm masks with strength ``loss.arm_weight`` (B, 1, L, h, w), or None
+    when the weight is 0. Samples without a mask (``has_arm_mask`` False) weight every position alike. The sim and
+    real frames of a pair show the arm at the same pixels, so one weight serves both domains' terms."""
+    strength = float(cfg.loss.arm_weight)
+    if strength <= 0:
+        return None
+    if "arm_mask" not in batch:
+        raise ConfigError(f"loss.arm_weight={strength}: method {method}'s batches carry no arm masks (a latent cache "
+                          "has none); train from the dataset's frames, or set --loss.arm_weight=0")
+    mask = batch["arm_mask"].bool()  # (B, F, H, W)
+    if "has_arm_mask" in batch:
+        mask = mask & batch["has_arm_mask"].bool().view(-1, 1, 1, 1)
+    v = cfg.model.vae
+    return region_weight(mask, v.temporal_stride, v.spatial_stride, strength)
 
 
 RECIPES: dict[str, Recipe] = {
@@ -286,7 +341,7 @@ METHODS: dict[str, StepFn] = {VIDEO_PRIOR_METHOD: video_prior_step, "sim_pretrai
                                **{name: _stage2(name) for name in RECIPES}}
 assert tuple(RECIPES) == STAGE2_METHODS and tuple(METHODS) == METHOD_NAMES, "one method list: config.METHOD_NAMES"
 
-_ALL_TERMS = tuple(f.name for f in dataclasses.fields(Config().loss))
+_ALL_TERMS = ("fm_real", "fm_sim", "md_real", "md_sim", "value_real", "value_sim")  # loss.* weights of terms
 
 
 def needs_teacher(cfg: Config) -> bool:
@@ -322,10 +377,16 @@ def method_preset(cfg: Config, name: str) -> Config:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def needs_previous_chunk(cfg: Config) -> bool:
+    """Whether a step reads the chunk before its window (``*_prev``): training on own rollouts, or on first frames
+    ghosted with an earlier pose (``train.context_ghost``)."""
+    return cfg.train.rollout_prob > 0 or cfg.train.context_ghost > 0
+
+
 def rollout_windows(cfg: Config) -> Config:
-    """The data config of a run training on its own rollouts: windows of two chunks (2F − 1 frames, the first one
-    to predict the second's first frame from); ``cfg`` itself otherwise."""
-    if cfg.train.rollout_prob <= 0:
+    """The data config of a run that reads the previous chunk (:func:`needs_previous_chunk`): windows of two chunks
+    (2F − 1 frames; the second is the training window); ``cfg`` itself otherwise."""
+    if not needs_previous_chunk(cfg):
         return cfg
     c = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, frames=2 * cfg.data.frames - 1))
     return c

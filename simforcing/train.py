@@ -28,7 +28,7 @@ from simforcing.checkpoint import load_model_state
 from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
 from simforcing.data.latent_cache import LatentWindowDataset
 from simforcing.data.paired import PairedWindowDataset
-from simforcing.methods import METHODS, method_preset, needs_teacher, rollout_windows
+from simforcing.methods import METHODS, method_preset, needs_previous_chunk, needs_teacher, rollout_windows
 from simforcing.models.weights import frozen_copy
 from simforcing.models.world_model import build_world_model
 from simforcing.runfolder import INIT_FILE, recorded_init
@@ -41,7 +41,8 @@ from simforcing.warmstart import check_init_run, init_from_run, load_start_weigh
 __all__ = ["SIM_PRETRAIN", "STAGE2", "train_run"]
 
 # what the steps read ("states": the second chunk's first state when training on own rollouts)
-_BATCH_KEYS = ("sim", "real", "z_sim", "z_real", "actions", "state0", "text", "text_mask", "states")
+_BATCH_KEYS = ("sim", "real", "z_sim", "z_real", "actions", "state0", "text", "text_mask", "states", "arm_mask",
+               "has_arm_mask")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -62,11 +63,11 @@ def _pixels_encoded(cfg: Config) -> bool:
 
 
 def _latents(domains: tuple[str, ...], batch: dict, cfg: Config, device: torch.device, vae: Any) -> dict:
-    """Move to the device; pixels -> latents with the frozen VAE (no grad). With ``train.rollout_prob`` the windows
-    hold two chunks: the second is the training window, the first its ``*_prev`` (``methods.own_first_frames``)."""
+    """Move to the device; pixels -> latents with the frozen VAE (no grad). With ``train.rollout_prob`` (or ``train.context_ghost``)
+    the windows hold two chunks: the second is the training window, the first its ``*_prev`` (``methods.own_first_frames``)."""
     out = {k: batch[k].to(device, non_blocking=True) for k in _BATCH_KEYS if k in batch}
     states = out.pop("states", None)
-    own = cfg.train.rollout_prob > 0
+    own = needs_previous_chunk(cfg)
     if vae is not None:
         with torch.no_grad():
             for d in domains:
@@ -77,6 +78,8 @@ def _latents(domains: tuple[str, ...], batch: dict, cfg: Config, device: torch.d
                     video = video[:, :, f - 1:]
                 out[f"z_{d}"] = vae.encode(video)  # (B, 3, F, H, W) -> (B, C, L+1, h, w)
         if own:
+            if "arm_mask" in out:
+                out["arm_mask"] = out["arm_mask"][:, cfg.data.frames - 1:]
             a = cfg.data.actions_per_window
             out["actions_prev"], out["actions"] = out["actions"][:, :a], out["actions"][:, a:]
             out["state0_prev"], out["state0"] = out["state0"], states[:, cfg.data.frames - 1]

@@ -115,3 +115,35 @@ def test_sample_gate():
 def test_non_finite_loss_names_the_term():
     err = NonFiniteLoss("md_real", float("nan"))
     assert err.term == "md_real" and "md_real" in str(err) and err.value != err.value
+
+
+def test_region_weight_against_a_loop():
+    """losses.region_weight: 1 + s·(share of a latent cell's pixels holding the arm at frame 0 or in any frame its
+    latent frame encodes), written out cell by cell."""
+    from simforcing.losses import region_weight
+
+    g = torch.Generator().manual_seed(0)
+    b, ts, ss, L, h, w = 2, 4, 4, 2, 3, 2
+    mask = torch.rand(b, 1 + ts * L, h * ss, w * ss, generator=g) < 0.2
+    got = region_weight(mask, ts, ss, 3.0)
+    assert got.shape == (b, 1, L, h, w)
+    for i in range(b):
+        for ell in range(1, L + 1):
+            frames = [0] + list(range((ell - 1) * ts + 1, ell * ts + 1))
+            cover = torch.zeros(h * ss, w * ss, dtype=torch.bool)
+            for f in frames:
+                cover |= mask[i, f]
+            for y in range(h):
+                for x in range(w):
+                    share = cover[y * ss:(y + 1) * ss, x * ss:(x + 1) * ss].float().mean()
+                    assert got[i, 0, ell - 1, y, x].item() == pytest.approx(1 + 3.0 * share.item())
+
+
+def test_region_weighted_loss_keeps_the_scale_and_moves_the_emphasis():
+    g = torch.Generator().manual_seed(1)
+    a, t = torch.randn(3, 4, 2, 3, 3, generator=g), torch.randn(3, 4, 2, 3, 3, generator=g)
+    ones = torch.ones(3, 1, 2, 3, 3)
+    assert torch.allclose(flow_matching_loss(a, t, region=ones).per_sample, flow_matching_loss(a, t).per_sample)
+    r = 1 + 4 * (torch.rand(3, 1, 2, 3, 3, generator=g) > 0.7).float()
+    want = (((a - t) ** 2) * r).flatten(1).mean(1) / r.expand_as(a).flatten(1).mean(1)
+    assert torch.allclose(flow_matching_loss(a, t, region=r).per_sample, want)

@@ -361,3 +361,108 @@ def test_real_world_model_gate_zero_equals_unconditioned(monkeypatch, real_setup
                                          gen(14))
     for k in ("fm_real", "fm_sim", "md_real", "md_sim"):
         assert gated[k] == pytest.approx(plain[k], rel=1e-6, abs=1e-7), k
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Beyond the paper: the arm's region weighted, the student's context degraded (docs/FAITHFUL.md)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class ContextStandIn(StandIn):
+    """StandIn that also takes and records ``context_tau`` (the corrupted first latent's level)."""
+
+    def forward(self, z_t, tau, z0, actions, state0, text, text_mask=None, cond=None, gate=None, cond_feats=None,
+                action_keep=None, context_tau=None):
+        out = super().forward(z_t, tau, z0, actions, state0, text, text_mask, cond, gate, cond_feats, action_keep)
+        self.calls[-1]["context_tau"] = None if context_tau is None else context_tau.detach().clone()
+        return out + (0 if context_tau is None else 0.1 * context_tau.view(-1, 1, 1, 1, 1))
+
+
+def _arm_batch(seed=5):
+    batch = make_batch(seed)
+    g = torch.Generator().manual_seed(seed + 100)
+    f = 1 + 4 * L  # the demo VAE: temporal stride 4, spatial stride 4
+    batch["arm_mask"] = torch.rand(B, f, 4 * H, 4 * W, generator=g) < 0.15
+    batch["has_arm_mask"] = torch.tensor([True, True, True, False])
+    return batch
+
+
+def test_arm_weighted_step_equals_the_weighted_terms_written_out():
+    from simforcing.losses import region_weight
+
+    cfg = make_cfg("sft")
+    cfg.flow.loss_weighting = "uniform"
+    cfg.loss.arm_weight = 4.0
+    batch = _arm_batch()
+    student = StandIn(seed=1)
+    loss, logs = METHODS["sft"](student, None, batch, cfg, gen(3))
+    (sc,) = student.calls
+    zr = batch["z_real"]
+    tb = sc["tau"].view(B, 1, 1, 1, 1)
+    eps = (sc["z_t"] - (1 - tb) * zr[:, :, 1:]) / tb
+    with torch.no_grad():
+        u = student(sc["z_t"], sc["tau"], zr[:, :, :1], batch["actions"], batch["state0"], batch["text"],
+                    batch["text_mask"])
+    mask = batch["arm_mask"] & batch["has_arm_mask"].view(-1, 1, 1, 1)
+    r = region_weight(mask, 4, 4, 4.0).expand_as(u)
+    r = r / r.flatten(1).mean(1).view(-1, 1, 1, 1, 1)
+    want = (((u - (eps - zr[:, :, 1:])) ** 2) * r).flatten(1).mean(1).mean()
+    assert logs["fm_real"] == pytest.approx(want.item(), rel=1e-4)
+    cfg.loss.arm_weight = 0.0
+    _, plain = METHODS["sft"](StandIn(seed=1), None, batch, cfg, gen(3))
+    assert plain["fm_real"] != pytest.approx(logs["fm_real"], rel=1e-3)  # the weighting changes the term
+    assert torch.all(r[3] == 1)  # a sample without a mask weights every position alike
+
+
+def test_arm_weight_without_masks_is_refused_by_name():
+    cfg = make_cfg("sft")
+    cfg.loss.arm_weight = 2.0
+    with pytest.raises(ConfigError, match="loss.arm_weight"):
+        METHODS["sft"](StandIn(seed=1), None, make_batch(1), cfg, gen(0))
+
+
+def test_degraded_context_reaches_only_the_student_input():
+    """train.context_ghost + context_noise: the student's real z0 is (1 − a)·z0 + a·z_prev,0, then noised to σ and
+    told σ; the teacher, the targets and the motion anchors keep the clean z0."""
+    cfg = make_cfg("simforcing")
+    cfg.conditioning.p = 0.0  # no condition: the draws below are the step's last
+    cfg.flow.loss_weighting = "uniform"
+    cfg.train.context_ghost, cfg.train.context_noise = 0.5, 0.3
+    batch = make_batch(6)
+    g = torch.Generator().manual_seed(60)
+    batch["z_real_prev"] = torch.randn(B, C, L + 1, H, W, generator=g)
+    student, teacher = ContextStandIn(seed=1), ContextStandIn(seed=2)
+    _, logs = METHODS["simforcing"](student, teacher, batch, cfg, gen(9))
+    (tc,), (sc,) = teacher.calls, student.calls
+    assert tc["context_tau"] is None and torch.equal(tc["z0"], batch["z_sim"][:, :, :1])  # the teacher: clean
+    sigma = sc["context_tau"][:B]
+    assert torch.equal(sc["context_tau"][B:], sigma) and bool((sigma >= 0).all() and (sigma <= 0.3).all())
+    # redraw the step's random numbers: eps, t, then (no gate) ghost a, sigma, eta_r, eta_s
+    rg = gen(9)
+    torch.randn(batch["z_real"][:, :, 1:].shape, generator=rg)
+    torch.rand(B, generator=rg)
+    a = 0.5 * torch.rand(B, generator=rg)
+    s = 0.3 * torch.rand(B, generator=rg)
+    eta_r = torch.randn(batch["z_real"][:, :, :1].shape, generator=rg)
+    eta_s = torch.randn(batch["z_sim"][:, :, :1].shape, generator=rg)
+    assert torch.allclose(sigma, s)
+    zr0, zs0 = batch["z_real"][:, :, :1], batch["z_sim"][:, :, :1]
+    ab, sb = a.view(-1, 1, 1, 1, 1), s.view(-1, 1, 1, 1, 1)
+    ghost = (1 - ab) * zr0 + ab * batch["z_real_prev"][:, :, :1]
+    assert torch.allclose(sc["z0"][:B], (1 - sb) * ghost + sb * eta_r, atol=1e-6)
+    assert torch.allclose(sc["z0"][B:], (1 - sb) * zs0 + sb * eta_s, atol=1e-6)
+    # the real flow-matching target is still the clean future: recompute the term from the student's output
+    tau = tc["tau"].view(B, 1, 1, 1, 1)
+    eps = (sc["z_t"][:B] - (1 - tau) * batch["z_real"][:, :, 1:]) / tau
+    with torch.no_grad():
+        u_r = student(sc["z_t"][:B], tc["tau"], sc["z0"][:B], batch["actions"], batch["state0"], batch["text"],
+                      batch["text_mask"], context_tau=sigma)
+    assert logs["fm_real"] == pytest.approx(_mse(u_r, eps - batch["z_real"][:, :, 1:]).mean().item(), rel=1e-4)
+
+
+def test_context_ghost_needs_the_previous_chunk():
+    cfg = make_cfg("sft")
+    cfg.train.context_ghost = 0.3
+    with pytest.raises(ValueError, match="z_real_prev"):
+        METHODS["sft"](StandIn(seed=1), None, make_batch(1), cfg, gen(0))
+    assert methods.needs_previous_chunk(cfg) and methods.rollout_windows(cfg).data.frames == 2 * cfg.data.frames - 1

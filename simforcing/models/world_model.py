@@ -203,6 +203,7 @@ class WorldModel(nn.Module):
         self.rope_max_seq_len = m.rope_max_seq_len
         self.latent_channels = m.vae.latent_channels
         self.use_action_expert = bool(m.use_action_expert)
+        self.cond_motion = cfg.conditioning.representation == "motion"
         dim = m.dim
         self.video = VideoStem(m.vae.latent_channels, dim, self.patch_size, m.freq_dim, m.text_dim, m.eps)
         if m.action_head and not m.use_action_expert:
@@ -266,8 +267,17 @@ class WorldModel(nn.Module):
 
         For a sampler that reuses them across steps; call it on an unsharded model (FSDP shards P_j with its layer).
         """
-        patches = patchify(cond, self.patch_size)
+        patches = self._condition_patches(cond)
         return [layer.condition_feature(patches) for layer in self.layers]
+
+    def _condition_patches(self, cond: torch.Tensor) -> torch.Tensor:
+        """The condition's patches (B, N_video, C·pt·ph·pw), of c itself (the paper) or, with
+        ``conditioning.representation = motion``, of (c_0, c_1 − c_0, …, c_L − c_0): every future token then reads
+        where the simulated arm is at its frame AND where it was at the first — where the real arm must appear and
+        where it must disappear — in its own patch."""
+        if self.cond_motion:
+            cond = torch.cat([cond[:, :, :1], cond[:, :, 1:] - cond[:, :, :1]], dim=2)
+        return patchify(cond, self.patch_size)
 
     # -- the network --------------------------------------------------------------------------------------------------
     def _rope(self, key: tuple, make) -> Rope:
@@ -342,7 +352,7 @@ class WorldModel(nn.Module):
         if cond_feats is not None and len(cond_feats) != len(self.layers):
             raise ValueError(f"cond_feats: expected {len(self.layers)} tensors (one per layer); got {len(cond_feats)}")
         use_cond = gate is not None and (cond is not None or cond_feats is not None)
-        patches = patchify(cond, self.patch_size) if use_cond and cond_feats is None else None
+        patches = self._condition_patches(cond) if use_cond and cond_feats is None else None
         inp = LayerInputs(tproj_v, parts.ctx_v, rope_v, attn_mask, parts.ctx_mask, parts.tproj_a, parts.ctx_a,
                           parts.rope_a, patches, gate if use_cond else None)
         action_kv = static.action_kv if static is not None else None
@@ -395,18 +405,23 @@ class WorldModel(nn.Module):
                 state0: Optional[torch.Tensor], text: torch.Tensor, text_mask: Optional[torch.Tensor] = None,
                 cond: Optional[torch.Tensor] = None, gate: Optional[torch.Tensor] = None,
                 cond_feats: Optional[list] = None, action_keep: Optional[torch.Tensor] = None,
-                static: Optional[StepContext] = None) -> torch.Tensor:
+                static: Optional[StepContext] = None, context_tau: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Velocity û (B, C, L, h, w) float32. Shapes and semantics: DESIGN.md "The network".
 
         ``actions=None`` runs without action tokens; ``state0=None`` appends no state token; ``static``: the
-        :meth:`step_context` of these same (actions, state0, text, text_mask) tensors (same result, less work)."""
+        :meth:`step_context` of these same (actions, state0, text, text_mask) tensors (same result, less work).
+        ``context_tau`` (B,): the noise level of ``z0`` when it is a corrupted context (``train.context_noise``,
+        after GameNGen), read by the first-frame tokens as their flow time; None: a clean first latent (timestep 0,
+        Wan2.2 TI2V)."""
         if z0.shape[2] != 1 or z0.shape[:2] != z_t.shape[:2] or z0.shape[3:] != z_t.shape[3:]:
             raise ValueError(f"z0: expected (B, C, 1, h, w) matching z_t {tuple(z_t.shape)}; got {tuple(z0.shape)}")
         b, lat = z_t.shape[0], z_t.shape[2]
         tau = tau.to(device=z_t.device, dtype=torch.float32).reshape(b)
         x = torch.cat([z0.to(z_t.dtype), z_t], dim=2)  # (B, C, L+1, h, w)
         future = flow.wan_timestep(tau)[:, None].expand(b, lat)  # (B, L) in Wan units
-        timestep = torch.cat([torch.zeros(b, 1, device=z_t.device), future], 1)  # (B, L+1): first frame at 0
+        first = torch.zeros(b, 1, device=z_t.device) if context_tau is None else \
+            flow.wan_timestep(context_tau.to(device=z_t.device, dtype=torch.float32).reshape(b, 1))
+        timestep = torch.cat([first, future], 1)  # (B, L+1): the first frame at 0 (or its context noise level)
         if static is not None:
             static.check(actions, state0, text, text_mask)
             context = ctx_mask = None
