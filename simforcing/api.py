@@ -6,6 +6,7 @@
     out = pipe(frame, "push the blue ball to the left", state, actions)    # one window, the paper's sampler
     out.video                                                             # uint8 (F, H, W, 3): frame 0 = given
     long = pipe.rollout(frame, instruction, state, many_actions)           # any length, chunk after chunk
+    twin = pipe.rollout(frame, instruction, state, many_actions, twin=TwinEpisode(state, record))  # the twin's condition
     ep = read_episode("runs/demo/data_long")                              # a recorded episode to drive it with
 
 Inputs are what a robot logs, in the dataset's units: ``frame`` uint8 (H, W, 3) (any size: resized and centre-cropped
@@ -40,6 +41,7 @@ from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
 from simforcing.runs import CheckpointId, LoadedWorldModel, load_world_model
 from simforcing.sample import SampleResult, model_device, sampler_for
 from simforcing.sampler_batch import SamplerBatch
+from simforcing.twin import TwinEpisode, TwinLoop
 from simforcing.utils import resolve_device
 
 
@@ -159,18 +161,32 @@ class WorldModelPipeline:
     # -- any length ---------------------------------------------------------------------------------------------------
     def rollout(self, frame: np.ndarray, instruction: str, state: np.ndarray, actions: np.ndarray,
                 arm_mask: Optional[np.ndarray] = None, sim_frame: Optional[np.ndarray] = None,
-                seed: int = 0) -> Prediction:
+                seed: int = 0, twin: Optional[TwinEpisode] = None) -> Prediction:
         """``actions`` (H, action_dim) of any length, chunk after chunk (``simforcing.rollout``; a last chunk that
         is not whole is cut): each chunk starts from the previous one's last generated frame, its state integrated
-        from the actions (``rollout.state``), its condition from the simulation chain (``rollout.sim_chain``)."""
+        from the actions (``rollout.state``), its condition from the simulation chain (``rollout.sim_chain``) — or,
+        given ``twin`` (the episode's start for the robot's digital twin: ``TwinEpisode(state, {"camera": ...})``,
+        ``simforcing.twin``), rendered by the twin (``sample.twin``) from the actions, chunk after chunk, at the
+        model's resolution."""
         a = torch.from_numpy(self._check_actions(actions, exact=False))[None]
         chunk_sizes(a.shape[1], self.cfg.data.actions_per_window, self.cfg.data.frame_stride)  # named errors first
         text, mask = self.text(instruction)
         state0 = torch.as_tensor(np.asarray(state, np.float64))[None]
-        ro = WorldModelRollout(self.world_model, self.frame(frame), state0, text, mask,
-                               [torch.Generator().manual_seed(int(seed))], first_mask=self._mask(arm_mask),
-                               first_sim=None if sim_frame is None else self.frame(sim_frame))
-        return _prediction(ro.run(a))
+        loop = None
+        if twin is not None:
+            loop = TwinLoop.from_config(self.cfg, [twin], self.cfg.data.height, self.cfg.data.width)
+        elif self.cfg.sample.condition == "render":
+            raise ConfigError("twin: the run samples with sample.condition=render; pass the episode's start for the "
+                              "digital twin (twin=simforcing.twin.TwinEpisode(state, {'camera': ...}))")
+        try:
+            ro = WorldModelRollout(self.world_model, self.frame(frame), state0, text, mask,
+                                   [torch.Generator().manual_seed(int(seed))],
+                                   first_mask=None if loop is not None else self._mask(arm_mask),
+                                   first_sim=None if sim_frame is None else self.frame(sim_frame), twin=loop)
+            return _prediction(ro.run(a))
+        finally:
+            if loop is not None:
+                loop.close()
 
 
 def _prediction(res: SampleResult | RolloutResult) -> Prediction:

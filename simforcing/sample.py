@@ -8,8 +8,9 @@
            u_c = R(z, τ, z^r_0, a, …, P(c), g = 1),   u_u = R(z, τ, z^r_0, a, …, g = 0)
     4. decode (z^r_0, ẑ^r_{1:L}) with the VAE
 
-Where c comes from is one seam, a ``ConditionSource`` (``sample.condition``): steps 1–2 (``rollout``) or the
-window's recorded sim video (``oracle``). Both rollouts are one integration loop (:func:`integrate`) of a velocity
+Where c comes from is one seam, a ``ConditionSource`` (``sample.condition``): steps 1–2 (``rollout``), the
+window's recorded sim video (``oracle``) or the robot's digital twin rendering the window's actions (``render``,
+``simforcing.twin``). Both rollouts are one integration loop (:func:`integrate`) of a velocity
 function; the network is called with its inputs by name (``CountingModel.velocity``). Every sampler has the
 ``Sampler`` signature: ``sampler(batch, generator) -> SampleResult`` and ``settings()``.
 
@@ -268,6 +269,21 @@ class StudentSimulation:
         return torch.cat([z0_sim, zs], dim=2), masked
 
 
+def encode_given_condition(video: Optional[torch.Tensor], x: ConditionInputs, name: str,
+                           field_name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """c = VAE(video) for a condition given as a whole simulation video (B, 3, F, H, W) of the window; errors name
+    ``sample.condition=<name>`` and the batch field that should hold it."""
+    if video is None:
+        raise ConfigError(f"sample.condition={name}: the batch has no simulation video to condition on "
+                          f"(SamplerBatch.{field_name})")
+    c = x.vae.encode(video).float()  # (B, C, L+1, h, w)
+    if c.shape[2] != x.noise.shape[2] + 1:
+        raise ConfigError(f"sample.condition={name}: the simulation video has {video.shape[2]} frames ({c.shape[2]} "
+                          f"latent frames); the condition is the whole window, data.frames frames "
+                          f"({x.noise.shape[2] + 1} latent frames)")
+    return c, video[:, :, 0]
+
+
 class RecordedSimulation:
     """``sample.condition = oracle`` (an analysis, not a sampler): c = the window's recorded sim video, encoded."""
 
@@ -275,19 +291,21 @@ class RecordedSimulation:
     runs_network = False
 
     def __call__(self, x: ConditionInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        sim = x.batch.recorded_sim  # (B, 3, F, H, W)
-        if sim is None:
-            raise ConfigError("sample.condition=oracle: the batch has no recorded sim video to condition on "
-                              "(SamplerBatch.recorded_sim)")
-        c = x.vae.encode(sim).float()  # (B, C, L+1, h, w)
-        if c.shape[2] != x.noise.shape[2] + 1:
-            raise ConfigError(f"sample.condition=oracle: the recorded sim video has {sim.shape[2]} frames ({c.shape[2]} "
-                              f"latent frames); the condition is the whole window, data.frames frames "
-                              f"({x.noise.shape[2] + 1} latent frames)")
-        return c, sim[:, :, 0]
+        return encode_given_condition(x.batch.recorded_sim, x, self.name, "recorded_sim")
 
 
-CONDITION_SOURCES = {"rollout": StudentSimulation, "oracle": RecordedSimulation}
+class RenderedSimulation:
+    """``sample.condition = render`` (beyond the paper): c = the robot's digital twin's rendering of the window's
+    commanded actions, encoded (``simforcing.twin``: whoever builds the batch drives the twin, chunk after chunk)."""
+
+    name = "render"
+    runs_network = False
+
+    def __call__(self, x: ConditionInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        return encode_given_condition(x.batch.rendered_sim, x, self.name, "rendered_sim")
+
+
+CONDITION_SOURCES = {"rollout": StudentSimulation, "oracle": RecordedSimulation, "render": RenderedSimulation}
 
 
 def condition_source(cfg: Config) -> ConditionSource:

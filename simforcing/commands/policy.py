@@ -83,6 +83,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="synthetic: the MuJoCo simulator; world-model: the same scenes inside a world model "
                              "(--wm, --judge); libero: LIBERO (needs the extra)")
     parser.add_argument("--wm", default=None, help="world-model: the world-model run folder (or 'copy-first')")
+    parser.add_argument("--wm-condition", choices=("rollout", "render"), default=None,
+                        help="world-model: its simulation condition — rollout (the paper's: its own simulation "
+                             "chain) or render (the robot's digital twin renders the executed actions); default: the "
+                             "run's sample.condition")
     parser.add_argument("--judge", default=None, help="the success judge (`simforcing model fit-judge`): required "
                         "with --env world-model; with --env synthetic every episode's frames also go through it")
     parser.add_argument("--expert-noise", type=float, nargs="*", default=[], metavar="SIGMA",
@@ -205,11 +209,11 @@ def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device) 
         if not args.wm or judge is None:
             raise ConfigError("--env world-model needs --wm RUN (or 'copy-first') and --judge DIR (`simforcing model "
                               "fit-judge`)")
-        return evaluate_world_model(args.wm, judge, runs, **common)
+        return evaluate_world_model(args.wm, judge, runs, condition=args.wm_condition, **common)
     from simforcing.policy.evaluate import evaluate_synthetic
 
-    if args.wm:
-        raise ConfigError("--wm: a world model is used with --env world-model only")
+    if args.wm or args.wm_condition:
+        raise ConfigError("--wm / --wm-condition: a world model is used with --env world-model only")
     from simforcing.policy.agreement import with_judge_validation
 
     return with_judge_validation(evaluate_synthetic(runs, judge=judge, **common))
