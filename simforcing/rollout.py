@@ -28,7 +28,9 @@ no forward a weight makes useless) on a window of ``F = data.frames`` frames and
 5. a chunk of n < A_w actions (a horizon that is not a whole number of chunks, or a policy executing part of its
    plan) is filled up to A_w with ``plan`` actions when given (the rest of a policy's chunk) or with "hold" actions
    (zero deltas, the absolute dims kept), and cut: only its first n / stride frames are kept, the next chunk starts
-   from the last kept frame and the state integrates the n executed actions only.
+   from the last kept frame and the state integrates the n executed actions only;
+6. a model trained with ``train.context_noise`` can be told that every chunk's first frame after the first is an
+   imperfect one: ``rollout.context_tau`` (the level, the latent itself untouched; 0 = clean, as chunk 0's).
 
 Noise: episode i draws each chunk's (ε_r, ε_s) from its own generator, chunk after chunk, so a batch of B episodes
 gives the rollouts of B one-episode calls, and the restart reference (``evaluate.rollouts``) sees the same noise.
@@ -248,7 +250,9 @@ class WorldModelRollout:
             actions=torch.from_numpy(self.normalizer.normalize("action", window.numpy())).float(),
             state0=torch.from_numpy(self.normalizer.normalize("state", self.state.numpy())).float(),
             text=self.text, text_mask=self.text_mask, arm_mask=arm_mask, sim_first_frame=chain,
-            recorded_sim=recorded_sim, rendered_sim=rendered)
+            recorded_sim=recorded_sim, rendered_sim=rendered,
+            context_tau=torch.full((self.batch,), float(self.cfg.rollout.context_tau))
+            if t0 > 0 and self.cfg.rollout.context_tau > 0 else None)
 
     def _next_state(self, actions: torch.Tensor, first: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
         """The next chunk's state input (B, S) raw, from the executed ``actions`` or the probe on (first, last)."""

@@ -132,6 +132,7 @@ class StepInputs:
     text: torch.Tensor  # (B, N, D)
     text_mask: Optional[torch.Tensor]  # (B, N) bool
     context: Optional[StepContext] = None
+    context_tau: Optional[torch.Tensor] = None  # (B,) the noise level z0 is said to carry (train.context_noise)
 
     def with_context(self, model: torch.nn.Module, uses: int) -> "StepInputs":
         """These inputs with ``model.step_context`` of them when ``uses`` >= 2 forwards will share it and the model
@@ -146,7 +147,8 @@ class StepInputs:
         def two(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
             return None if x is None else torch.cat([x, x])
 
-        return StepInputs(two(self.z0), two(self.actions), two(self.state0), two(self.text), two(self.text_mask))
+        return StepInputs(two(self.z0), two(self.actions), two(self.state0), two(self.text), two(self.text_mask),
+                          context_tau=two(self.context_tau))
 
 
 class CountingModel:
@@ -165,9 +167,11 @@ class CountingModel:
                  cond_feats: Optional[list] = None, gate: Optional[torch.Tensor] = None) -> torch.Tensor:
         """û (B, C, L, h, w) at (z_t, τ) for ``step``'s inputs (given its context when it holds one); ``cond_feats``
         P_j(c) per block and ``gate`` (B,) for a conditioned forward, None for an unconditioned one."""
-        reuse = {} if step.context is None else {"static": step.context}
+        extra = {} if step.context is None else {"static": step.context}
+        if step.context_tau is not None:
+            extra["context_tau"] = step.context_tau
         return self(z_t=z_t, tau=tau, z0=step.z0, actions=step.actions, state0=step.state0, text=step.text,
-                    text_mask=step.text_mask, cond_feats=cond_feats, gate=gate, **reuse)
+                    text_mask=step.text_mask, cond_feats=cond_feats, gate=gate, **extra)
 
 
 Velocity = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (z (B, C, L, h, w), τ (B,)) -> u like z
@@ -366,7 +370,8 @@ def sample_videos(model: torch.nn.Module, vae, batch: SamplerBatch, cfg: Config,
         z0_real = vae.encode(batch.first_frame[:, :, None]).float()  # (B, C, 1, h, w)
     b = z0_real.shape[0]
     eps_r, eps_s = _draw_noise(z0_real, cfg.latent_frames - 1, generator)
-    step = StepInputs(z0_real, batch.actions, batch.state0, batch.text, batch.text_mask)
+    step = StepInputs(z0_real, batch.actions, batch.state0, batch.text, batch.text_mask,
+                      context_tau=batch.context_tau)
     sim = None
     if w != 0.0 and reuse_sim is not None:
         if reuse_sim.n_sim != n_sim:

@@ -41,6 +41,7 @@ class SamplerBatch:
     recorded_sim: Optional[torch.Tensor] = None  # (B, 3, F', H, W) recorded sim video (paired-sim: F' >= 1; oracle: F)
     recorded_real: Optional[torch.Tensor] = None  # (B, 3, F, H, W) recorded real video (the vae-recon ceiling)
     rendered_sim: Optional[torch.Tensor] = None  # (B, 3, F, H, W) the twin's rendering of the window (render)
+    context_tau: Optional[torch.Tensor] = None  # (B,) the noise level the network is told z^r_0 carries (None: 0)
     episode_ids: Optional[list[str]] = None  # the windows' episodes, for error messages
 
     def to(self, device: str | torch.device) -> "SamplerBatch":
