@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.format import (read_arm_mask, read_episode_videos, read_episodes, read_info, read_lowdim,
-                                    read_splits)
+from simforcing.data.format import (TWIN_FILE, episode_file, read_arm_mask, read_episode_videos, read_episodes,
+                                    read_info, read_lowdim, read_splits, read_twin_record)
 from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_range
 from simforcing.data.stats import Normalizer
 from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
@@ -201,7 +201,8 @@ def _prediction(res: SampleResult | RolloutResult) -> Prediction:
 class Episode:
     """One recorded episode as a robot logs it: ``real`` / ``sim`` uint8 (T, H, W, 3) (``sim`` None when absent),
     ``arm_mask`` bool (T, H, W) or None, ``actions`` (T − 1, A) and ``states`` (T, S) in the dataset's units,
-    ``instruction``."""
+    ``instruction``; ``twin``: its start for the robot's digital twin (the first state and the episode's
+    ``twin.json``) or None when the dataset records none (``rollout(..., twin=ep.twin)``)."""
 
     episode_id: str
     instruction: str
@@ -210,6 +211,7 @@ class Episode:
     arm_mask: Optional[np.ndarray]
     actions: np.ndarray
     states: np.ndarray
+    twin: Optional[TwinEpisode] = None
 
 
 def read_episode(root: str | Path, episode_id: Optional[str] = None, split: str = "val") -> Episode:
@@ -227,7 +229,11 @@ def read_episode(root: str | Path, episode_id: Optional[str] = None, split: str 
     sim, real = read_episode_videos(root, info, ep)
     actions, states = read_lowdim(root, episode_id)
     mask = read_arm_mask(root, episode_id)
-    return Episode(episode_id, ep.instruction, real, sim, None if mask is None else mask.astype(bool), actions, states)
+    twin = None
+    if episode_file(root, episode_id, TWIN_FILE).exists():
+        twin = TwinEpisode(states[0], read_twin_record(root, episode_id))
+    return Episode(episode_id, ep.instruction, real, sim, None if mask is None else mask.astype(bool), actions, states,
+                   twin)
 
 
 def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:

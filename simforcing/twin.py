@@ -42,19 +42,9 @@ import numpy as np
 import torch
 
 from simforcing.config import Config, ConfigError
+from simforcing.data.twin_episode import TwinEpisode, window_frame_steps  # noqa: F401  (the twin's vocabulary)
 
 SYNTHETIC = "synthetic"
-
-
-@dataclass
-class TwinEpisode:
-    """One episode's start as a twin sees it. ``state`` (S,) raw (dataset units); ``record`` the episode's twin record
-    (``{"camera": {...}}``); ``target`` the controller's commanded target at the start when the environment knows it
-    (the synthetic benchmark's: (pos (3,), rpy (3,), grip)); None: the state's own pose."""
-
-    state: np.ndarray
-    record: dict
-    target: Optional[tuple] = None
 
 
 class SimRenderer(Protocol):
@@ -68,14 +58,6 @@ class SimRenderer(Protocol):
     def window(self, actions: np.ndarray, stride: int, keep: int) -> np.ndarray: ...
 
     def close(self) -> None: ...
-
-
-def window_frame_steps(num_actions: int, stride: int) -> list[int]:
-    """The action counts after which a window's frames are rendered: 0 (now), stride, 2·stride, …, num_actions."""
-    if stride < 1 or num_actions < stride or num_actions % stride:
-        raise ValueError(f"a window of {num_actions} actions with frame stride {stride}: expected a positive multiple "
-                         "of the stride")
-    return list(range(0, num_actions + 1, stride))
 
 
 def make_renderer(cfg: Config, height: int, width: int) -> SimRenderer:
