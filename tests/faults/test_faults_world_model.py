@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultkit import digest, spawn, stop_process
+from faultkit import digest, stop_process
 
 from simforcing.cli import main
 from simforcing.config import ConfigError
@@ -368,10 +368,17 @@ def test_ctrl_c_in_the_world_model_commands_exits_130_with_one_line(world_model_
 
 
 def test_ctrl_c_while_a_command_is_still_importing_torch(tmp_path):
-    """A real SIGINT a moment after start: the process is importing torch (or already past it); either way one
-    line and 130, no traceback."""
-    proc = spawn(["policy", "eval", "--no-baselines", "--expert-noise", "0.01", "--out", str(tmp_path / "e")],
-                 "", tmp_path)
+    """A real SIGINT a second after start: the process is importing torch (or already past it); either way one line
+    and 130, no traceback. SIGINT at its default in the child, as from a terminal (a background shell or a pytest
+    worker starts it ignored, and Python keeps it so)."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "simforcing", "policy", "eval", "--no-baselines", "--expert-noise",
+                             "0.01", "--out", str(tmp_path / "e")], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
@@ -379,4 +386,4 @@ def test_ctrl_c_while_a_command_is_still_importing_torch(tmp_path):
     finally:
         stop_process(proc)
     assert proc.returncode == 130 and "Traceback" not in out, out
-    assert "interrupted" in out and not (tmp_path / "e").exists()
+    assert "simforcing policy eval: interrupted" in out and not (tmp_path / "e").exists()
