@@ -36,9 +36,9 @@ from simforcing.data.synthetic.generate import RealRenderer
 from simforcing.policy.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, format_table, make_players, rows_of,
                                         scene_mode, scene_of)
 from simforcing.policy.judge import SuccessJudge, first_success, frame_verdicts
+from simforcing.policy.settings import check_episode_counts
 from simforcing.policy.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
 from simforcing.rollout import WorldModelRollout
-from simforcing.policy.settings import check_episode_counts
 from simforcing.runfolder import scored_record, unfinished_note
 from simforcing.runs import LoadedWorldModel, load_world_model, sample_generator
 
@@ -113,11 +113,6 @@ def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player],
         if isinstance(p, RunPlayer) and p.runner.cfg.data.action_dim != d.action_dim:
             raise ConfigError(f"--runs {name}: the policy's actions are {p.runner.cfg.data.action_dim}-D; the world "
                               f"model {wm.name} takes {d.action_dim}-D actions")
-        if isinstance(p, RunPlayer) and (p.runner.cfg.data.height, p.runner.cfg.data.width // p.cameras) != (
-                d.height, d.width):
-            c = p.runner.cfg.data
-            raise ConfigError(f"--runs {name}: the policy observes {c.height}×{c.width // p.cameras} frames; the world "
-                              f"model {wm.name} predicts {d.height}×{d.width}")
 
 
 def judge_name(judge: SuccessJudge) -> str:
