@@ -6,7 +6,6 @@
     out = pipe(frame, "push the blue ball to the left", state, actions)    # one window, the paper's sampler
     out.video                                                             # uint8 (F, H, W, 3): frame 0 = given
     long = pipe.rollout(frame, instruction, state, many_actions)           # any length, chunk after chunk
-    twin = pipe.rollout(frame, instruction, state, many_actions, twin=TwinEpisode(state, record))  # the twin's condition
     ep = read_episode("runs/demo/data_long")                              # a recorded episode to drive it with
 
 Inputs are what a robot logs, in the dataset's units: ``frame`` uint8 (H, W, 3) (any size: resized and centre-cropped
@@ -22,6 +21,7 @@ evaluate``, ``rollout`` and ``policy eval``.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -34,9 +34,12 @@ from simforcing.data.format import (TWIN_FILE, episode_file, read_arm_mask, read
                                     read_info, read_lowdim, read_splits, read_twin_record)
 from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_range
 from simforcing.data.stats import Normalizer
+from simforcing.errors import CheckpointError
 from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
 from simforcing.evaluate.run import evaluate_run as evaluate  # noqa: F401  (re-exported)
+from simforcing.inputs import check_image, check_instruction, check_mask, check_matrix, check_vector
 from simforcing.policy.infer import PolicyRunner
+from simforcing.runfolder import WORLD_MODELS, require_kind, scored_record, unfinished_note
 from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
 from simforcing.runs import CheckpointId, LoadedWorldModel, load_world_model
 from simforcing.sample import SampleResult, model_device, sampler_for
@@ -77,12 +80,18 @@ class WorldModelPipeline:
         (``["--sample.w=1"]``) change its sampling/evaluation sections."""
         from simforcing.config import apply_overrides, parse_overrides
 
+        check_world_model_run(run)
         cfg = None
         if overrides:
             cfg = Config.load(Path(run) / "config.json")
             apply_overrides(cfg, parse_overrides(list(overrides)))
             cfg.validate()
-        return cls(load_world_model(run, cfg, resolve_device(device), step))
+        wm = load_world_model(run, cfg, resolve_device(device), step, flag="run")
+        note = unfinished_note(f"run {run}", scored_record(run, wm.checkpoint.path, wm.checkpoint.step))
+        if note:
+            warnings.warn(note + "; its predictions are those of a model still (or no longer) in training",
+                          stacklevel=2)
+        return cls(wm)
 
     @property
     def cfg(self) -> Config:
@@ -115,31 +124,40 @@ class WorldModelPipeline:
             self._text[instruction] = self.world_model.text([instruction])
         return self._text[instruction]
 
-    def frame(self, image: np.ndarray) -> torch.Tensor:
-        """uint8 (H, W, 3) -> (1, 3, H', W') in [-1, 1] at the model's resolution (training resize + centre crop)."""
-        image = np.asarray(image)
-        if image.ndim != 3 or image.shape[-1] != 3 or image.dtype != np.uint8:
-            raise ValueError(f"frame: expected uint8 (H, W, 3); got {image.dtype} {image.shape}")
+    def frame(self, image: np.ndarray, name: str = "frame") -> torch.Tensor:
+        """uint8 (H, W, 3) -> (1, 3, H', W') in [-1, 1] at the model's resolution (training resize + centre crop);
+        another dtype, layout or an unusable size is a ValueError naming ``name`` (``simforcing.inputs``)."""
         d = self.cfg.data
+        image = check_image(image, name, (d.height, d.width))
         return to_unit_range(frames_to_target(image[None], d.height, d.width)).permute(1, 0, 2, 3)
 
-    def _mask(self, arm_mask: Optional[np.ndarray]) -> Optional[torch.Tensor]:
+    def _mask(self, arm_mask: Optional[np.ndarray], frame_shape: tuple[int, int],
+              needed: bool = True) -> Optional[torch.Tensor]:
         if arm_mask is None:
-            if self.cfg.sample.mask_mode == "mask-file":
+            if needed and self.cfg.sample.mask_mode == "mask-file":
                 raise ConfigError("arm_mask: sample.mask_mode is mask-file; pass arm_mask (H, W) bool for the first "
                                   "frame, or load with overrides=['--sample.mask_mode=sam3', "
                                   "'--sample.sam3_path=DIR']")
             return None
         d = self.cfg.data
-        return masks_to_target(np.asarray(arm_mask)[None], d.height, d.width)
+        return masks_to_target(check_mask(arm_mask, "arm_mask", frame_shape)[None], d.height, d.width)
 
     def _check_actions(self, actions: np.ndarray, exact: bool) -> np.ndarray:
-        a = np.asarray(actions, np.float64)
         d = self.cfg.data
-        if a.ndim != 2 or a.shape[1] != d.action_dim or (exact and len(a) != d.actions_per_window):
-            want = f"({d.actions_per_window}, {d.action_dim})" if exact else f"(H, {d.action_dim})"
-            raise ValueError(f"actions: expected {want} in the dataset's units; got {a.shape}")
-        return a
+        return check_matrix(actions, "actions", d.action_dim, d.actions_per_window if exact else None)
+
+    def _inputs(self, frame, instruction, state, arm_mask, sim_frame, seed, masked: bool = True) -> tuple:
+        """Every input but the actions checked (``simforcing.inputs``) -> (first frame (1, 3, H, W), instruction,
+        state (S,) raw, arm mask or None, sim frame (1, 3, H, W) or None, seed). ``masked``: the first frame will be
+        masked (False when a twin renders the condition: no mask is needed)."""
+        x = self.frame(frame)
+        text = check_instruction(instruction)
+        s = check_vector(state, "state", self.cfg.data.state_dim)
+        mask = self._mask(arm_mask, np.asarray(frame).shape[:2], needed=masked)
+        sim = None if sim_frame is None else self.frame(sim_frame, "sim_frame")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise ValueError(f"seed: expected an integer; got {seed!r}")
+        return x, text, s, mask, sim, int(seed)
 
     # -- one window -----------------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -147,16 +165,23 @@ class WorldModelPipeline:
                  arm_mask: Optional[np.ndarray] = None, sim_frame: Optional[np.ndarray] = None,
                  n_sim: Optional[int] = None, n_real: Optional[int] = None, w: Optional[float] = None,
                  seed: int = 0) -> Prediction:
-        """One window from ``frame``: the two-stage guided sampler (SPEC §5) with the run's or the given settings."""
+        """One window from ``frame``: the two-stage guided sampler (SPEC §5) with the run's or the given settings.
+        Every input is checked first (a ValueError naming it)."""
         a = self._check_actions(actions, exact=True)
+        x, instruction, s, arm, sim, seed = self._inputs(frame, instruction, state, arm_mask, sim_frame, seed)
+        for name, value in (("n_sim", n_sim), ("n_real", n_real)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                      or value < 1):
+                raise ValueError(f"{name}: expected an integer >= 1 (sampler steps); got {value!r}")
+        if w is not None and not np.isfinite(float(w)):
+            raise ValueError(f"w: expected a finite guidance weight; got {w!r}")
         text, mask = self.text(instruction)
-        batch = SamplerBatch(first_frame=self.frame(frame),
-                             actions=torch.from_numpy(self.normalizer.normalize("action", a[None])),
-                             state0=torch.from_numpy(self.normalizer.normalize("state", np.asarray(state)[None])),
-                             text=text, text_mask=mask, arm_mask=self._mask(arm_mask),
-                             recorded_sim=None if sim_frame is None else self.frame(sim_frame)[:, :, None])
+        batch = SamplerBatch(first_frame=x, actions=torch.from_numpy(self.normalizer.normalize("action", a[None])),
+                             state0=torch.from_numpy(self.normalizer.normalize("state", s[None])),
+                             text=text, text_mask=mask, arm_mask=arm,
+                             recorded_sim=None if sim is None else sim[:, :, None])
         sampler = sampler_for(self.world_model, n_sim, n_real, w, decode_sim=True)
-        return _prediction(sampler(batch, torch.Generator().manual_seed(int(seed))))
+        return self._prediction(sampler(batch, torch.Generator().manual_seed(seed)))
 
     # -- any length ---------------------------------------------------------------------------------------------------
     def rollout(self, frame: np.ndarray, instruction: str, state: np.ndarray, actions: np.ndarray,
@@ -168,33 +193,50 @@ class WorldModelPipeline:
         given ``twin`` (the episode's start for the robot's digital twin: ``TwinEpisode(state, {"camera": ...})``,
         ``simforcing.twin``), rendered by the twin (``sample.twin``) from the actions, chunk after chunk, at the
         model's resolution."""
+        if np.asarray(actions).ndim == 2 and len(actions) == 0:
+            raise ConfigError("horizon: got 0 actions; expected a rollout of at least one action")
         a = torch.from_numpy(self._check_actions(actions, exact=False))[None]
         chunk_sizes(a.shape[1], self.cfg.data.actions_per_window, self.cfg.data.frame_stride)  # named errors first
-        text, mask = self.text(instruction)
-        state0 = torch.as_tensor(np.asarray(state, np.float64))[None]
-        loop = None
-        if twin is not None:
-            loop = TwinLoop.from_config(self.cfg, [twin], self.cfg.data.height, self.cfg.data.width)
-        elif self.cfg.sample.condition == "render":
+        if twin is None and self.cfg.sample.condition == "render":
             raise ConfigError("twin: the run samples with sample.condition=render; pass the episode's start for the "
                               "digital twin (twin=simforcing.twin.TwinEpisode(state, {'camera': ...}))")
+        if twin is not None and not isinstance(twin, TwinEpisode):
+            raise ValueError(f"twin: expected a simforcing.twin.TwinEpisode (the episode's start for the digital "
+                             f"twin); got {type(twin).__name__}")
+        x, instruction, s, arm, sim, seed = self._inputs(frame, instruction, state, arm_mask, sim_frame, seed,
+                                                         masked=twin is None)
+        text, mask = self.text(instruction)
+        loop = None if twin is None else TwinLoop.from_config(self.cfg, [twin], self.cfg.data.height,
+                                                                self.cfg.data.width)
         try:
-            ro = WorldModelRollout(self.world_model, self.frame(frame), state0, text, mask,
-                                   [torch.Generator().manual_seed(int(seed))],
-                                   first_mask=None if loop is not None else self._mask(arm_mask),
-                                   first_sim=None if sim_frame is None else self.frame(sim_frame), twin=loop)
-            return _prediction(ro.run(a))
+            ro = WorldModelRollout(self.world_model, x, torch.from_numpy(s)[None], text, mask,
+                                   [torch.Generator().manual_seed(seed)], first_mask=arm, first_sim=sim, twin=loop)
+            return self._prediction(ro.run(a))
         finally:
             if loop is not None:
                 loop.close()
 
+    def _prediction(self, res: SampleResult | RolloutResult) -> Prediction:
+        """The first (only) sample of a sampler call or rollout as a Prediction; a video that is not finite (the
+        inputs were checked: the weights) is a CheckpointError naming the checkpoint, never NaN frames returned."""
+        video = res.real_video if isinstance(res, SampleResult) else res.video
+        for name, v in (("video", video), ("sim_video", res.sim_video)):
+            if v is not None and not torch.isfinite(v).all():
+                raise CheckpointError(f"the model predicted a {name} holding NaN or inf from finite, checked inputs: "
+                                      "the checkpoint's weights are damaged or diverged; use another step",
+                                      self.checkpoint.path if self.checkpoint is not None else None)
+        return Prediction(_uint8(video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
+                          None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
+                          res.forwards, res)
 
-def _prediction(res: SampleResult | RolloutResult) -> Prediction:
-    """The first (only) sample of a sampler call or rollout as a Prediction."""
-    video = res.real_video if isinstance(res, SampleResult) else res.video
-    return Prediction(_uint8(video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
-                      None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
-                      res.forwards, res)
+
+def check_world_model_run(run: str | Path) -> None:
+    """ConfigError naming ``run`` when it is not a world-model run folder: missing, a policy run or a video base
+    (named, with what would work), a dataset, a judge or results (``runfolder.require_kind``)."""
+    if not Path(run).is_dir():
+        raise ConfigError(f"run: {run} is not a folder; expected a world-model run (`simforcing pretrain` or "
+                          "`simforcing train`)")
+    require_kind(run, WORLD_MODELS, "run", "sample")
 
 
 @dataclass
@@ -253,7 +295,9 @@ def evaluate_policies(runs: dict[str, str | Path], world_model: Optional[str | P
         from simforcing.policy.agreement import with_judge_validation
         from simforcing.policy.evaluate import evaluate_synthetic
 
-        return with_judge_validation(evaluate_synthetic(runs, judge=load_judge(judge) if judge else None, **kwargs))
+        j = load_judge(judge) if judge else None
+        res = with_judge_validation(evaluate_synthetic(runs, judge=j, **kwargs))
+        return res if j is None else dict(res, judge=j.identity)
     from simforcing.policy.world_model_eval import evaluate_world_model
 
     if judge is None:

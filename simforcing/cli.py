@@ -20,6 +20,7 @@ each a ``Subcommand(add_arguments, run, config)`` that :data:`COMMANDS` names wi
    | any other OSError (the OS said no)       | ``simforcing CMD: I/O error: ...``         | 1    |
    | KeyboardInterrupt (Ctrl-C)               | ``simforcing CMD: interrupted; <how to continue>`` | 130 |
 
+   Ctrl-C while the command's module is still being imported (torch takes seconds) is the same one line and 130.
    Any other exception is a bug and keeps its traceback. Errors: ``simforcing.errors``. (Training commands turn
    SIGINT/SIGTERM into a checkpoint and exit 75 themselves; Ctrl-C reaches this handler before or after the loop.)
 """
@@ -148,8 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simforcing: unknown command {argv[0]!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
     words, target, help_ = match
-    module_name, attribute = target.split(":")
-    sub = getattr(importlib.import_module(module_name), attribute)
+    try:  # importing the command's module imports torch (seconds): Ctrl-C there is an interrupt like any other
+        sub = _load(target)
+    except KeyboardInterrupt:
+        print(f"\nsimforcing {' '.join(words)}: interrupted while starting, before any work; run the same command "
+              "again", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     parser = argparse.ArgumentParser(prog="simforcing " + " ".join(words), description=help_,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                      epilog="Any config field can be overridden: --section.field=value")
@@ -158,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = rest
     args.command = words
     return run_subcommand(sub, args)
+
+
+def _load(target: str):
+    """The Subcommand a ``"module:ATTRIBUTE"`` of :data:`COMMANDS` names (its module imported now)."""
+    module_name, attribute = target.split(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ Every run says what it is (``kind`` in run.json; for runs from before that, from
 ``video_base`` (``simforcing pretrain --method video_prior``, stage 0: the network trained as a plain video model, no
 actions; ``simforcing.prior``), ``stage1`` (``simforcing pretrain``, the simulation world model), ``stage2``
 (``simforcing train --method M``, a real-domain world model) or ``policy`` (``simforcing policy train``). A command that takes a run names the kinds it accepts and
-refuses the others by name, with a command that would work (:func:`require_kind`) — before any other work.
+refuses the others by name, with a command that would work (:func:`require_kind`) — before any other work. The
+other folders simforcing writes (a dataset, a success judge, a command's results) are told apart by their marker
+files (:func:`what_folder`), so a command refuses them by name too, wherever a run is expected and wherever it would
+write into one.
 
 Opening a run (sampling, evaluation, the stage-2 teacher, policy initialisation and inference all do it this way):
 
@@ -56,6 +59,13 @@ TEACHER_FILE = "teacher.json"
 INIT_FILE = "init.json"
 # what a simforcing run folder holds: a folder with any of these but no run record is someone else's
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATUS_FILE, TB_DIR, CHECKPOINTS_DIR, TEACHER_FILE, LOSS_PLOT)
+# the other folders simforcing writes, by the file that marks each (checked in this order, after the run kinds)
+JUDGE_META, JUDGE_FILE = "judge.json", "judge.safetensors"  # `simforcing model fit-judge` (policy.judge)
+FOLDER_MARKERS = (("meta/info.json", "a dataset (meta/info.json)"), ("episodes", "a dataset (episodes/)"),
+                  (JUDGE_META, "a success judge (`simforcing model fit-judge`)"),
+                  ("rollout.json", "a rollout's results (`simforcing rollout`)"),
+                  ("eval.json", "an evaluation's results (eval.json)"),
+                  ("agreement.json", "an agreement's results (`simforcing policy agreement`)"))
 __all__ = ["CHECKPOINTS_DIR", "CONFIG_FILE", "LOCK_FILE"]  # re-exported: every run-folder name is importable here
 
 # the kinds of run, what each is called, and the training stage that writes it
@@ -139,6 +149,22 @@ def run_kind(run_dir: str | Path) -> Optional[str]:
     return kind_of_config(cfg, (run_dir / TEACHER_FILE).exists())
 
 
+def what_folder(path: str | Path) -> Optional[str]:
+    """What a simforcing folder is, in words: a run of its kind (:func:`describe_kind`), a dataset, a success judge
+    or a command's results (``FOLDER_MARKERS``); None for a folder simforcing did not write (or no folder)."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    kind = run_kind(path)
+    if kind is not None:
+        try:
+            cfg = Config.load(path / CONFIG_FILE)
+        except (ConfigError, OSError, ValueError):
+            cfg = None
+        return describe_kind(kind, cfg)
+    return next((words for marker, words in FOLDER_MARKERS if (path / marker).exists()), None)
+
+
 def describe_kind(kind: str, cfg: Optional[Config]) -> str:
     """"a stage-2 run (a real-domain world model, train.method 'sft')" and the like."""
     if kind == "video_base":
@@ -213,10 +239,17 @@ USE_NEEDS = {"sample": "this command samples a world model", "policy": "`policy 
 
 
 def require_kind(run_dir: str | Path, kinds: tuple[str, ...], flag: str, use: str) -> Optional[str]:
-    """The kind of ``run_dir``; ConfigError naming it and a command that would work when it is not one of ``kinds``.
+    """The kind of ``run_dir``; ConfigError naming it and a command that would work when it is not one of ``kinds``,
+    or naming what it is when it is another simforcing folder (a dataset, a judge, results: :func:`what_folder`).
     None when the folder is not a recognisable run (the caller's own checks name what is missing)."""
     kind = run_kind(run_dir)
-    if kind is None or kind in kinds:
+    if kind is None:
+        other = what_folder(run_dir)
+        if other is not None:
+            raise ConfigError(f"{flag}: {run_dir} is {other}, not a training run; {USE_NEEDS[use]} (expected "
+                              f"{' or '.join(KIND_NAMES[k] for k in kinds)})")
+        return None
+    if kind in kinds:
         return kind
     try:
         cfg = Config.load(Path(run_dir) / CONFIG_FILE)

@@ -31,9 +31,9 @@ def judge_dir(tmp_path_factory):
                             seed=3, progress=False, layout_train=2, layouts=LAYOUTS)
     from simforcing.policy.judge_data import simulated_frames
 
-    rollouts = simulated_frames(2, 32, 48, LAYOUTS, max_steps=6, progress=False)
+    rollouts = simulated_frames(2, 32, 48, LAYOUTS, max_steps=15, progress=False)  # scene 1: the object moves
     judge = fit_judge([data], 32, 48, JudgeFitOptions(steps=3, batch_size=8), progress=False, rollouts=rollouts)
-    assert judge.report["rollout_frames"] == 2 * 7
+    assert judge.report["rollout_frames"] == 2 * 16
     return save_judge(judge, tmp / "judge")
 
 
@@ -209,14 +209,16 @@ def test_named_errors_for_what_the_world_model_cannot_serve(world_model_run, jud
     wm = load_environment(str(world_model_run))
     assert load_environment("copy-first") is None
     players = {"two cameras": RunPlayer("two cameras", PolicyRunner.load(two))}
+    judge, larger = load_judge(judge_dir), load_judge(judge_dir)
+    larger.benchmark["resolution"] = [64, 96]
     with pytest.raises(ConfigError, match="external camera only"):
-        check_compatible(wm, players, 32, 48)
-    with pytest.raises(ConfigError, match="predicts 32×48 frames"):
-        check_compatible(wm, {}, 64, 96)
+        check_compatible(wm, players, judge)
+    with pytest.raises(ConfigError, match="--judge: .* was fitted on 64×96 frames; the world model .* predicts 32×48"):
+        check_compatible(wm, {}, larger)  # the judge is named, not the policies
     runner = PolicyRunner.load(two)
     runner.cfg.policy.cameras, runner.cfg.data.action_dim = 1, 8
     with pytest.raises(ConfigError, match="8-D"):
-        check_compatible(wm, {"p": RunPlayer("p", runner)}, 32, 48)
+        check_compatible(wm, {"p": RunPlayer("p", runner)}, judge)
     with pytest.raises(ConfigError, match="--wm: .* is a policy run"):
         load_environment(str(two))
     for argv, msg in ((["--wm", str(world_model_run)], "--judge"),

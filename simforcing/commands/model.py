@@ -125,14 +125,27 @@ def add_fit_judge_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_args(parser)
 
 
+MAX_SIM_EPISODES = 20_000  # --sim-episodes: far beyond any fit, below what the frames' memory could hold
+
+
 def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
+    """Every argument, --out and the datasets checked before any frame is read; the judge appears at --out whole
+    (``outputs.results_folder``): an interrupted or refused fit leaves nothing that loads as a judge."""
+    from pathlib import Path
+
+    from simforcing.outputs import check_results_folder, results_folder
+    from simforcing.policy.judge import JUDGE_FILE, JUDGE_META, check_dataset_folder
+
     if args.steps < 1 or args.batch_size < 4:
         raise ConfigError(f"--steps {args.steps} / --batch-size {args.batch_size}: expected >= 1 / >= 4")
-    check_output_path(args.out, "--out")  # before the frames are read
-    if args.sim_episodes < 0:
-        raise ConfigError(f"--sim-episodes: got {args.sim_episodes}; expected a count >= 0")
+    if not 0 <= args.sim_episodes <= MAX_SIM_EPISODES:
+        raise ConfigError(f"--sim-episodes: got {args.sim_episodes}; expected a count in [0, {MAX_SIM_EPISODES}]")
     if args.consecutive < 1:
         raise ConfigError(f"--consecutive: got {args.consecutive}; expected an integer >= 1")
+    owned = (JUDGE_FILE, JUDGE_META)
+    check_results_folder(args.out, "--out", "a success judge", owned)  # before the frames are read
+    for root in args.data:
+        check_dataset_folder(Path(root))
     opts = JudgeFitOptions(steps=args.steps, batch_size=args.batch_size, seed=args.seed, consecutive=args.consecutive)
     rollouts = None
     if args.sim_episodes:
@@ -141,7 +154,8 @@ def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
         layouts = args.layouts if args.layouts is not None else benchmark_layouts(args.data)
         rollouts = simulated_frames(args.sim_episodes, cfg.data.height, cfg.data.width, layouts, args.jitter)
     judge = fit_judge(args.data, cfg.data.height, cfg.data.width, opts, rollouts=rollouts)
-    save_judge(judge, args.out)
+    with results_folder(args.out, "--out", "a success judge", owned) as tmp:
+        save_judge(judge, tmp)
     r = judge.report
     print(f"success judge fitted in {r['fit_seconds']} s on {r['frames']} frames of {r['episodes']} episodes "
           f"({r['rollout_frames']} from simulator rollouts) "
@@ -153,4 +167,5 @@ INFO = Subcommand(add_info_arguments, info, config_from_args)
 INIT_ACTION_EXPERT = Subcommand(add_init_action_expert_arguments, init_action_expert, config_from_args)
 FIT_VAE = Subcommand(add_fit_vae_arguments, fit_vae, config_from_args)
 FIT_PROBE = Subcommand(add_fit_probe_arguments, fit_probe_command, config_from_args)
-FIT_JUDGE = Subcommand(add_fit_judge_arguments, fit_judge_command, config_from_args)
+FIT_JUDGE = Subcommand(add_fit_judge_arguments, fit_judge_command, config_from_args,
+                       "nothing was written; run the same command again")

@@ -162,8 +162,15 @@ def _task_ids(spec: Optional[str]) -> Optional[list[int]]:
         raise ConfigError(f"--tasks: got {spec!r}; expected comma-separated task ids, e.g. 0,3,7") from None
 
 
+EVAL_FILES = ("eval.json", "eval.md", "frames.npz")  # what `policy eval` writes into --out
+
+
 def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
-    out = check_output_path(args.out, "--out")  # before any episode is run
+    """Every argument and --out checked before the first episode (``outputs.check_results_folder``); the results
+    appear at --out whole, replacing an earlier evaluation there (``outputs.results_folder``)."""
+    from simforcing.outputs import check_results_folder, results_folder
+
+    check_results_folder(args.out, "--out", "a policy evaluation", EVAL_FILES)  # before any episode is run
     device = resolve_device(args.device, "--device")
     runs = parse_runs(args.runs, args.run)
     if args.env == "libero" and args.scene_seed is not None:
@@ -178,20 +185,28 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
                               task_ids=_task_ids(args.tasks), device=device, gripper=args.gripper)
     else:
         from simforcing.policy.judge import load_judge
+        from simforcing.policy.settings import check_episode_counts
 
+        check_episode_counts(args.per_task, args.max_steps, args.execute)
         if not runs and args.no_baselines and not args.expert_noise:
             raise ConfigError("--runs: nothing to evaluate (no runs, no --expert-noise and --no-baselines)")
+        if args.env == "world-model" and not (args.wm and args.judge):
+            raise ConfigError("--env world-model needs --wm RUN (or 'copy-first') and --judge JUDGE (the folder of "
+                              "`simforcing model fit-judge`)")
+        if (args.wm or args.wm_condition) and args.env != "world-model":
+            raise ConfigError("--wm / --wm-condition: a world model is used with --env world-model only")
         try:
             judge = load_judge(args.judge, device) if args.judge else None
         except ValueError as e:
             raise ConfigError(str(e)) from e
         res = _closed_loop(args, runs, judge, device)
-    out.mkdir(parents=True, exist_ok=True)
-    frames = res.pop("_frames", None)
-    if frames:
-        _save_frames(out / "frames.npz", frames)
-    atomic_write_json(out / "eval.json", res)
-    atomic_write_text(out / "eval.md", res["table_md"] + "\n")
+    with results_folder(args.out, "--out", "a policy evaluation", EVAL_FILES) as tmp:
+        frames = res.pop("_frames", None)
+        if frames:
+            _save_frames(tmp / "frames.npz", frames)
+        atomic_write_json(tmp / "eval.json", res)
+        atomic_write_text(tmp / "eval.md", res["table_md"] + "\n")
+    out = Path(args.out)
     print(res["table_md"])
     print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
     return 0
@@ -206,17 +221,12 @@ def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device) 
     if args.env == "world-model":
         from simforcing.policy.world_model_eval import evaluate_world_model
 
-        if not args.wm or judge is None:
-            raise ConfigError("--env world-model needs --wm RUN (or 'copy-first') and --judge DIR (`simforcing model "
-                              "fit-judge`)")
         return evaluate_world_model(args.wm, judge, runs, condition=args.wm_condition, **common)
+    from simforcing.policy.agreement import with_judge_validation
     from simforcing.policy.evaluate import evaluate_synthetic
 
-    if args.wm or args.wm_condition:
-        raise ConfigError("--wm / --wm-condition: a world model is used with --env world-model only")
-    from simforcing.policy.agreement import with_judge_validation
-
-    return with_judge_validation(evaluate_synthetic(runs, judge=judge, **common))
+    res = with_judge_validation(evaluate_synthetic(runs, judge=judge, **common))
+    return res if judge is None else dict(res, judge=judge.identity)
 
 
 def _save_frames(path: Path, frames: dict) -> None:
@@ -293,6 +303,6 @@ def probe(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
 TRAIN = Subcommand(add_train_arguments, train, train_config,
                    "run the same command with --resume to continue from the last checkpoint")
-EVAL = Subcommand(add_eval_arguments, evaluate)
+EVAL = Subcommand(add_eval_arguments, evaluate, interrupted="nothing was written; run the same command again")
 AGREEMENT = Subcommand(add_agreement_arguments, agreement)
 PROBE = Subcommand(add_probe_arguments, probe)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from simforcing.commands import Subcommand, add_config_args
 from simforcing.commands.runs import config_for_run
-from simforcing.config import Config
+from simforcing.config import Config, ConfigError
 from simforcing.evaluate.rollouts import ROWS, evaluate_rollouts
 from simforcing.sample import generate_run
 from simforcing.utils import check_output_path, fmt_num, resolve_device
@@ -56,12 +56,25 @@ def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_args(parser)
 
 
+ROLLOUT_FILES = ("rollout.json", "rollout.md", "drift.png", "videos")  # what `rollout` writes into --out
+
+
 def rollout(args: argparse.Namespace, cfg: Config) -> int:
-    check_output_path(args.out, "--out")  # before anything is rolled out
+    """--out, the counts and (first thing in ``evaluate_rollouts``) the horizon checked before anything is rolled
+    out; the results appear at --out whole, replacing an earlier rollout there, never mixed with its files
+    (``outputs.results_folder``)."""
+    from simforcing.outputs import check_results_folder, results_folder
+
+    check_results_folder(args.out, "--out", "a rollout", ROLLOUT_FILES)
+    for flag, value, low in (("--num-episodes", args.num_episodes, 1), ("--batch-size", args.batch_size, 1),
+                             ("--videos", args.videos, 0)):
+        if value is not None and value < low:
+            raise ConfigError(f"{flag}: got {value}; expected an integer >= {low}")
     device = resolve_device(args.device, "--device") if args.device else None
-    res = evaluate_rollouts(args.ckpt, args.data, cfg, args.split, args.horizon, args.out,
-                            num_episodes=args.num_episodes, batch_size=args.batch_size, step=args.step,
-                            device=device, videos=args.videos, rows=args.rows)
+    with results_folder(args.out, "--out", "a rollout", ROLLOUT_FILES) as tmp:
+        res = evaluate_rollouts(args.ckpt, args.data, cfg, args.split, args.horizon, tmp,
+                                num_episodes=args.num_episodes, batch_size=args.batch_size, step=args.step,
+                                device=device, videos=args.videos, rows=args.rows)
     r = res["rows"]["rollout"]["mean"]
     print(f"rollout of {res['num_episodes']} episodes × {res['chunks']} chunks: PSNR {fmt_num(r.get('psnr'), 2)} dB, "
           f"arm PSNR {fmt_num(r.get('psnr_arm'), 2)} dB, action error {fmt_num(r.get('af_pos'), 4)} "
@@ -69,4 +82,5 @@ def rollout(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-ROLLOUT = Subcommand(add_rollout_arguments, rollout, config_for_run)
+ROLLOUT = Subcommand(add_rollout_arguments, rollout, config_for_run,
+                     "nothing was written (an earlier rollout in --out is as it was); run the same command again")

@@ -65,16 +65,26 @@ ROWS = ("rollout", "restart", "control", "sim chain", "copy-first", "vae-recon",
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def horizon_dataset(cfg: Config, root: str | Path, split: str, horizon: int, stats: dict) -> PairedWindowDataset:
-    """The split's episodes as one window of ``horizon`` actions from their first frame (frames 0 … H / stride).
-    An episode shorter than that is a ConfigError naming it."""
+def check_horizon(root: str | Path, split: str, horizon: int) -> None:
+    """ConfigError naming the first episode of ``split`` shorter than ``horizon`` actions (and a horizon below 1, or
+    an empty split) — from the dataset's index alone, before any model is loaded or any chunk is planned."""
+    if not isinstance(horizon, int) or horizon < 1:
+        raise ConfigError(f"--horizon: got {horizon!r}; expected a number of actions >= 1")
     index, ids = read_episodes(root), read_splits(root).get(split, [])
+    if not ids:
+        raise ConfigError(f"--split: split {split!r} of {root} holds no episode")
     short = [(e, index[e].length) for e in ids if e in index and index[e].length - 1 < horizon]
     if short:
         eid, n = short[0]
         raise ConfigError(f"--horizon {horizon}: episode {eid} of split {split!r} has {n} frames, {n - 1} actions "
                           f"({len(short)} of {len(ids)} episodes are shorter than the horizon); choose --horizon <= "
                           f"{min(m for _, m in short) - 1} or longer episodes (simforcing data synth --length)")
+
+
+def horizon_dataset(cfg: Config, root: str | Path, split: str, horizon: int, stats: dict) -> PairedWindowDataset:
+    """The split's episodes as one window of ``horizon`` actions from their first frame (frames 0 … H / stride).
+    An episode shorter than that is a ConfigError naming it (:func:`check_horizon`)."""
+    check_horizon(root, split, horizon)
     c = copy.deepcopy(cfg)
     c.data.frames = horizon // cfg.data.frame_stride + 1
     c.data.fixed_window, c.data.windows_per_episode = True, 1
@@ -335,6 +345,7 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
     ``rows`` (module docstring); writes OUT/rollout.json, rollout.md, drift.png and the first ``videos`` episodes'
     videos. Returns the result dict."""
     t_start = time.perf_counter()
+    check_horizon(data_root, split, horizon)  # an absurd horizon is named here, not a MemoryError below
     dev = _checked_device(cfg, device, rows, horizon)
     wm = load_world_model(run_dir, cfg, dev, step, data_root)
     cfg = wm.cfg

@@ -29,6 +29,7 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.judge import first_success, frame_verdicts
+from simforcing.policy.settings import check_episode_counts
 from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.runfolder import unfinished_note
 from simforcing.utils import derive_seed
@@ -277,10 +278,7 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
     ``layouts``/``jitter``: the scene mode (:func:`scene_mode`). With a success ``judge`` (``policy.judge``) every
     episode's external frames also go through it: its verdicts beside the simulator's (the judge's validation).
     Returns {"scenes", "rows": {name: {task: rate(...), "average": ...}}, "episodes", "table_md", ...}."""
-    for flag, value, ok in (("--per-task", per_task, per_task >= 1), ("--max-steps", max_steps, max_steps >= 1),
-                            ("--execute", execute, execute is None or execute >= 1)):
-        if not ok:
-            raise ConfigError(f"{flag}: got {value}; expected an integer >= 1")
+    check_episode_counts(per_task, max_steps, execute)
     players = make_players(runs, baselines, expert_noise, seed, device, execute)
     cfgs = {n: p.runner.cfg for n, p in players.items() if isinstance(p, RunPlayer)}
     layouts, jitter = scene_mode(cfgs, layouts, jitter, progress)

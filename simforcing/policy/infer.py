@@ -25,6 +25,7 @@ from simforcing import flow
 from simforcing.config import Config, ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.stats import Normalizer
+from simforcing.inputs import check_image, check_instruction, check_vector
 from simforcing.models.text import load_text_encoder
 from simforcing.models.vae import load_vae
 from simforcing.policy.settings import ATTENTION_MODE
@@ -72,11 +73,27 @@ class PolicyRunner:
         parts = [frames_to_target(image[None, :, k * w:(k + 1) * w], d.height, d.width // cams) for k in range(cams)]
         return to_unit_range(torch.cat(parts, dim=3))[None].to(self.device)  # (1, 3, 1, H, W)
 
+    def check_inputs(self, images: Sequence[np.ndarray], states: np.ndarray, instructions: Sequence[str]) -> np.ndarray:
+        """ValueError naming the observation, state or instruction a policy cannot act on (``simforcing.inputs``: an
+        image that is not uint8 (H, cams·W, 3), a state of another width or holding NaN/inf, an empty instruction)
+        — before any network runs. Returns the states as float64 (B, S)."""
+        d = self.cfg.data
+        states = np.asarray(states, np.float64)
+        if states.ndim != 2 or len(states) != len(images) or len(instructions) != len(images):
+            raise ValueError(f"states: expected ({len(images)}, {d.state_dim}) for {len(images)} images and as many "
+                             f"instructions; got states {states.shape} and {len(instructions)} instructions")
+        for i, (img, st, text) in enumerate(zip(images, states, instructions)):
+            name = "image" if len(images) == 1 else f"images[{i}]"
+            check_image(img, name, (d.height, d.width))  # the cameras side by side: data.width in all
+            check_vector(st, "state" if len(images) == 1 else f"states[{i}]", d.state_dim)
+            check_instruction(text)
+        return states
+
     # -- one chunk ----------------------------------------------------------------------------------------------------
     def act(self, image: np.ndarray, state: np.ndarray, instruction: str,
             gen: torch.Generator | None = None) -> np.ndarray:
         """De-normalised actions (A, action_dim) for the observation now (module docstring)."""
-        return self.act_batch([image], np.asarray(state)[None], [instruction], [gen])[0]
+        return self.act_batch([image], np.asarray(state, np.float64).reshape(1, -1), [instruction], [gen])[0]
 
     def texts(self, instructions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, n, text_dim) embeddings of the instructions, zero-padded to the longest, and the mask (B, n) — None
@@ -98,8 +115,9 @@ class PolicyRunner:
         generator in the order :meth:`act` does, so row i is :meth:`act` on sample i (to float rounding)."""
         cfg, m = self.cfg, self.model
         b = len(images)
+        states = self.check_inputs(images, states, instructions)
         z0 = self.vae.encode(torch.cat([self.observation(img) for img in images]))  # (B, C, 1, h, w)
-        s = torch.from_numpy(self.normalizer.normalize("state", np.asarray(states, np.float32))).to(self.device)
+        s = torch.from_numpy(self.normalizer.normalize("state", states.astype(np.float32))).to(self.device)
         text, text_mask = self.texts(instructions)
         a_shape = (1, cfg.data.actions_per_window, cfg.data.action_dim)
         video = cfg.policy.setting == "video_action"

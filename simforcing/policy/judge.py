@@ -24,6 +24,7 @@ Cohen's κ of its verdicts against MuJoCo's, per frame and per episode, per task
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -37,16 +38,16 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from simforcing.config import ConfigError
-from simforcing.data.format import (DataError, episode_file, load_npz_field, meta_dir, read_episodes, read_info,
-                                    read_json, read_lowdim, read_splits, read_video)
+from simforcing.data.format import (DataError, episode_file, is_dataset, load_npz_field, meta_dir, read_episodes,
+                                    read_info, read_json, read_lowdim, read_splits, read_video)
 from simforcing.data.paired import frames_to_target
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
 from simforcing.evaluate.probe import ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames
 from simforcing.policy.data import FORMAT as POLICY_FORMAT, read_policy_info
+from simforcing.runfolder import JUDGE_FILE, JUDGE_META, what_folder
 from simforcing.training.optim import warmup_cosine
 from simforcing.utils import atomic_write, atomic_write_json
 
-JUDGE_FILE, JUDGE_META = "judge.safetensors", "judge.json"
 OBJECTS = "objects.npz"
 OUTPUTS = ("rel_x", "rel_y", "rel_z", "disp_x", "disp_y", "disp_z")  # r̂ = ee − obj, d̂ = obj − obj_0 (metres)
 PREDICATES = {"reach_radius": REACH_RADIUS, "push_distance": PUSH_DISTANCE, "lift_height": LIFT_HEIGHT}
@@ -112,9 +113,18 @@ class SuccessJudge:
     """The frozen judge: ``judge.read(first (B, 3, H, W), frames (B, 3, H, W), q0 (B, 3)) -> (B, 6)`` readings in
     metres; ``judge.benchmark`` what it was fitted on."""
 
-    def __init__(self, net: JudgeNet, benchmark: dict, report: Optional[dict] = None, consecutive: int = 2):
+    def __init__(self, net: JudgeNet, benchmark: dict, report: Optional[dict] = None, consecutive: int = 2,
+                 source: Optional[dict] = None):
         self.net, self.benchmark, self.report = net.eval(), dict(benchmark), report or {}
         self.consecutive = int(consecutive)  # judged frames in a row that make an episode's success
+        self.source = source  # which files it was loaded from (:func:`judge_identity`); None for one not loaded
+
+    @property
+    def identity(self) -> dict:
+        """What an evaluation records about the judge that judged it: its folder and the sha256 of its files
+        (``source``), with what it was fitted on."""
+        return {**(self.source or {"path": None, "sha256": None}), "benchmark": self.benchmark,
+                "consecutive": self.consecutive}
 
     @property
     def device(self) -> torch.device:
@@ -149,7 +159,18 @@ class SuccessJudge:
 
 
 def save_judge(judge: SuccessJudge, out: str | Path) -> Path:
+    """Write the judge's two files into ``out``; a folder that is another simforcing folder (a world-model run, a
+    dataset, results) is refused by name — a judge has a folder of its own. Weights that are not finite are refused
+    (nothing is written)."""
     out = Path(out)
+    kind = what_folder(out)
+    if kind is not None and not kind.startswith("a success judge"):
+        raise ConfigError(f"--out: {out} is {kind}; a success judge is written to a folder of its own (e.g. "
+                          "--out runs/judge)")
+    bad = [k for k, v in judge.net.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise DataError(f"the fitted judge's weights are not finite ({', '.join(bad[:3])}); nothing was written — "
+                        "check the fitting data (simforcing data check) and --steps / --batch-size", kind="non_finite")
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in judge.net.state_dict().items()}
     atomic_write(out / JUDGE_FILE, lambda p: save_file(state, str(p)))
@@ -160,13 +181,29 @@ def save_judge(judge: SuccessJudge, out: str | Path) -> Path:
     return out
 
 
+def judge_identity(folder: str | Path) -> dict:
+    """{"path": the folder resolved, "sha256": one digest over its two files}: which judge judged, exactly."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for name in (JUDGE_META, JUDGE_FILE):
+        h.update(name.encode())
+        h.update((folder / name).read_bytes())
+    return {"path": str(folder.resolve()), "sha256": h.hexdigest()}
+
+
 def load_judge(folder: str | Path, device: str | torch.device = "cpu") -> SuccessJudge:
-    """The judge written by :func:`save_judge`; a missing or malformed folder is a ValueError naming the file."""
+    """The judge written by :func:`save_judge`; a missing or malformed folder is a ValueError naming the file, and
+    another simforcing folder (a world-model or policy run, a dataset, results) is named for what it is."""
     folder = Path(folder)
     meta_path, weights = folder / JUDGE_META, folder / JUDGE_FILE
+    kind = what_folder(folder)
+    if kind is not None and not kind.startswith("a success judge"):
+        raise ValueError(f"--judge: {folder} is {kind}, not a success judge; give the folder `simforcing model "
+                         "fit-judge --data DIR --out JUDGE` wrote")
     if not meta_path.is_file() or not weights.is_file():
         raise ValueError(f"--judge: {folder} holds no success judge ({JUDGE_META} + {JUDGE_FILE}); fit one with "
-                         f"`simforcing model fit-judge --data DIR --out {folder}`")
+                         "`simforcing model fit-judge --data DIR --out JUDGE` (a folder of its own) and give --judge "
+                         "JUDGE")
     try:
         meta = json.loads(meta_path.read_text())
         if meta.get("format") != "simforcing-success-judge":
@@ -175,10 +212,13 @@ def load_judge(folder: str | Path, device: str | torch.device = "cpu") -> Succes
         c["position_dims"] = tuple(c["position_dims"])
         net = JudgeNet(ProbeConfig(**c))
         net.load_state_dict(load_file(str(weights)))
+        if not all(torch.isfinite(v).all() for v in net.state_dict().values() if v.is_floating_point()):
+            raise ValueError("its weights are not finite")
     except Exception as e:  # safetensors' own error type, JSON, shapes: all "not a judge", named below
         raise ValueError(f"--judge: {meta_path} / {weights.name} cannot be read as a success judge ({e}); fit it "
                          "again with `simforcing model fit-judge`") from e
-    return SuccessJudge(net.to(device), meta.get("benchmark", {}), meta.get("report"), meta.get("consecutive", 1))
+    return SuccessJudge(net.to(device), meta.get("benchmark", {}), meta.get("report"), meta.get("consecutive", 1),
+                        judge_identity(folder))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -229,6 +269,7 @@ def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
     frames, labels, owner, q0 = [], [], [], []
     e = 0
     for root in map(Path, roots):
+        check_dataset_folder(root)
         policy = read_json(meta_dir(root) / "info.json", "dataset info").get("format") == POLICY_FORMAT
         info = read_policy_info(root, 1) if policy else read_info(root)
         index, split_ids = read_episodes(root), read_splits(root)
@@ -243,6 +284,7 @@ def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
                 video = video[:, :, : video.shape[2] // len(info["cameras"])]  # the external camera
             _, states = read_lowdim(root, eid)
             n = min(len(video), len(states), len(obj["xyz"]), ep.length)
+            _check_readings(root, eid, n, states[:n], obj["xyz"][:n])
             frames.append(frames_to_target(video[:n], height, width).permute(1, 0, 2, 3))  # (T, 3, H, W)
             labels.append(torch.from_numpy(true_readings(states[:n, :3], obj["xyz"][:n, obj["target"]])))
             owner.append(torch.full((n,), e))
@@ -255,6 +297,49 @@ def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
     benchmark = {"resolution": [height, width], "layouts": benchmark_layouts(roots), "predicates": PREDICATES,
                  "camera": "external", "episodes": e}
     return JudgeFrames(torch.cat(frames), torch.cat(labels), torch.cat(owner), torch.cat(q0)), benchmark
+
+
+def check_dataset_folder(root: Path) -> None:
+    """DataError naming ``root`` when it is not a dataset (another simforcing folder is named for what it is)."""
+    if not is_dataset(root):
+        kind = what_folder(root)
+        raise DataError(f"--data: not a dataset ({'it is ' + kind if kind else 'no meta/info.json'}); give the "
+                        "folder of `simforcing data synth --layout-train N` or `data synth-policy --layouts K`",
+                        path=root, kind="missing_meta")
+
+
+def _check_readings(root: Path, eid: str, n: int, states: np.ndarray, xyz: np.ndarray) -> None:
+    """DataError naming the episode and file when it has no frame or its states / object positions are not finite
+    (a judge fitted on them would have NaN weights)."""
+    if n < 1:
+        raise DataError("no frames to fit on (its video, states or objects are empty)", eid,
+                        episode_file(root, eid, OBJECTS), kind="too_short_episode")
+    for name, x, file in (("states", states, "lowdim.npz"), ("object positions", xyz, OBJECTS)):
+        if not np.isfinite(np.asarray(x, np.float64)).all():
+            raise DataError(f"{name} hold NaN or inf", eid, episode_file(root, eid, file), kind="non_finite")
+
+
+MOVED = min(PUSH_DISTANCE, LIFT_HEIGHT)  # the smallest displacement of the task object any predicate counts (m)
+
+
+def check_fitting_data(data: JudgeFrames, where: str) -> None:
+    """DataError before any fitting when ``data`` cannot teach the judge the predicates: readings that are not
+    finite, a task object that never moves as far as a predicate counts, or every frame on one side of the reach
+    radius (one class only: the judge would learn one answer)."""
+    if not torch.isfinite(data.labels).all() or not torch.isfinite(data.q0).all():
+        raise DataError(f"the fitting data of {where} hold non-finite readings", kind="non_finite")
+    moved = float(data.labels[:, 3:].norm(dim=1).max())
+    if moved < MOVED:
+        raise DataError(f"the task object never moves {MOVED} m or more in the {len(data.labels)} frames of {where} "
+                        f"(at most {moved:.4f} m): the judge could not learn a push or a lift; fit it on episodes "
+                        "where objects are pushed and lifted (--sim-episodes N adds simulator rollouts)",
+                        kind="degenerate")
+    near = data.labels[:, :3].norm(dim=1) <= REACH_RADIUS
+    if bool(near.all()) or not bool(near.any()):
+        side = "within" if bool(near.all()) else "beyond"
+        raise DataError(f"every one of the {len(data.labels)} frames of {where} has the hand {side} the reach radius "
+                        f"({REACH_RADIUS} m) of the task object: one class only, the judge could not learn to tell "
+                        "success from failure; add episodes where the hand moves to the object", kind="degenerate")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -290,6 +375,7 @@ def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeF
     gen = torch.Generator().manual_seed(opts.seed)
     data, benchmark = read_judge_frames(roots, height, width)
     data = data.merged(rollouts)
+    check_fitting_data(data, ", ".join(map(str, roots)) + (" and the simulator rollouts" if rollouts else ""))
     first = _first_of_episode(data.episode)
     as_probe = ProbeFrames(data.frames, data.labels, data.episode)  # what the probe's ghost augmentation reads
     cfg = ProbeConfig(height=height, width=width, state_dim=len(OUTPUTS), position_dims=(0, 1, 2), gripper_dim=None)

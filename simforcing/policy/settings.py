@@ -21,6 +21,20 @@ ATTENTION_MODE = {"action_only": "policy_video_action", "unconditional": "policy
 WITH_VIDEO = ("unconditional", "video_action")  # settings with future video (and its FM loss)
 
 
+# the largest closed-loop evaluation asked for: far beyond the benchmark's (30 steps, tens of scenes per task), below
+# what would only end in a MemoryError or run for ever
+MAX_EPISODE_STEPS, MAX_SCENES_PER_TASK = 10_000, 10_000
+
+
+def check_episode_counts(per_task: int, max_steps: int, execute: int | None = None) -> None:
+    """ConfigError naming the flag of a scene count, step limit or executed-actions count out of range."""
+    for flag, value, top in (("--per-task", per_task, MAX_SCENES_PER_TASK), ("--max-steps", max_steps,
+                                                                             MAX_EPISODE_STEPS),
+                             ("--execute", execute, MAX_EPISODE_STEPS)):
+        if value is not None and not 1 <= value <= top:
+            raise ConfigError(f"{flag}: got {value}; expected an integer in [1, {top}]")
+
+
 def check_setting(setting: str) -> str:
     if setting not in POLICY_SETTINGS:
         raise ConfigError(f"--setting: got {setting!r}; expected one of {', '.join(POLICY_SETTINGS)}")

@@ -41,8 +41,10 @@ from simforcing.data.synthetic.generate import RealRenderer
 from simforcing.policy.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, format_table, make_players, rows_of,
                                         scene_mode, scene_of)
 from simforcing.policy.judge import SuccessJudge, first_success, frame_verdicts
+from simforcing.policy.settings import check_episode_counts
 from simforcing.policy.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
 from simforcing.rollout import WorldModelRollout
+from simforcing.runfolder import scored_record, unfinished_note
 from simforcing.runs import LoadedWorldModel, load_world_model, sample_generator
 from simforcing.twin import TwinEpisode, TwinLoop
 
@@ -102,14 +104,30 @@ def load_environment(wm_run: str, device="cpu", condition: Optional[str] = None)
     return wm
 
 
-def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player], height: int, width: int) -> None:
-    """Named errors for a world model whose frames or actions a player cannot use (none for copy-first: None)."""
+def world_model_record(wm: Optional[LoadedWorldModel], wm_run: str, progress: Callable[[str], None]) -> dict:
+    """What the evaluation records about the world model it ran in: the run folder, checkpoint, step and whether the
+    run was finished (``runfolder.scored_record``); an unfinished one is evaluated with a warning line."""
+    if wm is None:
+        return {"run": COPY_FIRST, "checkpoint": None, "step": None, "finished": True}
+    rec = scored_record(wm.checkpoint.run, wm.checkpoint.path, wm.checkpoint.step)
+    note = unfinished_note(f"--wm {wm_run}", rec)
+    if note:
+        progress(f"warning: {note}; the evaluation records it")
+    return rec
+
+
+def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player], judge: SuccessJudge) -> None:
+    """Named errors for a judge fitted on frames of another size than the world model predicts, and for a world
+    model whose frames or actions a player cannot use (none for copy-first: None)."""
     if wm is None:
         return
     d = wm.cfg.data
+    height, width = judge.benchmark.get("resolution") or (None, None)
     if (d.height, d.width) != (height, width):
-        raise ConfigError(f"--wm: {wm.name} predicts {d.height}×{d.width} frames; the evaluated policies observe "
-                          f"{height}×{width} per camera")
+        raise ConfigError(f"--judge: {judge_name(judge)} was fitted on {height}×{width} frames; the world model "
+                          f"{wm.name} predicts {d.height}×{d.width} frames — fit a judge at the world model's "
+                          f"resolution (`simforcing model fit-judge --data DIR --out JUDGE --data.height={d.height} "
+                          f"--data.width={d.width}`)")
     for name, p in players.items():
         if p.cameras > 1:
             raise ConfigError(f"--runs {name}: the policy observes {p.cameras} cameras side by side (external + "
@@ -118,6 +136,28 @@ def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player],
         if isinstance(p, RunPlayer) and p.runner.cfg.data.action_dim != d.action_dim:
             raise ConfigError(f"--runs {name}: the policy's actions are {p.runner.cfg.data.action_dim}-D; the world "
                               f"model {wm.name} takes {d.action_dim}-D actions")
+
+
+def judge_name(judge: SuccessJudge) -> str:
+    """The judge's folder (as loaded), or what it is when not loaded from one."""
+    return (judge.source or {}).get("path") or "the judge"
+
+
+def execute_count(execute: Optional[int], players: dict[str, Player], wm: Optional[LoadedWorldModel]) -> int:
+    """Actions every episode executes per chunk: ``execute`` or the largest of the learned players' own, at most the
+    shortest chunk any player plans and the world model's window, a multiple of its frame stride. An ``execute``
+    that cannot be is a ConfigError naming the limit."""
+    span = min([p.span for p in players.values()] + ([wm.cfg.data.actions_per_window] if wm is not None else []))
+    stride = wm.cfg.data.frame_stride if wm is not None else 1
+    if execute is None:
+        execute = min(max([p.execute for p in players.values() if p.learned] or [4]), span)
+        return max(stride, execute - execute % stride)
+    if execute > span or execute % stride:
+        who = ", ".join(f"{n}: {p.span}" for n, p in players.items())
+        raise ConfigError(f"--execute: got {execute}; expected at most {span} actions (the chunks planned — {who} — "
+                          + (f"and the world model's window of {wm.cfg.data.actions_per_window}" if wm else "")
+                          + f") and a multiple of the world model's data.frame_stride={stride}")
+    return execute
 
 
 def _uint8(frames: torch.Tensor) -> np.ndarray:
@@ -169,15 +209,20 @@ class Episodes:
         return _uint8(frame), self.states.copy()
 
     def act(self, images: np.ndarray, states: np.ndarray, t: int, chunk: int) -> np.ndarray:
-        """Every player's chunk for its episodes -> raw actions (B, A, 7)."""
-        out = None
+        """Every player's chunk for its episodes -> raw actions (B, L, 7), L the longest chunk any player plans or
+        the world model's window: a shorter chunk is followed by "hold" actions (no motion, its last gripper
+        command), which fill the window only (``execute_count`` keeps the executed actions within every chunk)."""
+        chunks = {}
         for name, player in self.players.items():
             idx = [i for i, (n, _) in enumerate(self.rows) if n == name]
-            a = player.chunk(list(images[idx]), states[idx], [self.rows[i][1].scene for i in idx], [t] * len(idx),
-                             chunk)
-            if out is None:
-                out = np.zeros((len(self.rows), a.shape[1], 7))
-            out[idx] = a[:, :out.shape[1]]
+            chunks[name] = (idx, np.asarray(player.chunk(list(images[idx]), states[idx],
+                                                         [self.rows[i][1].scene for i in idx], [t] * len(idx), chunk)))
+        length = max([a.shape[1] for _, a in chunks.values()]
+                     + ([self.wm.cfg.data.actions_per_window] if self.wm is not None else []))
+        out = np.zeros((len(self.rows), length, 7))
+        for idx, a in chunks.values():
+            out[idx, :a.shape[1]] = a
+            out[idx, a.shape[1]:, 6] = a[:, -1:, 6]  # hold: zero deltas, the gripper as last commanded
         return out
 
     def step(self, actions: np.ndarray, n: int) -> torch.Tensor:
@@ -206,18 +251,18 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     """Closed-loop success inside ``wm_run`` (module docstring), in the layout of ``evaluate_synthetic``'s result
     (rows, episodes with per-frame verdicts, table) plus the world model's settings and timings. ``condition``: the
     world model's simulation condition (:func:`load_environment`)."""
-    for flag, value, ok in (("--per-task", per_task, per_task >= 1), ("--max-steps", max_steps, max_steps >= 1),
-                            ("--execute", execute, execute is None or execute >= 1)):
-        if not ok:
-            raise ConfigError(f"{flag}: got {value}; expected an integer >= 1")
+    check_episode_counts(per_task, max_steps, execute)
     players = make_players(runs, baselines, expert_noise, seed, device)
+    if not players:
+        raise ConfigError("--runs: nothing to evaluate (no runs, no expert noise levels and no baselines)")
     cfgs = {n: p.runner.cfg for n, p in players.items() if isinstance(p, RunPlayer)}
     layouts, jitter = scene_mode(cfgs, layouts, jitter, progress)
     wm = load_environment(wm_run, device, condition)
+    check_compatible(wm, players, judge)
     height, width = judge.benchmark["resolution"]
-    check_compatible(wm, players, height, width)
     judge.check_benchmark(height, width, layouts, "the world-model evaluation")
-    execute = execute or max([p.execute for p in players.values() if p.learned] or [4])
+    execute = execute_count(execute, players, wm)
+    wm_record = world_model_record(wm, wm_run, progress)
     t0 = time.perf_counter()
     scenes = held_out_scenes(seed, per_task, max_steps, tasks, layouts=layouts, jitter=jitter)
     starts = start_frames(scenes, seed, max_steps, height, width, layouts, jitter)
@@ -249,7 +294,8 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     result = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps, judge.consecutive)
     rows = rows_of(result, tasks)
     total = time.perf_counter() - t0
-    return {"env": "world-model", "wm": str(wm_run), "judge": judge.benchmark, "scenes": scenes, "seed": seed,
+    return {"env": "world-model", "wm": str(wm_run), "world_model": wm_record, "judge": judge.identity,
+            "scenes": scenes, "seed": seed,
             "per_task": per_task, "max_steps": max_steps, "execute": execute, "tasks": list(tasks),
             "layouts": layouts, "jitter": jitter, "resolution": [height, width], "rows": rows, "episodes": result,
             "learned": [n for n, p in players.items() if p.learned],
