@@ -190,7 +190,7 @@ class SampleConfig:
     #                             of the window, encoded: an upper bound for analysis, not a sampler) or "render" (the
     #                             robot's digital twin renders the commanded actions: simforcing.twin)
     twin: str = "synthetic"  # the SimRenderer of condition=render: "synthetic" (the embedded benchmark's arm twin) or
-    #                          "module:factory" (your robot's: factory(height, width) -> SimRenderer)
+    #                          a registered name (your robot's: simforcing.twin.register_renderer)
 
 
 @dataclass

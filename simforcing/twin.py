@@ -27,16 +27,17 @@ A :class:`SimRenderer` keeps one twin per episode and promises:
 The synthetic benchmark's twin is :class:`simforcing.data.synthetic.twin.ArmTwin` (``sample.twin = synthetic``): the
 MuJoCo arm alone, the benchmark's own controller and servos, no objects. For your own robot, write a class with these
 three methods (an MJCF or URDF of the arm in the simulator the paired data was rendered with, the camera per episode
-in ``twin.json``, the controller that turns one action into joint targets) and name it ``--sample.twin=module:factory``
-with ``factory(height, width) -> SimRenderer``; ``simforcing data check-twin`` measures how well it renders the
+in ``twin.json``, the controller that turns one action into joint targets), register ``factory(height, width) ->
+SimRenderer`` under a name (:func:`register_renderer`, or an entry point of group ``simforcing.twins`` in your
+package for the command line) and select it with ``--sample.twin=NAME``; ``simforcing data check-twin`` measures how well it renders the
 recorded simulation videos again (docs/GUIDE.md "The twin in the loop").
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
 from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -60,26 +61,44 @@ class SimRenderer(Protocol):
     def close(self) -> None: ...
 
 
-def make_renderer(cfg: Config, height: int, width: int) -> SimRenderer:
-    """The renderer ``cfg.sample.twin`` names, rendering ``height × width`` frames — the size the dataset's simulation
-    videos were recorded at (its info.json); the sampler transforms them as training transforms recorded frames.
-    ``synthetic`` (the embedded benchmark's arm twin) or ``module:factory`` (your own: ``factory(height, width)``
-    returns a SimRenderer)."""
-    name, h, w = cfg.sample.twin, int(height), int(width)
+ENTRY_POINTS = "simforcing.twins"  # the entry-point group an installed package registers its twins in
+_REGISTERED: dict[str, Callable[[int, int], SimRenderer]] = {}
+
+
+def register_renderer(name: str, factory: Callable[[int, int], SimRenderer]) -> None:
+    """Make ``factory(height, width) -> SimRenderer`` the twin ``sample.twin = name`` (Python API; from the command
+    line a package registers it as an entry point of group ``simforcing.twins``)."""
+    if not name or name == SYNTHETIC or not callable(factory):
+        raise ValueError(f"register_renderer: got name {name!r} and factory {factory!r}; expected a new name (not "
+                         f"{SYNTHETIC!r}) and a callable factory(height, width)")
+    _REGISTERED[name] = factory
+
+
+def _factory(name: str) -> Callable[[int, int], SimRenderer]:
+    """The factory of twin ``name``: built in, registered, or an installed package's entry point (a config value
+    never imports a module of its own choosing)."""
     if name == SYNTHETIC:
         from simforcing.data.synthetic.twin import ArmTwin  # MuJoCo loads only here
 
-        return ArmTwin(h, w)
-    module, _, attr = str(name).partition(":")
-    if not module or not attr:
-        raise ConfigError(f"sample.twin: got {name!r}; expected {SYNTHETIC!r} or 'module:factory' (a function "
-                          "factory(height, width) returning a SimRenderer)")
-    try:
-        factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"sample.twin: cannot load {name!r} ({type(e).__name__}: {e}); expected 'module:factory' "
-                          "importable in this environment") from e
-    renderer = factory(h, w)
+        return ArmTwin
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINTS) if ep.name == name]
+    if not found:
+        known = sorted({SYNTHETIC, *_REGISTERED, *(ep.name for ep in importlib.metadata.entry_points(
+            group=ENTRY_POINTS))})
+        raise ConfigError(f"sample.twin: got {name!r}; expected one of {', '.join(known)} — your robot's twin is "
+                          f"registered with simforcing.twin.register_renderer(name, factory) or as an entry point of "
+                          f"group {ENTRY_POINTS!r} in your package (docs/GUIDE.md \"The twin in the loop\")")
+    return found[0].load()
+
+
+def make_renderer(cfg: Config, height: int, width: int) -> SimRenderer:
+    """The renderer ``cfg.sample.twin`` names (:func:`_factory`), rendering ``height × width`` frames — the size the
+    dataset's simulation videos were recorded at (its info.json); the sampler transforms them as training transforms
+    recorded frames."""
+    name = str(cfg.sample.twin)
+    renderer = _factory(name)(int(height), int(width))
     missing = [m for m in ("start", "window", "close") if not callable(getattr(renderer, m, None))]
     if missing:
         raise ConfigError(f"sample.twin: {name!r} returned a {type(renderer).__name__} without {', '.join(missing)}; "

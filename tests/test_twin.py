@@ -16,7 +16,8 @@ from simforcing.data.format import read_twin_record
 from simforcing.data.synthetic.generate import TwinRenderer, generate_dataset, simulate_episode
 from simforcing.data.synthetic.twin import ArmTwin
 from simforcing.errors import DataError
-from simforcing.twin import TwinEpisode, frame_psnr, make_renderer, render_actions, window_frame_steps
+from simforcing.twin import (TwinEpisode, frame_psnr, make_renderer, register_renderer, render_actions,
+                             window_frame_steps)
 from test_policy import tiny, world_model_run  # noqa: F401  (fixtures)
 
 H, W = 32, 48
@@ -104,14 +105,19 @@ def test_the_twin_refuses_what_it_cannot_execute(twin, episodes):
         ArmTwin(H, W).start([TwinEpisode(episodes[0].states[0], {"pose": 1})])
 
 
-def test_make_renderer_names_a_renderer_it_cannot_load():
+def test_make_renderer_names_a_renderer_it_cannot_load_and_never_imports_a_config_value():
+    import sys
+
     cfg = preset("demo")
-    cfg.sample.twin = "no_such_module_xyz:factory"
-    with pytest.raises(ConfigError, match="sample.twin"):
+    sys.modules.pop("json.tool", None)
+    cfg.sample.twin = "json.tool:main"
+    with pytest.raises(ConfigError, match="register_renderer"):
         make_renderer(cfg, H, W)
-    cfg.sample.twin = "synthetic_without_colon"
-    with pytest.raises(ConfigError, match="module:factory"):
-        make_renderer(cfg, H, W)
+    assert "json.tool" not in sys.modules
+    cfg.sample.twin = "recording"  # registered below, in Python
+    assert isinstance(make_renderer(cfg, H, W), RecordingTwin)
+    with pytest.raises(ValueError, match="register_renderer"):
+        register_renderer("synthetic", recording_twin)
 
 
 def test_data_synth_records_the_twin_and_check_twin_measures_it(tmp_path, capsys):
@@ -167,8 +173,11 @@ class RecordingTwin:
 
 
 def recording_twin(height: int, width: int) -> RecordingTwin:
-    """``--sample.twin=test_twin:recording_twin``."""
+    """``--sample.twin=recording`` (registered below)."""
     return RecordingTwin(height, width)
+
+
+register_renderer("recording", recording_twin)
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +187,7 @@ def tiny_wm():
 
     from simforcing.runs import LoadedWorldModel
 
-    cfg = tiny_cfg(sample__condition="render", sample__twin="test_twin:recording_twin")
+    cfg = tiny_cfg(sample__condition="render", sample__twin="recording")
     return LoadedWorldModel(cfg, tiny_model(cfg), tiny_vae(), IDENTITY)
 
 
@@ -253,7 +262,7 @@ def test_closed_loop_the_twin_receives_the_effective_actions(world_model_run):
     from simforcing.policy.world_model_eval import Episodes, effective, load_environment, start_frames
 
     wm = load_environment(str(world_model_run), condition="render")
-    wm.cfg.sample.twin = "test_twin:recording_twin"
+    wm.cfg.sample.twin = "recording"
     assert wm.cfg.sample.condition == "render"
     d = wm.cfg.data
     scenes = held_out_scenes(9000, 1, 6, ("reach", "push"), layouts=2, jitter=0.03)
