@@ -123,6 +123,32 @@ def run_subcommand(sub, args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default after its help unless the help already says it ("(default: ...)") or there is nothing
+    to show (no default: None; a switch: False; an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.default is None or action.default is False or action.default == []:
+            return text
+        return super()._get_help_string(action)
+
+
+def subcommand(target: str):
+    """The Subcommand that ``target`` ("module:ATTRIBUTE", :data:`COMMANDS`) names."""
+    module_name, attribute = target.split(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def command_parser(words: tuple[str, ...], sub, help_: str) -> argparse.ArgumentParser:
+    """The argument parser of the command ``words`` (its Subcommand ``sub``)."""
+    parser = argparse.ArgumentParser(prog="simforcing " + " ".join(words), description=help_,
+                                     formatter_class=HelpFormatter,
+                                     epilog="Any config field can be overridden: --section.field=value")
+    sub.add_arguments(parser)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -148,12 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simforcing: unknown command {argv[0]!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
     words, target, help_ = match
-    module_name, attribute = target.split(":")
-    sub = getattr(importlib.import_module(module_name), attribute)
-    parser = argparse.ArgumentParser(prog="simforcing " + " ".join(words), description=help_,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                     epilog="Any config field can be overridden: --section.field=value")
-    sub.add_arguments(parser)
+    sub = subcommand(target)
+    parser = command_parser(words, sub, help_)
     args, rest = parser.parse_known_args(argv[len(words):])
     args.overrides = rest
     args.command = words
