@@ -28,8 +28,15 @@ _LEGACY = ((AGREEMENT, ("ranking", "envs", "players")),
            (POLICY_EVALUATION, ("env", "rows", "episodes", "scenes")))
 _UNTAGGED_OTHERS = ((("suite", "tasks", "average"), "a LIBERO policy evaluation (`policy eval --env libero`)"),
                     (("per_chunk",), "a rollout-drift result (`simforcing rollout`)"),
-                    (("psnr", "num_samples"), "a one-window evaluation (`simforcing eval`)"),
+                    (("psnr", "num_samples"), "a one-window evaluation (`simforcing evaluate`)"),
                     (("benchmark", "consecutive"), "a success judge (`simforcing model fit-judge`)"))
+_OTHER_FORMATS = {"simforcing-success-judge": "a success judge (`simforcing model fit-judge`)"}
+# What a folder holds when the expected file is not in it: a marker file and its description.
+_FOLDER_MARKERS = (("eval.json", "an evaluation (eval.json)"), ("agreement.json", "an agreement of policy evaluations "
+                   "(`simforcing policy agreement`)"), ("judge.json", "a success judge (`simforcing model fit-judge`)"),
+                   ("rollout.json", "a rollout-drift result (`simforcing rollout`)"),
+                   ("run.json", "a training run (pretrain / train / policy train)"),
+                   ("meta/info.json", "a dataset"))
 
 
 def tagged(kind: str, version: int, body: dict) -> dict:
@@ -44,7 +51,7 @@ def kind_of(obj) -> tuple[Optional[str], int, str]:
     if "format" in obj:
         kind = obj["format"]
         version = obj.get("format_version")
-        name = KIND_NAMES.get(kind, (f"a result of kind {kind!r}",))[0]
+        name = KIND_NAMES.get(kind, (_OTHER_FORMATS.get(kind, f"a result of kind {kind!r}"),))[0]
         return kind, version if isinstance(version, int) else 0, name
     for kind, keys in _LEGACY:
         if all(k in obj for k in keys):
@@ -60,6 +67,9 @@ def read_result(path: str | Path, kind: str, version: int, what: str) -> tuple[d
     the kind it holds and the kind expected."""
     path = Path(path)
     want, command = KIND_NAMES[kind]
+    if not path.is_file() and path.parent.is_dir():
+        raise ConfigError(f"{what}: {path.parent} holds {folder_contents(path.parent)}, no {path.name}; expected "
+                          f"{want}: give the folder `{command}` wrote")
     try:
         obj = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -71,3 +81,9 @@ def read_result(path: str | Path, kind: str, version: int, what: str) -> tuple[d
         raise ConfigError(f"{what}: {path} is {want} of format version {obj.get('format_version')!r}; this version "
                           f"of simforcing reads versions 1 to {version} — upgrade simforcing or re-run `{command}`")
     return obj, got_version
+
+
+def folder_contents(folder: Path) -> str:
+    """What ``folder`` holds, by the files that mark each kind of output ("nothing simforcing wrote" otherwise)."""
+    found = [name for marker, name in _FOLDER_MARKERS if (folder / marker).is_file()]
+    return " and ".join(found) if found else "nothing simforcing wrote"
