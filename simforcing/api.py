@@ -83,6 +83,15 @@ class WorldModelPipeline:
             cfg.validate()
         return cls(load_world_model(run, cfg, resolve_device(device), step))
 
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, device: str = "auto", vae: Optional[str | Path] = None,
+                        text_encoder: Optional[str | Path] = None) -> "WorldModelPipeline":
+        """A folder written by `simforcing export` (``simforcing.export``): it samples what ``from_run`` of the
+        exported checkpoint samples; ``vae`` / ``text_encoder``: folders replacing the recorded ones."""
+        from simforcing.export import load_pretrained
+
+        return cls(load_pretrained(folder, resolve_device(device), vae, text_encoder))
+
     @property
     def cfg(self) -> Config:
         return self.world_model.cfg

@@ -67,6 +67,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("rollout",), "simforcing.commands.sample:ROLLOUT",
      "roll a world model out chunk after chunk over whole episodes; drift against the recorded truth"),
     (("evaluate",), "simforcing.commands.evaluate:EVALUATE", "PSNR/SSIM/LPIPS/FID/FVD and latency on a split"),
+    (("export",), "simforcing.commands.export:EXPORT",
+     "a world-model run as a shareable folder (sharded safetensors, config, model card) for from_pretrained"),
     (("sweep", "cfg"), "simforcing.commands.evaluate:SWEEP_CFG", "Tab. A1: p x w over checkpoints"),
     (("sweep", "steps"), "simforcing.commands.evaluate:SWEEP_STEPS", "Tab. A2-A4: N_s x N_r x w with latency"),
     (("policy", "train"), "simforcing.commands.policy:TRAIN",

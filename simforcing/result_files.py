@@ -18,10 +18,12 @@ from simforcing.errors import ConfigError
 
 POLICY_EVALUATION = "simforcing.policy-evaluation"
 AGREEMENT = "simforcing.policy-agreement"
+WORLD_MODEL_EXPORT = "simforcing.world-model"
 
 # What a kind is called in messages, and the command that writes it.
 KIND_NAMES = {POLICY_EVALUATION: ("a policy evaluation", "simforcing policy eval"),
-              AGREEMENT: ("an agreement of policy evaluations", "simforcing policy agreement")}
+              AGREEMENT: ("an agreement of policy evaluations", "simforcing policy agreement"),
+              WORLD_MODEL_EXPORT: ("an exported world model", "simforcing export")}
 
 # Files written before the tags: the keys that identify each kind (checked in this order).
 _LEGACY = ((AGREEMENT, ("ranking", "envs", "players")),
@@ -29,7 +31,9 @@ _LEGACY = ((AGREEMENT, ("ranking", "envs", "players")),
 _UNTAGGED_OTHERS = ((("suite", "tasks", "average"), "a LIBERO policy evaluation (`policy eval --env libero`)"),
                     (("per_chunk",), "a rollout-drift result (`simforcing rollout`)"),
                     (("psnr", "num_samples"), "a one-window evaluation (`simforcing evaluate`)"),
-                    (("benchmark", "consecutive"), "a success judge (`simforcing model fit-judge`)"))
+                    (("benchmark", "consecutive"), "a success judge (`simforcing model fit-judge`)"),
+                    (("preset", "model", "train"), "a run's config (a run folder: load it with "
+                                                   "WorldModelPipeline.from_run)"))
 _OTHER_FORMATS = {"simforcing-success-judge": "a success judge (`simforcing model fit-judge`)"}
 # What a folder holds when the expected file is not in it: a marker file and its description.
 _FOLDER_MARKERS = (("eval.json", "an evaluation (eval.json)"), ("agreement.json", "an agreement of policy evaluations "
