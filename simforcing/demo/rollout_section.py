@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.demo.plan import SEED, Plan, run_tag
+from simforcing.demo.plan import ORACLE_CONDITION, REMASK, SEED, Plan, probe_state, run_tag
 from simforcing.evaluate.rollout_media import plot_drift
 from simforcing.evaluate.rollouts import chunk_table
 from simforcing.utils import fmt_num, relative_to
@@ -60,7 +60,7 @@ def collect_rollouts(plan: Plan) -> Optional[dict]:
     folders = plan.rollouts.get("folders", {}) if plan.rollouts else {}
     if not folders:
         return None
-    got = {name: _read(folder) for name, folder in folders.items()}
+    got = {key.name: _read(folder) for key, folder in folders.items()}  # by EvalKey.name: results.json's keys
     res: dict = {"runs": {k: v for k, v in got.items() if v is not None}, "paired_episodes": {}, "paired_seeds": {}}
     sf, sft = got.get("simforcing"), got.get("sft")
     if sf and sft:
@@ -147,7 +147,7 @@ def rollout_lines(res: Optional[dict], plan: Plan) -> list[str]:
                     lines.append(f"| {seed} | {title} | " + " | ".join(
                         "—" if v is None else f"{v * scale:+.2f}" for v in d[metric]) + " |")
         lines.append("")
-    states = [(m, runs.get(m), runs.get(f"{m} probe state")) for m in ("sft", "simforcing")]
+    states = [(m, runs.get(m), runs.get(probe_state(m).name)) for m in ("sft", "simforcing")]
     if any(p for _, _, p in states):
         lines += ["**The state input of later chunks**: integrated from the commanded actions (default) or read from "
                   "the generated frames by the state probe (chained chunk to chunk); rollout, mean over chunks:", "",
@@ -159,9 +159,9 @@ def rollout_lines(res: Optional[dict], plan: Plan) -> list[str]:
                     lines.append(f"| {m} | {label} | {fmt_num(mm.get('psnr'), 2)} | {fmt_num(mm.get('psnr_arm'), 2)} | "
                                  f"{fmt_num(None if mm.get('af_pos') is None else 100 * mm['af_pos'], 2)} |")
         lines.append("")
-    for name, label in (("simforcing remask", "simulation chain re-masked from the recorded arm masks"),
-                        ("simforcing oracle condition", "the recorded simulation video as every chunk's condition")):
-        r = runs.get(name)
+    for key, label in ((REMASK, "simulation chain re-masked from the recorded arm masks"),
+                       (ORACLE_CONDITION, "the recorded simulation video as every chunk's condition")):
+        r = runs.get(key.name)
         if r:
             mm = r["rows"]["rollout"]["mean"]
             lines.append(f"- simforcing, {label}: PSNR {fmt_num(mm.get('psnr'), 2)} dB, arm PSNR "
