@@ -6,6 +6,7 @@
     out = pipe(frame, "push the blue ball to the left", state, actions)    # one window, the paper's sampler
     out.video                                                             # uint8 (F, H, W, 3): frame 0 = given
     long = pipe.rollout(frame, instruction, state, many_actions)           # any length, chunk after chunk
+    twin = pipe.rollout(frame, instruction, state, many_actions, twin=TwinEpisode(state, record))  # the twin's condition
     ep = read_episode("runs/demo/data_long")                              # a recorded episode to drive it with
 
 Inputs are what a robot logs, in the dataset's units: ``frame`` uint8 (H, W, 3) (any size: resized and centre-cropped
@@ -29,8 +30,8 @@ import numpy as np
 import torch
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.format import (read_arm_mask, read_episode_videos, read_episodes, read_info, read_lowdim,
-                                    read_splits)
+from simforcing.data.format import (TWIN_FILE, episode_file, read_arm_mask, read_episode_videos, read_episodes,
+                                    read_info, read_lowdim, read_splits, read_twin_record)
 from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_range
 from simforcing.data.stats import Normalizer
 from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
@@ -41,6 +42,7 @@ from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
 from simforcing.runs import CheckpointId, LoadedWorldModel, load_world_model
 from simforcing.sample import SampleResult, model_device, sampler_for
 from simforcing.sampler_batch import SamplerBatch
+from simforcing.twin import TwinEpisode, TwinLoop
 from simforcing.utils import resolve_device
 
 
@@ -169,18 +171,32 @@ class WorldModelPipeline:
     # -- any length ---------------------------------------------------------------------------------------------------
     def rollout(self, frame: np.ndarray, instruction: str, state: np.ndarray, actions: np.ndarray,
                 arm_mask: Optional[np.ndarray] = None, sim_frame: Optional[np.ndarray] = None,
-                seed: int = 0) -> Prediction:
+                seed: int = 0, twin: Optional[TwinEpisode] = None) -> Prediction:
         """``actions`` (H, action_dim) of any length, chunk after chunk (``simforcing.rollout``; a last chunk that
         is not whole is cut): each chunk starts from the previous one's last generated frame, its state integrated
-        from the actions (``rollout.state``), its condition from the simulation chain (``rollout.sim_chain``)."""
+        from the actions (``rollout.state``), its condition from the simulation chain (``rollout.sim_chain``) — or,
+        given ``twin`` (the episode's start for the robot's digital twin: ``TwinEpisode(state, {"camera": ...})``,
+        ``simforcing.twin``), rendered by the twin (``sample.twin``) from the actions, chunk after chunk, at the
+        model's resolution."""
         a = torch.from_numpy(self._check_actions(actions, exact=False))[None]
         chunk_sizes(a.shape[1], self.cfg.data.actions_per_window, self.cfg.data.frame_stride)  # named errors first
         text, mask = self.text(instruction)
         state0 = torch.as_tensor(np.asarray(state, np.float64))[None]
-        ro = WorldModelRollout(self.world_model, self.frame(frame), state0, text, mask,
-                               [torch.Generator().manual_seed(int(seed))], first_mask=self._mask(arm_mask),
-                               first_sim=None if sim_frame is None else self.frame(sim_frame))
-        return _prediction(ro.run(a))
+        loop = None
+        if twin is not None:
+            loop = TwinLoop.from_config(self.cfg, [twin], self.cfg.data.height, self.cfg.data.width)
+        elif self.cfg.sample.condition == "render":
+            raise ConfigError("twin: the run samples with sample.condition=render; pass the episode's start for the "
+                              "digital twin (twin=simforcing.twin.TwinEpisode(state, {'camera': ...}))")
+        try:
+            ro = WorldModelRollout(self.world_model, self.frame(frame), state0, text, mask,
+                                   [torch.Generator().manual_seed(int(seed))],
+                                   first_mask=None if loop is not None else self._mask(arm_mask),
+                                   first_sim=None if sim_frame is None else self.frame(sim_frame), twin=loop)
+            return _prediction(ro.run(a))
+        finally:
+            if loop is not None:
+                loop.close()
 
 
 def _prediction(res: SampleResult | RolloutResult) -> Prediction:
@@ -195,7 +211,8 @@ def _prediction(res: SampleResult | RolloutResult) -> Prediction:
 class Episode:
     """One recorded episode as a robot logs it: ``real`` / ``sim`` uint8 (T, H, W, 3) (``sim`` None when absent),
     ``arm_mask`` bool (T, H, W) or None, ``actions`` (T − 1, A) and ``states`` (T, S) in the dataset's units,
-    ``instruction``."""
+    ``instruction``; ``twin``: its start for the robot's digital twin (the first state and the episode's
+    ``twin.json``) or None when the dataset records none (``rollout(..., twin=ep.twin)``)."""
 
     episode_id: str
     instruction: str
@@ -204,6 +221,7 @@ class Episode:
     arm_mask: Optional[np.ndarray]
     actions: np.ndarray
     states: np.ndarray
+    twin: Optional[TwinEpisode] = None
 
 
 def read_episode(root: str | Path, episode_id: Optional[str] = None, split: str = "val") -> Episode:
@@ -221,7 +239,11 @@ def read_episode(root: str | Path, episode_id: Optional[str] = None, split: str 
     sim, real = read_episode_videos(root, info, ep)
     actions, states = read_lowdim(root, episode_id)
     mask = read_arm_mask(root, episode_id)
-    return Episode(episode_id, ep.instruction, real, sim, None if mask is None else mask.astype(bool), actions, states)
+    twin = None
+    if episode_file(root, episode_id, TWIN_FILE).exists():
+        twin = TwinEpisode(states[0], read_twin_record(root, episode_id))
+    return Episode(episode_id, ep.instruction, real, sim, None if mask is None else mask.astype(bool), actions, states,
+                   twin)
 
 
 def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:

@@ -229,6 +229,10 @@ class RolloutConfig:
     # command); state dims in neither keep their initial value
     delta_dims: tuple = (0, 1, 2, 3, 4, 5)
     absolute_dims: tuple = (6,)
+    # beyond the paper, for a model trained with train.context_noise: the noise level every chunk after the first tells
+    # the network its first latent (a generated frame) carries — the latent itself is not noised; 0 = a clean first
+    # frame, as the first chunk's
+    context_tau: float = 0.0
 
 
 POLICY_SETTINGS = ("action_only", "unconditional", "video_action")
@@ -407,6 +411,7 @@ class Config:
         r = self.rollout
         _check(r.state in ROLLOUT_STATES, "rollout.state", r.state, "one of " + ", ".join(ROLLOUT_STATES))
         _check(r.sim_chain in SIM_CHAINS, "rollout.sim_chain", r.sim_chain, "one of " + ", ".join(SIM_CHAINS))
+        _check(0.0 <= r.context_tau < 1.0, "rollout.context_tau", r.context_tau, "a noise level in [0, 1)")
         dims = list(r.delta_dims) + list(r.absolute_dims)
         _check(len(set(dims)) == len(dims) and all(i >= 0 for i in dims), "rollout.delta_dims",
                (r.delta_dims, r.absolute_dims), "distinct dims >= 0, each either a delta or an absolute dim (the "

@@ -7,9 +7,9 @@
                                           checkpoint's own, whole), "source" (run, kind, step), "vae", "text_encoder"}
     DIR/model-0000i-of-0000K.safetensors  the network's weights, in shards of at most ``max_shard_bytes``
     DIR/model.safetensors.index.json      {"metadata": {"total_size"}, "weight_map": {tensor: shard}}
-    DIR/normalizer.json                   the action/state statistics it was trained with (when the run records them)
-    DIR/vae/                              a demo VAE, copied in (small); a Wan2.2 VAE is named in config.json, not copied
-    DIR/README.md                         the model card: method, data, training budget, its evaluations, what it expects
+    DIR/normalizer.json                   the action/state statistics it was trained with (when recorded)
+    DIR/vae/                              a demo VAE, copied in (small); a Wan2.2 VAE is named, not copied
+    DIR/README.md                         the model card: method, data, training budget, evaluations, what it expects
 
 Loading (:func:`load_pretrained`) builds the network from the recorded config, loads every shard strictly and gives
 the same ``runs.LoadedWorldModel`` a run gives (its checkpoint: the folder, with the run's kind and step), so every

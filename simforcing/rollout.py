@@ -14,7 +14,9 @@ no forward a weight makes useless) on a window of ``F = data.frames`` frames and
    (``sample.mask_mode``) — exactly the sampler's output for that window (the same noise: generator i is episode i's);
 2. chunk k + 1 starts from chunk k's last generated frame, decoded and re-encoded by the VAE as a new first frame
    (what the model was trained on: a clean first latent that encodes one frame alone);
-3. its simulation condition comes from the student's own simulation chain, continued from the chain's own last
+3. its simulation condition comes from the robot's digital twin when ``sample.condition = render`` (``twin``, a
+   ``simforcing.twin.TwinLoop``: the twin renders the chunk's whole window from its current state and executes the
+   chunk's n executed actions only), else from the student's own simulation chain, continued from the chain's own last
    frame (``rollout.sim_chain = continue``: the simulation domain is the arm alone on a flat background, so no
    generated real frame is segmented again), or from the generated real frame masked again (``remask``: with
    ``mask-file`` / ``paired-sim`` that reads the recorded mask / sim frame at that time — an analysis, not a closed
@@ -26,7 +28,9 @@ no forward a weight makes useless) on a window of ``F = data.frames`` frames and
 5. a chunk of n < A_w actions (a horizon that is not a whole number of chunks, or a policy executing part of its
    plan) is filled up to A_w with ``plan`` actions when given (the rest of a policy's chunk) or with "hold" actions
    (zero deltas, the absolute dims kept), and cut: only its first n / stride frames are kept, the next chunk starts
-   from the last kept frame and the state integrates the n executed actions only.
+   from the last kept frame and the state integrates the n executed actions only;
+6. a model trained with ``train.context_noise`` can be told that every chunk's first frame after the first is an
+   imperfect one: ``rollout.context_tau`` (the level, the latent itself untouched; 0 = clean, as chunk 0's).
 
 Noise: episode i draws each chunk's (ε_r, ε_s) from its own generator, chunk after chunk, so a batch of B episodes
 gives the rollouts of B one-episode calls, and the restart reference (``evaluate.rollouts``) sees the same noise.
@@ -41,8 +45,10 @@ import torch
 
 from simforcing.config import Config, ConfigError
 from simforcing.runs import LoadedWorldModel, sample_generator
-from simforcing.sample import Sampler, model_device, sampler_for
+from simforcing.sample import RenderedSimulation, Sampler, model_device, sampler_for
 from simforcing.sampler_batch import SamplerBatch
+from simforcing.twin import TwinLoop
+
 
 def integrate_state(cfg: Config, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """The state after ``actions`` (B, n, A) raw from ``state`` (B, S) raw: delta dims summed, absolute dims set to
@@ -101,14 +107,20 @@ class WorldModelRollout:
     ``generators``: one torch.Generator per episode (the noise of every chunk). Chunk 0's masking: ``first_mask``
     (B, H, W) bool for ``mask-file``, ``first_sim`` (B, 3, H, W) the paired sim frame for ``paired-sim``; ``sam3``
     segments the frame. ``sampler``: the world model's sampler to use (default ``sample.sampler_for(wm)``); it is
-    asked to decode the simulation video.
+    asked to decode the simulation video. ``twin``: the episodes' digital twin, required by ``sample.condition =
+    render`` (module docstring, step 3); ``rendered`` keeps each chunk's rendered condition (B, 3, F, H, W).
     """
 
     def __init__(self, wm: LoadedWorldModel, first_frame: torch.Tensor, state0: torch.Tensor, text: torch.Tensor,
                  text_mask: Optional[torch.Tensor], generators: Sequence[torch.Generator],
                  first_mask: Optional[torch.Tensor] = None, first_sim: Optional[torch.Tensor] = None, probe=None,
-                 recorded: Optional[Recorded] = None, sampler: Optional[Sampler] = None):
+                 recorded: Optional[Recorded] = None, sampler: Optional[Sampler] = None,
+                 twin: Optional[TwinLoop] = None):
         cfg = wm.cfg
+        if cfg.sample.condition == "render" and twin is None:
+            raise ConfigError("sample.condition=render: each chunk's condition is rendered by the robot's digital "
+                              "twin; give the rollout the episodes' twin (twin=simforcing.twin.TwinLoop(...)) or use "
+                              "--sample.condition=rollout")
         if wm.normalizer is None:
             raise ConfigError(f"{wm.name}: the checkpoint records no action/state statistics (meta.json 'stats'); "
                               "a rollout normalises raw actions and states with them")
@@ -127,11 +139,15 @@ class WorldModelRollout:
             raise ValueError(f"generators: got {len(generators)} for {b} episodes; expected one per episode")
         self.cfg, self.normalizer, self.probe = cfg, wm.normalizer, probe
         self.device = model_device(wm.model)
-        self.sampler = sampler or sampler_for(wm, decode_sim=True)
+        if sampler is None:  # a twin given is the condition, whatever the run's sample.condition
+            sampler = sampler_for(wm, decode_sim=True, condition=RenderedSimulation() if twin is not None else None)
+        self.sampler = sampler
         self.sampler.decode_sim = True
         self.generators = list(generators)
         self.text, self.text_mask = text.to(self.device), (None if text_mask is None else text_mask.to(self.device))
         self.first_mask, self.first_sim, self.recorded = first_mask, first_sim, recorded or Recorded()
+        self.twin = twin
+        self.rendered: list[torch.Tensor] = []
         self.stride, self.span = cfg.data.frame_stride, cfg.data.actions_per_window
         self.state = state0.detach().double().cpu()  # (B, S) raw: the next chunk's state input
         self.frames = [first_frame.detach().float().cpu()[:, :, None]]  # chunks of (B, 3, n, H, W), frame 0 first
@@ -182,7 +198,11 @@ class WorldModelRollout:
             tail = hold_actions(self.cfg, actions[:, -1], fill, b, actions.shape[2]).double()
         window = torch.cat([actions, tail], dim=1)  # (B, A_w, A) raw
         first = self.frame  # (B, 3, H, W): this chunk's first frame as given to the model
-        res = self.sampler(self._batch(window), self.generators)
+        rendered = None
+        if self.twin is not None:  # the twin renders the whole window, then executes the n executed actions
+            rendered = self.twin.window(window.numpy(), keep=n)
+            self.rendered.append(rendered)
+        res = self.sampler(self._batch(window, rendered), self.generators)
         keep = n // self.stride  # frames kept after the first
         video = res.real_video.float().cpu()  # (B, 3, F, H, W)
         self.frames.append(video[:, :, 1:1 + keep])
@@ -205,7 +225,7 @@ class WorldModelRollout:
         self.t += keep
         return self.frames[-1]
 
-    def _batch(self, window: torch.Tensor) -> SamplerBatch:
+    def _batch(self, window: torch.Tensor, rendered: Optional[torch.Tensor] = None) -> SamplerBatch:
         """The sampler's batch for the next chunk: the newest frame as the first frame, the window's actions and the
         state input, normalised with the run's statistics; x^s_0 the simulation chain's last frame (``continue``
         after chunk 0), else what masking reads (chunk 0's mask or sim frame, or the recorded ones)."""
@@ -230,7 +250,9 @@ class WorldModelRollout:
             actions=torch.from_numpy(self.normalizer.normalize("action", window.numpy())).float(),
             state0=torch.from_numpy(self.normalizer.normalize("state", self.state.numpy())).float(),
             text=self.text, text_mask=self.text_mask, arm_mask=arm_mask, sim_first_frame=chain,
-            recorded_sim=recorded_sim)
+            recorded_sim=recorded_sim, rendered_sim=rendered,
+            context_tau=torch.full((self.batch,), float(self.cfg.rollout.context_tau))
+            if t0 > 0 and self.cfg.rollout.context_tau > 0 else None)
 
     def _next_state(self, actions: torch.Tensor, first: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
         """The next chunk's state input (B, S) raw, from the executed ``actions`` or the probe on (first, last)."""

@@ -8,8 +8,9 @@
            u_c = R(z, τ, z^r_0, a, …, P(c), g = 1),   u_u = R(z, τ, z^r_0, a, …, g = 0)
     4. decode (z^r_0, ẑ^r_{1:L}) with the VAE
 
-Where c comes from is one seam, a ``ConditionSource`` (``sample.condition``): steps 1–2 (``rollout``) or the
-window's recorded sim video (``oracle``). Both rollouts are one integration loop (:func:`integrate`) of a velocity
+Where c comes from is one seam, a ``ConditionSource`` (``sample.condition``): steps 1–2 (``rollout``), the
+window's recorded sim video (``oracle``) or the robot's digital twin rendering the window's actions (``render``,
+``simforcing.twin``). Both rollouts are one integration loop (:func:`integrate`) of a velocity
 function; the network is called with its inputs by name (``CountingModel.velocity``). Every sampler has the
 ``Sampler`` signature: ``sampler(batch, generator) -> SampleResult`` and ``settings()``.
 
@@ -131,6 +132,7 @@ class StepInputs:
     text: torch.Tensor  # (B, N, D)
     text_mask: Optional[torch.Tensor]  # (B, N) bool
     context: Optional[StepContext] = None
+    context_tau: Optional[torch.Tensor] = None  # (B,) the noise level z0 is said to carry (train.context_noise)
 
     def with_context(self, model: torch.nn.Module, uses: int) -> "StepInputs":
         """These inputs with ``model.step_context`` of them when ``uses`` >= 2 forwards will share it and the model
@@ -145,7 +147,8 @@ class StepInputs:
         def two(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
             return None if x is None else torch.cat([x, x])
 
-        return StepInputs(two(self.z0), two(self.actions), two(self.state0), two(self.text), two(self.text_mask))
+        return StepInputs(two(self.z0), two(self.actions), two(self.state0), two(self.text), two(self.text_mask),
+                          context_tau=two(self.context_tau))
 
 
 class CountingModel:
@@ -164,9 +167,11 @@ class CountingModel:
                  cond_feats: Optional[list] = None, gate: Optional[torch.Tensor] = None) -> torch.Tensor:
         """û (B, C, L, h, w) at (z_t, τ) for ``step``'s inputs (given its context when it holds one); ``cond_feats``
         P_j(c) per block and ``gate`` (B,) for a conditioned forward, None for an unconditioned one."""
-        reuse = {} if step.context is None else {"static": step.context}
+        extra = {} if step.context is None else {"static": step.context}
+        if step.context_tau is not None:
+            extra["context_tau"] = step.context_tau
         return self(z_t=z_t, tau=tau, z0=step.z0, actions=step.actions, state0=step.state0, text=step.text,
-                    text_mask=step.text_mask, cond_feats=cond_feats, gate=gate, **reuse)
+                    text_mask=step.text_mask, cond_feats=cond_feats, gate=gate, **extra)
 
 
 Velocity = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (z (B, C, L, h, w), τ (B,)) -> u like z
@@ -268,6 +273,21 @@ class StudentSimulation:
         return torch.cat([z0_sim, zs], dim=2), masked
 
 
+def encode_given_condition(video: Optional[torch.Tensor], x: ConditionInputs, name: str,
+                           field_name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """c = VAE(video) for a condition given as a whole simulation video (B, 3, F, H, W) of the window; errors name
+    ``sample.condition=<name>`` and the batch field that should hold it."""
+    if video is None:
+        raise ConfigError(f"sample.condition={name}: the batch has no simulation video to condition on "
+                          f"(SamplerBatch.{field_name})")
+    c = x.vae.encode(video).float()  # (B, C, L+1, h, w)
+    if c.shape[2] != x.noise.shape[2] + 1:
+        raise ConfigError(f"sample.condition={name}: the simulation video has {video.shape[2]} frames ({c.shape[2]} "
+                          f"latent frames); the condition is the whole window, data.frames frames "
+                          f"({x.noise.shape[2] + 1} latent frames)")
+    return c, video[:, :, 0]
+
+
 class RecordedSimulation:
     """``sample.condition = oracle`` (an analysis, not a sampler): c = the window's recorded sim video, encoded."""
 
@@ -275,19 +295,21 @@ class RecordedSimulation:
     runs_network = False
 
     def __call__(self, x: ConditionInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        sim = x.batch.recorded_sim  # (B, 3, F, H, W)
-        if sim is None:
-            raise ConfigError("sample.condition=oracle: the batch has no recorded sim video to condition on "
-                              "(SamplerBatch.recorded_sim)")
-        c = x.vae.encode(sim).float()  # (B, C, L+1, h, w)
-        if c.shape[2] != x.noise.shape[2] + 1:
-            raise ConfigError(f"sample.condition=oracle: the recorded sim video has {sim.shape[2]} frames ({c.shape[2]} "
-                              f"latent frames); the condition is the whole window, data.frames frames "
-                              f"({x.noise.shape[2] + 1} latent frames)")
-        return c, sim[:, :, 0]
+        return encode_given_condition(x.batch.recorded_sim, x, self.name, "recorded_sim")
 
 
-CONDITION_SOURCES = {"rollout": StudentSimulation, "oracle": RecordedSimulation}
+class RenderedSimulation:
+    """``sample.condition = render`` (beyond the paper): c = the robot's digital twin's rendering of the window's
+    commanded actions, encoded (``simforcing.twin``: whoever builds the batch drives the twin, chunk after chunk)."""
+
+    name = "render"
+    runs_network = False
+
+    def __call__(self, x: ConditionInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        return encode_given_condition(x.batch.rendered_sim, x, self.name, "rendered_sim")
+
+
+CONDITION_SOURCES = {"rollout": StudentSimulation, "oracle": RecordedSimulation, "render": RenderedSimulation}
 
 
 def condition_source(cfg: Config) -> ConditionSource:
@@ -348,7 +370,8 @@ def sample_videos(model: torch.nn.Module, vae, batch: SamplerBatch, cfg: Config,
         z0_real = vae.encode(batch.first_frame[:, :, None]).float()  # (B, C, 1, h, w)
     b = z0_real.shape[0]
     eps_r, eps_s = _draw_noise(z0_real, cfg.latent_frames - 1, generator)
-    step = StepInputs(z0_real, batch.actions, batch.state0, batch.text, batch.text_mask)
+    step = StepInputs(z0_real, batch.actions, batch.state0, batch.text, batch.text_mask,
+                      context_tau=batch.context_tau)
     sim = None
     if w != 0.0 and reuse_sim is not None:
         if reuse_sim.n_sim != n_sim:

@@ -12,6 +12,8 @@ says where the simulation branch starts or what was recorded:
   continues its simulation chain from its own last frame, ``simforcing.rollout``);
 - ``recorded_sim``: the window's recorded simulation video — frame 0 for ``mask_mode = paired-sim``, all ``F`` frames
   for ``sample.condition = oracle`` (the encoded recording is the condition);
+- ``rendered_sim``: the window's simulation video rendered by the robot's digital twin from the window's actions
+  (``sample.condition = render``, ``simforcing.twin.TwinLoop``): all ``F`` frames are the condition;
 - ``recorded_real``: the window's recorded real video, the ground truth: only the ``vae-recon`` ceiling reads it.
 """
 
@@ -38,6 +40,8 @@ class SamplerBatch:
     sim_first_frame: Optional[torch.Tensor] = None  # (B, 3, H, W) x^s_0 given: no masking
     recorded_sim: Optional[torch.Tensor] = None  # (B, 3, F', H, W) recorded sim video (paired-sim: F' >= 1; oracle: F)
     recorded_real: Optional[torch.Tensor] = None  # (B, 3, F, H, W) recorded real video (the vae-recon ceiling)
+    rendered_sim: Optional[torch.Tensor] = None  # (B, 3, F, H, W) the twin's rendering of the window (render)
+    context_tau: Optional[torch.Tensor] = None  # (B,) the noise level the network is told z^r_0 carries (None: 0)
     episode_ids: Optional[list[str]] = None  # the windows' episodes, for error messages
 
     def to(self, device: str | torch.device) -> "SamplerBatch":

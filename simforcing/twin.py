@@ -10,6 +10,9 @@ for any commanded actions, chunk after chunk: ``sample.condition = render``.
     first = twin.start([TwinEpisode(state0, record), ...])      # (B, H, W, 3) uint8: each twin at its start
     frames = twin.window(actions, stride, keep=n)               # (B, F, H, W, 3) uint8: now + every stride actions
 
+    loop = TwinLoop(twin, episodes, cfg)                        # the sampler's condition, window after window
+    c = loop.window(actions, keep=n)                            # (B, 3, F, H, W) in [-1, 1] at the model's size
+
 A :class:`SimRenderer` keeps one twin per episode and promises:
 
 - ``start(episodes)``: each twin at the episode's start — its robot state (dataset units) and its twin record (the
@@ -36,21 +39,12 @@ from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
 import numpy as np
+import torch
 
 from simforcing.config import Config, ConfigError
+from simforcing.data.twin_episode import TwinEpisode, window_frame_steps  # noqa: F401  (the twin's vocabulary)
 
 SYNTHETIC = "synthetic"
-
-
-@dataclass
-class TwinEpisode:
-    """One episode's start as a twin sees it. ``state`` (S,) raw (dataset units); ``record`` the episode's twin record
-    (``{"camera": {...}}``); ``target`` the controller's commanded target at the start when the environment knows it
-    (the synthetic benchmark's: (pos (3,), rpy (3,), grip)); None: the state's own pose."""
-
-    state: np.ndarray
-    record: dict
-    target: Optional[tuple] = None
 
 
 class SimRenderer(Protocol):
@@ -64,14 +58,6 @@ class SimRenderer(Protocol):
     def window(self, actions: np.ndarray, stride: int, keep: int) -> np.ndarray: ...
 
     def close(self) -> None: ...
-
-
-def window_frame_steps(num_actions: int, stride: int) -> list[int]:
-    """The action counts after which a window's frames are rendered: 0 (now), stride, 2·stride, …, num_actions."""
-    if stride < 1 or num_actions < stride or num_actions % stride:
-        raise ValueError(f"a window of {num_actions} actions with frame stride {stride}: expected a positive multiple "
-                         "of the stride")
-    return list(range(0, num_actions + 1, stride))
 
 
 def make_renderer(cfg: Config, height: int, width: int) -> SimRenderer:
@@ -99,6 +85,46 @@ def make_renderer(cfg: Config, height: int, width: int) -> SimRenderer:
         raise ConfigError(f"sample.twin: {name!r} returned a {type(renderer).__name__} without {', '.join(missing)}; "
                           "expected a SimRenderer (simforcing.twin)")
     return renderer
+
+
+class TwinLoop:
+    """A renderer driven window by window as the sampler's condition (``sample.condition = render``): B episodes'
+    twins, started at their episodes' starts on the first window. :meth:`window` renders a window of raw commanded
+    actions (B, A_w, A) from the twins' current state — the frame now, then one every ``data.frame_stride`` actions,
+    transformed to the model's ``data.height × data.width`` as the dataset transforms recorded frames — and advances
+    each twin by the first ``keep`` actions (the executed ones). ``executed`` keeps what the twins were given to
+    execute, window after window (raw (B, keep, A) each)."""
+
+    def __init__(self, renderer: SimRenderer, episodes: Sequence[TwinEpisode], cfg: Config):
+        self.renderer, self.episodes = renderer, list(episodes)
+        self.stride, self.height, self.width = cfg.data.frame_stride, cfg.data.height, cfg.data.width
+        self.started = False
+        self.executed: list[np.ndarray] = []
+
+    @classmethod
+    def from_config(cls, cfg: Config, episodes: Sequence[TwinEpisode], height: int, width: int) -> "TwinLoop":
+        """The loop of ``cfg.sample.twin``'s renderer rendering ``height × width`` frames (the size the paired
+        simulation videos were recorded at; :func:`make_renderer`)."""
+        return cls(make_renderer(cfg, height, width), episodes, cfg)
+
+    def window(self, actions: np.ndarray, keep: int) -> torch.Tensor:
+        """(B, A_w, A) raw actions -> the window's simulation video (B, 3, F, H, W) in [-1, 1]."""
+        from simforcing.data.paired import frames_to_target, to_unit_range
+
+        actions = np.asarray(actions, dtype=np.float64)
+        if actions.shape[0] != len(self.episodes):
+            raise ValueError(f"twin window: got actions for {actions.shape[0]} episodes; the twin holds "
+                             f"{len(self.episodes)}")
+        if not self.started:
+            self.renderer.start(self.episodes)
+            self.started = True
+        frames = self.renderer.window(actions, self.stride, keep=int(keep))  # (B, F, h, w, 3) uint8
+        self.executed.append(actions[:, :keep].copy())
+        video = torch.stack([frames_to_target(f, self.height, self.width) for f in frames])  # (B, 3, F, H, W)
+        return to_unit_range(video)
+
+    def close(self) -> None:
+        self.renderer.close()
 
 
 def render_actions(renderer: SimRenderer, episodes: Sequence[TwinEpisode], actions: np.ndarray,

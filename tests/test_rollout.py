@@ -259,3 +259,29 @@ def test_rollout_command_names_a_bad_horizon(long_run, capsys, horizon, message)
                str(tmp / "bad"), "--device", "cpu"])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and "Traceback" not in err
+
+
+def test_context_tau_reaches_the_network_only_after_the_first_chunk(setup):
+    """``rollout.context_tau``: chunk 0 is the sampler's (a clean first frame), later chunks tell the network the
+    level; a model trained without context noise sees a different input (its first-frame timestep), so the video
+    of chunk 1 changes and chunk 0's does not."""
+    cfg, model, vae = setup
+    ep = episode_inputs(cfg, 2, 16)
+    told = tiny_cfg(rollout__context_tau=0.5)
+    a, b = roll(setup, ep), roll(setup, ep, cfg=told)
+    span = cfg.data.actions_per_window // cfg.data.frame_stride
+    assert torch.equal(a.video[:, :, :1 + span], b.video[:, :, :1 + span])
+    assert not torch.allclose(a.video[:, :, 1 + span:], b.video[:, :, 1 + span:])
+    with pytest.raises(ConfigError, match="rollout.context_tau"):
+        tiny_cfg(rollout__context_tau=1.0)
+
+
+def test_training_time_corruption_is_off_when_sampling(setup):
+    """train.context_noise / context_ghost and the condition corruption are training-time only: the sampler's
+    output does not depend on them."""
+    cfg, model, vae = setup
+    ep = episode_inputs(cfg, 1, 8)
+    noisy = tiny_cfg(train__context_noise=0.3, train__context_ghost=0.5, conditioning__corrupt_prob=1.0)
+    want = sample_videos(model, vae, ep["batch"], cfg, generator=sample_generator(cfg, 0))
+    got = sample_videos(model, vae, ep["batch"], noisy, generator=sample_generator(cfg, 0))
+    assert torch.equal(want.real_video, got.real_video)

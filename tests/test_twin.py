@@ -17,6 +17,7 @@ from simforcing.data.synthetic.generate import TwinRenderer, generate_dataset, s
 from simforcing.data.synthetic.twin import ArmTwin
 from simforcing.errors import DataError
 from simforcing.twin import TwinEpisode, frame_psnr, make_renderer, render_actions, window_frame_steps
+from test_policy import tiny, world_model_run  # noqa: F401  (fixtures)
 
 H, W = 32, 48
 SEED, LENGTH = 3, 25
@@ -126,3 +127,147 @@ def test_data_synth_records_the_twin_and_check_twin_measures_it(tmp_path, capsys
     (root / "episodes" / "ep_00001" / "twin.json").unlink()
     with pytest.raises(DataError, match="twin.json"):
         read_twin_record(root, "ep_00001")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The twin in the loop: the sampler's condition, chunk after chunk, and closed loop
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class RecordingTwin:
+    """A SimRenderer whose frames are a deterministic function of the actions it has executed and is shown: each
+    episode's position is the sum of its executed actions; frame j of a window shows position + the sum of the window's
+    first j·stride actions as a grey level. It records every window it is given."""
+
+    def __init__(self, height: int, width: int):
+        self.height, self.width = height, width
+        self.windows: list = []
+        self.pos = None
+
+    def start(self, episodes):
+        self.pos = np.stack([np.asarray(e.state, np.float64)[:7] for e in episodes])
+        return self._frames(self.pos[:, None])[:, 0]
+
+    def window(self, actions, stride, keep):
+        self.windows.append((np.array(actions), stride, keep))
+        steps = window_frame_steps(actions.shape[1], stride)
+        cum = np.concatenate([np.zeros_like(actions[:, :1]), np.cumsum(actions, axis=1)], axis=1)
+        frames = self._frames(self.pos[:, None] + cum[:, steps])
+        self.pos = self.pos + actions[:, :keep].sum(axis=1)
+        return frames
+
+    def _frames(self, pos: np.ndarray) -> np.ndarray:  # (B, F, 7) -> (B, F, H, W, 3) uint8
+        level = (np.tanh(pos[..., :3].sum(-1)) * 100 + 128).astype(np.uint8)
+        out = np.zeros(pos.shape[:2] + (self.height, self.width, 3), np.uint8)
+        out[:, :, : self.height // 2] = level[:, :, None, None, None]
+        return out
+
+    def close(self):
+        pass
+
+
+def recording_twin(height: int, width: int) -> RecordingTwin:
+    """``--sample.twin=test_twin:recording_twin``."""
+    return RecordingTwin(height, width)
+
+
+@pytest.fixture(scope="module")
+def tiny_wm():
+    from test_rollout import IDENTITY
+    from test_sample import tiny_cfg, tiny_model, tiny_vae
+
+    from simforcing.runs import LoadedWorldModel
+
+    cfg = tiny_cfg(sample__condition="render", sample__twin="test_twin:recording_twin")
+    return LoadedWorldModel(cfg, tiny_model(cfg), tiny_vae(), IDENTITY)
+
+
+def _episode_inputs(cfg, horizon):
+    from test_rollout import episode_inputs
+
+    return episode_inputs(cfg, 2, horizon)
+
+
+def _loop(cfg, ep):
+    from simforcing.twin import TwinLoop
+
+    return TwinLoop.from_config(cfg, [TwinEpisode(s.numpy(), {}) for s in ep["state0"].double()], H, W)
+
+
+def test_a_one_chunk_twin_rollout_is_the_sampler_with_the_twins_rendering(tiny_wm):
+    import torch
+
+    from simforcing.rollout import WorldModelRollout
+    from simforcing.runs import sample_generator
+    from simforcing.sample import sample_videos
+
+    cfg = tiny_wm.cfg
+    span = cfg.data.actions_per_window
+    ep = _episode_inputs(cfg, span)
+    loop = _loop(cfg, ep)
+    gens = [sample_generator(cfg, i) for i in range(2)]
+    ro = WorldModelRollout(tiny_wm, ep["first_frame"], ep["state0"].double(), ep["text"], ep["text_mask"], gens,
+                           twin=loop)
+    res = ro.run(ep["actions"])
+    rendered = _loop(cfg, ep).window(ep["actions"].double().numpy(), keep=span)  # the same twin, fresh
+    assert torch.equal(ro.rendered[0], rendered)
+    batch = ep["batch"]
+    batch.rendered_sim = rendered
+    for i in range(2):
+        from test_rollout import window_of
+
+        want = sample_videos(tiny_wm.model, tiny_wm.vae, window_of(batch, i), cfg, generator=sample_generator(cfg, i),
+                             decode_sim=True)
+        torch.testing.assert_close(res.video[i:i + 1], want.real_video, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(res.sim_video[i:i + 1], want.sim_video, atol=1e-5, rtol=1e-5)
+    assert res.forwards == 2 * cfg.sample.n_real  # no simulation rollout runs: the twin renders the condition
+    with pytest.raises(ConfigError, match="digital twin"):
+        WorldModelRollout(tiny_wm, ep["first_frame"], ep["state0"].double(), ep["text"], ep["text_mask"], gens)
+
+
+def test_the_twin_executes_exactly_the_executed_actions_chunk_after_chunk(tiny_wm):
+    from simforcing.rollout import WorldModelRollout, hold_actions
+    from simforcing.runs import sample_generator
+
+    cfg = tiny_wm.cfg
+    span, stride = cfg.data.actions_per_window, cfg.data.frame_stride
+    horizon = 2 * span + span // 2  # two whole chunks and a cut one
+    ep = _episode_inputs(cfg, horizon)
+    loop = _loop(cfg, ep)
+    ro = WorldModelRollout(tiny_wm, ep["first_frame"], ep["state0"].double(), ep["text"], ep["text_mask"],
+                           [sample_generator(cfg, i) for i in range(2)], twin=loop)
+    res = ro.run(ep["actions"])
+    acts = ep["actions"].double().numpy()
+    assert np.allclose(np.concatenate(loop.executed, axis=1), acts)  # executed: exactly the actions, once each
+    shown = loop.renderer.windows
+    assert [k for _, _, k in shown] == [span, span, span // 2] and all(s == stride for _, s, _ in shown)
+    hold = hold_actions(cfg, ep["actions"][:, -1], span - span // 2, 2, 7).numpy()
+    assert np.allclose(shown[2][0], np.concatenate([acts[:, 2 * span:], hold], axis=1))  # the cut chunk's fill
+    assert res.video.shape[2] == 1 + horizon // stride and len(ro.rendered) == 3
+
+
+def test_closed_loop_the_twin_receives_the_effective_actions(world_model_run):
+    from simforcing.policy.evaluate import make_players
+    from simforcing.policy.synthetic import held_out_scenes
+    from simforcing.data.synthetic.motions import CommandedTarget
+    from simforcing.policy.world_model_eval import Episodes, effective, load_environment, start_frames
+
+    wm = load_environment(str(world_model_run), condition="render")
+    wm.cfg.sample.twin = "test_twin:recording_twin"
+    assert wm.cfg.sample.condition == "render"
+    d = wm.cfg.data
+    scenes = held_out_scenes(9000, 1, 6, ("reach", "push"), layouts=2, jitter=0.03)
+    starts = start_frames(scenes, 9000, 6, d.height, d.width, 2, 0.03)
+    ep = Episodes(wm, make_players({}, True, (0.02,), 9000, "cpu"), starts)
+    loop = ep.ro.twin
+    t = 0
+    for chunk, n in enumerate((4, 2)):
+        images, states = ep.observe()
+        actions = ep.act(images, states, t, chunk)
+        before = [CommandedTarget(x.pos, x.rpy, x.grip) for x in ep.targets]
+        ep.step(actions, n)
+        assert np.allclose(loop.executed[-1], effective(before, actions[:, :n]))  # what the episodes executed
+        t += n
+    assert all(s.twin_record["camera"].keys() >= {"lookat", "distance", "azimuth", "elevation"} for s in starts)
+    with pytest.raises(ConfigError, match="oracle"):
+        load_environment(str(world_model_run), condition="oracle")

@@ -110,6 +110,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                        "with --env world-model; with --env synthetic every episode's frames also go through it")
     wm = parser.add_argument_group("world model (--env world-model)")
     wm.add_argument("--wm", default=None, help="the world-model run folder (or 'copy-first': the floor)")
+    wm.add_argument("--wm-condition", choices=("rollout", "render"), default=None,
+                    help="its simulation condition — rollout (the paper's: its own simulation chain) or render (the "
+                         "robot's digital twin renders the executed actions); default: the run's sample.condition")
     libero = parser.add_argument_group("LIBERO (--env libero)")
     libero.add_argument("--suite", default="libero_spatial",
                         help="libero_spatial | libero_object | libero_goal | libero_10")
@@ -219,11 +222,11 @@ def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device):
         if not args.wm or judge is None:
             raise ConfigError("--env world-model needs --wm RUN (or 'copy-first') and --judge DIR (`simforcing model "
                               "fit-judge`)")
-        return evaluate_world_model(args.wm, judge, runs, **common)
+        return evaluate_world_model(args.wm, judge, runs, condition=args.wm_condition, **common)
     from simforcing.policy.evaluate import evaluate_synthetic
 
-    if args.wm:
-        raise ConfigError("--wm: a world model is used with --env world-model only")
+    if args.wm or args.wm_condition:
+        raise ConfigError("--wm / --wm-condition: a world model is used with --env world-model only")
     return evaluate_synthetic(runs, judge=judge, **common)
 
 

@@ -146,6 +146,11 @@ ORACLE_CONDITION = EvalKey("simforcing", variant="oracle condition")  # the reco
 REMASK = EvalKey("simforcing", variant="remask")  # rollouts: the simulation chain re-masked from the recorded masks
 
 
+def twin_condition(method: str) -> EvalKey:
+    """Rollouts: every chunk's condition rendered by the robot's digital twin from the actions."""
+    return EvalKey(method, variant="twin")
+
+
 def probe_state(method: str) -> EvalKey:
     """Rollouts: later chunks' state input read from the generated frames by the state probe."""
     return EvalKey(method, variant="probe state")
@@ -368,6 +373,9 @@ class _Builder:
             for m in BASE_METHODS:
                 add(EvalKey(run_tag(m, seed)), run_tag(m, seed),
                     ["--videos", str(b.rollout_videos if seed == SEED else 0)])
+        # the robot's digital twin renders every chunk's condition from the actions (beyond the paper: simforcing.twin)
+        for m in (BASE_METHODS if full else ("simforcing",)):
+            add(twin_condition(m), m, ["--sample.condition=render", "--videos", "1"])
         if full:
             for m in BASE_METHODS:
                 add(probe_state(m), m, ["--rollout.state=probe", "--rows", "rollout", "--videos", "0"])
@@ -413,17 +421,21 @@ class _Builder:
         evals = {"sim experts": (out / "sim_experts", ["policy", "eval", *noise, *common]),
                  "sim policies": (out / "sim_policies", ["policy", "eval", "--runs", *learned, "--no-baselines",
                                                          *common])}
-        wms = {"copy-first": "copy-first"}  # name -> world-model run; every seed's sft and simforcing
+        # name -> (world-model run or copy-first, its training job, extra flags): every seed's sft and simforcing,
+        # and the SimForcing world model with the robot's digital twin as its condition (--wm-condition render)
+        wms: dict[str, tuple] = {"copy-first": ("copy-first", None, [])}
         for seed in seeds:
             for m in ("simforcing", "sft"):
-                wms[run_tag(m, seed)] = runs[run_tag(m, seed)]
-        for wm, run in wms.items():
+                wms[run_tag(m, seed)] = (runs[run_tag(m, seed)], f"train {run_tag(m, seed)}", [])
+        wms["simforcing-twin"] = (runs["simforcing"], "train simforcing", ["--wm-condition", "render"])
+        trained = {}
+        for wm, (run, train_job, extra) in wms.items():
             evals[f"world model {wm}"] = (out / f"wm_{wm}", ["policy", "eval", "--env", "world-model", "--wm", str(run),
-                                                             "--runs", *learned, *noise, *common])
+                                                             *extra, "--runs", *learned, *noise, *common])
+            trained[f"world model {wm}"] = train_job
         for name, (folder, argv) in evals.items():
             deps = ("judge",) + tuple(f"wm-eval policy {n}" for n in policies if "experts" not in name)
-            wm = name.removeprefix("world model ")
-            deps += (f"train {wm}",) if wm in wms and wm != "copy-first" else ()
+            deps += (trained[name],) if trained.get(name) else ()
             self.add(f"wm-eval {name}", argv + ["--out", str(folder)], folder, "eval.json", deps, inputs=deps,
                      priority=30)
         agree = out / "agreement"

@@ -1,6 +1,7 @@
-"""The demo report's long-rollout section: per-chunk drift of `sft` and `simforcing` against the recorded truth, the
-paired differences simforcing − sft (per seed, and per episode with bootstrap intervals), the control, the state
-input read by the probe instead of integrated, the drift curves and one episode's rollout."""
+"""The demo report's long-rollout section: per-chunk drift of `sft` and `simforcing` against the recorded truth (the
+condition from the student's own simulation chain, and from the robot's digital twin), the paired differences
+simforcing − sft (per seed, and per episode with bootstrap intervals), the control, the state input read by the
+probe instead of integrated, the drift curves and one episode's rollout."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.demo.plan import ORACLE_CONDITION, REMASK, SEED, Plan, probe_state, run_tag
+from simforcing.demo.plan import ORACLE_CONDITION, REMASK, SEED, Plan, probe_state, run_tag, twin_condition
 from simforcing.evaluate.rollout_media import plot_drift
 from simforcing.evaluate.rollouts import chunk_table
 from simforcing.utils import fmt_num, relative_to
@@ -86,6 +87,7 @@ def collect_rollouts(plan: Plan) -> Optional[dict]:
 
 def _rows_for_table(runs: dict) -> dict:
     sf, sft = runs.get("simforcing"), runs.get("sft")
+    sf_twin, sft_twin = (runs.get(twin_condition(m).name) for m in ("simforcing", "sft"))
     rows = {}
     for label, src, row in (("copy the first frame", sf or sft, "copy-first"), ("VAE reconstruction", sf or sft,
                                                                                  "vae-recon"),
@@ -94,6 +96,11 @@ def _rows_for_table(runs: dict) -> dict:
                             ("simforcing: rollout", sf, "rollout"), ("simforcing: restarted every chunk", sf, "restart"),
                             ("simforcing: another episode's actions", sf, "control"),
                             ("simforcing: its simulation chain vs the recorded sim video", sf, "sim chain"),
+                            ("sft, twin condition: rollout", sft_twin, "rollout"),
+                            ("sft, twin condition: restarted every chunk", sft_twin, "restart"),
+                            ("simforcing, twin condition: rollout", sf_twin, "rollout"),
+                            ("simforcing, twin condition: restarted every chunk", sf_twin, "restart"),
+                            ("the twin's rendering vs the recorded sim video", sf_twin, "sim chain"),
                             ("the probe on the recorded frames (floor)", sf or sft, "probe floor")):
         if src and row in src["rows"]:
             rows[label] = src["rows"][row]
@@ -121,7 +128,9 @@ def rollout_lines(res: Optional[dict], plan: Plan) -> list[str]:
              "re-encoded), its condition from the student's own simulation chain continued from its own last frame, "
              "its state input integrated from the commanded actions (never the recorded state). *Restarted every "
              "chunk*: the same model, actions and noise, each chunk from the recorded frame and state (the one-window "
-             "number); the gap between the two is the drift. Values per chunk (its 8 frames), mean over episodes.", ""]
+             "number); the gap between the two is the drift. *Twin condition* (beyond the paper): every chunk's condition "
+             "rendered by the robot's digital twin from the commanded actions (`sample.condition=render`) instead of "
+             "the student's own simulation chain. Values per chunk (its 8 frames), mean over episodes.", ""]
     table_rows = _rows_for_table(runs)
     for metric, title, scale in METRICS:
         lines += [f"**{title}**", "", chunk_table(table_rows, metric, 2, scale), ""]

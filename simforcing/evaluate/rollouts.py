@@ -13,7 +13,7 @@ frame and per chunk against the recorded real video and states:
 | ``rollout`` | the long rollout |
 | ``restart`` | the model restarted at every chunk from the recorded frame, recorded state and mask, with the same actions and noise: the one-window number; ``rollout − restart`` is the drift |
 | ``control`` | the rollout with another episode's actions (episode (i + N/2) mod N): it must leave the true video |
-| ``sim chain`` | the rollout's own simulation chain (its condition) against the recorded simulation video |
+| ``sim chain`` | the rollout's condition (its own simulation chain; the twin's rendering with ``sample.condition = render``) against the recorded simulation video |
 | ``copy-first`` | the episode's first frame, repeated (a model that does not move) |
 | ``vae-recon`` | every chunk's recorded window through the VAE (the ceiling) |
 | ``probe floor`` | the state probe chained over the recorded frames (the action error's own floor) |
@@ -24,6 +24,10 @@ recorded arm masks at the chunk's first frame and at t, and the action error ‖
 the state, where q̂ is read by the state probe and chained over chunks: q̂_t = q̂_{s_k} + P(x̂_{s_k}, x̂_t), q̂_0 the
 recorded initial state (``restart``: q̂_{s_k} the recorded state, the evaluation's one-window metric). Per chunk: the
 mean over its frames, then over episodes; per-episode values are kept for paired comparisons.
+
+With ``--sample.condition=render`` each episode's digital twin (``simforcing.twin``, started at the recorded first
+state and the episode's camera) renders every chunk's condition from the actions, and the restart row conditions on
+the same renderings; with ``oracle`` both condition on the recorded simulation video of each chunk.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import torch
 from torch.utils.data import default_collate
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.format import read_episodes, read_lowdim, read_splits
+from simforcing.data.format import read_episodes, read_info, read_lowdim, read_splits, read_twin_record
 from simforcing.data.paired import PairedWindowDataset
 from simforcing.evaluate.metrics import MetricProtocol, masked_psnr_per_sample, psnr_per_sample, ssim_per_sample
 from simforcing.evaluate.probe import StateProbe
@@ -49,6 +53,7 @@ from simforcing.rollout import Recorded, WorldModelRollout, chunk_sizes, episode
 from simforcing.runs import load_world_model
 from simforcing.sample import Sampler, sampler_for
 from simforcing.sampler_batch import SamplerBatch
+from simforcing.twin import TwinEpisode, TwinLoop
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, resolve_device
 
 METRICS = ("psnr", "ssim", "psnr_arm", "af_pos")
@@ -74,6 +79,18 @@ def horizon_dataset(cfg: Config, root: str | Path, split: str, horizon: int, sta
     c.data.frames = horizon // cfg.data.frame_stride + 1
     c.data.fixed_window, c.data.windows_per_episode = True, 1
     return PairedWindowDataset(c, root, splits=(split,), domains=("sim", "real"), stats=stats)
+
+
+def dataset_twin(cfg: Config, root: str | Path, episode_ids: Sequence[str],
+                 states: torch.Tensor) -> Optional[TwinLoop]:
+    """With ``sample.condition = render``: the digital twin of the episodes ``episode_ids`` of dataset ``root``,
+    started at their recorded first states (B, S) raw and their cameras (``episodes/<id>/twin.json``), rendering at
+    the size the dataset's simulation videos were recorded at; None otherwise."""
+    if cfg.sample.condition != "render":
+        return None
+    info = read_info(root)
+    episodes = [TwinEpisode(states[i].numpy(), read_twin_record(root, eid)) for i, eid in enumerate(episode_ids)]
+    return TwinLoop.from_config(cfg, episodes, info["height"], info["width"])
 
 
 def load_episodes(ds: PairedWindowDataset, indices: Sequence[int], horizon: int) -> dict:
@@ -174,14 +191,15 @@ def score(pred: torch.Tensor, gt: torch.Tensor, masks, bounds, probe: Optional[S
 
 
 def restart_video(sampler: Sampler, batch: dict, cfg: Config, normalizer, bounds, sizes,
-                  generators) -> tuple[torch.Tensor, torch.Tensor]:
+                  generators, rendered: Optional[list] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The model restarted at every chunk from the recorded frame, recorded state and mask (normalised batch
     entries), with the rollout's window actions (a cut chunk filled with hold actions) and the same noise (each
     episode's generator, chunk after chunk) -> (video (B, 3, 1 + T, H, W) with the chunks' kept frames, each chunk's
-    own first frame (B, 3, K, H, W): the decoded recorded frame it started from)."""
+    own first frame (B, 3, K, H, W): the decoded recorded frame it started from). ``rendered``: with
+    ``sample.condition = render``, each chunk's twin rendering of the same actions (the rollout's)."""
     frames, firsts = [batch["real"][:, :, :1]], []
     a0 = 0
-    for (s, e), n in zip(bounds, sizes):
+    for k, ((s, e), n) in enumerate(zip(bounds, sizes)):
         acts = batch["actions"][:, a0:a0 + n]
         if n < cfg.data.actions_per_window:  # normalised hold actions, as the rollout fills a cut chunk
             hold = hold_actions(cfg, batch["raw_actions"][:, a0 + n - 1], cfg.data.actions_per_window - n,
@@ -192,6 +210,7 @@ def restart_video(sampler: Sampler, batch: dict, cfg: Config, normalizer, bounds
                               text=batch["text"], text_mask=batch["text_mask"],
                               arm_mask=None if batch["arm_mask"] is None else batch["arm_mask"][:, s],
                               recorded_sim=batch["sim"][:, :, s:s + (cfg.data.frames if oracle else 1)],
+                              rendered_sim=None if rendered is None else rendered[k],
                               episode_ids=list(batch["episode_id"]))
         res = sampler(window, generators)
         video = res.real_video.float().cpu()
@@ -342,10 +361,14 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
                                      batch["text_mask"], episode_generators(cfg, idx),
                                      first_mask=None if masks is None else masks[:, 0],
                                      first_sim=batch["sim"][:, :, 0], probe=probe, sampler=sampler,
-                                     recorded=Recorded(sim=batch["sim"], arm_mask=masks))
+                                     recorded=Recorded(sim=batch["sim"], arm_mask=masks),
+                                     twin=dataset_twin(cfg, data_root, batch["episode_id"], states[:, 0]))
 
         t0 = time.perf_counter()
-        res = roll().run(batch["raw_actions"])
+        ro = roll()
+        res = ro.run(batch["raw_actions"])
+        if ro.twin is not None:
+            ro.twin.close()
         seconds["rollout"] += time.perf_counter() - t0
         forwards = res.forwards
         got: dict[str, dict] = {"rollout": score(res.video, batch["real"], masks, bounds, probe, states)}
@@ -353,13 +376,16 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
             got["sim chain"] = score(res.sim_video, batch["sim"], masks, bounds, probe, states)
         if "restart" in rows:
             rv, firsts = restart_video(sampler, batch, cfg, wm.normalizer, bounds, sizes,
-                                       episode_generators(cfg, idx))
+                                       episode_generators(cfg, idx), ro.rendered if ro.twin is not None else None)
             got["restart"] = score(rv, batch["real"], masks, bounds, probe, states,
                                    anchors=states[:, [s for s, _ in bounds]], refs=firsts)
         if "control" in rows and n > 1:
             other = load_episodes(ds, [control_of[i] for i in idx], horizon)
-            got["control"] = score(roll().run(other["raw_actions"]).video, batch["real"], masks, bounds, probe,
+            control = roll()
+            got["control"] = score(control.run(other["raw_actions"]).video, batch["real"], masks, bounds, probe,
                                    states)
+            if control.twin is not None:
+                control.twin.close()
         got.update(reference_rows(batch, rows, bounds, probe, wm.vae, dev))
         for row, metrics in got.items():
             for k, v in metrics.items():

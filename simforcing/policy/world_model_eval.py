@@ -16,6 +16,10 @@ evaluation — only the frames come from the world model and success from the ju
 3. an episode succeeds at its first judged success within ``max_steps`` actions (as the simulator's ends at its first
    success).
 
+With ``--wm-condition render`` (``sample.condition = render``) every episode's digital twin (``simforcing.twin``: the
+synthetic benchmark's arm alone, started at the scene's state, commanded target and camera) executes exactly the
+effective actions the episode executes and renders each chunk's condition; the world model still renders the scene.
+
 The world model's noise of an episode depends on its scene only (every player gets the same), each learned policy's on
 (scene, chunk) as in the simulator. ``--wm copy-first``: a "world model" that repeats the first frame (the floor: no
 episode can succeed unless the judge errs).
@@ -23,6 +27,7 @@ episode can succeed unless the judge errs).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -40,13 +45,15 @@ from simforcing.policy.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluat
 from simforcing.policy.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
 from simforcing.rollout import WorldModelRollout
 from simforcing.runs import LoadedWorldModel, load_world_model, sample_generator
+from simforcing.twin import TwinEpisode, TwinLoop
 
 COPY_FIRST = "copy-first"
 
 
 class StartFrame:
     """What the simulator gives an episode once, at its start: the external frame uint8 (H, W, 3), the arm mask
-    (H, W), the state (7,), the scene (task, instruction, expert actions) and the controller's initial target."""
+    (H, W), the state (7,), the scene (task, instruction, expert actions), the controller's initial target and the
+    camera (the twin record a digital twin renders from)."""
 
     def __init__(self, env: SyntheticTaskEnv):
         renderer = RealRenderer(env.ep.model, env._renderer.height, env._renderer.width)
@@ -59,6 +66,7 @@ class StartFrame:
         self.task = env.task
         t = env.target
         self.target = (t.pos.copy(), t.rpy.copy(), t.grip)
+        self.twin_record = {"camera": dataclasses.asdict(env.ep.camera)}
 
 
 def start_frames(scenes: dict[str, list[int]], seed: int, max_steps: int, height: int, width: int, layouts: int,
@@ -74,10 +82,25 @@ def start_frames(scenes: dict[str, list[int]], seed: int, max_steps: int, height
     return out
 
 
-def load_environment(wm_run: str, device="cpu") -> Optional[LoadedWorldModel]:
+WM_CONDITIONS = ("rollout", "render")
+
+
+def load_environment(wm_run: str, device="cpu", condition: Optional[str] = None) -> Optional[LoadedWorldModel]:
     """The world model the episodes run in (``--wm``): a world-model run loaded for sampling, or None for
-    ``copy-first`` (the "world model" that repeats the first frame)."""
-    return None if wm_run == COPY_FIRST else load_world_model(wm_run, None, device, flag="--wm")
+    ``copy-first`` (the "world model" that repeats the first frame). ``condition``: its simulation condition
+    (``sample.condition``: ``rollout``, the paper's own simulation chain, or ``render``, the digital twin); the
+    run's own when None."""
+    if condition is not None and condition not in WM_CONDITIONS:
+        raise ConfigError(f"--wm-condition: got {condition!r}; expected one of {', '.join(WM_CONDITIONS)}")
+    if wm_run == COPY_FIRST:
+        return None
+    wm = load_world_model(wm_run, None, device, flag="--wm")
+    if condition is not None:
+        wm.cfg = dataclasses.replace(wm.cfg, sample=dataclasses.replace(wm.cfg.sample, condition=condition))
+    if wm.cfg.sample.condition == "oracle":
+        raise ConfigError(f"--wm {wm_run}: sample.condition=oracle conditions on recorded simulation videos, which a "
+                          "closed loop does not have; use --wm-condition rollout or render")
+    return wm
 
 
 def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player], height: int, width: int) -> None:
@@ -133,7 +156,11 @@ class Episodes:
             gens = [sample_generator(wm.cfg, scene_no[id(s)]) for _, s in self.rows]
             masks = torch.from_numpy(np.stack([s.mask for _, s in self.rows])).bool()
             states = torch.from_numpy(np.stack([s.state for _, s in self.rows])).double()
-            self.ro = WorldModelRollout(wm, self.first, states, text, mask, gens, first_mask=masks)
+            twin = None
+            if wm.cfg.sample.condition == "render":  # the twin executes exactly the effective actions (step)
+                twin = TwinLoop.from_config(wm.cfg, [TwinEpisode(s.state, s.twin_record, s.target)
+                                                     for _, s in self.rows], h, w)
+            self.ro = WorldModelRollout(wm, self.first, states, text, mask, gens, first_mask=masks, twin=twin)
         self.states = np.stack([s.state for _, s in self.rows]).astype(np.float64)
 
     def observe(self) -> tuple[np.ndarray, np.ndarray]:
@@ -175,10 +202,11 @@ class Episodes:
 def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str | Path], per_task: int = 10,
                          max_steps: int = 30, seed: int = EVAL_SEED, tasks=TASKS, baselines: bool = True,
                          expert_noise=(), device="cpu", execute: Optional[int] = None, layouts: Optional[int] = None,
-                         jitter: Optional[float] = None, progress: Callable[[str], None] = print
-                         ) -> PolicyEvaluation:
+                         jitter: Optional[float] = None, condition: Optional[str] = None,
+                         progress: Callable[[str], None] = print) -> PolicyEvaluation:
     """Closed-loop success inside ``wm_run`` (module docstring), the same result type as ``evaluate_synthetic``'s
-    (rows, episodes with per-frame verdicts) plus the world model's settings and timings."""
+    (rows, episodes with per-frame verdicts) plus the world model's settings and timings. ``condition``: the world
+    model's simulation condition (:func:`load_environment`)."""
     for flag, value, ok in (("--per-task", per_task, per_task >= 1), ("--max-steps", max_steps, max_steps >= 1),
                             ("--execute", execute, execute is None or execute >= 1)):
         if not ok:
@@ -186,7 +214,7 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     players = make_players(runs, baselines, expert_noise, seed, device)
     cfgs = {n: p.runner.cfg for n, p in players.items() if isinstance(p, RunPlayer)}
     layouts, jitter = scene_mode(cfgs, layouts, jitter, progress)
-    wm = load_environment(wm_run, device)
+    wm = load_environment(wm_run, device, condition)
     height, width = judge.benchmark["resolution"]
     check_compatible(wm, players, height, width)
     judge.check_benchmark(height, width, layouts, "the world-model evaluation")

@@ -25,7 +25,7 @@ from simforcing.config import ConfigError
 from simforcing.data.synthetic.generate import servo_frame
 from simforcing.data.synthetic.motions import ArmController, CommandedTarget
 from simforcing.data.synthetic.scene import ARM_JOINTS, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, CameraPose, sim_xml
-from simforcing.twin import TwinEpisode, window_frame_steps
+from simforcing.data.twin_episode import TwinEpisode, window_frame_steps
 
 ACTION_DIM = 7  # target ee position delta (3), target roll-pitch-yaw delta (3), gripper opening command (1)
 INITIAL_IK_ITERS = 300  # as EpisodePhysics places the arm at an episode's start
