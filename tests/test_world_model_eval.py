@@ -313,3 +313,28 @@ def test_agreement_holds_the_judge_fixed_and_splits_by_task():
     # per task: the same statistics on that task's scenes only (reach: rates 4/4, 2/4, 0/4 as in the simulator)
     assert res.ranking["as simulated"]["all, reach only"].pearson == pytest.approx(1.0)
     assert "world model alone" in agreement_markdown(res)
+
+
+def test_evaluations_round_trip_and_older_files_load(tmp_path):
+    """eval.json is written and read through PolicyEvaluation: the same object back; a file written before the tags
+    (rows with the average and the seconds beside the task names, one ``execute``) loads through the same reader."""
+    import json
+
+    from simforcing.policy.results import PolicyEvaluation
+
+    ev = _wm({"a": 3, "b": 1, "c": 0})
+    ev.rows["a"] = PolicyRow(ev.rows["a"].tasks, ev.rows["a"].average, seconds=2.5)
+    ev.write(tmp_path / "new")
+    raw = json.loads((tmp_path / "new" / "eval.json").read_text())
+    assert raw["format"] == "simforcing.policy-evaluation" and raw["format_version"] == 2
+    assert PolicyEvaluation.read(tmp_path / "new", "here") == ev == PolicyEvaluation.from_json(ev.to_json())
+    assert (tmp_path / "new" / "eval.md").read_text().startswith("| policy | reach | push | average |")
+    old = {k: v for k, v in raw.items() if k not in ("format", "format_version", "executed")}
+    old["execute"] = 4
+    old["rows"] = {p: {**r["tasks"], "average": r["average"], **({"seconds": r["seconds"]} if r["seconds"] else {})}
+                   for p, r in raw["rows"].items()}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "eval.json").write_text(json.dumps(old))
+    from dataclasses import replace
+
+    assert PolicyEvaluation.read(tmp_path / "old", "here") == replace(ev, executed={p: 4 for p in ev.learned})
