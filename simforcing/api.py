@@ -39,6 +39,7 @@ from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # n
 from simforcing.evaluate.run import evaluate_run as evaluate  # noqa: F401  (re-exported)
 from simforcing.inputs import check_image, check_instruction, check_mask, check_matrix, check_vector
 from simforcing.policy.infer import PolicyRunner
+from simforcing.policy.results import PolicyEvaluation
 from simforcing.runfolder import WORLD_MODELS, require_kind, scored_record, unfinished_note
 from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
 from simforcing.runs import CheckpointId, LoadedWorldModel, load_world_model
@@ -92,6 +93,15 @@ class WorldModelPipeline:
             warnings.warn(note + "; its predictions are those of a model still (or no longer) in training",
                           stacklevel=2)
         return cls(wm)
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, device: str = "auto", vae: Optional[str | Path] = None,
+                        text_encoder: Optional[str | Path] = None) -> "WorldModelPipeline":
+        """A folder written by `simforcing export` (``simforcing.export``): it samples what ``from_run`` of the
+        exported checkpoint samples; ``vae`` / ``text_encoder``: folders replacing the recorded ones."""
+        from simforcing.export import load_pretrained
+
+        return cls(load_pretrained(folder, resolve_device(device), vae, text_encoder))
 
     @property
     def cfg(self) -> Config:
@@ -285,19 +295,17 @@ def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:
 
 
 def evaluate_policies(runs: dict[str, str | Path], world_model: Optional[str | Path] = None,
-                      judge: Optional[str | Path] = None, **kwargs) -> dict:
-    """Closed-loop success of policy runs (name -> folder) on the synthetic benchmark's held-out scenes: in the
-    simulator, or inside ``world_model`` judged by ``judge`` (``simforcing policy eval [--env world-model]``);
+                      judge: Optional[str | Path] = None, **kwargs) -> PolicyEvaluation:
+    """Closed-loop success of policy runs (name -> folder) on the synthetic benchmark's held-out scenes, as a
+    ``policy.results.PolicyEvaluation``: in the simulator, or inside ``world_model`` judged by ``judge``
+    (``simforcing policy eval [--env world-model]``);
     ``kwargs``: per_task, max_steps, expert_noise, baselines, layouts, jitter, device, ..."""
     from simforcing.policy.judge import load_judge  # MuJoCo and the judge load only here
 
     if world_model is None:  # with a judge: its validation on these scenes too (``judge_validation``)
-        from simforcing.policy.agreement import with_judge_validation
         from simforcing.policy.evaluate import evaluate_synthetic
 
-        j = load_judge(judge) if judge else None
-        res = with_judge_validation(evaluate_synthetic(runs, judge=j, **kwargs))
-        return res if j is None else dict(res, judge=j.identity)
+        return evaluate_synthetic(runs, judge=load_judge(judge) if judge else None, **kwargs)
     from simforcing.policy.world_model_eval import evaluate_world_model
 
     if judge is None:

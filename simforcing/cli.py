@@ -68,6 +68,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("rollout",), "simforcing.commands.sample:ROLLOUT",
      "roll a world model out chunk after chunk over whole episodes; drift against the recorded truth"),
     (("evaluate",), "simforcing.commands.evaluate:EVALUATE", "PSNR/SSIM/LPIPS/FID/FVD and latency on a split"),
+    (("export",), "simforcing.commands.export:EXPORT",
+     "a world-model run as a shareable folder (sharded safetensors, config, model card) for from_pretrained"),
     (("sweep", "cfg"), "simforcing.commands.evaluate:SWEEP_CFG", "Tab. A1: p x w over checkpoints"),
     (("sweep", "steps"), "simforcing.commands.evaluate:SWEEP_STEPS", "Tab. A2-A4: N_s x N_r x w with latency"),
     (("policy", "train"), "simforcing.commands.policy:TRAIN",
@@ -124,6 +126,32 @@ def run_subcommand(sub, args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default after its help unless the help already says it ("(default: ...)") or there is nothing
+    to show (no default: None; a switch: False; an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.default is None or action.default is False or action.default == []:
+            return text
+        return super()._get_help_string(action)
+
+
+def subcommand(target: str):
+    """The Subcommand that ``target`` ("module:ATTRIBUTE", :data:`COMMANDS`) names."""
+    module_name, attribute = target.split(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def command_parser(words: tuple[str, ...], sub, help_: str) -> argparse.ArgumentParser:
+    """The argument parser of the command ``words`` (its Subcommand ``sub``)."""
+    parser = argparse.ArgumentParser(prog="simforcing " + " ".join(words), description=help_,
+                                     formatter_class=HelpFormatter,
+                                     epilog="Any config field can be overridden: --section.field=value")
+    sub.add_arguments(parser)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -150,25 +178,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     words, target, help_ = match
     try:  # importing the command's module imports torch (seconds): Ctrl-C there is an interrupt like any other
-        sub = _load(target)
+        sub = subcommand(target)
     except KeyboardInterrupt:
         print(f"\nsimforcing {' '.join(words)}: interrupted while starting, before any work; run the same command "
               "again", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
-    parser = argparse.ArgumentParser(prog="simforcing " + " ".join(words), description=help_,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                     epilog="Any config field can be overridden: --section.field=value")
-    sub.add_arguments(parser)
+    parser = command_parser(words, sub, help_)
     args, rest = parser.parse_known_args(argv[len(words):])
     args.overrides = rest
     args.command = words
     return run_subcommand(sub, args)
-
-
-def _load(target: str):
-    """The Subcommand a ``"module:ATTRIBUTE"`` of :data:`COMMANDS` names (its module imported now)."""
-    module_name, attribute = target.split(":")
-    return getattr(importlib.import_module(module_name), attribute)
 
 
 if __name__ == "__main__":

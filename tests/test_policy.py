@@ -24,7 +24,8 @@ from simforcing.models import mot
 from simforcing.models.world_model import build_world_model
 from simforcing.policy.configs import policy_run_config
 from simforcing.policy.data import PolicyWindowDataset
-from simforcing.policy.evaluate import rate, run_episode, wilson
+from simforcing.policy.evaluate import run_episode
+from simforcing.policy.results import Rate, wilson
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.settings import ATTENTION_MODE, is_video_parameter
 from simforcing.policy.train import policy_train_run
@@ -330,7 +331,7 @@ def test_wilson_interval():
     assert wilson(0, 10)[0] == 0.0 and 0.2 < wilson(0, 10)[1] < 0.35
     lo, hi = wilson(5, 10)
     assert lo == pytest.approx(0.2366, abs=1e-3) and hi == pytest.approx(0.7634, abs=1e-3)
-    assert rate(3, 4)["rate"] == 0.75
+    assert Rate.of(3, 4).rate == 0.75 and Rate.of(3, 4).ci95 == wilson(3, 4)
 
 
 def test_scene_seed_draws_other_held_out_scenes_and_is_recorded(tmp_path, capsys):
@@ -367,8 +368,8 @@ def test_a_short_closed_loop_episode_end_to_end(tiny, tmp_path):
     assert out["steps"] == 6 or out["success"]
     assert runner.counts["chunks"] == out["chunks"] >= 1
     ev = evaluate_synthetic({}, per_task=1, max_steps=20, progress=lambda s: None)
-    assert ev["rows"]["scripted expert (ceiling)"]["average"]["rate"] == 1.0
-    assert ev["rows"]["do nothing (floor)"]["average"]["rate"] == 0.0
+    assert ev.rows["scripted expert (ceiling)"].average.rate == 1.0
+    assert ev.rows["do nothing (floor)"].average.rate == 0.0
     assert res["state"] == "finished"
 
 

@@ -17,14 +17,16 @@ from scipy import stats
 from simforcing.policy.demo import QUICK, PolicyBudget, policy_jobs
 from simforcing.policy.demo_full import TRANSFER_QUICK, full_policy_jobs, policy_specs, wm_key
 from simforcing.policy.probe import ridge_probe, score
+from simforcing.policy.results import EpisodeOutcome, PolicyRow
 from simforcing.policy.transfer import (cluster_mean, default_note, paired_scene_diff, successes,
                                         transfer_analysis, transfer_markdown, welch)
 
 
 def outcomes(v):
-    """[0/1 per scene] -> {task: [{"success": ...}]}, a third of the scenes per task."""
+    """[0/1 per scene] -> {task: [EpisodeOutcome]}, a third of the scenes per task."""
     n = len(v) // 3
-    return {t: [{"success": bool(x)} for x in v[i * n:(i + 1) * n]] for i, t in enumerate(("reach", "push", "grasp"))}
+    return {t: [EpisodeOutcome(j, bool(x), 5) for j, x in enumerate(v[i * n:(i + 1) * n])]
+            for i, t in enumerate(("reach", "push", "grasp"))}
 
 
 def test_paired_scene_difference():
@@ -62,8 +64,7 @@ def test_analysis_pairs_the_runs_that_share_seeds_and_says_what_is_established()
         specs[label] = {"setting": "action_only", "init": init, "wm_seed": wm, "seed": seed, "steps": 500}
         v = (rng.random(n) < p).astype(int)
         episodes[label] = outcomes(v)
-        rows[label] = {t: {"rate": float(np.mean([o["success"] for o in episodes[label][t]]))}
-                       for t in ("reach", "push", "grasp")}
+        rows[label] = PolicyRow.of(episodes[label], ("reach", "push", "grasp"))
 
     for seed in (42, 43, 44):
         add("video_base", None, seed, 0.1)

@@ -9,9 +9,11 @@ import torch
 
 from simforcing.config import ConfigError
 from simforcing.data.synthetic.tasks import Task, task_success
-from simforcing.policy.agreement import agreement, agreement_markdown, mmrv, pearson, spearman
+from simforcing.policy.agreement import agreement, mmrv, pearson, spearman
 from simforcing.policy.evaluate import (ExpertPlayer, RunPlayer, evaluate_synthetic, run_episode, scene_of)
 from simforcing.policy.infer import PolicyRunner
+from simforcing.policy.results import EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.policy.tables import agreement_markdown
 from simforcing.policy.judge import (JudgeFitOptions, SuccessJudge, confusion, fit_judge, first_success,
                                      frame_verdicts, load_judge, save_judge, true_readings)
 from simforcing.policy.synthetic import SyntheticTaskEnv, held_out_scenes
@@ -87,19 +89,20 @@ def test_policy_eval_with_a_judge_validates_it_on_its_own_scenes(judge_dir, tmp_
     import json
 
     from simforcing.cli import main
-    from simforcing.policy.agreement import judge_validation
+    from simforcing.policy.judge_validation import judge_validation
 
     out = tmp_path / "e"
     assert main(["policy", "eval", "--no-baselines", "--expert-noise", "0.01", "--per-task", "1", "--max-steps", "4",
                  "--layouts", str(LAYOUTS), "--judge", str(judge_dir), "--scene-seed", "5", "--out", str(out)]) == 0
-    res = json.loads((out / "eval.json").read_text())
-    jv = res["judge_validation"]
-    assert set(jv) == {"reach", "push", "grasp", "all"} and jv == judge_validation(res, res["tasks"])
-    eps = [o for per in res["episodes"].values() for os_ in per.values() for o in os_]
-    assert jv["all"]["episode"]["n"] == len(eps) == 3 and res["seed"] == 5
+    res = PolicyEvaluation.read(out, "here")
+    jv = res.judge_validation
+    assert set(jv) == {"reach", "push", "grasp", "all"} and jv == judge_validation(res.episodes, res.tasks)
+    assert json.loads((out / "eval.json").read_text())["judge_validation"] == jv
+    eps = [o for per in res.episodes.values() for os_ in per.values() for o in os_]
+    assert jv["all"]["episode"]["n"] == len(eps) == 3 and res.seed == 5
     # the judge's readings against the truth: the median over every frame of |judge − truth| per output (cm)
-    err = np.concatenate([np.asarray(o["frame_error_mm"]) for o in eps])
-    assert err.shape == (sum(len(o["frame_judged"]) for o in eps), 6)
+    err = np.concatenate([np.asarray(o.frame_error_mm) for o in eps])
+    assert err.shape == (sum(len(o.frame_judged) for o in eps), 6)
     assert list(jv["all"]["median_error_cm"].values()) == pytest.approx(np.median(err, axis=0) / 10, abs=0.006)
     assert "The judge on the simulator's own frames" in (out / "eval.md").read_text()
     assert "median |error| over every frame" in (out / "eval.md").read_text()
@@ -107,7 +110,7 @@ def test_policy_eval_with_a_judge_validates_it_on_its_own_scenes(judge_dir, tmp_
 
     again = evaluate_policies({}, judge=judge_dir, baselines=False, expert_noise=(0.01,), per_task=1, max_steps=4,
                               layouts=LAYOUTS, seed=5, progress=lambda *_: None)
-    assert again["judge_validation"] == jv
+    assert again.judge_validation == jv and again.judge == res.judge
     capsys.readouterr()
 
 
@@ -180,23 +183,23 @@ def test_nothing_of_the_simulator_is_read_after_the_first_frame(world_model_run,
 
     monkeypatch.setattr(wme, "start_frames", then_forbid)
     res = _wm_eval(world_model_run, judge_dir, {}, expert_noise=(0.01,))
-    assert set(res["rows"]) == {"scripted expert (ceiling)", "do nothing (floor)", "scripted expert, noise 1 cm/step"}
-    assert res["max_steps"] == 6 and all(len(o["frame_judged"]) == 6 for per in res["episodes"].values()
-                                         for os_ in per.values() for o in os_)
+    assert set(res.rows) == {"scripted expert (ceiling)", "do nothing (floor)", "scripted expert, noise 1 cm/step"}
+    assert res.max_steps == 6 and all(len(o.frame_judged) == 6 for per in res.episodes.values()
+                                      for os_ in per.values() for o in os_)
 
 
 def test_every_player_sees_the_same_scenes_and_noise(world_model_run, judge_dir, one_camera_policy):
     res = _wm_eval(world_model_run, judge_dir, {"a": one_camera_policy, "b": one_camera_policy}, baselines=False)
-    scenes = {p: [(t, o["scene"]) for t, os_ in per.items() for o in os_] for p, per in res["episodes"].items()}
+    scenes = {p: [(t, o.scene) for t, os_ in per.items() for o in os_] for p, per in res.episodes.items()}
     assert scenes["a"] == scenes["b"]
-    frames = res["_frames"]
+    frames = res.frames
     for key, v in frames.items():
         name, task, scene = key.split("|")
         if name == "a":  # the same policy under two names: the same actions and world-model noise, the same video
             assert np.array_equal(v, frames[f"b|{task}|{scene}"])
     sim = evaluate_synthetic({"a": one_camera_policy}, per_task=1, max_steps=6, baselines=False, layouts=LAYOUTS,
                              progress=lambda s: None)
-    assert [(t, o["scene"]) for t, os_ in sim["episodes"]["a"].items() for o in os_] == scenes["a"]
+    assert [(t, o.scene) for t, os_ in sim.episodes["a"].items() for o in os_] == scenes["a"]
 
 
 def test_named_errors_for_what_the_world_model_cannot_serve(world_model_run, judge_dir, tiny, tmp_path,  # noqa: F811
@@ -254,42 +257,86 @@ def test_confusion_and_kappa_by_hand():
     assert c["kappa"] == pytest.approx((po - pe) / (1 - pe)) and c["precision"] == pytest.approx(2 / 3)
 
 
-def _eval(rates: dict, tasks=("reach", "push"), n=4, learned=()) -> dict:
-    """An eval.json-like dict: player -> success per scene (the first k of n scenes of each task succeed)."""
-    eps = {p: {t: [{"success": j < k, "scene": 10 * i + j} for j in range(n)] for i, t in enumerate(tasks)}
+def _eval(rates: dict, tasks=("reach", "push"), n=4, learned=(), env="synthetic", judge=None) -> PolicyEvaluation:
+    """A policy evaluation: player -> success per scene (the first k of n scenes of each task succeed); the learned
+    players scored runs named after them."""
+    scenes = {t: [10 * i + j for j in range(n)] for i, t in enumerate(tasks)}
+    eps = {p: {t: [EpisodeOutcome(s, j < k, 5) for j, s in enumerate(scenes[t])] for t in tasks}
            for p, k in rates.items()}
-    return {"tasks": list(tasks), "rows": {p: {} for p in rates}, "episodes": eps, "scenes": {}, "seed": 0,
-            "learned": list(learned)}
+    return PolicyEvaluation(env=env, seed=0, per_task=n, max_steps=5, tasks=list(tasks), layouts=2, jitter=0.03,
+                            resolution=(32, 48), scenes=scenes,
+                            rows={p: PolicyRow.of(e, tasks) for p, e in eps.items()},
+                            episodes=eps, runs={p: {"run": f"/runs/{p}", "checkpoint": "ckpt", "step": 1}
+                                                for p in learned},
+                            learned=list(learned), executed={p: 4 for p in rates}, seconds=1.0,
+                            judge=judge if judge is not None else ({"weights_sha256": "j"} if env != "synthetic"
+                                                                   else None))
+
+
+def _wm(rates: dict, learned=("a", "b"), **kw) -> PolicyEvaluation:
+    return _eval(rates, learned=learned, env="world-model", **kw)
 
 
 def test_agreement_ranks_and_counts_episodes():
+    from dataclasses import replace
+
     sim = _eval({"a": 4, "b": 2, "c": 0}, learned=("a", "b"))
-    same = _eval({"a": 3, "b": 2, "c": 0})
-    swapped = _eval({"a": 1, "b": 2, "c": 0})
+    same = _wm({"a": 3, "b": 2, "c": 0})
+    swapped = _wm({"a": 1, "b": 2, "c": 0})
     res = agreement(sim, {"same order": same, "swapped": swapped}, n_boot=50)
-    assert res["ranking"]["same order"]["all"]["mmrv"] == 0.0
-    assert res["ranking"]["swapped"]["all"]["mmrv"] == pytest.approx((0.5 + 0.5 + 0) / 3)
-    assert res["episode_agreement"]["same order"]["a"] == pytest.approx(6 / 8)
-    assert res["ranking"]["swapped"]["learned"]["n_policies"] == 2
-    lo, hi = res["ranking"]["same order"]["all"]["pearson_ci95"]
-    assert lo <= res["ranking"]["same order"]["all"]["pearson"] <= hi
-    with pytest.raises(ConfigError, match="scenes"):
-        agreement(sim, {"other": dict(same, seed=1)})
+    assert res.ranking["same order"]["all"].mmrv == 0.0
+    assert res.ranking["swapped"]["all"].mmrv == pytest.approx((0.5 + 0.5 + 0) / 3)
+    assert res.episode_agreement["same order"]["a"] == pytest.approx(6 / 8)
+    assert res.ranking["swapped"]["learned"].n_policies == 2
+    lo, hi = res.ranking["same order"]["all"].pearson_ci95
+    assert lo <= res.ranking["same order"]["all"].pearson <= hi
+    with pytest.raises(ConfigError, match="scenes: seed 1 here, 0 there"):
+        agreement(sim, {"other": replace(same, seed=1)})
 
 
 def test_agreement_holds_the_judge_fixed_and_splits_by_task():
-    sim = _eval({"a": 4, "b": 2, "c": 0}, learned=("a", "b"))
-    judged = _eval({"a": 2, "b": 3, "c": 1})  # the judge's verdicts on the simulator's own frames
-    for p, per in sim["episodes"].items():
+    from dataclasses import replace
+
+    from simforcing.policy.judge_validation import judge_validation
+
+    sim = _eval({"a": 4, "b": 2, "c": 0}, learned=("a", "b"), judge={"weights_sha256": "j"})
+    judged = _wm({"a": 2, "b": 3, "c": 1})  # the judge's verdicts on the simulator's own frames
+    for p, per in sim.episodes.items():
         for t, eps in per.items():
-            for o, j in zip(eps, judged["episodes"][p][t]):
-                o.update(judged=j["success"], frame_judged=[j["success"]], frame_true=[o["success"]])
-    res = agreement(sim, {"as judged": judged, "as simulated": _eval({"a": 4, "b": 2, "c": 0})}, n_boot=50)
-    alone = res["vs_judged_simulator"]
-    assert alone["as judged"]["all"]["mmrv"] == 0.0 and alone["as judged"]["episodes_agreeing"] == 1.0
-    assert res["ranking"]["as simulated"]["all"]["mmrv"] == 0.0
-    assert alone["as simulated"]["episodes_agreeing"] == pytest.approx(
-        res["episode_agreement"]["simulator frames through the judge"]["all"])
+            per[t] = [replace(o, judged=j.success, frame_judged=[j.success], frame_true=[o.success])
+                      for o, j in zip(eps, judged.episodes[p][t])]
+    sim.judge_validation = judge_validation(sim.episodes, sim.tasks)
+    res = agreement(sim, {"as judged": judged, "as simulated": _wm({"a": 4, "b": 2, "c": 0})}, n_boot=50)
+    alone = res.vs_judged_simulator
+    assert alone["as judged"].all.mmrv == 0.0 and alone["as judged"].episodes_agreeing == 1.0
+    assert res.ranking["as simulated"]["all"].mmrv == 0.0
+    assert alone["as simulated"].episodes_agreeing == pytest.approx(
+        res.episode_agreement["simulator frames through the judge"]["all"])
     # per task: the same statistics on that task's scenes only (reach: rates 4/4, 2/4, 0/4 as in the simulator)
-    assert res["ranking"]["as simulated"]["all, reach only"]["pearson"] == pytest.approx(1.0)
+    assert res.ranking["as simulated"]["all, reach only"].pearson == pytest.approx(1.0)
     assert "world model alone" in agreement_markdown(res)
+
+
+def test_evaluations_round_trip_and_older_files_load(tmp_path):
+    """eval.json is written and read through PolicyEvaluation: the same object back; a file written before the tags
+    (rows with the average and the seconds beside the task names, one ``execute``) loads through the same reader."""
+    import json
+
+    from simforcing.policy.results import PolicyEvaluation
+
+    ev = _wm({"a": 3, "b": 1, "c": 0})
+    ev.rows["a"] = PolicyRow(ev.rows["a"].tasks, ev.rows["a"].average, seconds=2.5)
+    ev.write(tmp_path / "new")
+    raw = json.loads((tmp_path / "new" / "eval.json").read_text())
+    assert raw["format"] == "simforcing.policy-evaluation" and raw["format_version"] == 2
+    assert PolicyEvaluation.read(tmp_path / "new", "here") == ev == PolicyEvaluation.from_json(ev.to_json())
+    assert (tmp_path / "new" / "eval.md").read_text().startswith("| policy | reach | push | average |")
+    old = {k: v for k, v in raw.items() if k not in ("format", "format_version", "executed")}
+    old["execute"] = 4
+    old["rows"] = {p: {**r["tasks"], "average": r["average"], **({"seconds": r["seconds"]} if r["seconds"] else {})}
+                   for p, r in raw["rows"].items()}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "eval.json").write_text(json.dumps(old))
+    from dataclasses import replace
+
+    assert PolicyEvaluation.read(tmp_path / "old", "here") == replace(ev, executed={p: 4 for p in ev.learned})

@@ -31,10 +31,11 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-val", type=int, default=16, help="paired validation episodes")
     parser.add_argument("--num-sim-pool", type=int, default=300, help="sim-only episodes (stage 1)")
     parser.add_argument("--length", type=int, default=33, help="frames per episode")
-    parser.add_argument("--height", type=int, default=32)
-    parser.add_argument("--width", type=int, default=48)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--layout", choices=("separate", "side_by_side"), default="separate")
+    parser.add_argument("--height", type=int, default=32, help="frame height (pixels)")
+    parser.add_argument("--width", type=int, default=48, help="frame width (pixels, one camera)")
+    parser.add_argument("--seed", type=int, default=0, help="dataset seed (scenes, motions, appearance)")
+    parser.add_argument("--layout", choices=("separate", "side_by_side"), default="separate",
+                        help="sim and real videos as separate files or side by side in one")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="simulation processes")
     parser.add_argument("--layout-train", type=int, default=0,
                         help="more paired training episodes in the policy benchmark's LIBERO-like scenes")
@@ -54,7 +55,7 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
     parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
     parser.add_argument("--preview", default=None, help="also write a PNG strip of the first paired episode here")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="print no progress lines")
 
 
 def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
@@ -96,8 +97,8 @@ def add_synth_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jitter", type=float, default=0.03, help="with --layouts: the task object's position "
                         "jitter, metres")
     parser.add_argument("--workers", type=int, default=1, help="simulation processes")
-    parser.add_argument("--overwrite", action="store_true")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
+    parser.add_argument("--no-progress", action="store_true", help="print no progress lines")
 
 
 def synth_policy(args: argparse.Namespace, cfg: Optional[Config]) -> int:
@@ -195,8 +196,9 @@ def add_import_lerobot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--camera", default=None, help="policy dataset: the external camera's video feature")
     parser.add_argument("--wrist-camera", default=None, help="policy dataset (real only, two cameras side by side, "
                         "no --sim): the wrist camera's video feature, e.g. LIBERO's observation.images.wrist_image")
-    parser.add_argument("--action-key", default="action")
-    parser.add_argument("--state-key", default="observation.state")
+    parser.add_argument("--action-key", default="action", help="the LeRobot feature holding the actions")
+    parser.add_argument("--state-key", default="observation.state",
+                        help="the LeRobot feature holding the proprioceptive states")
     parser.add_argument("--val-fraction", type=float, default=0.1, help="fraction of paired episodes put in val")
     parser.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
     parser.add_argument("--height", type=int, default=None, help="stored height (default: the real camera's)")
@@ -207,7 +209,7 @@ def add_import_lerobot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
     parser.add_argument("--skip-bad", action="store_true",
                         help="skip (and count) episodes that cannot be imported, e.g. sim/real length mismatch")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="print no progress lines")
 
 
 def _print_skipped(skipped: list[tuple[str, str, str]]) -> None:
@@ -262,7 +264,7 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
                         help="K windows per episode drawn once and encoded (default: data.windows_per_episode)")
     parser.add_argument("--splits", nargs="+", default=["train", "sim_pool"], help="splits to encode")
     parser.add_argument("--batch-size", type=int, default=16, help="windows per VAE call")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="print no progress lines")
 
 
 def encode_config(args: argparse.Namespace) -> Config:

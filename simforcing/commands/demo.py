@@ -28,8 +28,10 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=None,
                         help="jobs side by side (default: the cores this process may use); results do not depend on it")
     parser.add_argument("--no-policy", action="store_true", help="leave out the policy-transfer section")
-    parser.add_argument("--stage1-steps", type=int, default=None)
-    parser.add_argument("--stage2-steps", type=int, default=None)
+    parser.add_argument("--stage1-steps", type=int, default=None, help="stage-1 (simulation) training steps "
+                        "(default: the budget's)")
+    parser.add_argument("--stage2-steps", type=int, default=None, help="stage-2 (real) training steps of every "
+                        "method (default: the budget's)")
     parser.add_argument("--dry-run", action="store_true", help="print the demo config and exit")
 
 

@@ -19,10 +19,11 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", default=None, help="training run folder (required unless --baseline)")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest valid one)")
     parser.add_argument("--data", required=True, help="dataset folder")
-    parser.add_argument("--split", default="val")
+    parser.add_argument("--split", default="val", help="the dataset split whose windows are scored")
     parser.add_argument("--num-samples", type=int, default=None, help="K windows (default: eval.num_samples)")
     parser.add_argument("--out", required=True, help="output folder for eval.json and eval.md")
-    parser.add_argument("--baseline", choices=BASELINES, default=None)
+    parser.add_argument("--baseline", choices=BASELINES, default=None,
+                        help="score a baseline instead of a run (copy-first: the floor; vae-recon: the ceiling)")
     parser.add_argument("--domain", choices=DOMAINS, default="real",
                         help="real (the two-stage sampler) or sim (the model as a simulation world model, w = 0, on "
                              "the recorded sim videos)")
@@ -47,13 +48,15 @@ def evaluate(args: argparse.Namespace, cfg: Config) -> int:
 def add_sweep_arguments(parser: argparse.ArgumentParser, steps: bool) -> None:
     if steps:
         parser.add_argument("--ckpt", required=True, help="training run folder")
-        parser.add_argument("--n-sim", type=int, nargs="+", default=list(PAPER_STEPS))
-        parser.add_argument("--n-real", type=int, nargs="+", default=list(PAPER_STEPS))
+        parser.add_argument("--n-sim", type=int, nargs="+", default=list(PAPER_STEPS),
+                            help="simulation-rollout step counts N_s to sweep")
+        parser.add_argument("--n-real", type=int, nargs="+", default=list(PAPER_STEPS),
+                            help="real-rollout step counts N_r to sweep")
     else:
         parser.add_argument("--ckpts", nargs="+", required=True, help="runs trained with different conditioning.p")
-    parser.add_argument("--w", type=float, nargs="+", default=list(PAPER_W))
+    parser.add_argument("--w", type=float, nargs="+", default=list(PAPER_W), help="simulation-guidance weights w")
     parser.add_argument("--data", required=True, help="dataset folder")
-    parser.add_argument("--split", default="val")
+    parser.add_argument("--split", default="val", help="the dataset split whose windows are scored")
     parser.add_argument("--num-samples", type=int, default=None, help="K windows (default: eval.num_samples)")
     parser.add_argument("--out", default=None, help="output folder (default: sweep_cfg / sweep_steps)")
     parser.add_argument("--device", default=None, help="auto | cpu | cuda (default: train.device)")

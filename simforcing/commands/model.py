@@ -46,7 +46,7 @@ def add_fit_vae_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--components", type=int, default=None,
                         help="K principal components per 4-frame group (default: model.vae.latent_channels - 48)")
     parser.add_argument("--max-windows", type=int, default=2000, help="windows drawn for the fit")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the windows drawn")
     parser.add_argument("--normalization", choices=NORMALIZATIONS, default="pixel",
                         help="latent scale: 'pixel' (latent squared error = pixel squared error) or 'channel' "
                              "(every channel at unit variance)")
@@ -74,9 +74,9 @@ def add_fit_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="train", help="real frames to fit on")
     parser.add_argument("--sim-splits", nargs="+", default=["train", "sim_pool"], help="simulation frames to fit on")
     parser.add_argument("--val-split", default="val", help="reported only ('' to skip)")
-    parser.add_argument("--steps", type=int, default=FitOptions.steps)
-    parser.add_argument("--batch-size", type=int, default=FitOptions.batch_size)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=FitOptions.steps, help="optimiser steps")
+    parser.add_argument("--batch-size", type=int, default=FitOptions.batch_size, help="frames per step")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initialisation and the batches")
     parser.add_argument("--position-dims", type=int, nargs="+", default=list(FitOptions.position_dims),
                         help="state entries read as the end-effector position")
     parser.add_argument("--gripper-dim", type=int, default=FitOptions.gripper_dim,
@@ -119,9 +119,9 @@ def add_fit_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jitter", type=float, default=0.03, help="the rollouts' task-object jitter (m)")
     parser.add_argument("--consecutive", type=int, default=JudgeFitOptions.consecutive,
                         help="judged frames in a row that make an episode's success")
-    parser.add_argument("--steps", type=int, default=JudgeFitOptions.steps)
-    parser.add_argument("--batch-size", type=int, default=JudgeFitOptions.batch_size)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=JudgeFitOptions.steps, help="optimiser steps")
+    parser.add_argument("--batch-size", type=int, default=JudgeFitOptions.batch_size, help="frames per step")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initialisation and the batches")
     add_config_args(parser)
 
 

@@ -28,7 +28,8 @@ from simforcing.utils import atomic_write_json, atomic_write_text, check_output_
 
 # -- policy train ----------------------------------------------------------------------------------------------------------
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--setting", required=True, choices=POLICY_SETTINGS)
+    parser.add_argument("--setting", required=True, choices=POLICY_SETTINGS,
+                        help="what the policy predicts and sees (docs/POLICY_TRANSFER.md)")
     parser.add_argument("--init", default="base", help="'base' (the preset's init + configured pretrained weights) "
                         "or a run folder (every compatible tensor of both experts; its checkpoint's own config; a "
                         "video base of `pretrain --method video_prior`: its video expert, the action expert new)")
@@ -41,7 +42,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue --out with its own config (--init, "
                         "--preset and --config are not used then)")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="print no progress lines")
 
 
 def train_config(args: argparse.Namespace) -> Config:
@@ -74,46 +75,52 @@ def train(args: argparse.Namespace, cfg: Config) -> int:
 
 # -- policy eval -----------------------------------------------------------------------------------------------------------
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--runs", nargs="*", default=[], metavar="[NAME=]RUN",
-                        help="policy runs to evaluate (NAME labels the table row; a bare RUN is named by its folder; "
-                             "a folder name may hold '=')")
-    parser.add_argument("--run", nargs=2, action="append", default=[], metavar=("NAME", "RUN"),
-                        help="one more policy run with its row name (any folder name)")
-    parser.add_argument("--env", choices=("synthetic", "world-model", "libero"), default="synthetic",
-                        help="synthetic: the MuJoCo simulator; world-model: the same scenes inside a world model "
-                             "(--wm, --judge); libero: LIBERO (needs the extra)")
-    parser.add_argument("--wm", default=None, help="world-model: the world-model run folder (or 'copy-first')")
-    parser.add_argument("--wm-condition", choices=("rollout", "render"), default=None,
-                        help="world-model: its simulation condition — rollout (the paper's: its own simulation "
-                             "chain) or render (the robot's digital twin renders the executed actions); default: the "
-                             "run's sample.condition")
-    parser.add_argument("--judge", default=None, help="the success judge (`simforcing model fit-judge`): required "
-                        "with --env world-model; with --env synthetic every episode's frames also go through it")
-    parser.add_argument("--expert-noise", type=float, nargs="*", default=[], metavar="SIGMA",
-                        help="synthetic, world-model: also the scripted expert with N(0, SIGMA^2) metres added to "
-                             "each action's position per axis")
-    parser.add_argument("--out", required=True, help="folder for eval.json and eval.md")
-    parser.add_argument("--per-task", type=int, default=10, help="synthetic: held-out scenes per task")
-    parser.add_argument("--max-steps", type=int, default=30, help="synthetic: step limit of an episode")
-    parser.add_argument("--scene-seed", type=int, default=None, metavar="SEED",
-                        help="synthetic, world-model: the seed of the held-out scenes and of the players' noise "
-                             "(default: 9000, every evaluation's; another seed draws other scenes, e.g. to validate "
-                             "a judge where no evaluation looked)")
-    parser.add_argument("--no-baselines", action="store_true", help="synthetic: leave out the expert / floor rows")
-    parser.add_argument("--layouts", type=int, default=None, help="synthetic: the scenes' layouts (default: those of "
-                        "the runs' training data, `data synth-policy --layouts`; 0 without runs)")
-    parser.add_argument("--jitter", type=float, default=None, help="synthetic: with --layouts, the task object's "
-                        "jitter in metres (default: the runs' training data's)")
-    parser.add_argument("--execute", type=int, default=None, help="actions executed per chunk before re-planning "
-                        "(default: each run's policy.execute)")
-    parser.add_argument("--suite", default="libero_spatial",
-                        help="libero: libero_spatial | libero_object | libero_goal | libero_10")
-    parser.add_argument("--trials", type=int, default=50, help="libero: trials per task (cycling the init states)")
-    parser.add_argument("--tasks", default=None, help="libero: comma-separated task ids (default: all)")
-    parser.add_argument("--gripper", choices=("open01", "libero"), default="open01",
-                        help="libero: the dataset's gripper convention (open01: FastWAM's 0 close..1 open -> x2-1, "
-                        "inverted, sign; libero: -1 open/+1 close -> sign)")
-    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
+    """The flags by what they choose: the policy runs, where they act (and the output), the players and scenes of the
+    synthetic benchmark (simulator and world model), the world model, LIBERO."""
+    who = parser.add_argument_group("policy runs (every environment)")
+    who.add_argument("--runs", nargs="*", default=[], metavar="[NAME=]RUN",
+                     help="policy runs to evaluate (NAME labels the table row; a bare RUN is named by its folder; "
+                          "a folder name may hold '=')")
+    who.add_argument("--run", nargs=2, action="append", default=[], metavar=("NAME", "RUN"),
+                     help="one more policy run with its row name (any folder name); repeatable")
+    where = parser.add_argument_group("where they act and what is written")
+    where.add_argument("--env", choices=("synthetic", "world-model", "libero"), default="synthetic",
+                       help="synthetic: the MuJoCo simulator; world-model: the same scenes inside a world model "
+                            "(--wm, --judge); libero: LIBERO (needs the extra)")
+    where.add_argument("--out", required=True, help="folder for eval.json and eval.md (and frames.npz)")
+    where.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
+    synth = parser.add_argument_group("synthetic benchmark: players and scenes (--env synthetic and world-model)")
+    synth.add_argument("--expert-noise", type=float, nargs="*", default=[], metavar="SIGMA",
+                       help="also the scripted expert with N(0, SIGMA^2) metres added to each action's position per "
+                            "axis, one row per SIGMA")
+    synth.add_argument("--no-baselines", action="store_true", help="leave out the expert / floor rows")
+    synth.add_argument("--execute", type=int, default=None, help="actions executed per chunk before re-planning "
+                       "(default: each run's policy.execute)")
+    synth.add_argument("--per-task", type=int, default=10, help="held-out scenes per task")
+    synth.add_argument("--max-steps", type=int, default=30, help="step limit of an episode")
+    synth.add_argument("--scene-seed", type=int, default=None, metavar="SEED",
+                       help="the seed of the held-out scenes and of the players' noise (default: 9000, every "
+                            "evaluation's; another seed draws other scenes, e.g. to validate a judge where no "
+                            "evaluation looked)")
+    synth.add_argument("--layouts", type=int, default=None, help="the scenes' layouts (default: those of the runs' "
+                       "training data, `data synth-policy --layouts`; 0 without runs)")
+    synth.add_argument("--jitter", type=float, default=None, help="with --layouts, the task object's jitter in metres "
+                       "(default: the runs' training data's)")
+    synth.add_argument("--judge", default=None, help="the success judge (`simforcing model fit-judge`): required "
+                       "with --env world-model; with --env synthetic every episode's frames also go through it")
+    wm = parser.add_argument_group("world model (--env world-model)")
+    wm.add_argument("--wm", default=None, help="the world-model run folder (or 'copy-first': the floor)")
+    wm.add_argument("--wm-condition", choices=("rollout", "render"), default=None,
+                    help="its simulation condition — rollout (the paper's: its own simulation chain) or render (the "
+                         "robot's digital twin renders the executed actions); default: the run's sample.condition")
+    libero = parser.add_argument_group("LIBERO (--env libero)")
+    libero.add_argument("--suite", default="libero_spatial",
+                        help="libero_spatial | libero_object | libero_goal | libero_10")
+    libero.add_argument("--trials", type=int, default=50, help="trials per task (cycling the init states)")
+    libero.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
+    libero.add_argument("--gripper", choices=("open01", "libero"), default="open01",
+                        help="the dataset's gripper convention (open01: FastWAM's 0 close..1 open -> x2-1, inverted, "
+                             "sign; libero: -1 open/+1 close -> sign)")
 
 
 def _readings(spec: str) -> list[tuple[str, str]]:
@@ -201,18 +208,25 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
             raise ConfigError(str(e)) from e
         res = _closed_loop(args, runs, judge, device)
     with results_folder(args.out, "--out", "a policy evaluation", EVAL_FILES) as tmp:
-        frames = res.pop("_frames", None)
-        if frames:
-            _save_frames(tmp / "frames.npz", frames)
-        atomic_write_json(tmp / "eval.json", res)
-        atomic_write_text(tmp / "eval.md", res["table_md"] + "\n")
+        if args.env == "libero":
+            atomic_write_json(tmp / "eval.json", res)
+            atomic_write_text(tmp / "eval.md", res["table_md"] + "\n")
+            table = res["table_md"]
+        else:
+            from simforcing.policy.tables import evaluation_markdown
+
+            if res.frames:
+                _save_frames(tmp / "frames.npz", res.frames)
+            res.write(tmp)
+            table = evaluation_markdown(res)
     out = Path(args.out)
-    print(res["table_md"])
+    print(table)
     print(f"wrote {out / 'eval.json'} and {out / 'eval.md'}")
     return 0
 
 
-def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device) -> dict:
+def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device):
+    """The synthetic benchmark's evaluation (``policy.results.PolicyEvaluation``) in the simulator or a world model."""
     common = dict(per_task=args.per_task, max_steps=args.max_steps, baselines=not args.no_baselines,
                   device=device, execute=args.execute, layouts=args.layouts, jitter=args.jitter,
                   expert_noise=args.expert_noise)
@@ -222,11 +236,9 @@ def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device) 
         from simforcing.policy.world_model_eval import evaluate_world_model
 
         return evaluate_world_model(args.wm, judge, runs, condition=args.wm_condition, **common)
-    from simforcing.policy.agreement import with_judge_validation
     from simforcing.policy.evaluate import evaluate_synthetic
 
-    res = with_judge_validation(evaluate_synthetic(runs, judge=judge, **common))
-    return res if judge is None else dict(res, judge=judge.identity)
+    return evaluate_synthetic(runs, judge=judge, **common)
 
 
 def _save_frames(path: Path, frames: dict) -> None:
@@ -268,8 +280,8 @@ def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
             raise ConfigError(f"--wm: {spec!r}: expected NAME=EVAL_FOLDER")
         _add_row(wms, name, path, spec)
     res = write_agreement(args.sim, wms, args.out, args.bootstrap, args.video_policy)
-    print(res["table_md"])
-    print(f"wrote {Path(args.out) / 'agreement.json'}, agreement.md, scatter.png, {len(res['videos'])} videos")
+    print((Path(args.out) / "agreement.md").read_text().rstrip())
+    print(f"wrote {Path(args.out) / 'agreement.json'}, agreement.md, scatter.png, {len(res.videos)} videos")
     return 0
 
 
@@ -283,7 +295,7 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, default=30, help="step limit of a scene's scripted motion")
     parser.add_argument("--layouts", type=int, default=None, help="the scenes' layouts (default: the runs' data's)")
     parser.add_argument("--jitter", type=float, default=None, help="with --layouts: the task object's jitter, m")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
 
 
 def probe(args: argparse.Namespace, cfg: Optional[Config]) -> int:

@@ -18,12 +18,12 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", required=True, help="training run folder (RUN with config.json + checkpoints/)")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest valid one)")
     parser.add_argument("--data", required=True, help="dataset folder")
-    parser.add_argument("--split", default="val")
+    parser.add_argument("--split", default="val", help="the dataset split the episodes come from")
     parser.add_argument("--out", required=True, help="output folder for the MP4/GIF/PNG files")
-    parser.add_argument("--num-samples", type=int, default=4)
+    parser.add_argument("--num-samples", type=int, default=4, help="windows to sample")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--upscale", type=int, default=4, help="nearest-neighbour upscaling for viewing")
-    parser.add_argument("--fps", type=int, default=4)
+    parser.add_argument("--fps", type=int, default=4, help="frames per second of the MP4/GIF")
     add_config_args(parser)
 
 
@@ -43,7 +43,7 @@ def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", required=True, help="world-model run folder (pretrain or train)")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest valid one)")
     parser.add_argument("--data", required=True, help="dataset folder (episodes holding the horizon)")
-    parser.add_argument("--split", default="val")
+    parser.add_argument("--split", default="val", help="the dataset split the episodes come from")
     parser.add_argument("--horizon", type=int, required=True,
                         help="actions per episode to roll out (a cut last chunk when not a multiple of "
                              "data.actions_per_window)")

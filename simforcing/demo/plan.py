@@ -113,6 +113,49 @@ def run_tag(name: str, seed: int) -> str:
     return name if seed == SEED else f"{name}_seed{seed}"
 
 
+@dataclass(frozen=True)
+class EvalKey:
+    """One evaluation of the demo (``Plan.evals``), as the report looks it up: what is scored (``subject``: a run tag,
+    a baseline, "teacher"), in which domain ("real", or "sim": the recorded simulation video, the gate off) and with
+    which change to the paper's sampler (``variant``: "" for none). ``name`` is its job's and folder's name."""
+
+    subject: str
+    domain: str = "real"
+    variant: str = ""
+
+    @property
+    def name(self) -> str:
+        return ("sim " if self.domain == "sim" else "") + self.subject + (f" {self.variant}" if self.variant else "")
+
+
+def one_step(method: str) -> EvalKey:
+    """The network's one-step prediction (N_r = 1) of a method's run: an extra row of the windows table."""
+    return EvalKey(method, variant="N_r=1")
+
+
+def teacher_in_sim(steps: int) -> EvalKey:
+    return EvalKey("teacher", "sim", f"N={steps}")
+
+
+def own_rollout_in_sim(method: str) -> EvalKey:
+    """A student's own simulation rollout (N_s = 1), scored on the recorded simulation video: its condition."""
+    return EvalKey(method, "sim", "rollout")
+
+
+ORACLE_CONDITION = EvalKey("simforcing", variant="oracle condition")  # the recorded sim video as the condition
+REMASK = EvalKey("simforcing", variant="remask")  # rollouts: the simulation chain re-masked from the recorded masks
+
+
+def twin_condition(method: str) -> EvalKey:
+    """Rollouts: every chunk's condition rendered by the robot's digital twin from the actions."""
+    return EvalKey(method, variant="twin")
+
+
+def probe_state(method: str) -> EvalKey:
+    """Rollouts: later chunks' state input read from the generated frames by the state probe."""
+    return EvalKey(method, variant="probe state")
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Building the graph
 # ----------------------------------------------------------------------------------------------------------------------
@@ -124,7 +167,7 @@ class Plan:
     data: Path
     budget: Budget
     jobs: list
-    evals: dict  # eval name -> folder holding eval.json
+    evals: dict  # EvalKey -> folder holding eval.json
     runs: dict  # run tag -> folder
     sweeps: dict  # "steps" / "cfg" -> folder
     videos: dict  # method -> folder
@@ -134,7 +177,7 @@ class Plan:
     full: bool
     notes: list  # lines printed before running (what is remade and why)
     commands: dict  # job name -> the command a user types to reproduce its output
-    rollouts: dict = field(default_factory=dict)  # {"data": the long episodes, "folders": name -> rollout folder}
+    rollouts: dict = field(default_factory=dict)  # {"data": the long episodes, "folders": EvalKey -> rollout folder}
     wm_eval: Optional[dict] = None  # the world-model policy evaluation's folders (None without it)
 
 
@@ -245,36 +288,36 @@ class _Builder:
                          run_steps=b.stage2_steps)
         return runs
 
-    def evaluations(self, runs: dict[str, Path]) -> dict[str, Path]:
+    def evaluations(self, runs: dict[str, Path]) -> dict[EvalKey, Path]:
         """5. evaluation at the paper's sampler (1, 10, 0.6) with the action-following error and its control; the
         baselines; where the gain is lost."""
         b, evals = self.b, {}
         common = ["--data", str(self.data), "--split", "val", "--num-samples", str(b.num_val * b.eval_windows),
                   f"--eval.probe={self.probe}", f"--eval.windows_per_episode={b.eval_windows}"]
 
-        def evaluate(name: str, argv: list[str], deps: tuple, priority: int = 50) -> None:
-            folder = evals[name] = self.out / "eval" / name.replace(" ", "_")
-            self.add(f"eval {name}", ["evaluate", *argv, "--out", str(folder), *common, *self.ov], folder,
+        def evaluate(key: EvalKey, argv: list[str], deps: tuple, priority: int = 50) -> None:
+            folder = evals[key] = self.out / "eval" / key.name.replace(" ", "_")
+            self.add(f"eval {key.name}", ["evaluate", *argv, "--out", str(folder), *common, *self.ov], folder,
                      "eval.json", deps + ("probe",), inputs=deps + ("probe",), priority=priority)
 
         vae = f"--model.vae.path={self.vae}"
         for base in ("copy-first", "vae-recon"):
-            evaluate(base, ["--baseline", base, "--preset", "demo", vae], ("vae",))
-            evaluate(f"sim {base}", ["--baseline", base, "--preset", "demo", vae, "--domain", "sim"], ("vae",))
+            evaluate(EvalKey(base), ["--baseline", base, "--preset", "demo", vae], ("vae",))
+            evaluate(EvalKey(base, "sim"), ["--baseline", base, "--preset", "demo", vae, "--domain", "sim"], ("vae",))
         for tag, run in runs.items():
-            evaluate(tag, ["--ckpt", str(run)], (f"train {tag}",), priority=55)
+            evaluate(EvalKey(tag), ["--ckpt", str(run)], (f"train {tag}",), priority=55)
         for m in BASE_METHODS:  # the network's one-step prediction (its conditional mean), an extra row
-            evaluate(f"{m} N_r=1", ["--ckpt", str(runs[m]), "--sample.n_real=1", "--eval.action_control=false"],
+            evaluate(one_step(m), ["--ckpt", str(runs[m]), "--sample.n_real=1", "--eval.action_control=false"],
                      (f"train {m}",))
         # where the gain is lost: the teacher in simulation, the students' own simulation rollouts (the condition at
         # inference, N_s = 1 steps), and the real rollout with the recorded sim video as the condition (upper bound)
         for steps in (1, 10):
-            evaluate(f"sim teacher N={steps}", ["--ckpt", str(self.stage1), "--domain", "sim",
-                                                f"--sample.n_real={steps}"], ("stage1",))
+            evaluate(teacher_in_sim(steps), ["--ckpt", str(self.stage1), "--domain", "sim",
+                                             f"--sample.n_real={steps}"], ("stage1",))
         for m in BASE_METHODS:
-            evaluate(f"sim {m} rollout", ["--ckpt", str(runs[m]), "--domain", "sim", "--sample.n_real=1"],
+            evaluate(own_rollout_in_sim(m), ["--ckpt", str(runs[m]), "--domain", "sim", "--sample.n_real=1"],
                      (f"train {m}",))
-        evaluate("simforcing oracle condition", ["--ckpt", str(runs["simforcing"]), "--sample.condition=oracle"],
+        evaluate(ORACLE_CONDITION, ["--ckpt", str(runs["simforcing"]), "--sample.condition=oracle"],
                  ("train simforcing",))
         return evals
 
@@ -316,29 +359,28 @@ class _Builder:
         self.add("data long", argv, data_long, "meta/stats.json", ("stage1",), priority=58,
                  sizes={"num_val": b.long_val, "length": b.long_length, "generator": GENERATOR_VERSION}, seed=1,
                  inputs=(), extra=("--overwrite",) if is_dataset(data_long) else ())
-        folders: dict[str, Path] = {}
+        folders: dict[EvalKey, Path] = {}
         common = ["--data", str(data_long), "--horizon", str(b.rollout_horizon), f"--eval.probe={self.probe}"]
 
-        def add(name: str, run_tag_: str, extra: list[str]) -> None:
-            folder = folders[name] = out / "rollout" / name.replace(" ", "_")
-            self.add(f"rollout {name}", ["rollout", "--ckpt", str(runs[run_tag_]), *common, "--out", str(folder),
+        def add(key: EvalKey, run_tag_: str, extra: list[str]) -> None:
+            folder = folders[key] = out / "rollout" / key.name.replace(" ", "_")
+            self.add(f"rollout {key.name}", ["rollout", "--ckpt", str(runs[run_tag_]), *common, "--out", str(folder),
                                          *extra, *self.ov], folder, "rollout.json",
                      (f"train {run_tag_}", "probe", "data long"), inputs=(f"train {run_tag_}", "probe", "data long"),
                      priority=52)
 
         for seed in seed_list:
             for m in BASE_METHODS:
-                add(run_tag(m, seed), run_tag(m, seed), ["--videos", str(b.rollout_videos if seed == SEED else 0)])
+                add(EvalKey(run_tag(m, seed)), run_tag(m, seed),
+                    ["--videos", str(b.rollout_videos if seed == SEED else 0)])
         # the robot's digital twin renders every chunk's condition from the actions (beyond the paper: simforcing.twin)
         for m in (BASE_METHODS if full else ("simforcing",)):
-            add(f"{m} twin", m, ["--sample.condition=render", "--videos", "1"])
+            add(twin_condition(m), m, ["--sample.condition=render", "--videos", "1"])
         if full:
             for m in BASE_METHODS:
-                add(f"{m} probe state", m, ["--rollout.state=probe", "--rows", "rollout", "--videos", "0"])
-            add("simforcing remask", "simforcing", ["--rollout.sim_chain=remask", "--rows", "rollout", "sim chain",
-                                                    "--videos", "1"])
-            add("simforcing oracle condition", "simforcing", ["--sample.condition=oracle", "--rows", "rollout",
-                                                              "--videos", "0"])
+                add(probe_state(m), m, ["--rollout.state=probe", "--rows", "rollout", "--videos", "0"])
+            add(REMASK, "simforcing", ["--rollout.sim_chain=remask", "--rows", "rollout", "sim chain", "--videos", "1"])
+            add(ORACLE_CONDITION, "simforcing", ["--sample.condition=oracle", "--rows", "rollout", "--videos", "0"])
         return {"data": data_long, "folders": folders}
 
     def world_model_eval(self, runs: dict[str, Path], pol: dict, full: bool, seeds: list[int]) -> dict:

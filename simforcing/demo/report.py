@@ -14,7 +14,8 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
-from simforcing.demo.plan import BASE_METHODS, P_RUNS, Plan, run_tag
+from simforcing.demo.plan import (BASE_METHODS, ORACLE_CONDITION, P_RUNS, EvalKey, Plan, one_step,
+                                  own_rollout_in_sim, run_tag, teacher_in_sim)
 from simforcing.demo.rollout_section import collect_rollouts, rollout_lines
 from simforcing.demo.wm_eval_section import collect_wm_eval, wm_eval_lines
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, relative_to
@@ -45,18 +46,30 @@ def _std(vals: list) -> Optional[float]:
     return statistics.stdev(vals) if len(vals) > 1 else None
 
 
+# Where the gain is lost (the report's decomposition table, in its order): each row's label and evaluation.
+DECOMPOSITION = (("simulation: copy the first frame", EvalKey("copy-first", "sim")),
+                 ("simulation: VAE reconstruction", EvalKey("vae-recon", "sim")),
+                 ("simulation: stage-1 teacher, 1 step", teacher_in_sim(1)),
+                 ("simulation: stage-1 teacher, 10 steps", teacher_in_sim(10)),
+                 ("simulation: sft student's own rollout (N_s = 1)", own_rollout_in_sim("sft")),
+                 ("simulation: simforcing student's own rollout (N_s = 1) = its condition",
+                  own_rollout_in_sim("simforcing")),
+                 ("real: simforcing, condition = its own rollout", EvalKey("simforcing")),
+                 ("real: simforcing, condition = the recorded sim video (upper bound)", ORACLE_CONDITION))
+
+
 def collect(plan: Plan, wall: dict, policy: Optional[dict]) -> dict:
-    """Everything the report shows, from the files the jobs wrote."""
-    ev = {name: _keep(_read(folder / "eval.json")) for name, folder in plan.evals.items()}
+    """Everything the report shows, from the files the jobs wrote (results.json names each evaluation by its
+    ``EvalKey.name``)."""
+    by_key = {key: _keep(_read(folder / "eval.json")) for key, folder in plan.evals.items()}
+    ev = {key.name: r for key, r in by_key.items()}
     res: dict = {"budget": None, "seeds": plan.seeds, "baselines": {}, "methods": {}, "extra_rows": {},
                  "decomposition": {}, "evals": ev}
-    res["baselines"] = {b: ev.get(b) for b in ("copy-first", "vae-recon")}
+    res["baselines"] = {b: by_key.get(EvalKey(b)) for b in ("copy-first", "vae-recon")}
     for name in plan.methods:
-        res["methods"][name] = {str(s): ev.get(run_tag(name, s)) for s in plan.seeds}
-    res["extra_rows"] = {f"{m} N_r=1": ev.get(f"{m} N_r=1") for m in BASE_METHODS}
-    res["decomposition"] = {k: ev.get(k) for k in ("sim copy-first", "sim vae-recon", "sim teacher N=1",
-                                                   "sim teacher N=10", "sim sft rollout", "sim simforcing rollout",
-                                                   "simforcing", "simforcing oracle condition")}
+        res["methods"][name] = {str(s): by_key.get(EvalKey(run_tag(name, s))) for s in plan.seeds}
+    res["extra_rows"] = {one_step(m).name: by_key.get(one_step(m)) for m in BASE_METHODS}
+    res["decomposition"] = {key.name: by_key.get(key) for _, key in DECOMPOSITION}
     res["sweep_steps"] = _read(plan.sweeps["steps"] / "sweep_steps.json")
     res["sweep_cfg"] = _read(plan.sweeps["cfg"] / "sweep_cfg.json") if "cfg" in plan.sweeps else None
     res["videos"] = {m: sorted(str(p) for p in (folder.glob("*.gif") if folder.exists() else []))
@@ -223,15 +236,7 @@ def _decomposition_section(res: dict) -> list[str]:
     return ["", "## Where the gain is lost", "",
             "The same windows; simulation rows score the model on the recorded simulation video (the arm on black) "
             "with its gate off, as the two-stage sampler's first stage runs it.", "", *_HEAD,
-            _row("simulation: copy the first frame", d.get("sim copy-first")),
-            _row("simulation: VAE reconstruction", d.get("sim vae-recon")),
-            _row("simulation: stage-1 teacher, 1 step", d.get("sim teacher N=1")),
-            _row("simulation: stage-1 teacher, 10 steps", d.get("sim teacher N=10")),
-            _row("simulation: sft student's own rollout (N_s = 1)", d.get("sim sft rollout")),
-            _row("simulation: simforcing student's own rollout (N_s = 1) = its condition", d.get("sim simforcing rollout")),
-            _row("real: simforcing, condition = its own rollout", d.get("simforcing")),
-            _row("real: simforcing, condition = the recorded sim video (upper bound)",
-                 d.get("simforcing oracle condition"))]
+            *(_row(label, d.get(key.name)) for label, key in DECOMPOSITION)]
 
 
 def _ablation_section(res: dict, plan: Plan) -> list[str]:

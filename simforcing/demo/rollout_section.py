@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.demo.plan import SEED, Plan, run_tag
+from simforcing.demo.plan import ORACLE_CONDITION, REMASK, SEED, Plan, probe_state, run_tag, twin_condition
 from simforcing.evaluate.rollout_media import plot_drift
 from simforcing.evaluate.rollouts import chunk_table
 from simforcing.utils import fmt_num, relative_to
@@ -61,7 +61,7 @@ def collect_rollouts(plan: Plan) -> Optional[dict]:
     folders = plan.rollouts.get("folders", {}) if plan.rollouts else {}
     if not folders:
         return None
-    got = {name: _read(folder) for name, folder in folders.items()}
+    got = {key.name: _read(folder) for key, folder in folders.items()}  # by EvalKey.name: results.json's keys
     res: dict = {"runs": {k: v for k, v in got.items() if v is not None}, "paired_episodes": {}, "paired_seeds": {}}
     sf, sft = got.get("simforcing"), got.get("sft")
     if sf and sft:
@@ -87,6 +87,7 @@ def collect_rollouts(plan: Plan) -> Optional[dict]:
 
 def _rows_for_table(runs: dict) -> dict:
     sf, sft = runs.get("simforcing"), runs.get("sft")
+    sf_twin, sft_twin = (runs.get(twin_condition(m).name) for m in ("simforcing", "sft"))
     rows = {}
     for label, src, row in (("copy the first frame", sf or sft, "copy-first"), ("VAE reconstruction", sf or sft,
                                                                                  "vae-recon"),
@@ -95,13 +96,11 @@ def _rows_for_table(runs: dict) -> dict:
                             ("simforcing: rollout", sf, "rollout"), ("simforcing: restarted every chunk", sf, "restart"),
                             ("simforcing: another episode's actions", sf, "control"),
                             ("simforcing: its simulation chain vs the recorded sim video", sf, "sim chain"),
-                            ("sft, twin condition: rollout", runs.get("sft twin"), "rollout"),
-                            ("sft, twin condition: restarted every chunk", runs.get("sft twin"), "restart"),
-                            ("simforcing, twin condition: rollout", runs.get("simforcing twin"), "rollout"),
-                            ("simforcing, twin condition: restarted every chunk", runs.get("simforcing twin"),
-                             "restart"),
-                            ("the twin's rendering vs the recorded sim video", runs.get("simforcing twin"),
-                             "sim chain"),
+                            ("sft, twin condition: rollout", sft_twin, "rollout"),
+                            ("sft, twin condition: restarted every chunk", sft_twin, "restart"),
+                            ("simforcing, twin condition: rollout", sf_twin, "rollout"),
+                            ("simforcing, twin condition: restarted every chunk", sf_twin, "restart"),
+                            ("the twin's rendering vs the recorded sim video", sf_twin, "sim chain"),
                             ("the probe on the recorded frames (floor)", sf or sft, "probe floor")):
         if src and row in src["rows"]:
             rows[label] = src["rows"][row]
@@ -157,7 +156,7 @@ def rollout_lines(res: Optional[dict], plan: Plan) -> list[str]:
                     lines.append(f"| {seed} | {title} | " + " | ".join(
                         "—" if v is None else f"{v * scale:+.2f}" for v in d[metric]) + " |")
         lines.append("")
-    states = [(m, runs.get(m), runs.get(f"{m} probe state")) for m in ("sft", "simforcing")]
+    states = [(m, runs.get(m), runs.get(probe_state(m).name)) for m in ("sft", "simforcing")]
     if any(p for _, _, p in states):
         lines += ["**The state input of later chunks**: integrated from the commanded actions (default) or read from "
                   "the generated frames by the state probe (chained chunk to chunk); rollout, mean over chunks:", "",
@@ -169,9 +168,9 @@ def rollout_lines(res: Optional[dict], plan: Plan) -> list[str]:
                     lines.append(f"| {m} | {label} | {fmt_num(mm.get('psnr'), 2)} | {fmt_num(mm.get('psnr_arm'), 2)} | "
                                  f"{fmt_num(None if mm.get('af_pos') is None else 100 * mm['af_pos'], 2)} |")
         lines.append("")
-    for name, label in (("simforcing remask", "simulation chain re-masked from the recorded arm masks"),
-                        ("simforcing oracle condition", "the recorded simulation video as every chunk's condition")):
-        r = runs.get(name)
+    for key, label in ((REMASK, "simulation chain re-masked from the recorded arm masks"),
+                       (ORACLE_CONDITION, "the recorded simulation video as every chunk's condition")):
+        r = runs.get(key.name)
         if r:
             mm = r["rows"]["rollout"]["mean"]
             lines.append(f"- simforcing, {label}: PSNR {fmt_num(mm.get('psnr'), 2)} dB, arm PSNR "

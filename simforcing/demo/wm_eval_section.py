@@ -3,19 +3,34 @@ validation, the scatter plot and one policy's episodes side by side (simulator |
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from simforcing.config import ConfigError
 from simforcing.demo.plan import Plan
+from simforcing.policy.results import AgreementResult, PolicyEvaluation
+from simforcing.policy.tables import agreement_markdown
 from simforcing.utils import relative_to
 
 
-def seed_pairs(res: dict) -> list[tuple[str, str, str]]:
+@dataclass
+class WorldModelEvalSection:
+    """What the section shows: the agreement (``policy agreement``'s result) and, per evaluation job, its size and
+    speed (episodes, seconds, episodes per minute)."""
+
+    agreement: AgreementResult
+    timing: dict[str, dict]
+
+    def to_json(self) -> dict:
+        return {"agreement": self.agreement.to_json(), "timing": self.timing}
+
+
+def seed_pairs(res: AgreementResult) -> list[tuple[str, str, str]]:
     """(seed label, simforcing world model, sft world model) for every seed evaluated with both."""
-    envs = set(res["envs"])
+    envs = set(res.envs)
     out = []
     for name in sorted(envs):
         if name.startswith("simforcing"):
@@ -25,7 +40,7 @@ def seed_pairs(res: dict) -> list[tuple[str, str, str]]:
     return out
 
 
-def seed_lines(res: dict) -> list[str]:
+def seed_lines(res: AgreementResult) -> list[str]:
     """SimForcing's world model against the sft one as an evaluator, per seed: Pearson, MMRV, episode agreement."""
     pairs = seed_pairs(res)
     if not pairs:
@@ -35,20 +50,20 @@ def seed_lines(res: dict) -> list[str]:
              "Pearson, all, against the judged simulator |", "|---|---|---|---|---|---|---|"]
     diffs: dict[str, list] = {"pearson": [], "mmrv": [], "agree": []}
     for seed, sf, sft in pairs:
-        r = res["ranking"]
+        r = res.ranking
         cells = []
         for subset in ("all", "learned"):
             for key in ("pearson", "mmrv"):
-                a, b = (r[sf].get(subset) or {}).get(key), (r[sft].get(subset) or {}).get(key)
+                a, b = (_stat(r[sf].get(subset), key), _stat(r[sft].get(subset), key))
                 cells.append(f"{_f(a)} / {_f(b)}")
-        ea, eb = res["episode_agreement"][sf]["all"], res["episode_agreement"][sft]["all"]
+        ea, eb = res.episode_agreement[sf]["all"], res.episode_agreement[sft]["all"]
         cells.append(f"{100 * ea:.0f} % / {100 * eb:.0f} %")
-        alone = res.get("vs_judged_simulator") or {}
-        cells.append(f"{_f((alone.get(sf) or {}).get('all', {}).get('pearson'))} / "
-                     f"{_f((alone.get(sft) or {}).get('all', {}).get('pearson'))}")
+        alone = res.vs_judged_simulator
+        cells.append(f"{_f(_stat(alone[sf].all, 'pearson') if sf in alone else None)} / "
+                     f"{_f(_stat(alone[sft].all, 'pearson') if sft in alone else None)}")
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
-        for key, subset in (("pearson", "all"), ("mmrv", "all")):
-            a, b = r[sf]["all"].get(key), r[sft]["all"].get(key)
+        for key in ("pearson", "mmrv"):
+            a, b = _stat(r[sf]["all"], key), _stat(r[sft]["all"], key)
             if a is not None and b is not None:
                 diffs[key].append(a - b)
         diffs["agree"].append(ea - eb)
@@ -56,6 +71,11 @@ def seed_lines(res: dict) -> list[str]:
         lines.append(f"| simforcing − sft (mean ± std) | {_pm(diffs['pearson'])} | {_pm(diffs['mmrv'])} | | | "
                      f"{_pm([100 * d for d in diffs['agree']], ' points')} | |")
     return lines + [""]
+
+
+def _stat(stats, key: str) -> Optional[float]:
+    """One statistic of a ranking (None where the subset was not ranked)."""
+    return None if stats is None else getattr(stats, key)
 
 
 def _f(v) -> str:
@@ -69,25 +89,24 @@ def _pm(vals: list, unit: str = "") -> str:
     return f"{m:+.2f}" + (f" ± {float(np.std(vals, ddof=1)):.2f}" if len(vals) > 1 else "") + unit
 
 
-def collect_wm_eval(plan: Plan) -> Optional[dict]:
+def collect_wm_eval(plan: Plan) -> Optional[WorldModelEvalSection]:
+    """The section's results from the files its jobs wrote (None when the agreement was not made)."""
     if not plan.wm_eval:
         return None
-    path = Path(plan.wm_eval["agreement"]) / "agreement.json"
     try:
-        res = json.loads(path.read_text())
-    except (OSError, ValueError):
+        agreement = AgreementResult.read(plan.wm_eval["agreement"], "the world-model evaluation section")
+    except ConfigError:
         return None
     timing = {}
     for name, folder in plan.wm_eval["evals"].items():
         try:
-            ev = json.loads((Path(folder) / "eval.json").read_text())
-        except (OSError, ValueError):
+            ev = PolicyEvaluation.read(folder, f"the world-model evaluation section's {name}")
+        except ConfigError:
             continue
-        timing[name] = {"seconds": round(ev["seconds"], 1),
-                        "episodes": sum(r["average"]["episodes"] for r in ev["rows"].values()),
-                        "episodes_per_minute": ev.get("episodes_per_minute")}
-    res["timing"] = timing
-    return res
+        timing[name] = {"seconds": round(ev.seconds, 1),
+                        "episodes": sum(r.average.episodes for r in ev.rows.values()),
+                        "episodes_per_minute": ev.episodes_per_minute}
+    return WorldModelEvalSection(agreement, timing)
 
 
 def judge_budget_sentence(w, full: bool) -> str:
@@ -101,12 +120,12 @@ def judge_budget_sentence(w, full: bool) -> str:
     return text + "."
 
 
-def wm_eval_lines(res: Optional[dict], plan: Plan) -> list[str]:
-    if not res:
+def wm_eval_lines(section: Optional[WorldModelEvalSection], plan: Plan) -> list[str]:
+    if section is None:
         return []
-    b = plan.budget
+    res, b = section.agreement, plan.budget
     lines = ["", "## Policies evaluated inside the world models", "",
-             f"The same policies on the same {res['scenes']} held-out scenes of the policy benchmark's LIBERO-like "
+             f"The same policies on the same {res.scenes} held-out scenes of the policy benchmark's LIBERO-like "
              f"layouts ({b.policy.layouts} layouts, ±{100 * b.policy.jitter:.0f} cm), the same noise and "
              f"executed-actions rule, once in the MuJoCo simulator and once inside each world model: every episode "
              "starts from the simulator's rendering of its first frame and state, then only the world model makes "
@@ -116,15 +135,16 @@ def wm_eval_lines(res: Optional[dict], plan: Plan) -> list[str]:
              f"{b.layout_train} real episodes of these layouts. Learned policies: action-only, one camera (the "
              "world model predicts the external view), from base, the `sft` and the SimForcing world model. "
              + judge_budget_sentence(b.wm_eval, plan.full), "",
-             res["table_md"], "", f"![world model vs simulator success]({relative_to(res['scatter'], plan.out)})",
+             agreement_markdown(res), "",
+             f"![world model vs simulator success]({relative_to(res.scatter, plan.out)})",
              ""]
-    for gif in res.get("videos", []):
+    for gif in res.videos:
         png = Path(gif).with_suffix(".png")
         lines += [f"{Path(gif).stem}: ![episode]({relative_to(str(png), plan.out)})", ""]
     lines += seed_lines(res)
-    if res.get("timing"):
+    if section.timing:
         lines += ["| evaluation | episodes | seconds | episodes / minute |", "|---|---|---|---|"]
-        for name, t in res["timing"].items():
+        for name, t in section.timing.items():
             epm = t["episodes_per_minute"] if t["episodes_per_minute"] is not None else \
                 round(60 * t["episodes"] / max(t["seconds"], 1e-9), 1)
             lines.append(f"| {name} | {t['episodes']} | {t['seconds']:.0f} | {epm:.0f} |")

@@ -2,9 +2,13 @@
 
     simforcing policy agreement --sim SIM_EVAL --wm simforcing=WM_EVAL sft=WM_EVAL2 copy-first=WM_EVAL3 --out OUT
 
-Inputs are ``policy eval`` folders on the same scenes: the simulator's (``--env synthetic --judge J``: its episodes
-also carry the judge's verdicts on the simulator's own frames) and one per world model (``--env world-model``).
-Reported (``OUT/agreement.json``, ``agreement.md``, ``scatter.png``):
+Inputs are ``policy eval`` folders (``policy.results.PolicyEvaluation``): the simulator's (``--env synthetic --judge
+J``: its episodes also carry the judge's verdicts on the simulator's own frames) and one per world model (``--env
+world-model``). They are compared only when they match (:func:`check_matching`): the same scenes (dataset seed,
+layouts, jitter, step limit, frame size, scene indices), the same policies — by what they evaluated (run folder,
+checkpoint and step), not by their names — with the same actions executed per chunk, the same tasks and episodes,
+and the same judge; anything else is refused with the difference named. Reported (``OUT/agreement.json``,
+``agreement.md``, ``scatter.png``; ``policy.results.AgreementResult``):
 
 - per policy: success in the simulator and inside each world model, 95 % Wilson intervals;
 - across policies: Pearson and Spearman correlation of the average success and MMRV (SPEC §10: the mean over
@@ -21,27 +25,18 @@ Reported (``OUT/agreement.json``, ``agreement.md``, ``scatter.png``):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from simforcing.config import ConfigError
-from simforcing.policy.evaluate import wilson
-from simforcing.policy.judge import OUTPUTS, confusion
-from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num
+from simforcing.policy.results import (ENV_NAMES, SIMULATOR, WORLD_MODEL, AgreementResult, EpisodeOutcome,
+                                       JudgeHeldFixed, PolicyEvaluation, RankingStats, Rate, same_judge)
+from simforcing.policy.tables import agreement_markdown
+from simforcing.utils import atomic_write_json, atomic_write_text
 
 JUDGE_ON_SIM = "simulator frames through the judge"
-
-
-def read_eval(folder: str | Path, what: str) -> dict:
-    path = Path(folder) / "eval.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{what}: {path} cannot be read ({e}); expected a folder written by `simforcing policy "
-                          "eval`") from e
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -78,12 +73,148 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return pearson(ranks(x), ranks(y))
 
 
-def outcome_matrix(res: dict, players: list[str], tasks: list[str]) -> tuple[np.ndarray, list[tuple[str, int]]]:
-    """Success (players × scenes) 0/1 in a fixed scene order [(task, scene index)]."""
-    scenes = [(t, o["scene"]) for t in tasks for o in res["episodes"][players[0]][t]]
+# ----------------------------------------------------------------------------------------------------------------------
+# What may be compared
+# ----------------------------------------------------------------------------------------------------------------------
+
+SCENE_SETTINGS = ("seed", "per_task", "max_steps", "tasks", "layouts", "jitter", "resolution", "scenes")
+
+
+def read_eval(folder: str | Path, what: str, env: str) -> PolicyEvaluation:
+    """FOLDER/eval.json as a policy evaluation made in ``env``, or a ConfigError naming ``what`` (the flag), the file
+    and what it holds instead (another kind of result, or an evaluation in the other environment)."""
+    ev = PolicyEvaluation.read(folder, what)
+    if ev.env != env:
+        raise ConfigError(f"{what}: {Path(folder) / 'eval.json'} is {ENV_NAMES.get(ev.env, repr(ev.env))}; expected "
+                          f"{ENV_NAMES[env]} here")
+    return ev
+
+
+def _identity(rec: Optional[dict]) -> Optional[tuple]:
+    """What a learned player evaluated: its run folder, checkpoint and step."""
+    return None if not rec else (rec.get("run"), rec.get("checkpoint"), rec.get("step"))
+
+
+def scene_differences(a: PolicyEvaluation, b: PolicyEvaluation) -> list[str]:
+    """The scene settings in which two evaluations differ, each as "SETTING A here, B there"."""
+    def norm(v):
+        return list(v) if isinstance(v, tuple) else v
+
+    return [f"{k} {norm(getattr(a, k))!r} here, {norm(getattr(b, k))!r} there" for k in SCENE_SETTINGS
+            if norm(getattr(a, k)) != norm(getattr(b, k))]
+
+
+def policy_differences(a: PolicyEvaluation, b: PolicyEvaluation, other: str) -> list[str]:
+    """How the policies two evaluations scored differ: a policy in one only, a name that scored another run (folder,
+    checkpoint, step), learned in one only, another number of actions executed per chunk, other episodes."""
+    out = []
+    for p in a.rows:
+        if p not in b.rows:
+            out.append(f"policy {p!r} is evaluated here but not in {other}")
+    for p in b.rows:
+        if p not in a.rows:
+            out.append(f"policy {p!r} is evaluated in {other} but not here")
+    for p in (p for p in a.rows if p in b.rows):
+        if (p in a.learned) != (p in b.learned):
+            out.append(f"policy {p!r} is a learned run in one evaluation and a baseline in the other")
+        elif _identity(a.runs.get(p)) != _identity(b.runs.get(p)):
+            out.append(f"policy {p!r} scored {_identity(a.runs.get(p))} here and {_identity(b.runs.get(p))} in "
+                       f"{other} (run folder, checkpoint, step)")
+        elif p in a.learned and a.executed.get(p) != b.executed.get(p):
+            out.append(f"policy {p!r} executed {a.executed.get(p)} actions per chunk here and {b.executed.get(p)} in "
+                       f"{other}")
+        for t in a.tasks:
+            got = [[o.scene for o in ev.episodes.get(p, {}).get(t, [])] for ev in (a, b)]
+            if got[0] != a.scenes.get(t) or got[1] != b.scenes.get(t):
+                out.append(f"policy {p!r}, task {t}: episodes on scenes {got[0]} here and {got[1]} in {other}; "
+                           f"expected {a.scenes.get(t)}")
+    return out
+
+
+def check_matching(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], sim_what: str = "--sim") -> None:
+    """A ConfigError naming the first world-model evaluation that does not match the simulator's (scenes, policies,
+    tasks, episodes, judge: the module docstring) and every difference; nothing when all match."""
+    judges = {name: w.judge for name, w in wms.items()}
+    if sim.judge_validation is not None and sim.judge is None:
+        raise ConfigError(f"{sim_what}: the simulator evaluation carries a judge's verdicts but does not record which "
+                          "judge (written by an earlier simforcing); run `simforcing policy eval --judge J` again")
+    for name, w in wms.items():
+        what = f"--wm {name}"
+        diffs = [f"scenes: {d}" for d in scene_differences(w, sim)] + policy_differences(w, sim, f"{sim_what}")
+        if w.judge is None:
+            diffs.append("it records no judge (written by an earlier simforcing; run `policy eval --env world-model` "
+                         "again)")
+        elif sim.judge is not None and not same_judge(w.judge, sim.judge):
+            diffs.append(f"judged by another judge than the simulator evaluation's (judge {_judge_name(w.judge)} "
+                         f"here, {_judge_name(sim.judge)} in {sim_what})")
+        else:
+            first = next(iter(judges))
+            if not same_judge(w.judge, judges[first]):
+                diffs.append(f"judged by another judge than --wm {first} ({_judge_name(w.judge)} here, "
+                             f"{_judge_name(judges[first])} there)")
+        if diffs:
+            raise ConfigError(f"{what}: this evaluation does not match the simulator evaluation ({sim_what}) — "
+                              + "; ".join(diffs) + ". Agreement is computed over matching evaluations only: evaluate "
+                              "the same policies on the same scenes with the same judge in every environment")
+
+
+def _judge_name(rec: Optional[dict]) -> str:
+    if not rec:
+        return "none"
+    digest = rec.get("weights_sha256")
+    return f"weights {digest[:12]}" if digest else f"fitted on {rec.get('benchmark', rec)}"
+
+
+def merge_evals(evals: list[PolicyEvaluation], what: str = "--sim") -> PolicyEvaluation:
+    """Simulator evaluations of disjoint players on the same scenes with the same judge (e.g. one process per group)
+    as one."""
+    first = evals[0]
+    out = PolicyEvaluation(**{**first.__dict__, "rows": dict(first.rows), "episodes": dict(first.episodes),
+                              "runs": dict(first.runs), "learned": list(first.learned),
+                              "executed": dict(first.executed)})
+    for i, e in enumerate(evals[1:], 1):
+        diffs = [f"scenes: {d}" for d in scene_differences(e, first)]
+        if not same_judge(e.judge, first.judge):
+            diffs.append("another judge (or none)")
+        diffs += [f"policy {p!r} is in more than one" for p in e.rows if p in out.rows]
+        if diffs:
+            raise ConfigError(f"{what}: the simulator evaluation #{i + 1} does not match the first: " + "; ".join(diffs)
+                              + "; evaluate disjoint policies with the same --per-task, --layouts, --jitter, "
+                              "--max-steps, --scene-seed and --judge")
+        out.rows.update(e.rows)
+        out.episodes.update(e.episodes)
+        out.runs.update(e.runs)
+        out.executed.update(e.executed)
+        out.learned += e.learned
+    if len(evals) > 1:
+        from simforcing.policy.judge_validation import judge_validation
+
+        out.judge_validation = judge_validation(out.episodes, list(out.tasks))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The comparison
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def simulator_verdict(o: EpisodeOutcome) -> bool:
+    return o.success
+
+
+def judged_verdict(o: EpisodeOutcome) -> bool:
+    """The judge's verdict on the simulator's own frames (a simulator evaluation made with a judge)."""
+    return bool(o.judged)
+
+
+def outcome_matrix(ev: PolicyEvaluation, players: list[str], tasks: list[str],
+                   verdict: Callable[[EpisodeOutcome], bool] = simulator_verdict) -> tuple[np.ndarray, list]:
+    """Success 0/1 (players, scenes) by ``verdict`` on each outcome, the scenes in a fixed order: the columns are
+    [(task, scene index)]."""
+    scenes = [(t, o.scene) for t in tasks for o in ev.episodes[players[0]][t]]
     m = np.zeros((len(players), len(scenes)))
     for i, p in enumerate(players):
-        got = {(t, o["scene"]): o["success"] for t in tasks for o in res["episodes"][p][t]}
+        got = {(t, o.scene): verdict(o) for t in tasks for o in ev.episodes[p][t]}
         m[i] = [got[k] for k in scenes]
     return m, scenes
 
@@ -97,7 +228,7 @@ def average_success(m: np.ndarray, scenes: list[tuple[str, int]], tasks: list[st
 
 
 def ranking_stats(sim: np.ndarray, wm: np.ndarray, scenes, tasks, idx: list[int], n_boot: int = 2000,
-                  seed: int = 0) -> dict:
+                  seed: int = 0) -> RankingStats:
     """Pearson, Spearman and MMRV of the players ``idx`` with 95 % bootstrap intervals (scenes resampled per task),
     the success averaged over ``tasks`` (all of the scenes' tasks, or some of them)."""
     keep = [j for j, (t, _) in enumerate(scenes) if t in tasks]
@@ -113,200 +244,81 @@ def ranking_stats(sim: np.ndarray, wm: np.ndarray, scenes, tasks, idx: list[int]
     by_task = [np.array([j for j, (t, _) in enumerate(scenes) if t == task]) for task in tasks]
     boot = np.array([stats(np.concatenate([rng.choice(c, len(c)) for c in by_task])) for _ in range(n_boot)])
 
-    def ci(k: int) -> list:
+    def ci(k: int) -> tuple:
         v = boot[:, k][~np.isnan(boot[:, k])]
-        return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) else [None, None]
+        return (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) if len(v) else (None, None)
 
-    return {"n_policies": len(idx), "pearson": point[0], "pearson_ci95": ci(0), "spearman": point[1],
-            "spearman_ci95": ci(1), "mmrv": point[2], "mmrv_ci95": ci(2)}
-
-
-def judge_validation(sim: dict, tasks: list[str]) -> Optional[dict]:
-    """The judge on the simulator's own frames against MuJoCo's verdicts, per task: per frame and per episode."""
-    out = {}
-    for task in tasks + ["all"]:
-        eps = [o for per in sim["episodes"].values() for t, os_ in per.items() if task in (t, "all") for o in os_]
-        if not eps or "judged" not in eps[0]:
-            return None
-        fj = [v for o in eps for v in o["frame_judged"]]
-        ft = [v for o in eps for v in o["frame_true"]]
-        out[task] = {"frame": confusion(fj, ft), "episode": confusion([o["judged"] for o in eps],
-                                                                      [o["success"] for o in eps])}
-        errors = [row for o in eps for row in o.get("frame_error_mm", ())]
-        if errors:  # the judge's readings against the simulator's truth: median |error| per output, every frame
-            med = np.median(np.asarray(errors, float), axis=0) / 10
-            out[task]["median_error_cm"] = {k: round(float(v), 2) for k, v in zip(OUTPUTS, med)}
-    return out
+    return RankingStats(len(idx), point[0], ci(0), point[1], ci(1), point[2], ci(2))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# The comparison
-# ----------------------------------------------------------------------------------------------------------------------
+def _rate(row: np.ndarray) -> Rate:
+    return Rate.of(int(row.sum()), len(row))
 
 
-def agreement(sim: dict, wms: dict[str, dict], n_boot: int = 2000) -> dict:
-    """Everything the module docstring lists, from a simulator evaluation and world-model evaluations by name."""
-    tasks = list(sim["tasks"])
-    players = [p for p in sim["rows"] if all(p in w["rows"] for w in wms.values())]
+def agreement(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], n_boot: int = 2000) -> AgreementResult:
+    """Everything the module docstring lists, from a simulator evaluation and world-model evaluations by name that
+    match (:func:`check_matching`)."""
+    check_matching(sim, wms)
+    tasks, players = list(sim.tasks), list(sim.rows)
     if len(players) < 2:
-        raise ConfigError(f"agreement: the evaluations share {len(players)} policies; expected at least 2 evaluated "
+        raise ConfigError(f"agreement: the evaluations hold {len(players)} policies; expected at least 2 evaluated "
                           "in the simulator and in every world model")
-    for name, w in wms.items():
-        if w["scenes"] != sim["scenes"] or w["seed"] != sim["seed"]:
-            raise ConfigError(f"--wm {name}: its scenes are not the simulator evaluation's (other --per-task, "
-                              "--layouts or seed); evaluate both on the same scenes")
-    learned = [i for i, p in enumerate(players) if p in sim.get("learned", [])]
+    learned = [i for i, p in enumerate(players) if p in sim.learned]
+    everyone = list(range(len(players)))
     sim_m, scenes = outcome_matrix(sim, players, tasks)
-    envs = dict(wms)
-    judged = judge_validation(sim, tasks)
-    if judged is not None:  # the harness check as one more "world model": the simulator's frames, the judge's verdicts
-        envs = {JUDGE_ON_SIM: {"episodes": {p: {t: [dict(o, success=o["judged"]) for o in sim["episodes"][p][t]]
-                                                for t in tasks} for p in players}}, **envs}
-    rows, rank, per_episode = {}, {}, {}
-    for name, w in envs.items():
-        m, _ = outcome_matrix(w, players, tasks)
-        rows[name] = {p: _rate(m[i]) for i, p in enumerate(players)}
-        everyone = list(range(len(players)))
-        rank[name] = {"all": ranking_stats(sim_m, m, scenes, tasks, everyone, n_boot),
-                      "learned": ranking_stats(sim_m, m, scenes, tasks, learned, n_boot) if len(learned) > 1 else None,
-                      **{f"all, {t} only": ranking_stats(sim_m, m, scenes, [t], everyone, n_boot) for t in tasks}}
+    matrices = {name: outcome_matrix(w, players, tasks)[0] for name, w in wms.items()}
+    if sim.judge_validation is not None:  # the harness check as one more environment: the simulator's frames judged
+        matrices = {JUDGE_ON_SIM: outcome_matrix(sim, players, tasks, judged_verdict)[0], **matrices}
+
+    def ranking(ref: np.ndarray, m: np.ndarray, subset: list[int], only=None) -> Optional[RankingStats]:
+        if len(subset) < 2:
+            return None
+        return ranking_stats(ref, m, scenes, only or tasks, subset, n_boot)
+
+    rank, per_episode = {}, {}
+    for name, m in matrices.items():
+        rank[name] = {"all": ranking(sim_m, m, everyone), "learned": ranking(sim_m, m, learned),
+                      **{f"all, {t} only": ranking(sim_m, m, everyone, [t]) for t in tasks}}
         per_episode[name] = {"all": float((m == sim_m).mean()),
                              **{p: float((m[i] == sim_m[i]).mean()) for i, p in enumerate(players)}}
     alone = {}  # each world model against the simulator's frames through the same judge: the judge's errors held fixed
-    if judged is not None:
-        judged_m, _ = outcome_matrix(envs[JUDGE_ON_SIM], players, tasks)
-        for name, w in wms.items():
-            m, _ = outcome_matrix(w, players, tasks)
-            alone[name] = {"all": ranking_stats(judged_m, m, scenes, tasks, list(range(len(players))), n_boot),
-                           "learned": ranking_stats(judged_m, m, scenes, tasks, learned, n_boot)
-                           if len(learned) > 1 else None,
-                           "episodes_agreeing": float((m == judged_m).mean())}
-    return {"players": players, "learned": [players[i] for i in learned], "tasks": tasks,
-            "scenes": len(scenes), "sim": {p: _rate(sim_m[i]) for i, p in enumerate(players)}, "envs": rows,
-            "ranking": rank, "episode_agreement": per_episode, "judge_validation": judged,
-            "vs_judged_simulator": alone, "n_boot": n_boot}
-
-
-def _rate(row: np.ndarray) -> dict:
-    k, n = int(row.sum()), len(row)
-    lo, hi = wilson(k, n)
-    return {"successes": k, "episodes": n, "rate": k / n if n else None, "ci95": [lo, hi]}
-
-
-def _pct(r: dict) -> str:
-    return f"{100 * r['rate']:.0f} [{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}]"
-
-
-def _stat(v, ci, nd=2) -> str:
-    if v is None or (isinstance(v, float) and np.isnan(v)):
-        return "—"
-    lo, hi = ci
-    return f"{v:.{nd}f} [{fmt_num(lo, nd)}, {fmt_num(hi, nd)}]"
-
-
-def agreement_markdown(res: dict) -> str:
-    envs = list(res["envs"])
-    lines = [f"Success over all tasks (%, 95 % Wilson interval), {res['scenes']} held-out scenes per policy:", "",
-             "| policy | simulator | " + " | ".join(envs) + " |", "|---" * (len(envs) + 2) + "|"]
-    for p in res["players"]:
-        lines.append(f"| {p}{' (learned)' if p in res['learned'] else ''} | {_pct(res['sim'][p])} | "
-                     + " | ".join(_pct(res["envs"][e][p]) for e in envs) + " |")
-    lines += ["", "Agreement with the simulator's ranking (95 % bootstrap interval over scenes; MMRV lower is "
-                  "better) and per-episode agreement (the same verdict on the same scene and policy):", "",
-              "| verdicts from | policies | Pearson | Spearman | MMRV | episodes agreeing |", "|---|---|---|---|---|---|"]
-    for e in envs:
-        for subset in ("all", "learned", *(f"all, {t} only" for t in res["tasks"])):
-            r = res["ranking"][e].get(subset)
-            if r:
-                agree = f"{100 * res['episode_agreement'][e]['all']:.0f} %" if subset == "all" else ""
-                lines.append(f"| {e} | {subset} ({r['n_policies']}) | {_stat(r['pearson'], r['pearson_ci95'])} | "
-                             f"{_stat(r['spearman'], r['spearman_ci95'])} | {_stat(r['mmrv'], r['mmrv_ci95'], 3)} | "
-                             f"{agree} |")
-    alone = res.get("vs_judged_simulator") or {}
-    if alone:
-        lines += ["", "The world model alone: agreement with the simulator's frames through the same judge (the "
-                      "judge's errors held fixed; what remains is the world model's):", "",
-                  "| world model | policies | Pearson | Spearman | MMRV | episodes agreeing |", "|---|---|---|---|---|---|"]
-        for e, v in alone.items():
-            for subset in ("all", "learned"):
-                r = v.get(subset)
-                if r:
-                    agree = f"{100 * v['episodes_agreeing']:.0f} %" if subset == "all" else ""
-                    lines.append(f"| {e} | {subset} ({r['n_policies']}) | {_stat(r['pearson'], r['pearson_ci95'])} | "
-                                 f"{_stat(r['spearman'], r['spearman_ci95'])} | "
-                                 f"{_stat(r['mmrv'], r['mmrv_ci95'], 3)} | {agree} |")
-    if res.get("judge_validation"):
-        lines += ["", *judge_validation_md(res["judge_validation"])]
-    return "\n".join(lines)
-
-
-def with_judge_validation(res: dict) -> dict:
-    """A simulator evaluation made with a judge (``evaluate_synthetic(judge=...)``) with the judge's validation on its
-    own scenes added: ``res["judge_validation"]`` and its table under ``res["table_md"]``. Unchanged without a
-    judge."""
-    jv = judge_validation(res, list(res["tasks"]))
-    if jv is not None:
-        res["judge_validation"] = jv
-        res["table_md"] += "\n\n" + "\n".join(judge_validation_md(jv))
-    return res
-
-
-def judge_validation_md(jv: dict) -> list[str]:
-    """:func:`judge_validation` as a markdown table (``policy agreement``, and ``policy eval --judge`` in the
-    simulator)."""
-    lines = ["The judge on the simulator's own frames against MuJoCo's verdicts:", "",
-             "| task | frames: precision | recall | κ | episodes: precision | recall | κ |",
-             "|---|---|---|---|---|---|---|"]
-    for t, v in jv.items():
-        f, e = v["frame"], v["episode"]
-        lines.append(f"| {t} | {fmt_num(f['precision'], 2)} | {fmt_num(f['recall'], 2)} | {fmt_num(f['kappa'], 2)} "
-                     f"| {fmt_num(e['precision'], 2)} | {fmt_num(e['recall'], 2)} | {fmt_num(e['kappa'], 2)} |")
-    med = {t: v["median_error_cm"] for t, v in jv.items() if "median_error_cm" in v}
-    if med:
-        lines += ["", "Its readings against the simulator's truth, median |error| over every frame (cm; r = hand − "
-                  "object, d = object's displacement):", "",
-                  "| task | " + " | ".join(OUTPUTS) + " |", "|---|" + "---|" * len(OUTPUTS)]
-        lines += [f"| {t} | " + " | ".join(f"{m[k]:.1f}" for k in OUTPUTS) + " |" for t, m in med.items()]
-    return lines
-
-
-def merge_evals(evals: list[dict]) -> dict:
-    """Simulator evaluations of disjoint players on the same scenes (e.g. one process per group) as one."""
-    out = dict(evals[0], rows=dict(evals[0]["rows"]), episodes=dict(evals[0]["episodes"]),
-               learned=list(evals[0].get("learned", [])), runs=dict(evals[0].get("runs", {})))
-    for e in evals[1:]:
-        if e["scenes"] != out["scenes"] or e["seed"] != out["seed"]:
-            raise ConfigError("--sim: the simulator evaluations were made on other scenes; evaluate them with the same "
-                              "--per-task, --layouts and seed")
-        for key in ("rows", "episodes", "runs"):
-            out[key].update(e.get(key, {}))
-        out["learned"] += e.get("learned", [])
-    return out
+    if JUDGE_ON_SIM in matrices:
+        judged_m = matrices[JUDGE_ON_SIM]
+        alone = {name: JudgeHeldFixed(ranking(judged_m, matrices[name], everyone),
+                                      ranking(judged_m, matrices[name], learned),
+                                      float((matrices[name] == judged_m).mean())) for name in wms}
+    return AgreementResult(
+        players=players, learned=[players[i] for i in learned], tasks=tasks, scenes=len(scenes),
+        sim={p: _rate(sim_m[i]) for i, p in enumerate(players)},
+        envs={name: {p: _rate(m[i]) for i, p in enumerate(players)} for name, m in matrices.items()},
+        ranking=rank, episode_agreement=per_episode, judge_validation=sim.judge_validation,
+        vs_judged_simulator=alone, n_boot=n_boot,
+        matched={**{k: getattr(sim, k) for k in SCENE_SETTINGS}, "judge": next(iter(wms.values())).judge})
 
 
 def write_agreement(sim_dirs: list[str | Path], wm_dirs: dict[str, str | Path], out: str | Path,
-                    n_boot: int = 2000, video_policy: Optional[str] = None) -> dict:
+                    n_boot: int = 2000, video_policy: Optional[str] = None) -> AgreementResult:
     """Read the evaluations (the simulator's may be several folders of disjoint players), compute
     :func:`agreement`, write agreement.json / .md, scatter.png and the side-by-side videos of ``video_policy``
     (default: the first learned policy) on the first scene of each task."""
     from simforcing.policy.agreement_media import scatter_plot  # matplotlib: only here
 
-    sim = merge_evals([read_eval(d, "--sim") for d in sim_dirs])
-    wms = {name: read_eval(d, f"--wm {name}") for name, d in wm_dirs.items()}
+    sim = merge_evals([read_eval(d, "--sim", SIMULATOR) for d in sim_dirs])
+    wms = {name: read_eval(d, f"--wm {name}", WORLD_MODEL) for name, d in wm_dirs.items()}
     res = agreement(sim, wms, n_boot)
-    res["table_md"] = agreement_markdown(res)
+    player = video_policy or (res.learned or res.players)[0]
+    if player not in res.players:
+        raise ConfigError(f"--video-policy: {player!r} is not one of the evaluated policies {res.players}")
     out = Path(out)
-    res["scatter"] = str(scatter_plot(res, out / "scatter.png"))
-    player = video_policy or (res["learned"] or res["players"])[0]
-    if player not in res["players"]:
-        raise ConfigError(f"--video-policy: {player!r} is not one of the evaluated policies {res['players']}")
-    res["videos"] = write_episode_videos(sim_dirs, sim, {n: (wm_dirs[n], w) for n, w in wms.items()}, player, out)
-    atomic_write_json(out / "agreement.json", res)
-    atomic_write_text(out / "agreement.md", res["table_md"] + "\n")
+    res.scatter = str(scatter_plot(res, out / "scatter.png"))
+    res.videos = write_episode_videos(sim_dirs, sim, {n: (wm_dirs[n], w) for n, w in wms.items()}, player, out)
+    atomic_write_json(out / "agreement.json", res.to_json())
+    atomic_write_text(out / "agreement.md", agreement_markdown(res) + "\n")
     return res
 
 
-def write_episode_videos(sim_dirs: list, sim: dict, wms: dict[str, tuple], player: str, out: Path) -> list[str]:
+def write_episode_videos(sim_dirs: list, sim: PolicyEvaluation, wms: dict[str, tuple], player: str,
+                         out: Path) -> list[str]:
     """One episode of ``player`` per task, side by side: the simulator, each world model (frames.npz of each
     evaluation folder), each frame marked with the judge's verdict."""
     from simforcing.policy.agreement_media import episode_video
@@ -318,9 +330,11 @@ def write_episode_videos(sim_dirs: list, sim: dict, wms: dict[str, tuple], playe
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
 
-    def verdicts(res: dict, task: str, scene: int, offset: int) -> list:
-        o = next(o for o in res["episodes"][player][task] if o["scene"] == scene)
-        return [None] * offset + list(o.get("frame_judged", []))
+    def outcome(ev: PolicyEvaluation, task: str, scene: int) -> EpisodeOutcome:
+        return next(o for o in ev.episodes[player][task] if o.scene == scene)
+
+    def verdicts(ev: PolicyEvaluation, task: str, scene: int, offset: int) -> list:
+        return [None] * offset + list(outcome(ev, task, scene).frame_judged or [])
 
     sim_frames, written = {k: v for d in sim_dirs for k, v in frames(d).items()}, []
     wm_frames = {n: frames(d) for n, (d, _) in wms.items()}
@@ -329,10 +343,10 @@ def write_episode_videos(sim_dirs: list, sim: dict, wms: dict[str, tuple], playe
         if name != player:
             continue
         panels = {"simulator": (f, verdicts(sim, task, int(scene), 0))}
-        for n, (_, res) in wms.items():
+        for n, (_, ev) in wms.items():
             if key in wm_frames[n]:
-                panels[n] = (wm_frames[n][key], verdicts(res, task, int(scene), 1))
-        ok = next(o for o in sim["episodes"][player][task] if o["scene"] == int(scene))["success"]
+                panels[n] = (wm_frames[n][key], verdicts(ev, task, int(scene), 1))
+        ok = outcome(sim, task, int(scene)).success
         files = episode_video(out / "videos" / f"{task}_{scene}", panels,
                               f"{player}: {task}, scene {scene} (simulator: {'success' if ok else 'failure'})")
         written.append(str(files["gif"]))

@@ -12,22 +12,23 @@ import numpy as np  # noqa: E402
 
 from simforcing.data.format import write_video  # noqa: E402
 from simforcing.media import _text, side_by_side, write_gif, write_png, frame_strip  # noqa: E402
+from simforcing.policy.results import AgreementResult  # noqa: E402
 from simforcing.utils import atomic_write  # noqa: E402
 
 MARKERS = "osD^v<>Ph*X"
 
 
-def scatter_plot(res: dict, png: str | Path) -> Path:
+def scatter_plot(res: AgreementResult, png: str | Path) -> Path:
     """World-model success against simulator success, one marker per policy, a colour per world model, the 95 %
     intervals as error bars and the y = x line."""
     fig, ax = plt.subplots(figsize=(6.2, 6.0))
     ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="y = x")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ci, (env, rows) in enumerate(res["envs"].items()):
-        for pi, p in enumerate(res["players"]):
-            x, y = res["sim"][p], rows[p]
-            ax.errorbar(x["rate"], y["rate"], xerr=[[x["rate"] - x["ci95"][0]], [x["ci95"][1] - x["rate"]]],
-                        yerr=[[y["rate"] - y["ci95"][0]], [y["ci95"][1] - y["rate"]]], fmt=MARKERS[pi % len(MARKERS)],
+    for ci, (env, rows) in enumerate(res.envs.items()):
+        for pi, p in enumerate(res.players):
+            x, y = res.sim[p], rows[p]
+            ax.errorbar(x.rate, y.rate, xerr=[[x.rate - x.ci95[0]], [x.ci95[1] - x.rate]],
+                        yerr=[[y.rate - y.ci95[0]], [y.ci95[1] - y.rate]], fmt=MARKERS[pi % len(MARKERS)],
                         color=colours[ci % len(colours)], ms=6, alpha=0.85, capsize=2, lw=0.8,
                         label=env if pi == 0 else None)
     ax.set_xlim(-0.03, 1.03)
@@ -36,7 +37,7 @@ def scatter_plot(res: dict, png: str | Path) -> Path:
     ax.set_ylabel("success judged inside the world model")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    keys = "; ".join(f"{MARKERS[i % len(MARKERS)]} {p}" for i, p in enumerate(res["players"]))
+    keys = "; ".join(f"{MARKERS[i % len(MARKERS)]} {p}" for i, p in enumerate(res.players))
     ax.set_title("policies: " + keys, fontsize=6, wrap=True)
     fig.tight_layout()
     png = Path(png)

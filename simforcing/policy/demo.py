@@ -28,7 +28,9 @@ from typing import Callable
 from simforcing.jobs import Job, run_jobs, timings
 from simforcing.policy.demo_full import collect_full, full_policy_jobs
 from simforcing.policy.demo_jobs import eval_job, policy_data_job, train_job, wm_digests
-from simforcing.policy.evaluate import EXPERT, FLOOR, format_table
+from simforcing.policy.evaluate import EXPERT, FLOOR
+from simforcing.policy.results import PolicyEvaluation
+from simforcing.policy.tables import format_table
 from simforcing.provenance import digest
 from simforcing.utils import atomic_write_json, atomic_write_text
 
@@ -117,7 +119,7 @@ def collect_policy(info: dict, wall_time_s: dict | None = None) -> dict:
         return collect_full(info, wall_time_s)
     rows: dict = {}
     for ev in info["evals"]:
-        rows.update(json.loads((Path(ev) / "eval.json").read_text())["rows"])
+        rows.update(PolicyEvaluation.read(ev, "the policy section's evaluation").rows)
     order = [EXPERT, FLOOR] + list(info["runs"])
     rows = {k: rows[k] for k in order if k in rows}
     init = {}
@@ -127,7 +129,8 @@ def collect_policy(info: dict, wall_time_s: dict | None = None) -> dict:
             rep = json.loads(p.read_text())
             init[label] = {"source": rep["source"], "inherited": len(rep["inherited"]), "new": len(rep["new"]),
                            "partial": rep["partial"]}
-    res = {"rows": rows, "table_md": format_table(rows, ["reach", "push", "grasp"]), "commands": info["commands"],
+    res = {"rows": {k: r.to_json() for k, r in rows.items()},
+           "table_md": format_table(rows, ["reach", "push", "grasp"]), "commands": info["commands"],
            "wall_time_s": wall_time_s or {}, "runs": info["runs"], "init": init, "data": info["data"],
            "budget": info["budget"], "seed": info["seed"]}
     out = Path(info["out"])

@@ -34,7 +34,9 @@ from typing import Optional
 
 from simforcing.jobs import Job
 from simforcing.policy.demo_jobs import eval_job, policy_data_job, stale_fields, train_job, wm_digests
-from simforcing.policy.evaluate import EXPERT, FLOOR, format_table
+from simforcing.policy.evaluate import EXPERT, FLOOR
+from simforcing.policy.results import PolicyEvaluation
+from simforcing.policy.tables import format_table
 from simforcing.policy.transfer import COMPARISONS, default_note, transfer_analysis, transfer_markdown
 from simforcing.provenance import digest, provenance_record, write_provenance
 from simforcing.utils import atomic_write_json, atomic_write_text
@@ -217,9 +219,9 @@ def collect_full(info: dict, wall_time_s: Optional[dict] = None) -> dict:
     table.md and transfer.png (every run's success, the means and their intervals, per setting and budget)."""
     rows, episodes = {}, {}
     for ev in info["evals"].values():
-        res = json.loads((Path(ev) / "eval.json").read_text())
-        rows.update(res["rows"])
-        episodes.update(res.get("episodes", {}))
+        res = PolicyEvaluation.read(ev, "the policy measurement's evaluation")
+        rows.update(res.rows)
+        episodes.update(res.episodes)
     main = main_rows(info)
     table_rows = {k: rows[k] for k in [EXPERT, FLOOR] + main if k in rows}
     init_all = {}
@@ -235,7 +237,8 @@ def collect_full(info: dict, wall_time_s: Optional[dict] = None) -> dict:
     probe = json.loads(probe_file.read_text()) if probe_file.exists() else None
     # the report's setup line (demo.report._policy_setup) reads eval_per_task: the measurement's
     budget = {**info["budget"], "eval_per_task": info["per_task"]}
-    res = {"rows": rows, "table_md": format_table(table_rows, ["reach", "push", "grasp"]),
+    res = {"rows": {k: r.to_json() for k, r in rows.items()},
+           "table_md": format_table(table_rows, ["reach", "push", "grasp"]),
            "commands": info["commands"], "wall_time_s": wall_time_s or {}, "runs": info["runs"],
            "init": {k: v for k, v in init_all.items() if k in main}, "init_all": init_all, "data": info["data"],
            "budget": budget, "transfer_budget": info["transfer_budget"], "seed": info["seed"], "full": True,

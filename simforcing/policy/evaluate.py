@@ -1,7 +1,7 @@
 """Closed-loop evaluation on the synthetic benchmark and the Tab. 5-style table (`simforcing policy eval`).
 
-    res = evaluate_synthetic({"base": RUN_A, "simforcing": RUN_B}, per_task=10, max_steps=30)
-    print(res["table_md"])
+    ev = evaluate_synthetic({"base": RUN_A, "simforcing": RUN_B}, per_task=10, max_steps=30)
+    print(evaluation_markdown(ev))       # policy.tables; ev: a policy.results.PolicyEvaluation
 
 Scenes: the first ``per_task`` episodes of each task (reach, push, grasp) of dataset seed ``EVAL_SEED`` (the policy
 dataset's demonstrations come from another seed, so they are held out), in the scene mode the runs were trained on
@@ -10,14 +10,16 @@ same order and with the same action noise per (scene, chunk), for every policy. 
 predicate holds or ``max_steps`` actions were executed; a policy's chunk is executed for its first ``policy.execute``
 actions, then it re-plans. Every table carries the scripted expert (ceiling) and "do nothing" (floor). Success rates
 come with 95 % Wilson score intervals (per task over its episodes; the average over tasks with the interval of the
-pooled count). ``eval.json`` records the run folder, checkpoint and step each row scored (``runs``); a run that was
-not finished (still training, stopped, failed) is marked in its row and named under the table.
+pooled count). With a success judge every episode's frames also go through it: its verdicts beside MuJoCo's and their
+agreement (``policy.judge_validation``). The result is a ``policy.results.PolicyEvaluation``; ``eval.json`` records
+the run folder, checkpoint and step each row scored (``runs``); a run that was not finished (still training, stopped,
+failed) is marked in its row and named under the table.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,28 +31,14 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.judge import first_success, frame_verdicts
+from simforcing.policy.judge_validation import judge_validation
+from simforcing.policy.results import SIMULATOR, EpisodeOutcome, PolicyEvaluation, PolicyRow
 from simforcing.policy.settings import check_episode_counts
 from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
-from simforcing.runfolder import unfinished_note
 from simforcing.utils import derive_seed
 
 EVAL_SEED = 9000  # dataset seed of the held-out evaluation scenes (synth-policy demonstrations use 100)
 EXPERT, FLOOR = "scripted expert (ceiling)", "do nothing (floor)"
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95 % Wilson score interval of a success rate k/n (n = 0: (0, 1))."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def rate(k: int, n: int) -> dict:
-    lo, hi = wilson(k, n)
-    return {"successes": k, "episodes": n, "rate": k / n if n else None, "ci95": [lo, hi]}
 
 
 def run_episode(env: SyntheticTaskEnv, chunk_fn: Callable[[SyntheticTaskEnv, int], np.ndarray], max_steps: int,
@@ -241,43 +229,70 @@ def make_players(runs: dict[str, str | Path], baselines: bool = True, expert_noi
     return players
 
 
-def rows_of(episodes: dict[str, dict[str, list]], tasks) -> dict:
-    """Per player: each task's rate with its Wilson interval and the average over tasks (the pooled interval)."""
-    rows = {}
-    for name, per_task in episodes.items():
-        per = {t: rate(sum(o["success"] for o in per_task[t]), len(per_task[t])) for t in tasks}
-        k, n = sum(per[t]["successes"] for t in tasks), sum(per[t]["episodes"] for t in tasks)
-        per["average"] = {"rate": float(np.mean([per[t]["rate"] for t in tasks])), "ci95": list(wilson(k, n)),
-                          "successes": k, "episodes": n}
-        rows[name] = per
-    return rows
+def judge_record(judge) -> dict:
+    """What an evaluation records about the success judge that judged it: the benchmark it was fitted on, its
+    consecutive-frames rule and a digest of its weights (two evaluations were judged alike iff these agree,
+    :func:`same_judge`), and where it was loaded from (its folder and a digest of its files) when it was."""
+    h = hashlib.sha256()
+    for name, t in sorted(judge.net.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return {"benchmark": judge.benchmark, "consecutive": judge.consecutive, "weights_sha256": h.hexdigest(),
+            **(judge.source or {"path": None, "sha256": None})}
 
 
-def judge_episode(judge, outcome: dict, task, q0: np.ndarray) -> dict:
+
+def judge_episode(judge, outcome: dict, task, q0: np.ndarray, scene: int) -> EpisodeOutcome:
     """The judge's verdicts on a recorded simulator episode (``q0``: the hand's initial position): per frame
     (against the simulator's own predicate on its state) and for the episode (its first success within its
     steps)."""
-    frames = torch.from_numpy(outcome.pop("frames")).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1)
+    frames = torch.from_numpy(outcome["frames"]).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1)
     readings = judge.read_video(frames, torch.as_tensor(q0)[None])[0].numpy()  # (T, 6)
-    truth = outcome.pop("truth")
+    truth = outcome["truth"]
     judged, true = frame_verdicts(task, readings), frame_verdicts(task, truth)
     limit = outcome["steps"] + 1 if not outcome["success"] else len(judged)
     hit = first_success(judged[:limit], judge.consecutive)
     error_mm = np.rint(1000 * np.abs(readings - truth)).astype(int)  # (T, 6): |judge − truth| per output, millimetres
-    return dict(outcome, judged=hit is not None, judged_step=hit, frame_judged=judged.tolist(),
-                frame_true=true.tolist(), frame_error_mm=error_mm.tolist())
+    return EpisodeOutcome(scene, outcome["success"], outcome["steps"], outcome["chunks"], hit is not None, hit,
+                          judged.tolist(), true.tolist(), error_mm.tolist())
+
+
+def simulate_player(player: Player, scenes: dict[str, list[int]], seed: int, max_steps: int, size: tuple[int, int],
+                    mode: tuple[int, float], judge=None, judge_tail: int = 4
+                    ) -> tuple[dict[str, list[EpisodeOutcome]], dict[str, np.ndarray]]:
+    """One player's episodes on every scene (task -> indices) in the simulator at frame ``size`` (H, W) and scene
+    ``mode`` (layouts, jitter) -> its outcomes per task, and with a ``judge`` the frames of its first scene of each
+    task by "player|task|scene"."""
+    episodes, kept = {}, {}
+    for task, indices in scenes.items():
+        outcomes = []
+        for j, idx in enumerate(indices):
+            env = SyntheticTaskEnv(seed, idx, max_steps, *size, *mode)
+            try:
+                q0 = env.state()[:3].copy()
+                o = run_episode(env, player.env_chunk(scene_of(env)), max_steps, player.execute,
+                                record=judge is not None, tail=judge_tail)
+                if judge is None:
+                    outcomes.append(EpisodeOutcome(idx, o["success"], o["steps"], o["chunks"]))
+                    continue
+                if j == 0:
+                    kept[f"{player.name}|{task}|{idx}"] = o["frames"]
+                outcomes.append(judge_episode(judge, o, env.task, q0, idx))
+            finally:
+                env.close()
+        episodes[task] = outcomes
+    return episodes, kept
 
 
 def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_steps: int = 30, seed: int = EVAL_SEED,
                        tasks=TASKS, baselines: bool = True, device="cpu", progress: Callable[[str], None] = print,
                        height: int | None = None, width: int | None = None, execute: int | None = None,
                        layouts: int | None = None, jitter: float | None = None, expert_noise=(),
-                       judge=None, judge_tail: int = 4) -> dict:
+                       judge=None, judge_tail: int = 4) -> PolicyEvaluation:
     """Closed-loop success of each run (name -> policy run folder), of the expert / floor rows and of the noisy
     experts (``expert_noise``) on the same held-out scenes. ``execute`` overrides the runs' ``policy.execute``;
     ``layouts``/``jitter``: the scene mode (:func:`scene_mode`). With a success ``judge`` (``policy.judge``) every
-    episode's external frames also go through it: its verdicts beside the simulator's (the judge's validation).
-    Returns {"scenes", "rows": {name: {task: rate(...), "average": ...}}, "episodes", "table_md", ...}."""
+    episode's external frames also go through it: its verdicts beside the simulator's and the judge's validation."""
     check_episode_counts(per_task, max_steps, execute)
     players = make_players(runs, baselines, expert_noise, seed, device, execute)
     cfgs = {n: p.runner.cfg for n, p in players.items() if isinstance(p, RunPlayer)}
@@ -288,71 +303,21 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
     width = width or (any_cfg.data.width // any_cfg.policy.cameras if any_cfg else 48)
     if judge is not None:
         judge.check_benchmark(height, width, layouts, "the simulator evaluation")
-    episodes: dict = {}
-    seconds: dict = {}
-    kept: dict = {}  # the first scene of each task per player: its frames (recorded with a judge)
+    episodes, rows, kept = {}, {}, {}  # kept: the first scene of each task per player, its frames (with a judge)
     t0 = time.perf_counter()
     for name, player in players.items():
         t_run = time.perf_counter()
-        for task in tasks:
-            outcomes = []
-            for j, idx in enumerate(scenes[task]):
-                env = SyntheticTaskEnv(seed, idx, max_steps, height, width, layouts, jitter)
-                try:
-                    q0 = env.state()[:3].copy()
-                    o = run_episode(env, player.env_chunk(scene_of(env)), max_steps, player.execute,
-                                    record=judge is not None, tail=judge_tail)
-                    if judge is not None:
-                        if j == 0:
-                            kept[f"{name}|{task}|{idx}"] = o["frames"]
-                        o = judge_episode(judge, o, env.task, q0)
-                    outcomes.append(dict(o, scene=idx))
-                finally:
-                    env.close()
-            episodes.setdefault(name, {})[task] = outcomes
-        seconds[name] = time.perf_counter() - t_run
-        per = rows_of({name: episodes[name]}, tasks)[name]
-        progress(f"closed loop {name}: " + ", ".join(f"{t} {per[t]['successes']}/{per[t]['episodes']}"
-                                                      for t in tasks) + f" ({seconds[name]:.0f} s)")
-    rows = rows_of(episodes, tasks)
-    for name in rows:
-        rows[name]["seconds"] = seconds[name]
-    scored = {n: p.runner.scored for n, p in players.items() if isinstance(p, RunPlayer)}  # folder, checkpoint, step
-    return {"env": "synthetic", "scenes": scenes, "seed": seed, "per_task": per_task, "max_steps": max_steps,
-            "tasks": list(tasks), "layouts": layouts, "jitter": jitter, "resolution": [height, width],
-            "rows": rows, "episodes": episodes, "seconds": time.perf_counter() - t0, "runs": scored,
-            "learned": [n for n, p in players.items() if p.learned],
-            "table_md": table_with_notes(rows, list(tasks), scored), "_frames": kept}
-
-
-def scored_labels(scored: dict) -> tuple[dict, list[str]]:
-    """For the runs an evaluation scored (name -> ``runfolder.scored_record``): table labels that mark an unfinished
-    run, and one note line for each."""
-    labels, notes = {}, []
-    for name, rec in scored.items():
-        note = unfinished_note(name, rec or {"finished": True})
-        if note is not None:
-            labels[name] = f"{name} (unfinished run, step {rec['step']})"
-            notes.append(f"Note: {note}")
-    return labels, notes
-
-
-def table_with_notes(rows: dict, tasks: list[str], scored: dict) -> str:
-    """:func:`format_table` with unfinished runs marked in their row and named under the table."""
-    labels, notes = scored_labels(scored)
-    return format_table(rows, tasks, labels) + ("\n\n" + "\n".join(notes) if notes else "")
-
-
-def _cell(r: dict) -> str:
-    lo, hi = r["ci95"]
-    return f"{100 * r['rate']:.0f} [{100 * lo:.0f}, {100 * hi:.0f}]"
-
-
-def format_table(rows: dict, tasks: list[str], labels: dict | None = None) -> str:
-    """Tab. 5's layout: rows = policy (setting × initialisation), columns = tasks + average; success % [95 % CI]."""
-    labels = labels or {}
-    lines = ["| policy | " + " | ".join(tasks) + " | average |", "|---" * (len(tasks) + 2) + "|"]
-    for name, r in rows.items():
-        lines.append(f"| {labels.get(name, name)} | " + " | ".join(_cell(r[t]) for t in tasks)
-                     + f" | {_cell(r['average'])} |")
-    return "\n".join(lines)
+        episodes[name], frames = simulate_player(player, {t: scenes[t] for t in tasks}, seed, max_steps,
+                                                 (height, width), (layouts, jitter), judge, judge_tail)
+        kept.update(frames)
+        rows[name] = PolicyRow.of(episodes[name], tasks, time.perf_counter() - t_run)
+        progress(f"closed loop {name}: " + ", ".join(f"{t} {r.successes}/{r.episodes}"
+                                                      for t, r in rows[name].tasks.items())
+                 + f" ({rows[name].seconds:.0f} s)")
+    return PolicyEvaluation(
+        env=SIMULATOR, seed=seed, per_task=per_task, max_steps=max_steps, tasks=list(tasks), layouts=layouts,
+        jitter=jitter, resolution=(height, width), scenes=scenes, rows=rows, episodes=episodes,
+        runs={n: p.runner.scored for n, p in players.items() if isinstance(p, RunPlayer)},  # folder, checkpoint, step
+        learned=[n for n, p in players.items() if p.learned], executed={n: p.execute for n, p in players.items()},
+        seconds=time.perf_counter() - t0, judge=None if judge is None else judge_record(judge),
+        judge_validation=None if judge is None else judge_validation(episodes, list(tasks)), frames=kept)

@@ -120,13 +120,6 @@ class SuccessJudge:
         self.source = source  # which files it was loaded from (:func:`judge_identity`); None for one not loaded
 
     @property
-    def identity(self) -> dict:
-        """What an evaluation records about the judge that judged it: its folder and the sha256 of its files
-        (``source``), with what it was fitted on."""
-        return {**(self.source or {"path": None, "sha256": None}), "benchmark": self.benchmark,
-                "consecutive": self.consecutive}
-
-    @property
     def device(self) -> torch.device:
         return next(self.net.parameters()).device
 

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from simforcing.config import ConfigError
-from simforcing.policy.evaluate import rate, table_with_notes, wilson
+from simforcing.policy.results import PolicyRow, Rate
+from simforcing.policy.tables import table_with_notes
 from simforcing.policy.infer import PolicyRunner
 from simforcing.utils import derive_seed
 
@@ -133,7 +134,7 @@ def evaluate_libero(run: str | Path, suite: str, trials: int = 50, task_ids: Opt
     if not ids or any(not 0 <= t < ts.n_tasks for t in ids):
         raise ConfigError(f"--tasks: got {task_ids}; expected task ids in 0..{ts.n_tasks - 1} of {suite}")
     limit = MAX_STEPS[suite] if max_steps is None else max_steps
-    rows, t0 = {}, time.perf_counter()
+    rates, languages, t0 = {}, {}, time.perf_counter()
     for tid in ids:
         task = ts.get_task(tid)
         inits = ts.get_task_init_states(tid)
@@ -151,15 +152,12 @@ def evaluate_libero(run: str | Path, suite: str, trials: int = 50, task_ids: Opt
                                                    runner.cfg.policy.execute, noop_steps, gripper))
         finally:
             env.close()
-        rows[f"task {tid}"] = rate(sum(o["success"] for o in outcomes), len(outcomes))
-        rows[f"task {tid}"]["language"] = task.language
-        progress(f"{suite} task {tid}: {rows[f'task {tid}']['successes']}/{trials} ({task.language})")
-    k = sum(r["successes"] for r in rows.values())
-    n = sum(r["episodes"] for r in rows.values())
-    avg = {"rate": float(np.mean([r["rate"] for r in rows.values()])), "ci95": list(wilson(k, n)), "successes": k,
-           "episodes": n}
+        rates[f"task {tid}"] = Rate.of(sum(o["success"] for o in outcomes), trials)
+        languages[f"task {tid}"] = task.language
+        progress(f"{suite} task {tid}: {rates[f'task {tid}'].successes}/{trials} ({task.language})")
+    row = PolicyRow.of_rates(rates, time.perf_counter() - t0)
     scored = {suite: runner.scored} if runner.scored else {}
-    table = table_with_notes({suite: {**{"average": avg}, **{t: r for t, r in rows.items()}}}, list(rows), scored)
+    table = table_with_notes({suite: row}, list(rates), scored)
     return {"suite": suite, "run": str(run), "scored": runner.scored, "trials": trials, "max_steps": limit,
-            "noop_steps": noop_steps, "tasks": rows, "average": avg, "seconds": time.perf_counter() - t0,
-            "table_md": table}
+            "noop_steps": noop_steps, "tasks": {t: dict(r.to_json(), language=languages[t]) for t, r in rates.items()},
+            "average": row.average.to_json(), "seconds": row.seconds, "table_md": table}

@@ -27,6 +27,8 @@ from statistics import fmean, stdev
 import numpy as np
 from scipy import stats
 
+from simforcing.policy.results import EpisodeOutcome, PolicyRow
+
 TASK_ORDER = ("reach", "push", "grasp")
 # A − B: the paper's claim first (world model > the video model it came from), then what separates the priors
 COMPARISONS = (("simforcing", "video_base"), ("sft", "video_base"), ("simforcing", "sft"), ("video_base", "random"),
@@ -34,9 +36,9 @@ COMPARISONS = (("simforcing", "video_base"), ("sft", "video_base"), ("simforcing
                ("simforcing_video", "random"))
 
 
-def successes(episodes: dict) -> np.ndarray:
-    """One run's outcomes {task: [{"success": bool, ...}]} -> float (n,) in task order."""
-    return np.array([float(o["success"]) for t in TASK_ORDER for o in episodes.get(t, [])])
+def successes(episodes: dict[str, list[EpisodeOutcome]]) -> np.ndarray:
+    """One run's outcomes {task: [EpisodeOutcome]} -> float (n,) in task order."""
+    return np.array([float(o.success) for t in TASK_ORDER for o in episodes.get(t, [])])
 
 
 def paired_scene_diff(a: np.ndarray, b: np.ndarray) -> dict:
@@ -78,7 +80,8 @@ def welch(a: dict, b: dict) -> dict:
     return {"diff": d, "ci95": [lo, hi], "df": df, "established": bool(lo > 0 or hi < 0)}
 
 
-def transfer_analysis(rows: dict, episodes: dict, specs: dict, budget: dict, comparisons=COMPARISONS) -> dict:
+def transfer_analysis(rows: dict[str, PolicyRow], episodes: dict, specs: dict, budget: dict,
+                      comparisons=COMPARISONS) -> dict:
     """{"blocks": [{"setting", "steps", "inits": {init: cluster_mean + per-run rates}, "comparisons": [...]}]}
     from the rows/episodes of the evaluations and the specs of ``policy.demo`` (label -> setting, init, wm_seed,
     seed, steps)."""
@@ -88,7 +91,7 @@ def transfer_analysis(rows: dict, episodes: dict, specs: dict, budget: dict, com
             continue
         v = successes(episodes[label])
         run = {"label": label, "wm_seed": s["wm_seed"], "seed": s["seed"], "rate": float(v.mean()), "v": v,
-               "tasks": {t: rows[label][t]["rate"] for t in TASK_ORDER if t in rows.get(label, {})}}
+               "tasks": {t: rows[label].tasks[t].rate for t in TASK_ORDER if label in rows and t in rows[label].tasks}}
         blocks.setdefault((s["setting"], s["steps"]), {}).setdefault(s["init"], []).append(run)
     out = []
     for (setting, steps), inits in blocks.items():

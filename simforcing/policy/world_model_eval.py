@@ -38,9 +38,10 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.generate import RealRenderer
-from simforcing.policy.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, format_table, make_players, rows_of,
-                                        scene_mode, scene_of)
+from simforcing.policy.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, judge_record, make_players, scene_mode,
+                                        scene_of)
 from simforcing.policy.judge import SuccessJudge, first_success, frame_verdicts
+from simforcing.policy.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
 from simforcing.policy.settings import check_episode_counts
 from simforcing.policy.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
 from simforcing.rollout import WorldModelRollout
@@ -247,10 +248,10 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
                          max_steps: int = 30, seed: int = EVAL_SEED, tasks=TASKS, baselines: bool = True,
                          expert_noise=(), device="cpu", execute: Optional[int] = None, layouts: Optional[int] = None,
                          jitter: Optional[float] = None, condition: Optional[str] = None,
-                         progress: Callable[[str], None] = print) -> dict:
-    """Closed-loop success inside ``wm_run`` (module docstring), in the layout of ``evaluate_synthetic``'s result
-    (rows, episodes with per-frame verdicts, table) plus the world model's settings and timings. ``condition``: the
-    world model's simulation condition (:func:`load_environment`)."""
+                         progress: Callable[[str], None] = print) -> PolicyEvaluation:
+    """Closed-loop success inside ``wm_run`` (module docstring), the same result type as ``evaluate_synthetic``'s
+    (rows, episodes with per-frame verdicts) plus the world model's settings and timings. ``condition``: the world
+    model's simulation condition (:func:`load_environment`)."""
     check_episode_counts(per_task, max_steps, execute)
     players = make_players(runs, baselines, expert_noise, seed, device)
     if not players:
@@ -291,19 +292,17 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
         t, chunk = t + n, chunk + 1
         progress(f"world model {Path(wm_run).name if wm is not None else wm_run}: {t}/{max_steps} steps of "
                  f"{len(ep.rows)} episodes ({time.perf_counter() - t0:.0f} s)")
-    result = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps, judge.consecutive)
-    rows = rows_of(result, tasks)
+    episodes = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps, judge.consecutive)
     total = time.perf_counter() - t0
-    return {"env": "world-model", "wm": str(wm_run), "world_model": wm_record, "judge": judge.identity,
-            "scenes": scenes, "seed": seed,
-            "per_task": per_task, "max_steps": max_steps, "execute": execute, "tasks": list(tasks),
-            "layouts": layouts, "jitter": jitter, "resolution": [height, width], "rows": rows, "episodes": result,
-            "learned": [n for n, p in players.items() if p.learned],
-            "sampler": None if wm is None else ep.ro.sampler.settings(),
-            "seconds": total, "timing": {k: round(v, 2) for k, v in seconds.items()},
-            "episodes_per_minute": round(60 * len(ep.rows) / max(total, 1e-9), 1),
-            "runs": {n: p.runner.scored for n, p in players.items() if isinstance(p, RunPlayer)},
-            "table_md": format_table(rows, list(tasks)), "_frames": first_scene_frames(ep)}
+    return PolicyEvaluation(
+        env=WORLD_MODEL, seed=seed, per_task=per_task, max_steps=max_steps, tasks=list(tasks), layouts=layouts,
+        jitter=jitter, resolution=(height, width), scenes=scenes,
+        rows={n: PolicyRow.of(per, tasks) for n, per in episodes.items()}, episodes=episodes,
+        runs={n: p.runner.scored for n, p in players.items() if isinstance(p, RunPlayer)},
+        learned=[n for n, p in players.items() if p.learned], executed={n: execute for n in players},
+        seconds=total, judge=judge_record(judge), wm=str(wm_run), world_model=wm_record,
+        sampler=None if wm is None else ep.ro.sampler.settings(), timing={k: round(v, 2) for k, v in seconds.items()},
+        episodes_per_minute=round(60 * len(ep.rows) / max(total, 1e-9), 1), frames=first_scene_frames(ep))
 
 
 def first_scene_frames(ep: Episodes) -> dict[str, np.ndarray]:
@@ -317,13 +316,15 @@ def first_scene_frames(ep: Episodes) -> dict[str, np.ndarray]:
     return out
 
 
-def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, consecutive: int = 1) -> dict:
+def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, consecutive: int = 1
+                     ) -> dict[str, dict[str, list[EpisodeOutcome]]]:
     """Per player and task the outcomes: success at the first run of ``consecutive`` judged frames, its step, the
     per-frame verdicts."""
     out: dict = {name: {task: [] for task in tasks} for name in ep.players}
     for i, (name, s) in enumerate(ep.rows):
         verdicts = frame_verdicts(s.task, readings[i])  # frames 1 … T
         hit = first_success(verdicts, consecutive)
-        out[name][s.scene.task].append({"success": hit is not None, "steps": hit + 1 if hit is not None else max_steps,
-                                        "scene": s.scene.index, "frame_judged": verdicts.tolist()})
+        out[name][s.scene.task].append(EpisodeOutcome(s.scene.index, hit is not None,
+                                                      hit + 1 if hit is not None else max_steps,
+                                                      frame_judged=verdicts.tolist()))
     return out

@@ -1,0 +1,325 @@
+"""What a closed-loop policy evaluation produces, typed: episode outcomes, success rates, per-policy rows and the
+evaluation itself (simulator or world model), each with ``to_json`` / ``from_json``.
+
+    ev = evaluate_synthetic(...)                     # a PolicyEvaluation
+    ev.rows["scripted expert (ceiling)"].average.rate
+    ev.write(out)                                    # OUT/eval.json (tagged, readable) and OUT/eval.md
+    ev = PolicyEvaluation.read(out, "--sim")         # or a ConfigError naming the flag, the file and its kind
+
+``eval.json`` carries ``format: simforcing.policy-evaluation`` and ``format_version: 2``; a file written before the
+tags (version 1: rows with the average and the seconds beside the task names, one ``execute`` for all players) loads
+through the same reader. Tables are rendered from these types by ``policy.tables``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from simforcing.result_files import AGREEMENT, POLICY_EVALUATION, read_result, tagged
+
+FORMAT_VERSION = 2
+SIMULATOR, WORLD_MODEL = "synthetic", "world-model"  # PolicyEvaluation.env
+ENV_NAMES = {SIMULATOR: "a simulator evaluation (`policy eval`)",
+             WORLD_MODEL: "a world-model evaluation (`policy eval --env world-model`)"}
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval of a success rate k/n (n = 0: (0, 1))."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A success rate with its 95 % Wilson interval. ``rate`` is k/n for one task's episodes; for a row's average it is
+    the mean of the tasks' rates while the interval is the pooled count's."""
+
+    successes: int
+    episodes: int
+    rate: Optional[float]
+    ci95: tuple[float, float]
+
+    @classmethod
+    def of(cls, k: int, n: int) -> "Rate":
+        return cls(int(k), int(n), k / n if n else None, wilson(k, n))
+
+    def to_json(self) -> dict:
+        return {"successes": self.successes, "episodes": self.episodes, "rate": self.rate, "ci95": list(self.ci95)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Rate":
+        return cls(int(d["successes"]), int(d["episodes"]), d["rate"], tuple(d["ci95"]))
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """One episode of one player on one scene (``scene``: its index in the evaluation's dataset seed). The simulator
+    records ``chunks``; with a success judge the simulator also records the judge's episode verdict (``judged``, its
+    step) and per frame the judge's and MuJoCo's verdicts and the judge's |error| (mm, (T, 6)); inside a world model
+    ``success`` is the judge's and ``frame_judged`` its verdict on each predicted frame."""
+
+    scene: int
+    success: bool
+    steps: int
+    chunks: Optional[int] = None
+    judged: Optional[bool] = None
+    judged_step: Optional[int] = None
+    frame_judged: Optional[list] = None
+    frame_true: Optional[list] = None
+    frame_error_mm: Optional[list] = None
+
+    def to_json(self) -> dict:
+        out = {"scene": self.scene, "success": self.success, "steps": self.steps}
+        for key in ("chunks", "judged", "judged_step", "frame_judged", "frame_true", "frame_error_mm"):
+            value = getattr(self, key)
+            if value is not None or (key == "judged_step" and self.judged is not None):
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> "EpisodeOutcome":
+        return cls(int(d["scene"]), bool(d["success"]), int(d["steps"]), d.get("chunks"), d.get("judged"),
+                   d.get("judged_step"), d.get("frame_judged"), d.get("frame_true"), d.get("frame_error_mm"))
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    """One player's row: each task's rate, the average over tasks (pooled interval), and the seconds its episodes
+    took (the simulator's; None where the episodes of all players ran together)."""
+
+    tasks: dict[str, Rate]
+    average: Rate
+    seconds: Optional[float] = None
+
+    @classmethod
+    def of(cls, per_task: dict[str, list[EpisodeOutcome]], tasks, seconds: Optional[float] = None) -> "PolicyRow":
+        per = {t: Rate.of(sum(o.success for o in per_task[t]), len(per_task[t])) for t in tasks}
+        return cls.of_rates(per, seconds)
+
+    @classmethod
+    def of_rates(cls, per: dict[str, Rate], seconds: Optional[float] = None) -> "PolicyRow":
+        k, n = sum(r.successes for r in per.values()), sum(r.episodes for r in per.values())
+        average = Rate(k, n, float(np.mean([r.rate for r in per.values()])), wilson(k, n))
+        return cls(per, average, seconds)
+
+    def to_json(self) -> dict:
+        return {"tasks": {t: r.to_json() for t, r in self.tasks.items()}, "average": self.average.to_json(),
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PolicyRow":
+        if "tasks" in d:
+            tasks = d["tasks"]
+        else:  # version 1: the tasks beside "average" and "seconds"
+            tasks = {t: r for t, r in d.items() if t not in ("average", "seconds")}
+        return cls({t: Rate.from_json(r) for t, r in tasks.items()}, Rate.from_json(d["average"]), d.get("seconds"))
+
+
+Episodes = dict[str, dict[str, list[EpisodeOutcome]]]  # player -> task -> outcomes in scene order
+
+
+JUDGE_KEYS = ("benchmark", "consecutive", "weights_sha256")  # what makes two judges the same (not where they lie)
+
+
+def same_judge(a: Optional[dict], b: Optional[dict]) -> bool:
+    """Whether two evaluations' judge records (``policy.evaluate.judge_record``) are of the same judge: the same weights, fitted
+    for the same benchmark, with the same rule (copies of one judge in two folders are the same judge)."""
+    if a is None or b is None:
+        return a is b
+    return all(a.get(k) == b.get(k) for k in JUDGE_KEYS)
+
+
+@dataclass
+class PolicyEvaluation:
+    """A closed-loop evaluation of players on held-out scenes, in the simulator (``env`` "synthetic") or inside a world
+    model ("world-model"). ``scenes``: task -> scene indices of dataset ``seed`` (drawn with ``layouts``/``jitter``,
+    at most ``max_steps`` actions each, frames ``resolution`` (H, W)); ``runs``: what each learned player scored (its
+    run folder, checkpoint and step, ``runfolder.scored_record``); ``executed``: actions executed per chunk by each
+    player; ``judge``: the success judge's record where one judged (world model) or was validated (simulator), and
+    ``judge_validation`` its agreement with MuJoCo on the simulator's frames. World-model evaluations also record the
+    world model (``wm``), its sampler settings and timings. ``frames`` (player|task|scene -> uint8 (T, H, W, 3), the
+    first scene of each task) is not part of eval.json: the commands keep it in frames.npz."""
+
+    env: str
+    seed: int
+    per_task: int
+    max_steps: int
+    tasks: list[str]
+    layouts: int
+    jitter: float
+    resolution: tuple[int, int]
+    scenes: dict[str, list[int]]
+    rows: dict[str, PolicyRow]
+    episodes: Episodes
+    runs: dict[str, Optional[dict]]
+    learned: list[str]
+    executed: dict[str, int]
+    seconds: float
+    judge: Optional[dict] = None
+    judge_validation: Optional[dict] = None
+    wm: Optional[str] = None
+    world_model: Optional[dict] = None  # the world model's run, checkpoint, step and whether it was finished
+    sampler: Optional[dict] = None
+    timing: Optional[dict] = None
+    episodes_per_minute: Optional[float] = None
+    frames: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def to_json(self) -> dict:
+        body = {"env": self.env, "seed": self.seed, "per_task": self.per_task, "max_steps": self.max_steps,
+                "tasks": list(self.tasks), "layouts": self.layouts, "jitter": self.jitter,
+                "resolution": list(self.resolution), "scenes": self.scenes, "learned": list(self.learned),
+                "executed": self.executed, "runs": self.runs, "judge": self.judge, "wm": self.wm,
+                "world_model": self.world_model,
+                "sampler": self.sampler, "seconds": self.seconds, "timing": self.timing,
+                "episodes_per_minute": self.episodes_per_minute,
+                "rows": {n: r.to_json() for n, r in self.rows.items()}, "judge_validation": self.judge_validation,
+                "episodes": {p: {t: [o.to_json() for o in os_] for t, os_ in per.items()}
+                             for p, per in self.episodes.items()}}
+        return tagged(POLICY_EVALUATION, FORMAT_VERSION, body)
+
+    @classmethod
+    def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "PolicyEvaluation":
+        """From ``to_json``'s dict, or a version-1 eval.json (one ``execute`` for the learned players, none recorded
+        in the simulator)."""
+        learned = list(d.get("learned", []))
+        executed = d.get("executed")
+        if executed is None:
+            executed = {p: d["execute"] for p in learned} if d.get("execute") is not None else {}
+        return cls(env=d["env"], seed=int(d["seed"]), per_task=int(d["per_task"]), max_steps=int(d["max_steps"]),
+                   tasks=list(d["tasks"]), layouts=int(d["layouts"]), jitter=float(d["jitter"]),
+                   resolution=tuple(d["resolution"]), scenes={t: list(v) for t, v in d["scenes"].items()},
+                   rows={n: PolicyRow.from_json(r) for n, r in d["rows"].items()},
+                   episodes={p: {t: [EpisodeOutcome.from_json(o) for o in os_] for t, os_ in per.items()}
+                             for p, per in d["episodes"].items()},
+                   runs=dict(d.get("runs") or {}), learned=learned, executed=dict(executed),
+                   seconds=float(d["seconds"]), judge=d.get("judge"), judge_validation=d.get("judge_validation"),
+                   wm=d.get("wm"), world_model=d.get("world_model"), sampler=d.get("sampler"), timing=d.get("timing"),
+                   episodes_per_minute=d.get("episodes_per_minute"))
+
+    @classmethod
+    def read(cls, folder: str | Path, what: str) -> "PolicyEvaluation":
+        """FOLDER/eval.json, or a ConfigError naming ``what`` (the flag) and what the file holds instead."""
+        obj, version = read_result(Path(folder) / "eval.json", POLICY_EVALUATION, FORMAT_VERSION, what)
+        return cls.from_json(obj, version)
+
+    def write(self, folder: str | Path) -> None:
+        """FOLDER/eval.json (this result, tagged) and FOLDER/eval.md (its table), each written atomically."""
+        from simforcing.policy.tables import evaluation_markdown
+        from simforcing.utils import atomic_write_json, atomic_write_text
+
+        atomic_write_json(Path(folder) / "eval.json", self.to_json())
+        atomic_write_text(Path(folder) / "eval.md", evaluation_markdown(self) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The agreement of world-model evaluations with the simulator's (``policy.agreement``)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankingStats:
+    """Agreement of ``n_policies`` policies' average success across two environments: Pearson, Spearman and MMRV,
+    each with its 95 % bootstrap interval over scenes ((None, None) where no resample defined it; NaN where the point
+    value is undefined, e.g. no spread)."""
+
+    n_policies: int
+    pearson: float
+    pearson_ci95: tuple
+    spearman: float
+    spearman_ci95: tuple
+    mmrv: float
+    mmrv_ci95: tuple
+
+    def to_json(self) -> dict:
+        return {"n_policies": self.n_policies, "pearson": self.pearson, "pearson_ci95": list(self.pearson_ci95),
+                "spearman": self.spearman, "spearman_ci95": list(self.spearman_ci95), "mmrv": self.mmrv,
+                "mmrv_ci95": list(self.mmrv_ci95)}
+
+    @classmethod
+    def from_json(cls, d: Optional[dict]) -> Optional["RankingStats"]:
+        if d is None:
+            return None
+        return cls(int(d["n_policies"]), d["pearson"], tuple(d["pearson_ci95"]), d["spearman"],
+                   tuple(d["spearman_ci95"]), d["mmrv"], tuple(d["mmrv_ci95"]))
+
+
+@dataclass(frozen=True)
+class JudgeHeldFixed:
+    """A world model against the simulator's frames read by the same judge (the judge's errors held fixed): ranking
+    over all policies and over the learned ones (None with fewer than two), and the share of episodes agreeing."""
+
+    all: RankingStats
+    learned: Optional[RankingStats]
+    episodes_agreeing: float
+
+    def to_json(self) -> dict:
+        return {"all": self.all.to_json(), "learned": None if self.learned is None else self.learned.to_json(),
+                "episodes_agreeing": self.episodes_agreeing}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "JudgeHeldFixed":
+        return cls(RankingStats.from_json(d["all"]), RankingStats.from_json(d.get("learned")),
+                   float(d["episodes_agreeing"]))
+
+
+@dataclass
+class AgreementResult:
+    """``policy agreement``: per policy its success in the simulator (``sim``) and in each environment (``envs``: the
+    world models, and the simulator's frames through the judge where the simulator evaluation was judged); per
+    environment the ranking statistics by subset ("all", "learned", "all, TASK only"; None where a subset has fewer
+    than two policies) and the share of episodes with the simulator's verdict (``episode_agreement``: "all" and per
+    policy); the judge's validation; each world model with the judge held fixed. ``matched``: what every compared
+    evaluation shared (scenes, step settings, judge), ``scatter`` / ``videos``: the pictures written beside it."""
+
+    players: list[str]
+    learned: list[str]
+    tasks: list[str]
+    scenes: int
+    sim: dict[str, Rate]
+    envs: dict[str, dict[str, Rate]]
+    ranking: dict[str, dict[str, Optional[RankingStats]]]
+    episode_agreement: dict[str, dict[str, float]]
+    judge_validation: Optional[dict]
+    vs_judged_simulator: dict[str, JudgeHeldFixed]
+    n_boot: int
+    matched: dict = field(default_factory=dict)
+    scatter: Optional[str] = None
+    videos: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        body = {"players": self.players, "learned": self.learned, "tasks": self.tasks, "scenes": self.scenes,
+                "matched": self.matched, "sim": {p: r.to_json() for p, r in self.sim.items()},
+                "envs": {e: {p: r.to_json() for p, r in rows.items()} for e, rows in self.envs.items()},
+                "ranking": {e: {k: None if s is None else s.to_json() for k, s in v.items()}
+                            for e, v in self.ranking.items()},
+                "episode_agreement": self.episode_agreement, "judge_validation": self.judge_validation,
+                "vs_judged_simulator": {e: v.to_json() for e, v in self.vs_judged_simulator.items()},
+                "n_boot": self.n_boot, "scatter": self.scatter, "videos": self.videos}
+        return tagged(AGREEMENT, FORMAT_VERSION, body)
+
+    @classmethod
+    def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "AgreementResult":
+        return cls(players=list(d["players"]), learned=list(d["learned"]), tasks=list(d["tasks"]),
+                   scenes=int(d["scenes"]), sim={p: Rate.from_json(r) for p, r in d["sim"].items()},
+                   envs={e: {p: Rate.from_json(r) for p, r in rows.items()} for e, rows in d["envs"].items()},
+                   ranking={e: {k: RankingStats.from_json(s) for k, s in v.items()} for e, v in d["ranking"].items()},
+                   episode_agreement=d["episode_agreement"], judge_validation=d.get("judge_validation"),
+                   vs_judged_simulator={e: JudgeHeldFixed.from_json(v)
+                                        for e, v in (d.get("vs_judged_simulator") or {}).items()},
+                   n_boot=int(d["n_boot"]), matched=d.get("matched") or {}, scatter=d.get("scatter"),
+                   videos=list(d.get("videos") or []))
+
+    @classmethod
+    def read(cls, folder: str | Path, what: str) -> "AgreementResult":
+        """FOLDER/agreement.json, or a ConfigError naming ``what`` and what the file holds instead."""
+        obj, version = read_result(Path(folder) / "agreement.json", AGREEMENT, FORMAT_VERSION, what)
+        return cls.from_json(obj, version)

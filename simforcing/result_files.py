@@ -1,0 +1,93 @@
+"""Result files that say what they are: a ``format`` tag and a ``format_version`` on every typed result written as JSON.
+
+    body = tagged(POLICY_EVALUATION, 2, {...})          # what a result's ``to_json`` writes
+    obj, version = read_result(path, POLICY_EVALUATION, "--sim")
+
+A file of another kind is refused by name ("…/agreement.json is an agreement of policy evaluations, not a policy
+evaluation"); a file written before the tags existed is recognised by its keys (version 1) so that it still loads, or
+is refused by the kind it holds; a newer version than this code reads is refused with the versions named.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from simforcing.errors import ConfigError
+
+POLICY_EVALUATION = "simforcing.policy-evaluation"
+AGREEMENT = "simforcing.policy-agreement"
+WORLD_MODEL_EXPORT = "simforcing.world-model"
+
+# What a kind is called in messages, and the command that writes it.
+KIND_NAMES = {POLICY_EVALUATION: ("a policy evaluation", "simforcing policy eval"),
+              AGREEMENT: ("an agreement of policy evaluations", "simforcing policy agreement"),
+              WORLD_MODEL_EXPORT: ("an exported world model", "simforcing export")}
+
+# Files written before the tags: the keys that identify each kind (checked in this order).
+_LEGACY = ((AGREEMENT, ("ranking", "envs", "players")),
+           (POLICY_EVALUATION, ("env", "rows", "episodes", "scenes")))
+_UNTAGGED_OTHERS = ((("suite", "tasks", "average"), "a LIBERO policy evaluation (`policy eval --env libero`)"),
+                    (("per_chunk",), "a rollout-drift result (`simforcing rollout`)"),
+                    (("psnr", "num_samples"), "a one-window evaluation (`simforcing evaluate`)"),
+                    (("benchmark", "consecutive"), "a success judge (`simforcing model fit-judge`)"),
+                    (("preset", "model", "train"), "a run's config (a run folder: load it with "
+                                                   "WorldModelPipeline.from_run)"))
+_OTHER_FORMATS = {"simforcing-success-judge": "a success judge (`simforcing model fit-judge`)"}
+# What a folder holds when the expected file is not in it: a marker file and its description.
+_FOLDER_MARKERS = (("eval.json", "an evaluation (eval.json)"), ("agreement.json", "an agreement of policy evaluations "
+                   "(`simforcing policy agreement`)"), ("judge.json", "a success judge (`simforcing model fit-judge`)"),
+                   ("rollout.json", "a rollout-drift result (`simforcing rollout`)"),
+                   ("run.json", "a training run (pretrain / train / policy train)"),
+                   ("meta/info.json", "a dataset"))
+
+
+def tagged(kind: str, version: int, body: dict) -> dict:
+    """``body`` with its kind and version first (what a person reading the file sees at the top)."""
+    return {"format": kind, "format_version": version, **body}
+
+
+def kind_of(obj) -> tuple[Optional[str], int, str]:
+    """(kind or None, version, description) of a parsed result file; version 1 for a file written before the tags."""
+    if not isinstance(obj, dict):
+        return None, 0, f"a JSON {type(obj).__name__}, not an object"
+    if "format" in obj:
+        kind = obj["format"]
+        version = obj.get("format_version")
+        name = KIND_NAMES.get(kind, (_OTHER_FORMATS.get(kind, f"a result of kind {kind!r}"),))[0]
+        return kind, version if isinstance(version, int) else 0, name
+    for kind, keys in _LEGACY:
+        if all(k in obj for k in keys):
+            return kind, 1, KIND_NAMES[kind][0]
+    for keys, name in _UNTAGGED_OTHERS:
+        if all(k in obj for k in keys):
+            return None, 0, name
+    return None, 0, "no result this version of simforcing knows"
+
+
+def read_result(path: str | Path, kind: str, version: int, what: str) -> tuple[dict, int]:
+    """The parsed result file at ``path`` and its version, or a ConfigError naming ``what`` (the flag), the file,
+    the kind it holds and the kind expected."""
+    path = Path(path)
+    want, command = KIND_NAMES[kind]
+    if not path.is_file() and path.parent.is_dir():
+        raise ConfigError(f"{what}: {path.parent} holds {folder_contents(path.parent)}, no {path.name}; expected "
+                          f"{want}: give the folder `{command}` wrote")
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{what}: {path} cannot be read ({e}); expected {want} written by `{command}`") from e
+    got, got_version, name = kind_of(obj)
+    if got != kind:
+        raise ConfigError(f"{what}: {path} holds {name}, not {want}; give the folder `{command}` wrote")
+    if not 1 <= got_version <= version:
+        raise ConfigError(f"{what}: {path} is {want} of format version {obj.get('format_version')!r}; this version "
+                          f"of simforcing reads versions 1 to {version} — upgrade simforcing or re-run `{command}`")
+    return obj, got_version
+
+
+def folder_contents(folder: Path) -> str:
+    """What ``folder`` holds, by the files that mark each kind of output ("nothing simforcing wrote" otherwise)."""
+    found = [name for marker, name in _FOLDER_MARKERS if (folder / marker).is_file()]
+    return " and ".join(found) if found else "nothing simforcing wrote"
