@@ -33,7 +33,7 @@ def judges(tmp_path_factory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("agreement_judge")
     data = generate_dataset(tmp / "data", num_train=0, num_val=0, num_sim_pool=0, length=9, height=32, width=48,
                             seed=3, progress=False, layout_train=2, layouts=LAYOUTS)
-    rollouts = simulated_frames(2, 32, 48, LAYOUTS, max_steps=4, progress=False)
+    rollouts = simulated_frames(2, 32, 48, LAYOUTS, max_steps=15, progress=False)  # scene 1: the object moves
     first = save_judge(fit_judge([data], 32, 48, JudgeFitOptions(steps=2, batch_size=8), progress=False,
                                  rollouts=rollouts), tmp / "judge")
     other = load_judge(first)

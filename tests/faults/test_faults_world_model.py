@@ -213,9 +213,9 @@ def test_baselines_beside_a_policy_of_another_window(world_model_run, judge_dir,
     alone = evaluate_world_model(str(world_model_run), load_judge(judge_dir), {"p": one_camera_policy},
                                  baselines=False, **kw)  # the control: the policy alone
     both = evaluate_world_model(str(world_model_run), load_judge(judge_dir), {"p": one_camera_policy}, **kw)
-    assert set(both["rows"]) == {"scripted expert (ceiling)", "do nothing (floor)", "p"}
-    assert both["execute"] <= min(4, alone["execute"]) and all(
-        len(o["frame_judged"]) == 6 for per in both["episodes"].values() for os_ in per.values() for o in os_)
+    assert set(both.rows) == {"scripted expert (ceiling)", "do nothing (floor)", "p"}
+    assert max(both.executed.values()) <= min(4, alone.executed["p"]) and all(
+        len(o.frame_judged) == 6 for per in both.episodes.values() for os_ in per.values() for o in os_)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
