@@ -276,8 +276,25 @@ def test_a_student_run_is_its_own_kind_and_samples_with_its_sampler(teacher_run,
     res = sampler(batch, sample_generator(wm.cfg, 0))
     assert res.forwards == 1 + 2 and res.real_video.shape[2] == wm.cfg.data.frames
     # what cannot use a student refuses it by name
+    from simforcing.evaluate.run import evaluate_run
+
+    with pytest.raises(ConfigError, match="--domain sim.*few-step student"):
+        evaluate_run(run, root, None, "val", 1, tmp_path / "sim_eval", domain="sim")
     with pytest.raises(ConfigError, match="few-step student"):
         distill_run(student_cfg(teacher), tmp_path / "again", run, progress=False)
     assert cli_main(["train", "--method", "sft", "--teacher", str(run), "--out", str(tmp_path / "s2")]) == 2
     assert cli_main(["distill", "--teacher", str(run), "--steps", "1", "--out", str(tmp_path / "s3")]) == 2
     assert cli_main(["train", "--method", "sft", "--resume", "--out", str(run)]) == 2
+
+
+def test_the_demo_job_distils_and_compares_on_the_same_windows(teacher_run, tmp_path):
+    from simforcing.fewstep.job import distill_and_compare, paired_difference
+
+    assert paired_difference([1.0, 2.0, None], [1.5, 2.5, 3.0]) == {"mean": 0.5, "ci95": [0.5, 0.5], "n": 2}
+    teacher, root = teacher_run
+    res = distill_and_compare(teacher, root, tmp_path / "job", steps=1, train={"train.max_steps": 2},
+                              num_samples=1)
+    c = res["compare"]
+    assert res["distill"]["step"] == 2 and c["forwards_per_sample"] == {"teacher": 1 + 2 * 4, "student": 1 + 1}
+    assert c["psnr"]["paired"]["n"] == 1 and (tmp_path / "job/fewstep.json").exists()
+    assert res["sampler"]["student"]["sampler"] == "fewstep" and res["sampler"]["teacher"]["n_real"] == 4
