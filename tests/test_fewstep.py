@@ -297,4 +297,5 @@ def test_the_demo_job_distils_and_compares_on_the_same_windows(teacher_run, tmp_
     c = res["compare"]
     assert res["distill"]["step"] == 2 and c["forwards_per_sample"] == {"teacher": 1 + 2 * 4, "student": 1 + 1}
     assert c["psnr"]["paired"]["n"] == 1 and (tmp_path / "job/fewstep.json").exists()
+    assert len(res["agreement"]["per_sample"]) == 1 and res["agreement"]["psnr_to_teacher"] > 0
     assert res["sampler"]["student"]["sampler"] == "fewstep" and res["sampler"]["teacher"]["n_real"] == 4
