@@ -426,6 +426,43 @@ class GuidedSampler:
         return out
 
 
+class FewStepSampler(GuidedSampler):
+    """The sampler of a few-step student (``simforcing.fewstep``, ``simforcing distill``): this sampler at
+    (N_s, K, w = 1) — the student's own simulation rollout gives c, then K Euler steps of its conditional branch alone
+    (gate 1, no CFG pair: the teacher's w is baked into the weights), with the teacher's noise for the same generator.
+    A student of a model trained without a condition (:func:`effective_w` 0) runs K unconditional steps and no
+    simulation rollout. ``settings()`` records the teacher's sampler it stands for."""
+
+    name = "fewstep"
+
+    def __init__(self, wm: LoadedWorldModel, decode_sim: bool = False, condition: Optional[ConditionSource] = None):
+        f = wm.cfg.fewstep
+        self.distilled_w, self.objective = effective_w(wm.cfg, f.w), f.objective
+        super().__init__(wm.model, wm.vae, wm.cfg, f.teacher_n_sim, f.steps, 1.0 if self.distilled_w else 0.0,
+                         masker=wm.masker, decode_sim=decode_sim, condition=condition)
+
+    def settings(self) -> dict:
+        f = self.cfg.fewstep
+        out = {**super().settings(), "sampler": self.name, "steps": f.steps, "w": self.distilled_w,
+               "branch": "conditional" if self.distilled_w else "unconditional", "objective": self.objective,
+               "teacher_sampler": {"n_sim": f.teacher_n_sim, "n_real": f.teacher_n_real, "w": self.distilled_w}}
+        out.pop("w_asked", None)
+        return out
+
+
+def check_student_settings(wm: LoadedWorldModel, n_sim: Optional[int], n_real: Optional[int],
+                           w: Optional[float]) -> None:
+    """ConfigError naming the setting when a caller asks a few-step student for sampler settings other than its
+    own (a sweep of N_s, N_r or w needs its teacher)."""
+    f = wm.cfg.fewstep
+    for name, got, own in (("N_s", n_sim, f.teacher_n_sim), ("N_r", n_real, f.steps), ("w", w, f.w)):
+        if got is not None and float(got) != float(own):
+            raise ConfigError(f"{wm.name} is a few-step student ({f.steps} steps at the teacher's w = {f.w:g}, N_s = "
+                              f"{f.teacher_n_sim}); asked {name} = {got:g}: a student samples only at its own "
+                              "settings — sweep the sampler on its teacher (RUN/teacher.json), or distil another "
+                              "student (`simforcing distill --steps K`)")
+
+
 def sampler_for(wm: LoadedWorldModel, n_sim: Optional[int] = None, n_real: Optional[int] = None,
                 w: Optional[float] = None, decode_sim: bool = False,
                 condition: Optional[ConditionSource] = None) -> Sampler:
@@ -434,10 +471,12 @@ def sampler_for(wm: LoadedWorldModel, n_sim: Optional[int] = None, n_real: Optio
     two-stage guided sampler at ``wm.cfg.sample`` or the given settings, its condition from ``condition`` (default:
     ``sample.condition``'s source). A kind of run with a sampler of its own plugs in here, chosen by
     ``wm.checkpoint.kind``: a few-step student (kind ``fewstep``, ``fewstep.steps`` > 0 in its config) samples with
-    ``fewstep.sampler.FewStepSampler``. The samplers of one model share its first-frame masker."""
-    if wm.cfg.fewstep.steps:  # imported here: simforcing.fewstep builds on this module
-        from simforcing.fewstep.sampler import student_sampler
-        return student_sampler(wm, n_sim, n_real, w, decode_sim, condition)
+    :class:`FewStepSampler`. The samplers of one model share its first-frame masker."""
+    if wm.cfg.fewstep.steps:
+        check_student_settings(wm, n_sim, n_real, w)
+        sampler: GuidedSampler = FewStepSampler(wm, decode_sim, condition)
+        wm.masker = wm.masker or sampler.masker
+        return sampler
     sampler = GuidedSampler(wm.model, wm.vae, wm.cfg, n_sim, n_real, w, masker=wm.masker, decode_sim=decode_sim,
                             condition=condition)
     wm.masker = wm.masker or sampler.masker

@@ -18,10 +18,9 @@ import torch.nn as nn
 
 from simforcing.config import ConfigError
 from simforcing.fewstep.objective import FewStepPlan, fewstep_step
-from simforcing.fewstep.sampler import FewStepSampler
 from simforcing.fewstep.stage import distill_config, distill_run
 from simforcing.runs import LoadedWorldModel, collate_one, eval_dataset, load_world_model, sample_generator
-from simforcing.sample import GuidedSampler, sampler_for
+from simforcing.sample import FewStepSampler, GuidedSampler, sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from test_sample import Counting, random_batch, ref_taus, tiny_cfg, tiny_model, tiny_vae
 from test_train import _raise_sigterm_at, losses, make_tiny_data

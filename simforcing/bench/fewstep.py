@@ -1,7 +1,7 @@
 """Benchmark section ``fewstep``: the guided sampler against its few-step students, side by side in one run.
 
 For the teacher (the preset's sampler (N_s, N_r, w)) and a student of each K in ``opts.fewstep_steps`` (the same
-random-weight network sampled by ``fewstep.sampler.FewStepSampler``: the cost of a student does not depend on its
+random-weight network sampled by ``sample.FewStepSampler``: the cost of a student does not depend on its
 weights): the per-sample network evaluations of one chunk (``forwards``, counted by the sampler) and the latency of a
 chunk (batch 1; median of ``opts.fewstep_repeats`` calls after one warm-up, all samplers called in turn so that they
 are timed over the same stretch of time), and the episodes per minute of a closed-loop policy evaluation inside the

@@ -4,6 +4,7 @@ rollout). docs/FEWSTEP.md has the objectives and the measurements.
 
 - ``objective``: the distillation objectives (``trajectory``, ``progressive``) and the step function;
 - ``stage``: `simforcing distill` as a stage of the shared training loop (``DISTILL``, ``distill_run``);
-- ``sampler``: the student's sampler, what ``sample.sampler_for`` returns for a student run;
+- the student's sampler is ``sample.FewStepSampler``, what ``sample.sampler_for`` returns for a student run (in
+  ``sample``: the sampler sits below everything that builds on it);
 - ``job``: distil and evaluate a student against its teacher on the same windows (for the demo).
 """
