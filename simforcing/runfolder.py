@@ -15,8 +15,9 @@ Every run says what it is (``kind`` in run.json; for runs from before that, from
 ``video_base`` (``simforcing pretrain --method video_prior``, stage 0: the network trained as a plain video model, no
 actions; ``simforcing.prior``), ``stage1`` (``simforcing pretrain``, the simulation world model), ``stage2``
 (``simforcing train --method M``, a real-domain world model), ``fewstep`` (``simforcing distill``, a few-step
-student of a stage-2 world model: ``simforcing.fewstep``) or ``policy`` (``simforcing policy train``). A command that takes a run names the kinds it accepts and
-refuses the others by name, with a command that would work (:func:`require_kind`) — before any other work.
+student of a stage-2 world model: ``simforcing.fewstep``) or ``policy`` (``simforcing policy train``). A command
+that takes a run names the kinds it accepts and refuses the others by name, with a command that would work
+(:func:`require_kind`) — before any other work.
 
 Opening a run (sampling, evaluation, the stage-2 teacher, policy initialisation and inference all do it this way):
 
@@ -152,7 +153,8 @@ def describe_kind(kind: str, cfg: Optional[Config]) -> str:
     if kind == "stage2":
         return f"a stage-2 run (a real-domain world model, train.method {cfg.train.method if cfg else '?'!r})"
     if kind == "fewstep":
-        return f"a few-step student run (fewstep.steps {cfg.fewstep.steps if cfg else '?'}, distilled from a world model)"
+        steps = cfg.fewstep.steps if cfg else "?"
+        return f"a few-step student run (fewstep.steps {steps}, distilled from a world model)"
     return f"a policy run (policy.setting {cfg.policy.setting if cfg else '?'!r})"
 
 

@@ -475,10 +475,9 @@ def sampler_for(wm: LoadedWorldModel, n_sim: Optional[int] = None, n_real: Optio
     if wm.cfg.fewstep.steps:
         check_student_settings(wm, n_sim, n_real, w)
         sampler: GuidedSampler = FewStepSampler(wm, decode_sim, condition)
-        wm.masker = wm.masker or sampler.masker
-        return sampler
-    sampler = GuidedSampler(wm.model, wm.vae, wm.cfg, n_sim, n_real, w, masker=wm.masker, decode_sim=decode_sim,
-                            condition=condition)
+    else:
+        sampler = GuidedSampler(wm.model, wm.vae, wm.cfg, n_sim, n_real, w, masker=wm.masker, decode_sim=decode_sim,
+                                condition=condition)
     wm.masker = wm.masker or sampler.masker
     return sampler
 

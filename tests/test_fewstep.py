@@ -132,7 +132,8 @@ def reference_loss(student, teacher, batch: dict, cfg, seed: int) -> dict:
             starts, targets = [], []
             for k in range(f.steps):
                 zk = (1 - s_taus[k]) * z + s_taus[k] * eps_r
-                grid = [s_taus[k]] + [t for t in t_taus if s_taus[k + 1] + 1e-6 < t < s_taus[k] - 1e-6] + [s_taus[k + 1]]
+                inner = [t for t in t_taus if s_taus[k + 1] + 1e-6 < t < s_taus[k] - 1e-6]
+                grid = [s_taus[k], *inner, s_taus[k + 1]]
                 target = zk
                 for i in range(len(grid) - 1):
                     target = target + (grid[i + 1] - grid[i]) * guided(target, grid[i])

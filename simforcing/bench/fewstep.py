@@ -52,7 +52,8 @@ def bench_fewstep(cfg: Config, device: torch.device, opts: BenchOptions, log: Ca
         r["episodes_speedup"] = r["episodes_per_minute"] / base["episodes_per_minute"]
         r["meets_aim"] = r["latency_speedup"] >= AIM and r["episodes_speedup"] >= AIM
         log(f"fewstep {r['model']:>7}: {r['forwards_per_chunk']:>2} forwards, {r['latency_s'] * 1e3:7.1f} ms/chunk "
-            f"(x{r['latency_speedup']:.2f}), {r['episodes_per_minute']:6.0f} episodes/min (x{r['episodes_speedup']:.2f})")
+            f"(x{r['latency_speedup']:.2f}), {r['episodes_per_minute']:6.0f} episodes/min "
+            f"(x{r['episodes_speedup']:.2f})")
     s = teacher.cfg.sample
     return {"teacher_sampler": {"n_sim": s.n_sim, "n_real": s.n_real, "w": s.w}, "episodes": episodes.episodes,
             "steps": episodes.steps, "execute": episodes.execute, "repeats": opts.fewstep_repeats, "aim": AIM,
@@ -71,6 +72,6 @@ def format_fewstep(fs: dict | None) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     for r in fs["rows"]:
         lines.append(f"| {r['model']} | {r['forwards_per_chunk']} | {r['latency_s'] * 1e3:.1f} | "
-                     f"{r['latency_speedup']:.2f}× | {r['latency_speedup_cpu']:.2f}× | {r['episodes_per_minute']:.0f} | "
-                     f"{r['episodes_speedup']:.2f}× |")
+                     f"{r['latency_speedup']:.2f}× | {r['latency_speedup_cpu']:.2f}× | "
+                     f"{r['episodes_per_minute']:.0f} | {r['episodes_speedup']:.2f}× |")
     return lines + [""]

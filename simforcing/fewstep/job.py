@@ -7,7 +7,8 @@ Both evaluations use one config (``eval_cfg``: the data/sample/eval sections, e.
 episode; the teacher's own when None), so sample i is the same window with the same noise for both
 (``runs.sample_generator``). :func:`compare` pairs their per-sample scores: mean difference (student − teacher)
 with a 95 % interval (normal approximation over the windows), the relative difference of the means, and the latency
-and forwards per sample; and the student's samples against the teacher's (:func:`teacher_agreement`). A resumed job continues a stopped distillation (its run folder holds checkpoints).
+and forwards per sample; and the student's samples against the teacher's (:func:`teacher_agreement`). A resumed
+job continues a stopped distillation (its run folder holds checkpoints).
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ def distill_and_compare(teacher_run: str | Path, data_root: str | Path, out_dir:
                         eval_cfg: Optional[Config] = None, split: str = "val", num_samples: Optional[int] = None,
                         progress: bool = False) -> dict:
     """Distil a ``steps``-step student of ``teacher_run`` into OUT/student (``train``: dotted overrides such as
-    ``{"train.max_steps": 200}`` on top of :data:`DEMO_TRAIN`), evaluate teacher and student on the same windows and write
-    OUT/fewstep.json (:func:`compare`, :func:`teacher_agreement` and the run's record). Returns that dict."""
+    ``{"train.max_steps": 200}`` on top of :data:`DEMO_TRAIN`), evaluate teacher and student on the same windows
+    and write OUT/fewstep.json (:func:`compare`, :func:`teacher_agreement` and the run's record). Returns that dict."""
     out = Path(out_dir)
     cfg = distill_config(run_config(teacher_run, TEACHER_KINDS, "--teacher", "distill_teacher"), steps, objective)
     apply_overrides(cfg, {**DEMO_TRAIN, **(train or {})})
