@@ -64,6 +64,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
      "--method video_prior: stage 0, the video base (no actions) that stage 1 can start from (--init RUN0)"),
     (("train",), "simforcing.commands.train:TRAIN",
      "stage 2: train the real-domain student with a method (sft ... simforcing)"),
+    (("distill",), "simforcing.commands.distill:DISTILL",
+     "a few-step student of a stage-2 world model: its guided sampler in K network evaluations per chunk"),
     (("generate",), "simforcing.commands.sample:GENERATE", "sample videos with the two-stage guided sampler"),
     (("rollout",), "simforcing.commands.sample:ROLLOUT",
      "roll a world model out chunk after chunk over whole episodes; drift against the recorded truth"),

@@ -235,6 +235,24 @@ class RolloutConfig:
     context_tau: float = 0.0
 
 
+FEWSTEP_OBJECTIVES = ("trajectory", "progressive")
+
+
+@dataclass
+class FewStepConfig:
+    """A few-step student of a trained world model (``simforcing distill``, ``simforcing.fewstep``): the same network,
+    trained so that ``steps`` Euler steps of its conditional branch reproduce the teacher's guided sampler. A run
+    with ``steps`` > 0 is a student (run kind ``fewstep``); 0: any other run."""
+
+    steps: int = 0  # K: network evaluations of the real rollout per chunk (the simulation rollout keeps N_s)
+    objective: str = "trajectory"  # "trajectory" (the teacher's ODE from the same noise) or "progressive" (the
+    #                                teacher's steps over each student jump, from the data noised to its start)
+    w: float = 0.6  # the teacher's guidance weight the student bakes in (its sampler's w)
+    teacher_n_sim: int = 1  # the teacher's sampler the student reproduces: N_s (kept by the student) and N_r
+    teacher_n_real: int = 10
+    sim_weight: float = 1.0  # weight of the term that keeps the simulation rollout the teacher's
+
+
 POLICY_SETTINGS = ("action_only", "unconditional", "video_action")
 POLICY_INIT_FROM = ("all", "video")
 
@@ -269,6 +287,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    fewstep: FewStepConfig = field(default_factory=FewStepConfig)
 
     # -- derived sizes ------------------------------------------------------------------------------------------------
     @property
@@ -380,6 +399,13 @@ class Config:
         _check(t.rollout_prob == 0 or not self.data.latent_cache, "train.rollout_prob", t.rollout_prob,
                "0 with data.latent_cache (training on the model's own rollouts decodes two chunks per window)")
         _check(t.method in METHOD_NAMES, "train.method", t.method, "one of " + ", ".join(METHOD_NAMES))
+        f = self.fewstep
+        _check(0 <= f.steps <= f.teacher_n_real, "fewstep.steps", f.steps,
+               f"0 (not a student) or K in 1..fewstep.teacher_n_real ({f.teacher_n_real}), e.g. 1, 2 or 4")
+        _check(f.objective in FEWSTEP_OBJECTIVES, "fewstep.objective", f.objective,
+               "one of " + ", ".join(FEWSTEP_OBJECTIVES))
+        _check(f.w >= 0 and f.teacher_n_sim >= 1 and f.sim_weight >= 0, "fewstep.w",
+               (f.w, f.teacher_n_sim, f.sim_weight), "w >= 0, teacher_n_sim >= 1 and sim_weight >= 0")
 
     def _validate_sample_eval(self) -> None:
         s = self.sample

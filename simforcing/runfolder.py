@@ -14,11 +14,12 @@
 Every run says what it is (``kind`` in run.json; for runs from before that, from its stage or config):
 ``video_base`` (``simforcing pretrain --method video_prior``, stage 0: the network trained as a plain video model, no
 actions; ``simforcing.prior``), ``stage1`` (``simforcing pretrain``, the simulation world model), ``stage2``
-(``simforcing train --method M``, a real-domain world model) or ``policy`` (``simforcing policy train``). A command that takes a run names the kinds it accepts and
-refuses the others by name, with a command that would work (:func:`require_kind`) — before any other work. The
-other folders simforcing writes (a dataset, a success judge, a command's results) are told apart by their marker
-files (:func:`what_folder`), so a command refuses them by name too, wherever a run is expected and wherever it would
-write into one.
+(``simforcing train --method M``, a real-domain world model), ``fewstep`` (``simforcing distill``, a few-step
+student of a stage-2 world model: ``simforcing.fewstep``) or ``policy`` (``simforcing policy train``). A command
+that takes a run names the kinds it accepts and refuses the others by name, with a command that would work
+(:func:`require_kind`) — before any other work. The other folders simforcing writes (a dataset, a success judge, a
+command's results) are told apart by their marker files (:func:`what_folder`), so a command refuses them by name too,
+wherever a run is expected and wherever it would write into one.
 
 Opening a run (sampling, evaluation, the stage-2 teacher, policy initialisation and inference all do it this way):
 
@@ -70,10 +71,11 @@ __all__ = ["CHECKPOINTS_DIR", "CONFIG_FILE", "LOCK_FILE"]  # re-exported: every 
 
 # the kinds of run, what each is called, and the training stage that writes it
 KIND_NAMES = {"video_base": "a video-base run (stage 0)", "stage1": "a stage-1 run", "stage2": "a stage-2 run",
-              "policy": "a policy run"}
-STAGE_KIND = {"video_prior": "video_base", "pretrain": "stage1", "train": "stage2", "policy": "policy"}
+              "policy": "a policy run", "fewstep": "a few-step student run"}
+STAGE_KIND = {"video_prior": "video_base", "pretrain": "stage1", "train": "stage2", "policy": "policy",
+              "distill": "fewstep"}
 KINDS = tuple(KIND_NAMES)
-WORLD_MODELS = ("stage1", "stage2")
+WORLD_MODELS = ("stage1", "stage2", "fewstep")
 INIT_STAGE1 = ("video_base",)  # what `simforcing pretrain --init RUN` starts stage 1 from
 INIT_POLICY = KINDS  # what `simforcing policy train --init RUN` starts from (a video base: its video expert only)
 
@@ -128,6 +130,8 @@ def kind_of_config(cfg: Config, has_teacher: bool = False) -> str:
     (``sim_pretrain``) or stage 2."""
     if cfg.model.action_head:
         return "policy"
+    if cfg.fewstep.steps:
+        return "fewstep"
     if cfg.train.method == VIDEO_PRIOR_METHOD:
         return "video_base"
     return "stage1" if cfg.train.method == STAGE1_METHOD and not has_teacher else "stage2"
@@ -173,6 +177,9 @@ def describe_kind(kind: str, cfg: Optional[Config]) -> str:
         return "a stage-1 run (the simulation world model)"
     if kind == "stage2":
         return f"a stage-2 run (a real-domain world model, train.method {cfg.train.method if cfg else '?'!r})"
+    if kind == "fewstep":
+        steps = cfg.fewstep.steps if cfg else "?"
+        return f"a few-step student run (fewstep.steps {steps}, distilled from a world model)"
     return f"a policy run (policy.setting {cfg.policy.setting if cfg else '?'!r})"
 
 
@@ -185,6 +192,8 @@ def resume_command(run_dir: str | Path, kind: str, cfg: Optional[Config] = None)
         return f"simforcing pretrain --resume --out {out}"
     if kind == "stage2":
         return f"simforcing train --method {cfg.train.method if cfg else 'METHOD'} --resume --out {out}"
+    if kind == "fewstep":
+        return f"simforcing distill --resume --out {out}"
     return f"simforcing policy train --setting {cfg.policy.setting if cfg else 'SETTING'} --resume --out {out}"
 
 
@@ -215,6 +224,12 @@ def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> st
         return (f"evaluate the world model with `simforcing evaluate --ckpt {q} --data DATA --out EVAL`, or train a "
                 f"policy from it with `simforcing policy train --setting action_only --init {q} --data POLICY_DATA "
                 "--out POLICY_RUN` and evaluate that")
+    if use in ("teacher", "distill_teacher") and kind == "fewstep":  # a student teaches nothing: its teacher can
+        source = _recorded_source(run_dir, TEACHER_FILE, "run")
+        return (f"use the world model it was distilled from: `--teacher {shlex.quote(source)}`" if source else
+                "give the world model it was distilled from (its teacher.json)")
+    if use == "distill_teacher":
+        return "give the folder of a `simforcing train` run (a stage-2 world model)"
     if use == "teacher":  # stage 2: a stage-1 run
         source = _recorded_source(run_dir, TEACHER_FILE, "run") if kind == "stage2" else \
             _recorded_source(run_dir, INIT_FILE, "source")
@@ -230,6 +245,8 @@ def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> st
 # what each use of a run needs, said in the refusal
 USE_NEEDS = {"sample": "this command samples a world model", "policy": "`policy eval` scores policy runs",
              "teacher": "stage 2 starts from a stage-1 run",
+             "distill_teacher": "`simforcing distill` distils a stage-2 world model",
+             "resume_distill": "simforcing distill --resume cannot continue it",
              "init_stage1": "`simforcing pretrain --init` starts stage 1 from a video base",
              "init": "`simforcing policy train --init` starts from a video base, a world model or a policy",
              "resume_video_prior": f"simforcing pretrain --method {VIDEO_PRIOR_METHOD} --resume cannot continue it",

@@ -180,12 +180,16 @@ Velocity = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (z (B, C, L, 
 def integrate(velocity: Velocity, noise: torch.Tensor, n_steps: int, shift: float) -> torch.Tensor:
     """dz/dτ = u from τ = 1 (``noise``, (B, C, L, h, w)) down to τ = 0 over the ``n_steps`` Euler steps of
     ``flow.euler_schedule(n_steps, shift)``: the one integration loop of both rollouts -> ẑ like ``noise``."""
-    sched = euler_schedule(n_steps, shift).tolist()
-    b, dev = noise.shape[0], noise.device
-    z = noise
-    for i in range(n_steps):
-        tau = torch.full((b,), sched[i], device=dev)
-        z = euler_step(z, velocity(z, tau).float(), tau, torch.full((b,), sched[i + 1], device=dev))
+    return integrate_over(velocity, noise, euler_schedule(n_steps, shift).tolist())
+
+
+def integrate_over(velocity: Velocity, z: torch.Tensor, times: Sequence[float]) -> torch.Tensor:
+    """Euler steps of dz/dτ = u from ``z`` (B, C, L, h, w) at τ = times[0] through times[1], ... to times[-1] (a
+    part of a schedule: the few-step distillation's teacher segments, ``simforcing.fewstep``) -> z like ``z``."""
+    b, dev = z.shape[0], z.device
+    for t, t_next in zip(times[:-1], times[1:]):
+        tau = torch.full((b,), float(t), device=dev)
+        z = euler_step(z, velocity(z, tau).float(), tau, torch.full((b,), float(t_next), device=dev))
     return z
 
 
@@ -205,16 +209,23 @@ def real_rollout(net: CountingModel, step: StepInputs, noise: torch.Tensor, n_re
     (rows [0, B) conditional with gate 1, rows [B, 2B) unconditional with gate 0 and zero features). The step context
     is ``step``'s when it holds one (B samples), built here otherwise (and always for the 2B batch).
     """
-    b, dev = noise.shape[0], noise.device
+    return integrate(rollout_velocity(net, step, w, cond_feats, n_real), noise, n_real, shift)
+
+
+def rollout_velocity(net: CountingModel, step: StepInputs, w: float, cond_feats: Optional[list],
+                     uses: int) -> Velocity:
+    """The guided velocity of a real rollout of ``step``'s B samples at weight ``w`` (see :func:`real_rollout`), for
+    ``uses`` forwards (the step context is built when they share it)."""
+    b, dev = step.z0.shape[0], step.z0.device
     if w != 0.0 and cond_feats is None:
         raise ValueError(f"real_rollout: w = {w} needs the condition features P_j(c); got None")
     if w == 0.0:
-        step = step.with_context(net.model, n_real)
-        return integrate(lambda z, tau: net.velocity(z, tau, step), noise, n_real, shift)
+        step = step.with_context(net.model, uses)
+        return lambda z, tau: net.velocity(z, tau, step)
     if w == 1.0:
-        step, ones = step.with_context(net.model, n_real), torch.ones(b, device=dev)
-        return integrate(lambda z, tau: net.velocity(z, tau, step, cond_feats, ones), noise, n_real, shift)
-    pair = step.doubled().with_context(net.model, n_real)  # (2B, ...) = [conditional; unconditional], built once
+        step, ones = step.with_context(net.model, uses), torch.ones(b, device=dev)
+        return lambda z, tau: net.velocity(z, tau, step, cond_feats, ones)
+    pair = step.doubled().with_context(net.model, uses)  # (2B, ...) = [conditional; unconditional], built once
     feats_2 = [torch.cat([f, torch.zeros_like(f)]) for f in cond_feats]
     gate_2 = torch.cat([torch.ones(b, device=dev), torch.zeros(b, device=dev)])
 
@@ -222,7 +233,7 @@ def real_rollout(net: CountingModel, step: StepInputs, noise: torch.Tensor, n_re
         u2 = net.velocity(torch.cat([z, z]), torch.cat([tau, tau]), pair, feats_2, gate_2)  # (2B, C, L, h, w)
         return guided_velocity(u2[:b].float(), u2[b:].float(), w)
 
-    return integrate(guided, noise, n_real, shift)
+    return guided
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -438,6 +449,43 @@ class GuidedSampler:
         return out
 
 
+class FewStepSampler(GuidedSampler):
+    """The sampler of a few-step student (``simforcing.fewstep``, ``simforcing distill``): this sampler at
+    (N_s, K, w = 1) — the student's own simulation rollout gives c, then K Euler steps of its conditional branch alone
+    (gate 1, no CFG pair: the teacher's w is baked into the weights), with the teacher's noise for the same generator.
+    A student of a model trained without a condition (:func:`effective_w` 0) runs K unconditional steps and no
+    simulation rollout. ``settings()`` records the teacher's sampler it stands for."""
+
+    name = "fewstep"
+
+    def __init__(self, wm: LoadedWorldModel, decode_sim: bool = False, condition: Optional[ConditionSource] = None):
+        f = wm.cfg.fewstep
+        self.distilled_w, self.objective = effective_w(wm.cfg, f.w), f.objective
+        super().__init__(wm.model, wm.vae, wm.cfg, f.teacher_n_sim, f.steps, 1.0 if self.distilled_w else 0.0,
+                         masker=wm.masker, decode_sim=decode_sim, condition=condition)
+
+    def settings(self) -> dict:
+        f = self.cfg.fewstep
+        out = {**super().settings(), "sampler": self.name, "steps": f.steps, "w": self.distilled_w,
+               "branch": "conditional" if self.distilled_w else "unconditional", "objective": self.objective,
+               "teacher_sampler": {"n_sim": f.teacher_n_sim, "n_real": f.teacher_n_real, "w": self.distilled_w}}
+        out.pop("w_asked", None)
+        return out
+
+
+def check_student_settings(wm: LoadedWorldModel, n_sim: Optional[int], n_real: Optional[int],
+                           w: Optional[float]) -> None:
+    """ConfigError naming the setting when a caller asks a few-step student for sampler settings other than its
+    own (a sweep of N_s, N_r or w needs its teacher)."""
+    f = wm.cfg.fewstep
+    for name, got, own in (("N_s", n_sim, f.teacher_n_sim), ("N_r", n_real, f.steps), ("w", w, f.w)):
+        if got is not None and float(got) != float(own):
+            raise ConfigError(f"{wm.name} is a few-step student ({f.steps} steps at the teacher's w = {f.w:g}, N_s = "
+                              f"{f.teacher_n_sim}); asked {name} = {got:g}: a student samples only at its own "
+                              "settings — sweep the sampler on its teacher (RUN/teacher.json), or distil another "
+                              "student (`simforcing distill --steps K`)")
+
+
 def sampler_for(wm: LoadedWorldModel, n_sim: Optional[int] = None, n_real: Optional[int] = None,
                 w: Optional[float] = None, decode_sim: bool = False,
                 condition: Optional[ConditionSource] = None) -> Sampler:
@@ -445,9 +493,14 @@ def sampler_for(wm: LoadedWorldModel, n_sim: Optional[int] = None, n_real: Optio
     the policy evaluation inside a world model, the API, the benchmark): stage-1 and stage-2 runs sample with the
     two-stage guided sampler at ``wm.cfg.sample`` or the given settings, its condition from ``condition`` (default:
     ``sample.condition``'s source). A kind of run with a sampler of its own plugs in here, chosen by
-    ``wm.checkpoint.kind``. The samplers of one model share its first-frame masker."""
-    sampler = GuidedSampler(wm.model, wm.vae, wm.cfg, n_sim, n_real, w, masker=wm.masker, decode_sim=decode_sim,
-                            condition=condition)
+    ``wm.checkpoint.kind``: a few-step student (kind ``fewstep``, ``fewstep.steps`` > 0 in its config) samples with
+    :class:`FewStepSampler`. The samplers of one model share its first-frame masker."""
+    if wm.cfg.fewstep.steps:
+        check_student_settings(wm, n_sim, n_real, w)
+        sampler: GuidedSampler = FewStepSampler(wm, decode_sim, condition)
+    else:
+        sampler = GuidedSampler(wm.model, wm.vae, wm.cfg, n_sim, n_real, w, masker=wm.masker, decode_sim=decode_sim,
+                                condition=condition)
     wm.masker = wm.masker or sampler.masker
     return sampler
 

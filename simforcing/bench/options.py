@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 SCHEMA = "simforcing-bench/1"
-SECTIONS = ("sampler", "train", "data", "scaling", "policy", "rollout", "wm_policy")  # the GPU benchmark is its own mode: bench --gpu (gpu.py)
+SECTIONS = ("sampler", "train", "data", "scaling", "policy", "rollout", "wm_policy", "fewstep")  # the GPU benchmark is its own mode: bench --gpu (gpu.py)
 FULL_GRID = [(ns, nr, w) for ns in (1, 5, 10, 20) for nr in (1, 5, 10, 20) for w in (0.0, 0.3, 0.6, 1.0)]
 QUICK_GRID = [(1, 10, 0.0), (1, 10, 0.3), (1, 10, 0.6), (1, 10, 1.0), (5, 20, 0.6), (1, 1, 0.6), (20, 1, 1.0)]
 TINY_GRID = [(2, 3, 0.0), (2, 3, 0.6), (2, 3, 1.0)]
@@ -39,6 +39,8 @@ class BenchOptions:
     wm_scenes_per_task: int = 5  # world-model policy evaluation: held-out scenes per task, 2 players
     wm_steps: int = 16
     wm_alone_scenes: int = 2  # scenes per player timed one at a time (scaled to all)
+    fewstep_steps: tuple = (1, 2, 4)  # the students' K beside the teacher (section fewstep)
+    fewstep_repeats: int = 10  # timed chunks per sampler
 
     @classmethod
     def for_mode(cls, quick: bool, tiny: bool) -> "BenchOptions":
@@ -47,7 +49,8 @@ class BenchOptions:
                        train_repeats=2, train_batch=2,
                        data_episodes=2, data_length=16, data_passes=1, scaling_frames=(5, 9), scaling_scales=(1, 2),
                        scaling_paper_res=False, scaling_repeats=1, policy_repeats=1, rollout_batch=2,
-                       rollout_chunks=2, wm_scenes_per_task=1, wm_steps=4, wm_alone_scenes=1)
+                       rollout_chunks=2, wm_scenes_per_task=1, wm_steps=4, wm_alone_scenes=1,
+                       fewstep_steps=(1,), fewstep_repeats=1)
         if quick:
             return cls("quick", list(QUICK_GRID), repeats=5, min_config_s=2.0, forward_repeats=20, train_repeats=12,
                        data_episodes=6,

@@ -14,6 +14,7 @@ import torch
 from simforcing.bench.measure import STATS, machine_info
 from simforcing.bench.options import SCHEMA, SECTIONS, TARGETS, BenchOptions
 from simforcing.bench.policy import bench_policy, format_policy
+from simforcing.bench.fewstep import bench_fewstep, format_fewstep
 from simforcing.bench.rollout import bench_rollout, bench_wm_policy, format_rollout
 from simforcing.bench.sampler import bench_sampler
 from simforcing.bench.scaling import bench_scaling, plot_scaling
@@ -130,6 +131,7 @@ def format_tables(results: dict) -> str:
     if results.get("policy"):
         lines += format_policy(results["policy"])
     lines += format_rollout(results.get("rollout"), results.get("wm_policy"))
+    lines += format_fewstep(results.get("fewstep"))
     tg = results.get("targets", {})
     if tg:
         def verdict(v: dict) -> str:
@@ -258,6 +260,8 @@ def _run_sections(cfg: Config, opts: BenchOptions, out: Path, device: torch.devi
             results["rollout"] = bench_rollout(cfg, device, opts, log)
         elif name == "wm_policy":
             results["wm_policy"] = bench_wm_policy(cfg, device, opts, log)
+        elif name == "fewstep":
+            results["fewstep"] = bench_fewstep(cfg, device, opts, log)
         section_times[name] = time.perf_counter() - s0
     results["targets"] = check_targets(results)
     results["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 
@@ -66,45 +67,74 @@ def bench_rollout(cfg: Config, device: torch.device, opts: BenchOptions, log: Ca
             "rows": rows}
 
 
-def bench_wm_policy(cfg: Config, device: torch.device, opts: BenchOptions, log: Callable[[str], None]) -> dict:
-    """Episodes per minute: world model (all together) vs the simulator vs a world model one episode at a time."""
-    # MuJoCo (the simulator's scenes) loads for this section only
-    from simforcing.policy.evaluate import ExpertPlayer, IdlePlayer, evaluate_synthetic
-    from simforcing.policy.synthetic import held_out_scenes
-    from simforcing.policy.world_model_eval import Episodes, start_frames
+@dataclass
+class WorldModelEpisodes:
+    """The closed-loop world-model evaluation the benchmark times (random-weight judge, the scripted expert and
+    do-nothing on held-out layout scenes, ``execute`` actions per chunk): :meth:`seconds` of a world model."""
 
-    c = copy.deepcopy(cfg)
-    c.data.height, c.data.width = 32, 48  # the synthetic benchmark's camera
-    wm = bench_world_model(c, bench_model(c, device), bench_vae(c, device), device)
-    torch.manual_seed(0)
-    judge = SuccessJudge(JudgeNet(ProbeConfig(32, 48, 6, (0, 1, 2), None)),
-                         {"resolution": [32, 48], "layouts": 2, "predicates": PREDICATES})
-    per_task, steps = opts.wm_scenes_per_task, opts.wm_steps
-    players = {"expert": ExpertPlayer(), "idle": IdlePlayer()}
-    scenes = held_out_scenes(9000, per_task, steps, layouts=2)
-    starts = start_frames(scenes, 9000, steps, 32, 48, 2, 0.03)
-    n_eps = len(players) * len(starts)
-    execute = 4
+    players: dict
+    starts: list
+    judge: SuccessJudge
+    steps: int
+    execute: int = 4
 
-    def world_model(eps_players: dict, eps_starts: list) -> float:
+    @classmethod
+    def build(cls, scenes_per_task: int, steps: int) -> "WorldModelEpisodes":
+        # MuJoCo (the simulator's scenes) loads for these sections only
+        from simforcing.policy.evaluate import ExpertPlayer, IdlePlayer
+        from simforcing.policy.synthetic import held_out_scenes
+        from simforcing.policy.world_model_eval import start_frames
+
+        torch.manual_seed(0)
+        judge = SuccessJudge(JudgeNet(ProbeConfig(32, 48, 6, (0, 1, 2), None)),
+                             {"resolution": [32, 48], "layouts": 2, "predicates": PREDICATES})
+        scenes = held_out_scenes(9000, scenes_per_task, steps, layouts=2)
+        starts = start_frames(scenes, 9000, steps, 32, 48, 2, 0.03)
+        return cls({"expert": ExpertPlayer(), "idle": IdlePlayer()}, starts, judge, steps)
+
+    @property
+    def episodes(self) -> int:
+        return len(self.players) * len(self.starts)
+
+    def seconds(self, wm: LoadedWorldModel, players: Optional[dict] = None, starts: Optional[list] = None) -> float:
+        """Wall seconds of the episodes of ``players`` × ``starts`` (default: all) advanced together inside ``wm``
+        (its sampler: ``sample.sampler_for``), the judge reading every chunk."""
+        from simforcing.policy.world_model_eval import Episodes
+
         t0 = time.perf_counter()
-        ep = Episodes(wm, eps_players, eps_starts)
+        ep = Episodes(wm, self.players if players is None else players, self.starts if starts is None else starts)
         t = 0
-        while t < steps:
-            n = min(execute, steps - t)
+        while t < self.steps:
+            n = min(self.execute, self.steps - t)
             images, states = ep.observe()
-            new = ep.step(ep.act(images, states, t, t // execute), n)
-            judge.read_video(torch.cat([ep.first[:, :, None], new], dim=2), torch.zeros(new.shape[0], 3))
+            new = ep.step(ep.act(images, states, t, t // self.execute), n)
+            self.judge.read_video(torch.cat([ep.first[:, :, None], new], dim=2), torch.zeros(new.shape[0], 3))
             t += n
         return time.perf_counter() - t0
 
-    together = world_model(players, starts)
-    alone = sum(world_model({k: p}, [s]) for k, p in players.items() for s in starts[: opts.wm_alone_scenes])
-    alone *= len(starts) / max(1, min(len(starts), opts.wm_alone_scenes))
+
+def synthetic_world_model(cfg: Config, device: torch.device) -> LoadedWorldModel:
+    """A random-weight world model of ``cfg`` at the synthetic benchmark's camera (32×48)."""
+    c = copy.deepcopy(cfg)
+    c.data.height, c.data.width = 32, 48
+    return bench_world_model(c, bench_model(c, device), bench_vae(c, device), device)
+
+
+def bench_wm_policy(cfg: Config, device: torch.device, opts: BenchOptions, log: Callable[[str], None]) -> dict:
+    """Episodes per minute: world model (all together) vs the simulator vs a world model one episode at a time."""
+    from simforcing.policy.evaluate import evaluate_synthetic
+
+    wm = synthetic_world_model(cfg, device)
+    run = WorldModelEpisodes.build(opts.wm_scenes_per_task, opts.wm_steps)
+    n_eps, steps = run.episodes, run.steps
+    together = run.seconds(wm)
+    alone = sum(run.seconds(wm, {k: p}, [s]) for k, p in run.players.items()
+                for s in run.starts[: opts.wm_alone_scenes])
+    alone *= len(run.starts) / max(1, min(len(run.starts), opts.wm_alone_scenes))
     t0 = time.perf_counter()
-    evaluate_synthetic({}, per_task, steps, layouts=2, jitter=0.03, progress=lambda *_: None)
+    evaluate_synthetic({}, opts.wm_scenes_per_task, steps, layouts=2, jitter=0.03, progress=lambda *_: None)
     sim = time.perf_counter() - t0
-    out = {"episodes": n_eps, "steps": steps, "execute": execute,
+    out = {"episodes": n_eps, "steps": steps, "execute": run.execute,
            "episodes_per_minute": {"world_model_batched": 60 * n_eps / together,
                                    "world_model_one_at_a_time": 60 * n_eps / alone,
                                    "simulator": 60 * n_eps / sim},

@@ -224,6 +224,9 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
         cfg = with_dataset_settings(cfg, data_root)
     if domain not in DOMAINS:
         raise ConfigError(f"--domain: got {domain!r}; expected one of {', '.join(DOMAINS)}")
+    if domain == "sim" and cfg.fewstep.steps:
+        raise ConfigError(f"--domain sim: {run_dir} is a few-step student: it samples the real domain only (its "
+                          "simulation rollout is the teacher's N_s steps); evaluate its teacher in simulation")
     if domain == "sim":
         cfg.sample.w = 0.0  # in simulation the model runs unconditioned: the rollout the sampler conditions on
     num_samples = cfg.eval.num_samples if num_samples is None else int(num_samples)

@@ -59,7 +59,7 @@ def check_resume_config(cfg: Config, theirs: Config, stage: Stage, run_dir: Path
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _recorded_teacher(run_dir: Path) -> tuple[Optional[Path], Optional[Path]]:
+def recorded_teacher(run_dir: Path) -> tuple[Optional[Path], Optional[Path]]:
     """(run, checkpoint) from RUN/teacher.json; (None, None) when there is none."""
     path = run_dir / TEACHER_FILE
     if not path.exists():
@@ -78,7 +78,7 @@ def resolve_teacher(run_dir: Path, teacher_run: Optional[Path], resume: bool, cf
     not a stage-1 run or has another architecture than ``cfg``."""
     checkpoint = None
     if resume:
-        recorded_run, recorded_ckpt = _recorded_teacher(run_dir)
+        recorded_run, recorded_ckpt = recorded_teacher(run_dir)
         teacher_run = teacher_run if teacher_run is not None else recorded_run
         if recorded_ckpt is not None and recorded_ckpt.is_dir():
             checkpoint = recorded_ckpt

@@ -1,0 +1,58 @@
+"""`simforcing distill --teacher RUN2 --steps K [--objective trajectory|progressive] [--w W] --data DIR --out RUN`:
+a few-step student of a stage-2 world model (``simforcing.fewstep``). Exit codes: the run's own (0 finished,
+3 diverged, 75 stopped), and the errors' (cli)."""
+
+from __future__ import annotations
+
+import argparse
+
+from simforcing.commands import Subcommand, config_from_args
+from simforcing.commands.runs import report_training
+from simforcing.commands.train import _resumed_config, _with_data
+from simforcing.config import FEWSTEP_OBJECTIVES, Config, ConfigError
+from simforcing.fewstep.stage import TEACHER_KINDS, distill_config, distill_run
+from simforcing.runfolder import run_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--teacher", default=None, help="the world model to distil: a `simforcing train` run folder "
+                        "(optional with --resume: teacher.json records it)")
+    parser.add_argument("--steps", type=int, default=None, help="K, the student's network evaluations per chunk "
+                        "(1, 2 or 4; at most the teacher's N_r)")
+    parser.add_argument("--objective", default="trajectory", choices=FEWSTEP_OBJECTIVES,
+                        help="trajectory: regress the teacher's ODE states from the same noise; progressive: the "
+                        "teacher's steps over each jump, from the data noised to its start")
+    parser.add_argument("--w", type=float, default=None, help="the guidance weight baked in (default: the "
+                        "teacher's sample.w)")
+    parser.add_argument("--data", default=None, help="dataset folder (default: the teacher's data.root)")
+    parser.add_argument("--out", default=None, help="the student's run folder (or the one to continue with --resume)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint of --out")
+    parser.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+
+
+def config(args: argparse.Namespace) -> Config:
+    """The teacher's config with the student's settings (or, on --resume, the run's own) + overrides."""
+    base = _resumed_config(args, "distill")
+    if base is None:
+        if not args.teacher:
+            raise ConfigError("--teacher: `simforcing distill` needs the world model to distil (RUN2)")
+        if args.steps is None:
+            raise ConfigError("--steps: give K, the student's evaluations per chunk (1, 2 or 4)")
+        base = distill_config(run_config(args.teacher, TEACHER_KINDS, "--teacher", "distill_teacher"), args.steps,
+                              args.objective, args.w)
+    elif args.steps is not None and args.steps != base.fewstep.steps:
+        raise ConfigError(f"--steps: {args.out} distils {base.fewstep.steps} steps, not {args.steps}; resume it "
+                          "without --steps, or start a new run in another --out")
+    return _with_data(config_from_args(args, base=base, validate=False), args)
+
+
+def run(args: argparse.Namespace, cfg: Config) -> int:
+    if not args.out:
+        raise ConfigError("--out: the student's run folder is required (e.g. --out runs/fewstep_k4)")
+    result = distill_run(cfg, args.out, args.teacher, args.resume, progress=not args.no_progress)
+    return report_training("simforcing distill", result)
+
+
+DISTILL = Subcommand(add_arguments, run, config, "run the same command with --resume to continue from the last "
+                     "checkpoint")
