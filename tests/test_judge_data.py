@@ -84,3 +84,16 @@ def test_fit_judge_refuses_too_few_rendered_frames(tmp_path, capsys):
                  "--sim-frames", "1"]) != 0
     assert "--sim-frames: got 1; expected at least 2" in capsys.readouterr().err
     assert not (tmp_path / "j").exists()
+
+
+def test_the_demo_passes_its_judge_frames_budget_to_the_fitting_command(tmp_path):
+    from dataclasses import replace
+
+    from simforcing.demo.plan import build_plan, demo_budget
+
+    b = demo_budget()
+    for frames, want in ((None, []), (8, [("--sim-frames", "8")])):
+        budget = replace(b, wm_eval=replace(b.wm_eval, judge_frames=frames))
+        argv = build_plan(tmp_path / "demo", None, budget).commands["judge"].split()
+        assert argv[argv.index("--sim-episodes") + 1] == str(b.wm_eval.judge_rollouts)
+        assert [(a, argv[i + 1]) for i, a in enumerate(argv) if a == "--sim-frames"] == want

@@ -39,10 +39,12 @@ class WorldModelEvalBudget:
     expert_noise: tuple = (0.01, 0.02, 0.04)  # metres per step: the scripted expert degraded
     judge_steps: int = 2000  # the default demo's judge: what its 20 minutes allow (it caps the agreement)
     judge_steps_full: int = 5000
-    judge_rollouts: int = 150  # simulator rollouts the judge is also fitted on (another scene seed)
+    judge_rollouts: int = 60  # simulator rollouts the judge is also fitted on (another scene seed)
     judge_rollouts_full: int = 600  # ~15 min with the fit: held-out episode κ 0.30 -> 0.76 (docs/WORLD_MODEL_EVAL.md)
-    judge_frames: Optional[int] = 8  # rendered frames of each rollout (``model fit-judge --sim-frames``): more scenes
-    judge_frames_full: Optional[int] = None  # every frame, as the --full judge was measured
+    # rendered frames of each rollout (``model fit-judge --sim-frames K``: cheaper rollouts, so more scenes for the
+    # same time); None renders every frame, as both judges were validated (docs/WORLD_MODEL_EVAL.md)
+    judge_frames: Optional[int] = None
+    judge_frames_full: Optional[int] = None
 
 
 WM_EVAL_QUICK = WorldModelEvalBudget(per_task=1, per_task_full=1, budgets=(3,), budgets_full=(3,), expert_noise=(0.02,),
