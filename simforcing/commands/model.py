@@ -115,6 +115,9 @@ def add_fit_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sim-episodes", type=int, default=0,
                         help="also this many simulator rollouts of the policy benchmark (the expert at several noise "
                              "levels, scenes of another seed than any evaluation)")
+    parser.add_argument("--sim-frames", type=int, default=None,
+                        help="render only this many frames of each rollout (the first, those nearest the task's "
+                             "decision threshold, the rest at random; default: all): more scenes for the same time")
     parser.add_argument("--layouts", type=int, default=None, help="the rollouts' layouts (default: the datasets')")
     parser.add_argument("--jitter", type=float, default=0.03, help="the rollouts' task-object jitter (m)")
     parser.add_argument("--consecutive", type=int, default=JudgeFitOptions.consecutive,
@@ -140,6 +143,9 @@ def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
         raise ConfigError(f"--steps {args.steps} / --batch-size {args.batch_size}: expected >= 1 / >= 4")
     if not 0 <= args.sim_episodes <= MAX_SIM_EPISODES:
         raise ConfigError(f"--sim-episodes: got {args.sim_episodes}; expected a count in [0, {MAX_SIM_EPISODES}]")
+    if args.sim_frames is not None and args.sim_frames < 2:
+        raise ConfigError(f"--sim-frames: got {args.sim_frames}; expected at least 2 rendered frames per rollout (the "
+                          "first and one more), or leave it out for all")
     if args.consecutive < 1:
         raise ConfigError(f"--consecutive: got {args.consecutive}; expected an integer >= 1")
     owned = (JUDGE_FILE, JUDGE_META)
@@ -152,7 +158,8 @@ def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
         from simforcing.policy.judge_data import simulated_frames  # MuJoCo: only with rollouts
 
         layouts = args.layouts if args.layouts is not None else benchmark_layouts(args.data)
-        rollouts = simulated_frames(args.sim_episodes, cfg.data.height, cfg.data.width, layouts, args.jitter)
+        rollouts = simulated_frames(args.sim_episodes, cfg.data.height, cfg.data.width, layouts, args.jitter,
+                                    frames=args.sim_frames)
     judge = fit_judge(args.data, cfg.data.height, cfg.data.width, opts, rollouts=rollouts)
     with results_folder(args.out, "--out", "a success judge", owned) as tmp:
         save_judge(judge, tmp)

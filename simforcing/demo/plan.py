@@ -41,6 +41,10 @@ class WorldModelEvalBudget:
     judge_steps_full: int = 5000
     judge_rollouts: int = 60  # simulator rollouts the judge is also fitted on (another scene seed)
     judge_rollouts_full: int = 600  # ~15 min with the fit: held-out episode κ 0.30 -> 0.76 (docs/WORLD_MODEL_EVAL.md)
+    # rendered frames of each rollout (``model fit-judge --sim-frames K``: cheaper rollouts, so more scenes for the
+    # same time); None renders every frame, as both judges were validated (docs/WORLD_MODEL_EVAL.md)
+    judge_frames: Optional[int] = None
+    judge_frames_full: Optional[int] = None
 
 
 WM_EVAL_QUICK = WorldModelEvalBudget(per_task=1, per_task_full=1, budgets=(3,), budgets_full=(3,), expert_noise=(0.02,),
@@ -394,10 +398,13 @@ class _Builder:
         pdata = Path(pol["data"])
         self.records["policy data"] = {"command": pol["commands"]["policy data"], "generator": GENERATOR_VERSION}
         judge = out / "judge"
+        frames = w.judge_frames_full if full else w.judge_frames
+        sim_frames = ["--sim-frames", str(frames)] if frames is not None else []
         self.add("judge", ["model", "fit-judge", "--data", str(self.data), str(pdata), "--out", str(judge), "--steps",
                            str(w.judge_steps_full if full else w.judge_steps), "--sim-episodes",
                            str(w.judge_rollouts_full if full else w.judge_rollouts), "--layouts", str(b.policy.layouts),
-                           "--jitter", f"{b.policy.jitter:g}"], judge, "judge.json", self.data_dep + ("policy data",),
+                           "--jitter", f"{b.policy.jitter:g}", *sim_frames], judge, "judge.json",
+                 self.data_dep + ("policy data",),
                  inputs=("data", "policy data"), priority=57)
         budgets = w.budgets_full if full else w.budgets
         policies: dict[str, Path] = {}
