@@ -239,6 +239,11 @@ class Episodes:
         self.frames.append(new)
         return new
 
+    def close(self) -> None:
+        """Release the episodes' digital twin (its renderer), when they have one."""
+        if self.ro is not None and self.ro.twin is not None:
+            self.ro.twin.close()
+
     def video(self) -> torch.Tensor:
         """(B, 3, 1 + T, H, W): the first frame and every kept frame."""
         return torch.cat([self.first[:, :, None]] + self.frames, dim=2)
@@ -271,27 +276,30 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     seconds = {"start": time.perf_counter() - t0, "world_model": 0.0, "players": 0.0, "judge": 0.0}
     readings = []
     t, chunk = 0, 0
-    while t < max_steps:
-        n = min(execute, max_steps - t)
-        t1 = time.perf_counter()
-        images, states = ep.observe()
-        actions = ep.act(images, states, t, chunk)
-        t2 = time.perf_counter()
-        new = ep.step(actions, n)
-        t3 = time.perf_counter()
-        first = ep.first[:, :, None].expand(-1, -1, n, -1, -1)
-        b, _, k, h, w = new.shape
-        q0 = torch.from_numpy(np.stack([s.state[:3] for _, s in ep.rows])).float()  # (B, 3) given at the start
-        r = judge.read(first.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
-                       new.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
-                       q0[:, None].expand(b, k, 3).reshape(b * k, 3)).view(b, k, -1)
-        readings.append(r)
-        seconds["players"] += t2 - t1
-        seconds["world_model"] += t3 - t2
-        seconds["judge"] += time.perf_counter() - t3
-        t, chunk = t + n, chunk + 1
-        progress(f"world model {Path(wm_run).name if wm is not None else wm_run}: {t}/{max_steps} steps of "
-                 f"{len(ep.rows)} episodes ({time.perf_counter() - t0:.0f} s)")
+    try:  # the twin's renderer (with --wm-condition render) is released however the loop ends
+        while t < max_steps:
+            n = min(execute, max_steps - t)
+            t1 = time.perf_counter()
+            images, states = ep.observe()
+            actions = ep.act(images, states, t, chunk)
+            t2 = time.perf_counter()
+            new = ep.step(actions, n)
+            t3 = time.perf_counter()
+            first = ep.first[:, :, None].expand(-1, -1, n, -1, -1)
+            b, _, k, h, w = new.shape
+            q0 = torch.from_numpy(np.stack([s.state[:3] for _, s in ep.rows])).float()  # (B, 3) given at the start
+            r = judge.read(first.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
+                           new.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
+                           q0[:, None].expand(b, k, 3).reshape(b * k, 3)).view(b, k, -1)
+            readings.append(r)
+            seconds["players"] += t2 - t1
+            seconds["world_model"] += t3 - t2
+            seconds["judge"] += time.perf_counter() - t3
+            t, chunk = t + n, chunk + 1
+            progress(f"world model {Path(wm_run).name if wm is not None else wm_run}: {t}/{max_steps} steps of "
+                     f"{len(ep.rows)} episodes ({time.perf_counter() - t0:.0f} s)")
+    finally:
+        ep.close()
     episodes = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps, judge.consecutive)
     total = time.perf_counter() - t0
     return PolicyEvaluation(
