@@ -29,6 +29,12 @@ def test_demo_quick_writes_a_complete_report(tmp_path):
     for name, row in res["decomposition"].items():
         assert isinstance(row["psnr"], float) and isinstance(row["af_pos"], float), name
     assert (out / "stage1" / "loss_curves.png").exists()
+    few = res["fewstep"]  # the few-step student against its teacher, the same windows and episodes
+    k = few["steps"]
+    assert few["windows"]["forwards_per_sample"] == {"teacher": 21, "student": 1 + k}
+    assert few["windows"]["psnr"]["paired"]["n"] == r["num_samples"]
+    assert few["forwards_per_episode"]["student"] * 21 == few["forwards_per_episode"]["teacher"] * (1 + k)
+    assert set(few["rollout"]["student"]) == {"rollout", "restart"}
     summary = res["summary"]
     assert len(summary["paired"]) == 1 and summary["paired"][0]["seed"] == 42
     assert set(summary["beats_copy"]) == {"sft", "simforcing"}
@@ -39,7 +45,8 @@ def test_demo_quick_writes_a_complete_report(tmp_path):
     assert res["sweep_steps"]["table_md"] and "Action-following error" in res["sweep_steps"]["table_md"]
     md = (out / "report.md").read_text()
     for needle in ("copy the first frame", "VAE reconstruction", "| sft (mean", "| simforcing (mean", "Checks",
-                   "Where the gain is lost", "upper bound", "Loss curves", "Sweep", "Wall time", "```bash"):
+                   "Where the gain is lost", "upper bound", "Loss curves", "Sweep", "Wall time", "```bash",
+                   "The few-step student"):
         assert needle in md, needle
     html = (out / "report.html").read_text()
     assert html.count("data:image/") >= 4  # loss curves, videos and the heatmap inline

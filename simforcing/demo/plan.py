@@ -47,6 +47,18 @@ class WorldModelEvalBudget:
     judge_frames_full: Optional[int] = None
 
 
+@dataclass
+class FewStepBudget:
+    """The few-step student of the SimForcing world model (``simforcing distill``, docs/FEWSTEP.md): its K, the
+    objective and the short fine-tuning of the teacher that distils it."""
+
+    steps: int = 2  # K: network evaluations of the real branch per chunk (N_s + K in all)
+    objective: str = "trajectory"
+    distill_steps: int = 100
+    batch_size: int = 2
+    lr: float = 3e-4
+
+
 WM_EVAL_QUICK = WorldModelEvalBudget(per_task=1, per_task_full=1, budgets=(3,), budgets_full=(3,), expert_noise=(0.02,),
                                      judge_steps=20, judge_steps_full=20, judge_rollouts=2, judge_rollouts_full=2)
 
@@ -79,12 +91,13 @@ class Budget:
     policy: PolicyBudget = field(default_factory=PolicyBudget)
     wm_eval: WorldModelEvalBudget = field(default_factory=WorldModelEvalBudget)
     transfer: TransferBudget = field(default_factory=TransferBudget)  # --full: the video base, seeds × inits
+    fewstep: FewStepBudget = field(default_factory=FewStepBudget)
 
 
 QUICK = Budget(num_train=4, num_val=3, num_sim_pool=12, length=17, stage1_steps=30, stage1_batch=8, stage2_steps=20,
                eval_windows=1, sweep_windows=1, sweep_n_real=(1, 2), probe_steps=30, report_videos=1, long_val=3,
                long_length=25, rollout_horizon=24, rollout_videos=1, layout_train=4, policy=POLICY_QUICK,
-               wm_eval=WM_EVAL_QUICK, transfer=TRANSFER_QUICK)
+               wm_eval=WM_EVAL_QUICK, transfer=TRANSFER_QUICK, fewstep=FewStepBudget(distill_steps=3))
 
 
 def demo_budget(quick: bool = False, stage1_steps: Optional[int] = None,
@@ -155,6 +168,14 @@ def twin_condition(method: str) -> EvalKey:
     return EvalKey(method, variant="twin")
 
 
+STUDENT = "simforcing-fewstep"  # the few-step student's run tag (and its world model's name in the agreement)
+
+
+def few_step(method: str = "simforcing") -> EvalKey:
+    """The few-step student of a method's world model (``simforcing distill``), scored as its teacher is."""
+    return EvalKey(method, variant="few-step")
+
+
 def probe_state(method: str) -> EvalKey:
     """Rollouts: later chunks' state input read from the generated frames by the state probe."""
     return EvalKey(method, variant="probe state")
@@ -183,6 +204,7 @@ class Plan:
     commands: dict  # job name -> the command a user types to reproduce its output
     rollouts: dict = field(default_factory=dict)  # {"data": the long episodes, "folders": EvalKey -> rollout folder}
     wm_eval: Optional[dict] = None  # the world-model policy evaluation's folders (None without it)
+    student: Optional[Path] = None  # the few-step student's run folder
 
 
 class _Builder:
@@ -194,6 +216,7 @@ class _Builder:
         self.data_dep: tuple = ()  # ("data",) when the demo makes the dataset itself (data_and_vae)
         self.vae, self.probe, self.stage1 = out / "vae", out / "probe", out / "stage1"
         self.video_base_dir: Optional[Path] = None  # --full: stage 0, which stage 1 starts from (video_base_section)
+        self.student = out / STUDENT.replace("-", "_")  # the few-step student of the SimForcing world model
 
     # -- provenance --------------------------------------------------------------------------------------------------
     def record(self, name: str, job_argv: list[str], sizes: dict, seed: Optional[int], inputs: tuple) -> dict:
@@ -292,6 +315,18 @@ class _Builder:
                          run_steps=b.stage2_steps)
         return runs
 
+    def distill(self) -> None:
+        """4a. the few-step student of the SimForcing world model (``simforcing distill``): the same network
+        fine-tuned so that K steps of its conditional branch reproduce the teacher's guided sampler."""
+        f = self.b.fewstep
+        argv = ["distill", "--teacher", str(self.out / "simforcing"), "--steps", str(f.steps), "--objective",
+                f.objective, "--data", str(self.data), "--out", str(self.student), f"--train.lr={f.lr:g}",
+                f"--train.batch_size={f.batch_size}", f"--train.max_steps={f.distill_steps}",
+                f"--train.ckpt_every={f.distill_steps}", "--train.threads=1", "--no-progress"]
+        self.add("distill simforcing", argv, self.student, None, ("train simforcing",),
+                 sizes={"distill_steps": f.distill_steps}, seed=SEED, inputs=("train simforcing",), priority=72,
+                 run_steps=f.distill_steps)
+
     def evaluations(self, runs: dict[str, Path]) -> dict[EvalKey, Path]:
         """5. evaluation at the paper's sampler (1, 10, 0.6) with the action-following error and its control; the
         baselines; where the gain is lost."""
@@ -323,6 +358,7 @@ class _Builder:
                      (f"train {m}",))
         evaluate(ORACLE_CONDITION, ["--ckpt", str(runs["simforcing"]), "--sample.condition=oracle"],
                  ("train simforcing",))
+        evaluate(few_step(), ["--ckpt", str(self.student)], ("distill simforcing",), priority=55)
         return evals
 
     def sweeps_and_videos(self, runs: dict[str, Path], full: bool) -> tuple[dict, dict]:
@@ -366,12 +402,13 @@ class _Builder:
         folders: dict[EvalKey, Path] = {}
         common = ["--data", str(data_long), "--horizon", str(b.rollout_horizon), f"--eval.probe={self.probe}"]
 
-        def add(key: EvalKey, run_tag_: str, extra: list[str]) -> None:
+        def add(key: EvalKey, run_tag_: str, extra: list[str], run: Optional[Path] = None,
+                job: Optional[str] = None) -> None:
             folder = folders[key] = out / "rollout" / key.name.replace(" ", "_")
-            self.add(f"rollout {key.name}", ["rollout", "--ckpt", str(runs[run_tag_]), *common, "--out", str(folder),
-                                         *extra, *self.ov], folder, "rollout.json",
-                     (f"train {run_tag_}", "probe", "data long"), inputs=(f"train {run_tag_}", "probe", "data long"),
-                     priority=52)
+            deps = (job or f"train {run_tag_}", "probe", "data long")
+            self.add(f"rollout {key.name}", ["rollout", "--ckpt", str(run or runs[run_tag_]), *common, "--out",
+                                             str(folder), *extra, *self.ov], folder, "rollout.json", deps,
+                     inputs=deps, priority=52)
 
         for seed in seed_list:
             for m in BASE_METHODS:
@@ -380,6 +417,9 @@ class _Builder:
         # the robot's digital twin renders every chunk's condition from the actions (beyond the paper: simforcing.twin)
         for m in (BASE_METHODS if full else ("simforcing",)):
             add(twin_condition(m), m, ["--sample.condition=render", "--videos", "1"])
+        # the few-step student, the paper's own simulation chain: its drift against its teacher's
+        add(few_step(), "simforcing", ["--rows", "rollout", "restart", "--videos", "0"], self.student,
+            "distill simforcing")
         if full:
             for m in BASE_METHODS:
                 add(probe_state(m), m, ["--rollout.state=probe", "--rows", "rollout", "--videos", "0"])
@@ -435,6 +475,7 @@ class _Builder:
             for m in ("simforcing", "sft"):
                 wms[run_tag(m, seed)] = (runs[run_tag(m, seed)], f"train {run_tag(m, seed)}", [])
         wms["simforcing-twin"] = (runs["simforcing"], "train simforcing", ["--wm-condition", "render"])
+        wms[STUDENT] = (self.student, "distill simforcing", [])  # the few-step student: K + 1 forwards per chunk
         trained = {}
         for wm, (run, train_job, extra) in wms.items():
             evals[f"world model {wm}"] = (out / f"wm_{wm}", ["policy", "eval", "--env", "world-model", "--wm", str(run),
@@ -509,6 +550,7 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     seed_list = [SEED + i for i in range(max(1, seeds))]
     names = list(BASE_METHODS) + (list(FULL_RUNS) if full else [])
     runs = B.stage2(names, seed_list)
+    B.distill()
     if full and policy:  # the policy measurement's world-model seeds: sft and simforcing only (the ablations: --seeds)
         extra = [s for s in wm_seed_list(budget.transfer) if s not in seed_list]
         runs.update(B.stage2(list(BASE_METHODS), extra))
@@ -521,7 +563,7 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     commands = {j.name: B.records[j.name]["command"] if "command" in B.records.get(j.name, {}) else j.cite()
                 for j in B.jobs}
     return Plan(out, data, budget, B.jobs, evals, runs, sweeps, videos, pol, tuple(names), seed_list, full, B.notes,
-                commands, rollouts, wm_eval)
+                commands, rollouts, wm_eval, B.student)
 
 
 def budget_dict(b: Budget) -> dict:

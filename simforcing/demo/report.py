@@ -16,6 +16,7 @@ from typing import Optional
 
 from simforcing.demo.plan import (BASE_METHODS, ORACLE_CONDITION, P_RUNS, EvalKey, Plan, one_step,
                                   own_rollout_in_sim, run_tag, teacher_in_sim)
+from simforcing.demo.fewstep_section import collect_fewstep, fewstep_lines
 from simforcing.demo.rollout_section import collect_rollouts, rollout_lines
 from simforcing.demo.wm_eval_section import collect_wm_eval, wm_eval_lines
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, relative_to
@@ -76,6 +77,7 @@ def collect(plan: Plan, wall: dict, policy: Optional[dict]) -> dict:
                      for m, folder in plan.videos.items()}
     res["rollouts"] = collect_rollouts(plan)
     res["wm_eval"] = collect_wm_eval(plan)
+    res["fewstep"] = collect_fewstep(plan)
     res["policy"] = policy
     res["wall_time_s"] = wall
     res["summary"] = summarize(res, plan)
@@ -173,6 +175,7 @@ def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
     sections = (_windows_section(res, plan), _paired_section(res["summary"]), _decomposition_section(res),
                 _ablation_section(res, plan), _sweep_section(res, plan), rollout_lines(res.get("rollouts"), plan),
                 _policy_section(res.get("policy"), plan), wm_eval_lines(res.get("wm_eval"), plan),
+                fewstep_lines(res.get("fewstep")),
                 _media_section(res, plan), _wall_time_and_commands(res, commands))
     return "\n".join(line for section in sections for line in section)
 
