@@ -79,3 +79,21 @@ def test_reused_jobs_keep_the_earlier_runs_seconds(tmp_path):
         earlier.write_text(text)
         assert with_reused_timings({"a": 5.0}, results, earlier) == ({"a": 5.0}, [])
     assert with_reused_timings({"a": 5.0}, results, tmp_path / "none.json") == ({"a": 5.0}, [])
+
+
+def test_the_demo_graph_distils_a_student_and_scores_it_beside_its_teacher(tmp_path):
+    """The student's jobs: distilled from the SimForcing run, then every measurement its teacher gets — the same
+    windows, the long rollouts, the policy evaluation inside the world model and the agreement."""
+    from simforcing.demo.plan import STUDENT, build_plan, demo_budget, few_step
+
+    plan = build_plan(tmp_path / "demo", None, demo_budget())
+    jobs = {j.name: j for j in plan.jobs}
+    k = plan.budget.fewstep.steps
+    distill = plan.commands["distill simforcing"]
+    assert f"--teacher {plan.runs['simforcing']}" in distill and f"--steps {k}" in distill
+    assert f"--out {plan.student}" in distill and jobs["distill simforcing"].deps == ("train simforcing",)
+    assert f"--ckpt {plan.student}" in plan.commands[f"eval {few_step().name}"]
+    assert f"--ckpt {plan.student}" in plan.commands[f"rollout {few_step().name}"]
+    wm = plan.commands[f"wm-eval world model {STUDENT}"]
+    assert f"--wm {plan.student}" in wm and "distill simforcing" in jobs[f"wm-eval world model {STUDENT}"].deps
+    assert f"{STUDENT}=" in plan.commands["wm-eval agreement"]
