@@ -52,7 +52,7 @@ class FewStepBudget:
     """The few-step student of the SimForcing world model (``simforcing distill``, docs/FEWSTEP.md): its K, the
     objective and the short fine-tuning of the teacher that distils it."""
 
-    steps: int = 2  # K: network evaluations of the real branch per chunk (N_s + K in all)
+    steps: int = 1  # K: network evaluations of the real branch per chunk (N_s + K in all; docs/FEWSTEP.md)
     objective: str = "trajectory"
     distill_steps: int = 100
     batch_size: int = 2
