@@ -32,15 +32,15 @@ BASE_METHODS = ("sft", "simforcing")
 class WorldModelEvalBudget:
     """The world-model policy evaluation's sizes (``_Builder.world_model_eval``)."""
 
-    per_task: int = 5  # held-out layout scenes per task (the default demo: within its 20 minutes)
+    per_task: int = 5  # held-out layout scenes per task (the default demo)
     per_task_full: int = 30  # with --full
     budgets: tuple = (500,)  # training steps of the one-camera policies (the default demo)
     budgets_full: tuple = (250, 500)  # with --full: two budgets
     expert_noise: tuple = (0.01, 0.02, 0.04)  # metres per step: the scripted expert degraded
-    judge_steps: int = 2000  # the default demo's judge: what its 20 minutes allow (it caps the agreement)
+    judge_steps: int = 2000  # the default demo's judge (its accuracy caps the agreement: docs/WORLD_MODEL_EVAL.md)
     judge_steps_full: int = 5000
     judge_rollouts: int = 60  # simulator rollouts the judge is also fitted on (another scene seed)
-    judge_rollouts_full: int = 600  # ~15 min with the fit: held-out episode κ 0.30 -> 0.76 (docs/WORLD_MODEL_EVAL.md)
+    judge_rollouts_full: int = 600  # the judge validated in docs/WORLD_MODEL_EVAL.md
     # rendered frames of each rollout (``model fit-judge --sim-frames K``: cheaper rollouts, so more scenes for the
     # same time); None renders every frame, as both judges were validated (docs/WORLD_MODEL_EVAL.md)
     judge_frames: Optional[int] = None
