@@ -416,7 +416,8 @@ class _Builder:
                     ["--videos", str(b.rollout_videos if seed == SEED else 0)])
         # the robot's digital twin renders every chunk's condition from the actions (beyond the paper: simforcing.twin)
         for m in (BASE_METHODS if full else ("simforcing",)):
-            add(twin_condition(m), m, ["--sample.condition=render", "--videos", "1"])
+            add(twin_condition(m), m, ["--sample.condition=render", "--rows", "rollout", "restart", "sim chain",
+                                       "--videos", "1"])  # the reference rows are the own chain's
         # the few-step student, the paper's own simulation chain: its drift against its teacher's
         add(few_step(), "simforcing", ["--rows", "rollout", "restart", "--videos", "0"], self.student,
             "distill simforcing")
