@@ -39,7 +39,7 @@ from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # n
 from simforcing.evaluate.run import evaluate_run as evaluate  # noqa: F401  (re-exported)
 from simforcing.inputs import check_image, check_instruction, check_mask, check_matrix, check_vector
 from simforcing.policy.infer import PolicyRunner
-from simforcing.policy.results import PolicyEvaluation
+from simforcing.policy.closed_loop.results import PolicyEvaluation
 from simforcing.runfolder import WORLD_MODELS, require_kind, scored_record, unfinished_note
 from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
 from simforcing.runs import CheckpointId, LoadedWorldModel, load_world_model
@@ -297,16 +297,16 @@ def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:
 def evaluate_policies(runs: dict[str, str | Path], world_model: Optional[str | Path] = None,
                       judge: Optional[str | Path] = None, **kwargs) -> PolicyEvaluation:
     """Closed-loop success of policy runs (name -> folder) on the synthetic benchmark's held-out scenes, as a
-    ``policy.results.PolicyEvaluation``: in the simulator, or inside ``world_model`` judged by ``judge``
+    ``policy.closed_loop.results.PolicyEvaluation``: in the simulator, or inside ``world_model`` judged by ``judge``
     (``simforcing policy eval [--env world-model]``);
     ``kwargs``: per_task, max_steps, expert_noise, baselines, layouts, jitter, device, ..."""
-    from simforcing.policy.judge import load_judge  # MuJoCo and the judge load only here
+    from simforcing.policy.judge.success_judge import load_judge  # MuJoCo and the judge load only here
 
     if world_model is None:  # with a judge: its validation on these scenes too (``judge_validation``)
-        from simforcing.policy.evaluate import evaluate_synthetic
+        from simforcing.policy.closed_loop.evaluate import evaluate_synthetic
 
         return evaluate_synthetic(runs, judge=load_judge(judge) if judge else None, **kwargs)
-    from simforcing.policy.world_model_eval import evaluate_world_model
+    from simforcing.policy.closed_loop.world_model_eval import evaluate_world_model
 
     if judge is None:
         raise ConfigError("judge: a world-model evaluation needs the success judge (`simforcing model fit-judge`)")

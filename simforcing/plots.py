@@ -141,7 +141,7 @@ def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: st
 
 def plot_transfer(blocks: Sequence[Mapping], labels: Mapping[str, str], out_png: str | Path,
                   title: str | None = None) -> Path:
-    """The seeds × initialisations measurement (``policy.transfer.transfer_analysis``'s ``blocks``): one panel per
+    """The seeds × initialisations measurement (``demo.transfer_stats.transfer_analysis``'s ``blocks``): one panel per
     setting and budget; per initialisation every run's success (dots), the mean over seed clusters (bar) and its
     95 % interval (whiskers, clipped to 0–100 %)."""
     blocks = [b for b in blocks if b.get("inits")]

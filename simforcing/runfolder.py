@@ -61,7 +61,7 @@ INIT_FILE = "init.json"
 # what a simforcing run folder holds: a folder with any of these but no run record is someone else's
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATUS_FILE, TB_DIR, CHECKPOINTS_DIR, TEACHER_FILE, LOSS_PLOT)
 # the other folders simforcing writes, by the file that marks each (checked in this order, after the run kinds)
-JUDGE_META, JUDGE_FILE = "judge.json", "judge.safetensors"  # `simforcing model fit-judge` (policy.judge)
+JUDGE_META, JUDGE_FILE = "judge.json", "judge.safetensors"  # `simforcing model fit-judge` (policy.judge.success_judge)
 FOLDER_MARKERS = (("meta/info.json", "a dataset (meta/info.json)"), ("episodes", "a dataset (episodes/)"),
                   (JUDGE_META, "a success judge (`simforcing model fit-judge`)"),
                   ("rollout.json", "a rollout's results (`simforcing rollout`)"),

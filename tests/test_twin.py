@@ -256,10 +256,10 @@ def test_the_twin_executes_exactly_the_executed_actions_chunk_after_chunk(tiny_w
 
 
 def test_closed_loop_the_twin_receives_the_effective_actions(world_model_run):
-    from simforcing.policy.evaluate import make_players
-    from simforcing.policy.synthetic import held_out_scenes
+    from simforcing.policy.closed_loop.evaluate import make_players
+    from simforcing.policy.closed_loop.synthetic import held_out_scenes
     from simforcing.data.synthetic.motions import CommandedTarget
-    from simforcing.policy.world_model_eval import Episodes, effective, load_environment, start_frames
+    from simforcing.policy.closed_loop.world_model_eval import Episodes, effective, load_environment, start_frames
 
     wm = load_environment(str(world_model_run), condition="render")
     wm.cfg.sample.twin = "recording"

@@ -28,7 +28,7 @@ from simforcing.demo.report import collect, write_report
 from simforcing.errors import ConfigError
 from simforcing.jobs import JobFailed, run_jobs, timings
 from simforcing.locking import lock_folder
-from simforcing.policy.demo import collect_policy
+from simforcing.demo.policy_section import collect_policy
 from simforcing.provenance import made_from
 from simforcing.utils import check_output_path
 

@@ -1,7 +1,7 @@
 """Policies evaluated inside a world model (`simforcing policy eval --env world-model --wm RUN --judge J`).
 
-The same players (``policy.evaluate``: the scripted expert with its action-noise levels, do-nothing, trained policy
-runs), the same held-out scenes, the same executed-actions-per-chunk rule and the same noise as the simulator
+The same players (``policy.closed_loop.evaluate``: the scripted expert with its action-noise levels, do-nothing, trained
+policy runs), the same held-out scenes, the same executed-actions-per-chunk rule and the same noise as the simulator
 evaluation — only the frames come from the world model and success from the judge:
 
 1. every episode starts from the simulator's rendering of its initial scene (the external camera, the real first
@@ -12,7 +12,8 @@ evaluation — only the frames come from the world model and success from the ju
    commanded actions, ``rollout.state = integrate``), the controller's target logic turns the actions into effective
    actions (``CommandedTarget``: workspace clipping, no simulator state), the first ``execute`` of them are executed
    — one batched world-model chunk (``simforcing.rollout``: the rest of each plan fills the window, only the
-   executed frames are kept) — and the judge (``policy.judge``) reads every new frame against the episode's first;
+   executed frames are kept) — and the judge (``policy.judge.success_judge``) reads every new frame against the
+   episode's first;
 3. an episode succeeds at its first judged success within ``max_steps`` actions (as the simulator's ends at its first
    success).
 
@@ -38,12 +39,12 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.generate import RealRenderer
-from simforcing.policy.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, judge_record, make_players, scene_mode,
-                                        scene_of)
-from simforcing.policy.judge import SuccessJudge, first_success, frame_verdicts
-from simforcing.policy.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.policy.closed_loop.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, judge_record, make_players,
+                                                    scene_mode, scene_of)
+from simforcing.policy.judge.success_judge import SuccessJudge, first_success, frame_verdicts
+from simforcing.policy.closed_loop.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
 from simforcing.policy.settings import check_episode_counts
-from simforcing.policy.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.closed_loop.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
 from simforcing.rollout import WorldModelRollout
 from simforcing.runfolder import scored_record, unfinished_note
 from simforcing.runs import LoadedWorldModel, load_world_model, sample_generator

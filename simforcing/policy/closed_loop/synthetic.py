@@ -81,8 +81,8 @@ class SyntheticTaskEnv:
         return self.ep.state().astype(np.float32)
 
     def truth(self) -> np.ndarray:
-        """The state now in the success judge's terms (``policy.judge``): (6,) = [ee − obj, obj − obj_0] of the
-        task object, metres."""
+        """The state now in the success judge's terms (``policy.judge.success_judge``): (6,) = [ee − obj, obj − obj_0]
+        of the task object, metres."""
         obj = self.ep.object_positions()[self.task.object_index]
         ee = self.ep.data.site_xpos[self.ep.site]
         return np.concatenate([ee - obj, obj - self.obj0]).astype(np.float32)
