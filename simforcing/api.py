@@ -13,7 +13,7 @@ as in training), ``state`` (S,), ``actions`` (A, action_dim) — one window's ``
 any number for a rollout. The first frame is masked for the simulation branch as ``sample.mask_mode`` says: pass
 ``arm_mask`` (H, W) bool for ``mask-file``, ``sim_frame`` for ``paired-sim``; ``sam3`` segments it. The sampler's
 settings (``n_sim``, ``n_real``, ``w``) and the noise (``seed``) are arguments. The same objects the command line uses
-stay reachable: ``pipe.world_model`` (``runs.LoadedWorldModel``: ``pipe.model``, ``pipe.vae``, ``pipe.cfg``,
+stay reachable: ``pipe.world_model`` (``runs.loaded.LoadedWorldModel``: ``pipe.model``, ``pipe.vae``, ``pipe.cfg``,
 ``pipe.normalizer``, ``pipe.checkpoint``), and :func:`evaluate` /
 :func:`rollout_drift` / :func:`evaluate_policies` / :func:`load_policy` are the functions behind ``simforcing
 evaluate``, ``rollout`` and ``policy eval``.
@@ -38,11 +38,11 @@ from simforcing.errors import CheckpointError
 from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
 from simforcing.evaluate.run import evaluate_run as evaluate  # noqa: F401  (re-exported)
 from simforcing.inputs import check_image, check_instruction, check_mask, check_matrix, check_vector
-from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.closed_loop.results import PolicyEvaluation
-from simforcing.runfolder import WORLD_MODELS, require_kind, scored_record, unfinished_note
+from simforcing.policy.infer import PolicyRunner
 from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
-from simforcing.runs import CheckpointId, LoadedWorldModel, load_world_model
+from simforcing.runs.folder import WORLD_MODELS, require_kind, scored_record, unfinished_note
+from simforcing.runs.loaded import CheckpointId, LoadedWorldModel, load_world_model
 from simforcing.sample import SampleResult, model_device, sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.twin import TwinEpisode, TwinLoop
@@ -68,7 +68,7 @@ class Prediction:
 
 
 class WorldModelPipeline:
-    """A trained world-model run ready to predict (module docstring), over its ``runs.LoadedWorldModel``."""
+    """A trained world-model run ready to predict (module docstring), over its ``runs.loaded.LoadedWorldModel``."""
 
     def __init__(self, world_model: LoadedWorldModel):
         self.world_model = world_model
@@ -242,7 +242,7 @@ class WorldModelPipeline:
 
 def check_world_model_run(run: str | Path) -> None:
     """ConfigError naming ``run`` when it is not a world-model run folder: missing, a policy run or a video base
-    (named, with what would work), a dataset, a judge or results (``runfolder.require_kind``)."""
+    (named, with what would work), a dataset, a judge or results (``runs.folder.require_kind``)."""
     if not Path(run).is_dir():
         raise ConfigError(f"run: {run} is not a folder; expected a world-model run (`simforcing pretrain` or "
                           "`simforcing train`)")

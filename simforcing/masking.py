@@ -3,8 +3,8 @@
 The simulation videos show the robot arm alone on a flat background. At inference the real first frame is made to look
 like that: keep the arm pixels, fill everything else with the simulation background
 (``cfg.data.sim_background``; when it is None, the dataset's ``sim_background`` from info.json, which
-``simforcing.runs.with_dataset_settings`` fills in; black when neither says). The result is VAE-encoded (F = 1) to z^s_0, the start of the simulation
-rollout. Three modes, ``cfg.sample.mask_mode``:
+``simforcing.runs.loaded.with_dataset_settings`` fills in; black when neither says). The result is VAE-encoded (F = 1)
+to z^s_0, the start of the simulation rollout. Three modes, ``cfg.sample.mask_mode``:
 
 | mode         | arm mask comes from                                                   |
 |--------------|-----------------------------------------------------------------------|

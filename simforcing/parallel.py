@@ -22,7 +22,7 @@
   permutation (every step has the same shape). Starting at batch ``k`` (resume) skips the first ``k`` batches
   without loading them.
 - Sharded checkpoints (world size > 1): model and optimizer through torch.distributed.checkpoint (DCP), one shard
-  per rank; single-process runs keep the safetensors format of simforcing.checkpoint. Either resumes at any world
+  per rank; single-process runs keep the safetensors format of simforcing.runs.checkpoint. Either resumes at any world
   size: :func:`load_sharded` (DCP reshards; without a process group it reads every shard) and
   :func:`load_full_into_sharded` (a single-process checkpoint into a sharded run).
 

@@ -19,7 +19,7 @@ from typing import Iterable, Mapping, Sequence
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from simforcing.runfolder import METRICS_FILE
+from simforcing.runs.folder import METRICS_FILE
 from simforcing.utils import atomic_write, read_jsonl
 
 LOSS_TERMS = ("loss", "fm_real", "fm_sim", "md_real", "md_sim", "value_real", "value_sim")

@@ -22,10 +22,10 @@ from simforcing.config import ConfigError, load_config
 from simforcing.errors import DataError
 from simforcing.models import mot
 from simforcing.models.world_model import build_world_model
-from simforcing.policy.configs import policy_run_config
-from simforcing.policy.data import PolicyWindowDataset
 from simforcing.policy.closed_loop.evaluate import run_episode
 from simforcing.policy.closed_loop.results import Rate, wilson
+from simforcing.policy.configs import policy_run_config
+from simforcing.policy.data import PolicyWindowDataset
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.settings import ATTENTION_MODE, is_video_parameter
 from simforcing.policy.train import policy_train_run
@@ -478,8 +478,8 @@ def test_world_model_configs_and_checkpoints_from_before_the_policy_still_load(w
     loads unchanged: a world model's config hash leaves out the policy's fields."""
     import shutil
 
-    from simforcing.checkpoint import config_hash
-    from simforcing.runfolder import load_model_from_run
+    from simforcing.runs.checkpoint import config_hash
+    from simforcing.runs.folder import load_model_from_run
     from simforcing.config import Config
 
     old = tmp_path / "old"

@@ -26,8 +26,8 @@ from simforcing.data.videos import VideoWindowDataset
 from simforcing.methods import METHODS, method_preset
 from simforcing.models.world_model import build_world_model
 from simforcing.prior import freeze_action_side, video_prior_run
+from simforcing.runs.folder import KINDS, run_kind
 from simforcing.train import train_run
-from simforcing.runfolder import KINDS, run_kind
 from simforcing.warmstart import is_action_side, run_state
 from test_train import TINY, cli_args, losses, make_tiny_data, tiny_cfg
 

@@ -11,12 +11,12 @@ from simforcing.config import ConfigError
 from simforcing.data.synthetic.tasks import Task, task_success
 from simforcing.policy.agreement.statistics import agreement, mmrv, pearson, spearman
 from simforcing.policy.closed_loop.evaluate import (ExpertPlayer, RunPlayer, evaluate_synthetic, run_episode, scene_of)
-from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyEvaluation, PolicyRow
-from simforcing.policy.closed_loop.tables import agreement_markdown
-from simforcing.policy.judge.success_judge import (JudgeFitOptions, SuccessJudge, confusion, fit_judge, first_success,
-                                     frame_verdicts, load_judge, save_judge, true_readings)
 from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.closed_loop.tables import agreement_markdown
+from simforcing.policy.infer import PolicyRunner
+from simforcing.policy.judge.success_judge import (JudgeFitOptions, SuccessJudge, confusion, fit_judge, first_success,
+                                                   frame_verdicts, load_judge, save_judge, true_readings)
 from simforcing.policy.train import policy_train_run
 from test_policy import _FakeText, pcfg, tiny, world_model_run  # noqa: F401  (fixtures)
 

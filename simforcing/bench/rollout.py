@@ -28,7 +28,7 @@ from simforcing.config import Config
 from simforcing.evaluate.probe import ProbeConfig
 from simforcing.policy.judge.success_judge import PREDICATES, JudgeNet, SuccessJudge
 from simforcing.rollout import WorldModelRollout
-from simforcing.runs import LoadedWorldModel
+from simforcing.runs.loaded import LoadedWorldModel
 from simforcing.sampler_batch import SamplerBatch
 
 

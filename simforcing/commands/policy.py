@@ -22,7 +22,7 @@ from typing import Optional
 from simforcing.commands import Given, Subcommand, note_unused_config
 from simforcing.commands.runs import report_training
 from simforcing.config import POLICY_SETTINGS, Config, ConfigError
-from simforcing.runfolder import CONFIG_FILE
+from simforcing.runs.folder import CONFIG_FILE
 from simforcing.utils import atomic_write_json, atomic_write_text, check_output_path, resolve_device
 
 

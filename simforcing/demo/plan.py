@@ -21,8 +21,8 @@ from simforcing.data.synthetic.generate import GENERATOR_VERSION
 from simforcing.jobs import Job
 from simforcing.demo.policy_section import QUICK as POLICY_QUICK, PolicyBudget, policy_jobs
 from simforcing.demo.transfer_section import TRANSFER_QUICK, TransferBudget, full_policy_jobs, wm_key, wm_seed_list
-from simforcing.provenance import (check_provenance, digest, provenance_record, remove_stale_run, run_finished,
-                                   spelled, why_stale, write_provenance)
+from simforcing.runs.provenance import (check_provenance, digest, provenance_record, remove_stale_run, run_finished,
+                                        spelled, why_stale, write_provenance)
 
 SEED = 42
 BASE_METHODS = ("sft", "simforcing")

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 from simforcing.jobs import Job
-from simforcing.provenance import (check_provenance, digest, provenance_record, read_provenance, remove_stale_run,
-                                   run_finished, write_provenance)
+from simforcing.runs.provenance import (check_provenance, digest, provenance_record, read_provenance, remove_stale_run,
+                                        run_finished, write_provenance)
 
 
 def stale_fields(folder: Path, rec: dict) -> list[str]:

@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from simforcing.jobs import Job, run_jobs, timings
-from simforcing.demo.transfer_section import collect_full, full_policy_jobs
 from simforcing.demo.policy_jobs import eval_job, policy_data_job, train_job, wm_digests
+from simforcing.demo.transfer_section import collect_full, full_policy_jobs
+from simforcing.jobs import Job, run_jobs, timings
 from simforcing.policy.closed_loop.evaluate import EXPERT, FLOOR
 from simforcing.policy.closed_loop.results import PolicyEvaluation
 from simforcing.policy.closed_loop.tables import format_table
-from simforcing.provenance import digest
+from simforcing.runs.provenance import digest
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 
@@ -65,7 +65,7 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
     """The section as jobs of a :mod:`simforcing.jobs` graph (what the demo schedules beside its other work), and
     what :func:`collect_policy` needs afterwards. ``wm_deps``: the job that makes each world-model run (the
     policies start when it finished); ``after``: jobs the dataset generation waits for (to leave the cores to them);
-    ``wm_records``: the provenance records of the world-model runs (:mod:`simforcing.provenance`; default: what
+    ``wm_records``: the provenance records of the world-model runs (:mod:`simforcing.runs.provenance`; default: what
     each run folder records).
 
     Every folder records its provenance (the command, the budget, the seed, the digests of its inputs: the dataset

@@ -32,13 +32,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from simforcing.jobs import Job
 from simforcing.demo.policy_jobs import eval_job, policy_data_job, stale_fields, train_job, wm_digests
+from simforcing.demo.transfer_stats import COMPARISONS, default_note, transfer_analysis, transfer_markdown
+from simforcing.jobs import Job
 from simforcing.policy.closed_loop.evaluate import EXPERT, FLOOR
 from simforcing.policy.closed_loop.results import PolicyEvaluation
 from simforcing.policy.closed_loop.tables import format_table
-from simforcing.demo.transfer_stats import COMPARISONS, default_note, transfer_analysis, transfer_markdown
-from simforcing.provenance import digest, provenance_record, write_provenance
+from simforcing.runs.provenance import digest, provenance_record, write_provenance
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 SEED = 42

@@ -33,8 +33,8 @@ import torch
 
 from simforcing.config import ConfigError
 from simforcing.policy.closed_loop.evaluate import EVAL_SEED, scene_mode
-from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.infer import PolicyRunner
 from simforcing.utils import derive_seed
 
 FIT_SEED = 100  # the policy dataset's seed (`data synth-policy`): the scenes the policies were trained on

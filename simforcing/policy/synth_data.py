@@ -25,8 +25,8 @@ from tqdm import tqdm
 
 from simforcing.config import ConfigError, load_config
 from simforcing.data.format import is_dataset
-from simforcing.data.stats import write_stats
 from simforcing.data.policy_format import write_policy_episode, write_policy_meta
+from simforcing.data.stats import write_stats
 from simforcing.data.synthetic.generate import check_frame_size, write_objects
 from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv
 from simforcing.prep.text import embed_dataset

@@ -32,7 +32,7 @@ import numpy as np
 
 from simforcing.config import ConfigError
 from simforcing.policy.closed_loop.results import (ENV_NAMES, SIMULATOR, WORLD_MODEL, AgreementResult, EpisodeOutcome,
-                                       JudgeHeldFixed, PolicyEvaluation, RankingStats, Rate, same_judge)
+                                                   JudgeHeldFixed, PolicyEvaluation, RankingStats, Rate, same_judge)
 from simforcing.policy.closed_loop.tables import agreement_markdown
 from simforcing.utils import atomic_write_json, atomic_write_text
 

@@ -30,12 +30,12 @@ import numpy as np
 import torch
 
 from simforcing.config import ConfigError
+from simforcing.policy.closed_loop.results import SIMULATOR, EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.judge.success_judge import first_success, frame_verdicts
 from simforcing.policy.judge.validation import judge_validation
-from simforcing.policy.closed_loop.results import SIMULATOR, EpisodeOutcome, PolicyEvaluation, PolicyRow
 from simforcing.policy.settings import check_episode_counts
-from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.utils import derive_seed
 
 EVAL_SEED = 9000  # dataset seed of the held-out evaluation scenes (synth-policy demonstrations use 100)

@@ -144,7 +144,7 @@ class PolicyEvaluation:
     """A closed-loop evaluation of players on held-out scenes, in the simulator (``env`` "synthetic") or inside a world
     model ("world-model"). ``scenes``: task -> scene indices of dataset ``seed`` (drawn with ``layouts``/``jitter``,
     at most ``max_steps`` actions each, frames ``resolution`` (H, W)); ``runs``: what each learned player scored (its
-    run folder, checkpoint and step, ``runfolder.scored_record``); ``executed``: actions executed per chunk by each
+    run folder, checkpoint and step, ``runs.folder.scored_record``); ``executed``: actions executed per chunk by each
     player; ``judge``: the success judge's record where one judged (world model) or was validated (simulator), and
     ``judge_validation`` its agreement with MuJoCo on the simulator's frames. World-model evaluations also record the
     world model (``wm``), its sampler settings and timings. ``frames`` (player|task|scene -> uint8 (T, H, W, 3), the

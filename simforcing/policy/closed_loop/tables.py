@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from simforcing.policy.judge.success_judge import OUTPUTS
 from simforcing.policy.closed_loop.results import WORLD_MODEL, AgreementResult, PolicyEvaluation, PolicyRow, Rate
-from simforcing.runfolder import unfinished_note
+from simforcing.policy.judge.success_judge import OUTPUTS
+from simforcing.runs.folder import unfinished_note
 from simforcing.utils import fmt_num
 
 
@@ -24,7 +24,7 @@ def evaluation_markdown(ev: PolicyEvaluation) -> str:
 
 
 def scored_labels(scored: dict) -> tuple[dict, list[str]]:
-    """For the runs an evaluation scored (name -> ``runfolder.scored_record``): table labels that mark an unfinished
+    """For the runs an evaluation scored (name -> ``runs.folder.scored_record``): table labels that mark an unfinished
     run, and one note line for each."""
     labels, notes = {}, []
     for name, rec in scored.items():

@@ -41,13 +41,13 @@ from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.generate import RealRenderer
 from simforcing.policy.closed_loop.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, judge_record, make_players,
                                                     scene_mode, scene_of)
-from simforcing.policy.judge.success_judge import SuccessJudge, first_success, frame_verdicts
 from simforcing.policy.closed_loop.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
-from simforcing.policy.settings import check_episode_counts
 from simforcing.policy.closed_loop.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.judge.success_judge import SuccessJudge, first_success, frame_verdicts
+from simforcing.policy.settings import check_episode_counts
 from simforcing.rollout import WorldModelRollout
-from simforcing.runfolder import scored_record, unfinished_note
-from simforcing.runs import LoadedWorldModel, load_world_model, sample_generator
+from simforcing.runs.folder import scored_record, unfinished_note
+from simforcing.runs.loaded import LoadedWorldModel, load_world_model, sample_generator
 from simforcing.twin import TwinEpisode, TwinLoop
 
 COPY_FIRST = "copy-first"
@@ -108,7 +108,7 @@ def load_environment(wm_run: str, device="cpu", condition: Optional[str] = None)
 
 def world_model_record(wm: Optional[LoadedWorldModel], wm_run: str, progress: Callable[[str], None]) -> dict:
     """What the evaluation records about the world model it ran in: the run folder, checkpoint, step and whether the
-    run was finished (``runfolder.scored_record``); an unfinished one is evaluated with a warning line."""
+    run was finished (``runs.folder.scored_record``); an unfinished one is evaluated with a warning line."""
     if wm is None:
         return {"run": COPY_FIRST, "checkpoint": None, "step": None, "finished": True}
     rec = scored_record(wm.checkpoint.run, wm.checkpoint.path, wm.checkpoint.step)

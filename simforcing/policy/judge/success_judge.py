@@ -44,7 +44,7 @@ from simforcing.data.paired import frames_to_target
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
 from simforcing.evaluate.probe import ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames
 from simforcing.policy.data import FORMAT as POLICY_FORMAT, read_policy_info
-from simforcing.runfolder import JUDGE_FILE, JUDGE_META, what_folder
+from simforcing.runs.folder import JUDGE_FILE, JUDGE_META, what_folder
 from simforcing.training.optim import warmup_cosine
 from simforcing.utils import atomic_write, atomic_write_json
 
