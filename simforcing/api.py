@@ -38,6 +38,7 @@ from simforcing.errors import CheckpointError
 from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
 from simforcing.evaluate.run import evaluate_run as evaluate  # noqa: F401  (re-exported)
 from simforcing.inputs import check_image, check_instruction, check_mask, check_matrix, check_vector
+from simforcing.media import to_uint8_frames
 from simforcing.policy.closed_loop.results import PolicyEvaluation
 from simforcing.policy.infer import PolicyRunner
 from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
@@ -47,11 +48,6 @@ from simforcing.sample import SampleResult, model_device, sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.twin import TwinEpisode, TwinLoop
 from simforcing.utils import resolve_device
-
-
-def _uint8(video: torch.Tensor) -> np.ndarray:
-    """(3, F, H, W) in [-1, 1] -> uint8 (F, H, W, 3)."""
-    return ((video.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 3, 0).numpy()
 
 
 @dataclass
@@ -235,8 +231,8 @@ class WorldModelPipeline:
                 raise CheckpointError(f"the model predicted a {name} holding NaN or inf from finite, checked inputs: "
                                       "the checkpoint's weights are damaged or diverged; use another step",
                                       self.checkpoint.path if self.checkpoint is not None else None)
-        return Prediction(_uint8(video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
-                          None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
+        return Prediction(to_uint8_frames(video[0]), None if res.sim_video is None else to_uint8_frames(res.sim_video[0]),
+                          None if res.masked_frame is None else to_uint8_frames(res.masked_frame[0][:, None])[0],
                           res.forwards, res)
 
 

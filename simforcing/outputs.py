@@ -22,9 +22,8 @@ from typing import Iterator, Sequence
 
 from simforcing.config import ConfigError
 from simforcing.runs.folder import what_folder
+from simforcing.runs.provenance import PROVENANCE_FILE
 from simforcing.utils import check_output_path, staged_folder
-
-PROVENANCE = "provenance.json"  # the demo's record of the job that wrote a folder (``simforcing.runs.provenance``)
 
 
 def check_results_folder(out: str | Path, flag: str, what: str, owned: Sequence[str]) -> Path:
@@ -33,7 +32,7 @@ def check_results_folder(out: str | Path, flag: str, what: str, owned: Sequence[
     if not out.is_dir() or not any(out.iterdir()):
         return out
     names = sorted(p.name for p in out.iterdir())
-    strangers = [n for n in names if n not in set(owned) | {PROVENANCE}]
+    strangers = [n for n in names if n not in set(owned) | {PROVENANCE_FILE}]
     kind = what_folder(out)
     if strangers and kind is not None:
         raise ConfigError(f"{flag}: {out} is {kind}; {what} is written to a folder of its own — choose another "

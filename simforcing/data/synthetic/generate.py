@@ -47,7 +47,7 @@ GENERATOR_VERSION = 3  # 2: objects.npz beside every paired episode; layout epis
 
 
 @dataclass
-class Episode:
+class SimulatedEpisode:
     """One simulated episode. Videos uint8 (T, H, W, 3); ``real``/``arm_mask`` are None for sim-only episodes."""
 
     instruction: str
@@ -203,7 +203,7 @@ def servo_frame(model, data, ctl: ArmController, q: np.ndarray, pos: np.ndarray,
 
 
 def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True, layouts: int = 0,
-                     jitter: float = 0.03, action_noise: float = 0.0, pauses: int = 0) -> Episode:
+                     jitter: float = 0.03, action_noise: float = 0.0, pauses: int = 0) -> SimulatedEpisode:
     """Simulate episode ``index`` of the dataset with ``seed``; render sim always, real + mask when ``paired``;
     ``layouts`` > 0: the policy benchmark's LIBERO-like scenes, ``action_noise`` a noisy operator
     (:class:`EpisodePhysics`)."""
@@ -234,11 +234,11 @@ def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, pai
         sigma = ep.noise_rng.uniform(1.5, 4.0)  # sensor noise, in 0..255 units
         noisy = np.asarray(reals, np.float32) + ep.noise_rng.normal(0, sigma, size=(length, *reals[0].shape))
         real = np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
-    return Episode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=np.stack(sims), real=real,
-                   arm_mask=np.stack(masks) if paired else None, actions=ep.motion.actions(), states=states_arr,
-                   object_xyz=np.asarray(obj_xyz, np.float32),
-                   object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects],
-                   camera=ep.camera, target=ep.motion.target)
+    return SimulatedEpisode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=np.stack(sims), real=real,
+                            arm_mask=np.stack(masks) if paired else None, actions=ep.motion.actions(),
+                            states=states_arr, object_xyz=np.asarray(obj_xyz, np.float32),
+                            object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects],
+                            camera=ep.camera, target=ep.motion.target)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

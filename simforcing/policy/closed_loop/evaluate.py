@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from simforcing.config import ConfigError
+from simforcing.data.paired import to_unit_range
 from simforcing.policy.closed_loop.results import SIMULATOR, EpisodeOutcome, PolicyEvaluation, PolicyRow
 from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.policy.infer import PolicyRunner
@@ -72,14 +73,6 @@ def run_episode(env: SyntheticTaskEnv, chunk_fn: Callable[[SyntheticTaskEnv, int
     if record:
         out = dict(out, frames=np.stack(frames), truth=np.stack(truth))
     return out
-
-
-def expert_chunk(env: SyntheticTaskEnv, i: int) -> np.ndarray:
-    return env.expert_action()[None]
-
-
-def idle_chunk(env: SyntheticTaskEnv, i: int) -> np.ndarray:
-    return env.idle_action()[None]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -247,7 +240,7 @@ def judge_episode(judge, outcome: dict, task, q0: np.ndarray, scene: int) -> Epi
     """The judge's verdicts on a recorded simulator episode (``q0``: the hand's initial position): per frame
     (against the simulator's own predicate on its state) and for the episode (its first success within its
     steps)."""
-    frames = torch.from_numpy(outcome["frames"]).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1)
+    frames = to_unit_range(torch.from_numpy(outcome["frames"]).permute(3, 0, 1, 2)[None])
     readings = judge.read_video(frames, torch.as_tensor(q0)[None])[0].numpy()  # (T, 6)
     truth = outcome["truth"]
     judged, true = frame_verdicts(task, readings), frame_verdicts(task, truth)

@@ -102,10 +102,6 @@ class SyntheticTaskEnv:
         """The scripted expert's action at the current step (its motion, replayed open loop)."""
         return self.expert_actions[min(self.t, len(self.expert_actions) - 1)]
 
-    def idle_action(self) -> np.ndarray:
-        """"Do nothing": the target stays, the gripper stays as it is."""
-        return np.array([0, 0, 0, 0, 0, 0, self.target.grip], np.float64)
-
     def close(self) -> None:
         self._renderer.close()
 

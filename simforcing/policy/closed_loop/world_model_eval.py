@@ -39,6 +39,7 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.generate import RealRenderer
+from simforcing.media import frames_to_uint8
 from simforcing.policy.closed_loop.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, judge_record, make_players,
                                                     scene_mode, scene_of)
 from simforcing.policy.closed_loop.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
@@ -162,11 +163,6 @@ def execute_count(execute: Optional[int], players: dict[str, Player], wm: Option
     return execute
 
 
-def _uint8(frames: torch.Tensor) -> np.ndarray:
-    """(B, 3, H, W) in [-1, 1] -> uint8 (B, H, W, 3)."""
-    return ((frames.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
-
-
 def effective(targets: list[CommandedTarget], actions: np.ndarray) -> np.ndarray:
     """Each episode's actions (B, n, 7) through its controller's target (moved by them) -> effective (B, n, 7)."""
     return np.stack([[t.apply(a) for a in acts] for t, acts in zip(targets, actions)])
@@ -208,7 +204,7 @@ class Episodes:
         """The newest frames uint8 (B, H, W, 3) and the players' state inputs (B, 7) raw: the initial state plus the
         effective actions executed so far (position and orientation deltas summed, the gripper command set)."""
         frame = self.ro.frame if self.ro is not None else self.first
-        return _uint8(frame), self.states.copy()
+        return frames_to_uint8(frame), self.states.copy()
 
     def act(self, images: np.ndarray, states: np.ndarray, t: int, chunk: int) -> np.ndarray:
         """Every player's chunk for its episodes -> raw actions (B, L, 7), L the longest chunk any player plans or
@@ -321,7 +317,7 @@ def first_scene_frames(ep: Episodes) -> dict[str, np.ndarray]:
         if (name, s.scene.task) in seen:
             continue
         seen.add((name, s.scene.task))
-        out[f"{name}|{s.scene.task}|{s.scene.index}"] = _uint8(video[i].permute(1, 0, 2, 3))
+        out[f"{name}|{s.scene.task}|{s.scene.index}"] = frames_to_uint8(video[i].permute(1, 0, 2, 3))
     return out
 
 
