@@ -13,7 +13,7 @@ as in training), ``state`` (S,), ``actions`` (A, action_dim) — one window's ``
 any number for a rollout. The first frame is masked for the simulation branch as ``sample.mask_mode`` says: pass
 ``arm_mask`` (H, W) bool for ``mask-file``, ``sim_frame`` for ``paired-sim``; ``sam3`` segments it. The sampler's
 settings (``n_sim``, ``n_real``, ``w``) and the noise (``seed``) are arguments. The same objects the command line uses
-stay reachable: ``pipe.world_model`` (``runs.LoadedWorldModel``: ``pipe.model``, ``pipe.vae``, ``pipe.cfg``,
+stay reachable: ``pipe.world_model`` (``runs.loaded.LoadedWorldModel``: ``pipe.model``, ``pipe.vae``, ``pipe.cfg``,
 ``pipe.normalizer``, ``pipe.checkpoint``), and :func:`evaluate` /
 :func:`rollout_drift` / :func:`evaluate_policies` / :func:`load_policy` are the functions behind ``simforcing
 evaluate``, ``rollout`` and ``policy eval``.
@@ -38,20 +38,16 @@ from simforcing.errors import CheckpointError
 from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
 from simforcing.evaluate.run import evaluate_run as evaluate  # noqa: F401  (re-exported)
 from simforcing.inputs import check_image, check_instruction, check_mask, check_matrix, check_vector
+from simforcing.media import to_uint8_frames
+from simforcing.policy.closed_loop.results import PolicyEvaluation
 from simforcing.policy.infer import PolicyRunner
-from simforcing.policy.results import PolicyEvaluation
-from simforcing.runfolder import WORLD_MODELS, require_kind, scored_record, unfinished_note
 from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
-from simforcing.runs import CheckpointId, LoadedWorldModel, load_world_model
+from simforcing.runs.folder import WORLD_MODELS, require_kind, scored_record, unfinished_note
+from simforcing.runs.loaded import CheckpointId, LoadedWorldModel, load_world_model
 from simforcing.sample import SampleResult, model_device, sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.twin import TwinEpisode, TwinLoop
 from simforcing.utils import resolve_device
-
-
-def _uint8(video: torch.Tensor) -> np.ndarray:
-    """(3, F, H, W) in [-1, 1] -> uint8 (F, H, W, 3)."""
-    return ((video.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 3, 0).numpy()
 
 
 @dataclass
@@ -68,7 +64,7 @@ class Prediction:
 
 
 class WorldModelPipeline:
-    """A trained world-model run ready to predict (module docstring), over its ``runs.LoadedWorldModel``."""
+    """A trained world-model run ready to predict (module docstring), over its ``runs.loaded.LoadedWorldModel``."""
 
     def __init__(self, world_model: LoadedWorldModel):
         self.world_model = world_model
@@ -235,14 +231,14 @@ class WorldModelPipeline:
                 raise CheckpointError(f"the model predicted a {name} holding NaN or inf from finite, checked inputs: "
                                       "the checkpoint's weights are damaged or diverged; use another step",
                                       self.checkpoint.path if self.checkpoint is not None else None)
-        return Prediction(_uint8(video[0]), None if res.sim_video is None else _uint8(res.sim_video[0]),
-                          None if res.masked_frame is None else _uint8(res.masked_frame[0][:, None])[0],
+        return Prediction(to_uint8_frames(video[0]), None if res.sim_video is None else to_uint8_frames(res.sim_video[0]),
+                          None if res.masked_frame is None else to_uint8_frames(res.masked_frame[0][:, None])[0],
                           res.forwards, res)
 
 
 def check_world_model_run(run: str | Path) -> None:
     """ConfigError naming ``run`` when it is not a world-model run folder: missing, a policy run or a video base
-    (named, with what would work), a dataset, a judge or results (``runfolder.require_kind``)."""
+    (named, with what would work), a dataset, a judge or results (``runs.folder.require_kind``)."""
     if not Path(run).is_dir():
         raise ConfigError(f"run: {run} is not a folder; expected a world-model run (`simforcing pretrain` or "
                           "`simforcing train`)")
@@ -297,16 +293,16 @@ def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:
 def evaluate_policies(runs: dict[str, str | Path], world_model: Optional[str | Path] = None,
                       judge: Optional[str | Path] = None, **kwargs) -> PolicyEvaluation:
     """Closed-loop success of policy runs (name -> folder) on the synthetic benchmark's held-out scenes, as a
-    ``policy.results.PolicyEvaluation``: in the simulator, or inside ``world_model`` judged by ``judge``
+    ``policy.closed_loop.results.PolicyEvaluation``: in the simulator, or inside ``world_model`` judged by ``judge``
     (``simforcing policy eval [--env world-model]``);
     ``kwargs``: per_task, max_steps, expert_noise, baselines, layouts, jitter, device, ..."""
-    from simforcing.policy.judge import load_judge  # MuJoCo and the judge load only here
+    from simforcing.policy.judge.success_judge import load_judge  # MuJoCo and the judge load only here
 
     if world_model is None:  # with a judge: its validation on these scenes too (``judge_validation``)
-        from simforcing.policy.evaluate import evaluate_synthetic
+        from simforcing.policy.closed_loop.evaluate import evaluate_synthetic
 
         return evaluate_synthetic(runs, judge=load_judge(judge) if judge else None, **kwargs)
-    from simforcing.policy.world_model_eval import evaluate_world_model
+    from simforcing.policy.closed_loop.world_model_eval import evaluate_world_model
 
     if judge is None:
         raise ConfigError("judge: a world-model evaluation needs the success judge (`simforcing model fit-judge`)")

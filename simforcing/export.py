@@ -12,9 +12,9 @@
     DIR/README.md                         the model card: method, data, training budget, evaluations, what it expects
 
 Loading (:func:`load_pretrained`) builds the network from the recorded config, loads every shard strictly and gives
-the same ``runs.LoadedWorldModel`` a run gives (its checkpoint: the folder, with the run's kind and step), so every
-caller samples it as it samples the run. The VAE and the text encoder it expects are the run's: a demo VAE travels in
-the folder; a Wan VAE or a umT5 folder is found at its recorded path or given (``vae=``, ``text_encoder=``).
+the same ``runs.loaded.LoadedWorldModel`` a run gives (its checkpoint: the folder, with the run's kind and step), so
+every caller samples it as it samples the run. The VAE and the text encoder it expects are the run's: a demo VAE travels
+in the folder; a Wan VAE or a umT5 folder is found at its recorded path or given (``vae=``, ``text_encoder=``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from simforcing.models.vae import load_vae
 from simforcing.models.world_model import build_world_model
 from simforcing.result_files import WORLD_MODEL_EXPORT as FORMAT
 from simforcing.result_files import folder_contents, read_result, tagged
-from simforcing.runs import CheckpointId, LoadedWorldModel, load_world_model
+from simforcing.runs.loaded import CheckpointId, LoadedWorldModel, load_world_model
 from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, check_output_path
 
 FORMAT_VERSION = 1
@@ -174,8 +174,8 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", vae:
                     text_encoder: Optional[str | Path] = None, cfg: Optional[Config] = None) -> LoadedWorldModel:
     """The exported world model in ``folder`` ready to sample; ``vae`` / ``text_encoder``: folders replacing the
     recorded ones (a Wan VAE or umT5 that lives elsewhere on this machine); ``cfg``: the data/sample/eval/rollout
-    settings to use instead of the recorded ones (``runs.merge_run_config``)."""
-    from simforcing.runs import merge_run_config
+    settings to use instead of the recorded ones (``runs.loaded.merge_run_config``)."""
+    from simforcing.runs.loaded import merge_run_config
 
     folder = Path(folder)
     meta = read_export(folder)

@@ -3,8 +3,8 @@
 The simulation videos show the robot arm alone on a flat background. At inference the real first frame is made to look
 like that: keep the arm pixels, fill everything else with the simulation background
 (``cfg.data.sim_background``; when it is None, the dataset's ``sim_background`` from info.json, which
-``simforcing.runs.with_dataset_settings`` fills in; black when neither says). The result is VAE-encoded (F = 1) to z^s_0, the start of the simulation
-rollout. Three modes, ``cfg.sample.mask_mode``:
+``simforcing.runs.loaded.with_dataset_settings`` fills in; black when neither says). The result is VAE-encoded (F = 1)
+to z^s_0, the start of the simulation rollout. Three modes, ``cfg.sample.mask_mode``:
 
 | mode         | arm mask comes from                                                   |
 |--------------|-----------------------------------------------------------------------|
@@ -25,6 +25,8 @@ import torch
 
 from simforcing.config import Config, ConfigError, parse_color
 from simforcing.data.format import DataError
+from simforcing.data.paired import to_unit_range
+from simforcing.media import frames_to_uint8
 from simforcing.sampler_batch import SamplerBatch
 
 MASK_MODES = ("mask-file", "sam3", "paired-sim")
@@ -35,7 +37,7 @@ Segmenter = Callable[[torch.Tensor], torch.Tensor]
 
 def background_pixels(rgb: tuple[int, int, int], device=None, dtype=torch.float32) -> torch.Tensor:
     """An 'R,G,B' colour in 0..255 as a (1, 3, 1, 1) tensor in [-1, 1]."""
-    return (torch.tensor(rgb, device=device, dtype=dtype) / 127.5 - 1.0).view(1, 3, 1, 1)
+    return to_unit_range(torch.tensor(rgb, device=device)).to(dtype).view(1, 3, 1, 1)
 
 
 def compose_masked_frame(frame: torch.Tensor, mask: torch.Tensor, rgb: tuple[int, int, int]) -> torch.Tensor:
@@ -99,12 +101,6 @@ class Sam3Segmenter:
             if len(r["masks"]):
                 masks[i] = r["masks"].bool().any(dim=0).cpu()  # union of instances, (H, W)
         return masks.to(frames.device)
-
-
-def frames_to_uint8(frames: torch.Tensor):
-    """(B, 3, H, W) in [-1, 1] -> numpy uint8 (B, H, W, 3)."""
-    x = ((frames.detach().float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-    return x.permute(0, 2, 3, 1).cpu().numpy()
 
 
 class FirstFrameMasker:

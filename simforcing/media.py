@@ -15,6 +15,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from simforcing.data.format import write_video
+from simforcing.data.paired import to_uint8
 from simforcing.utils import atomic_write
 
 CAPTION_H = 14
@@ -26,11 +27,15 @@ def to_uint8_frames(video: torch.Tensor, upscale: int = 1) -> np.ndarray:
     """(3, F, H, W) in [-1, 1] -> uint8 (F, H·k, W·k, 3), nearest-neighbour upscaled by k = ``upscale``."""
     if video.ndim != 4 or video.shape[0] != 3:
         raise ValueError(f"video must be (3, F, H, W), got {tuple(video.shape)}")
-    x = ((video.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-    x = x.permute(1, 2, 3, 0).numpy()  # (F, H, W, 3)
+    x = to_uint8(video).permute(1, 2, 3, 0).numpy()  # (F, H, W, 3)
     if upscale > 1:
         x = x.repeat(upscale, axis=1).repeat(upscale, axis=2)
     return np.ascontiguousarray(x)
+
+
+def frames_to_uint8(frames: torch.Tensor) -> np.ndarray:
+    """(B, 3, H, W) in [-1, 1] -> uint8 (B, H, W, 3)."""
+    return to_uint8(frames).permute(0, 2, 3, 1).numpy()
 
 
 def _text(img: np.ndarray, xy: tuple[int, int], text: str, fill=(255, 255, 255)) -> np.ndarray:

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from simforcing.runfolder import METRICS_FILE, STATUS_FILE
-from simforcing.runs import LoadedWorldModel
+from simforcing.runs.folder import METRICS_FILE, STATUS_FILE
+from simforcing.runs.loaded import LoadedWorldModel
 from simforcing.utils import fmt_num
 
 KIND_TEXT = {"stage1": "stage 1: the simulation world model (trained on simulation videos; the frozen teacher of "

@@ -9,7 +9,7 @@ checked before any work, written whole or not at all.
 writes (``owned``: an earlier result of the same command, plus the demo's ``provenance.json``) — that earlier result
 is replaced as a whole, so no file of it (an old video) stays beside the new results. Refused by name, before any
 work (ConfigError, exit 2): a file; a training run, a dataset, a success judge or another command's results
-(``runfolder.what_folder``); a folder holding anything else (a user's files, listed). The results are built in a
+(``runs.folder.what_folder``); a folder holding anything else (a user's files, listed). The results are built in a
 temporary sibling folder that replaces ``OUT`` only once complete (``utils.staged_folder``), so an interrupted or
 failed command leaves no half-written result that reads as complete.
 """
@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from simforcing.config import ConfigError
-from simforcing.runfolder import what_folder
+from simforcing.runs.folder import what_folder
+from simforcing.runs.provenance import PROVENANCE_FILE
 from simforcing.utils import check_output_path, staged_folder
-
-PROVENANCE = "provenance.json"  # the demo's record of the job that wrote a folder (``simforcing.provenance``)
 
 
 def check_results_folder(out: str | Path, flag: str, what: str, owned: Sequence[str]) -> Path:
@@ -33,7 +32,7 @@ def check_results_folder(out: str | Path, flag: str, what: str, owned: Sequence[
     if not out.is_dir() or not any(out.iterdir()):
         return out
     names = sorted(p.name for p in out.iterdir())
-    strangers = [n for n in names if n not in set(owned) | {PROVENANCE}]
+    strangers = [n for n in names if n not in set(owned) | {PROVENANCE_FILE}]
     kind = what_folder(out)
     if strangers and kind is not None:
         raise ConfigError(f"{flag}: {out} is {kind}; {what} is written to a folder of its own — choose another "

@@ -22,7 +22,7 @@
   permutation (every step has the same shape). Starting at batch ``k`` (resume) skips the first ``k`` batches
   without loading them.
 - Sharded checkpoints (world size > 1): model and optimizer through torch.distributed.checkpoint (DCP), one shard
-  per rank; single-process runs keep the safetensors format of simforcing.checkpoint. Either resumes at any world
+  per rank; single-process runs keep the safetensors format of simforcing.runs.checkpoint. Either resumes at any world
   size: :func:`load_sharded` (DCP reshards; without a process group it reads every shard) and
   :func:`load_full_into_sharded` (a single-process checkpoint into a sharded run).
 
@@ -313,13 +313,3 @@ def load_sharded_model_offline(path: str | Path, model: torch.nn.Module) -> dict
         warnings.simplefilter("ignore", UserWarning)
         dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True), no_dist=True)
     return state["model"]
-
-
-def load_full_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load a full (unsharded) state dict into a model that may be sharded."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    if is_distributed():
-        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
-    else:
-        model.load_state_dict(state)

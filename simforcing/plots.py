@@ -19,7 +19,7 @@ from typing import Iterable, Mapping, Sequence
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from simforcing.runfolder import METRICS_FILE
+from simforcing.runs.folder import METRICS_FILE
 from simforcing.utils import atomic_write, read_jsonl
 
 LOSS_TERMS = ("loss", "fm_real", "fm_sim", "md_real", "md_sim", "value_real", "value_sim")
@@ -141,7 +141,7 @@ def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: st
 
 def plot_transfer(blocks: Sequence[Mapping], labels: Mapping[str, str], out_png: str | Path,
                   title: str | None = None) -> Path:
-    """The seeds × initialisations measurement (``policy.transfer.transfer_analysis``'s ``blocks``): one panel per
+    """The seeds × initialisations measurement (``demo.transfer_stats.transfer_analysis``'s ``blocks``): one panel per
     setting and budget; per initialisation every run's success (dots), the mean over seed clusters (bar) and its
     95 % interval (whiskers, clipped to 0–100 %)."""
     blocks = [b for b in blocks if b.get("inits")]

@@ -19,7 +19,7 @@ the paper's pipeline does not need it there (``pretrain`` starts from Wan2.2 dir
 The run folder is a training run like the others (``run.json`` kind "video_base", stage "video_prior";
 ``config.json`` with ``train.method = "video_prior"``; checkpoints, resume, faults, SIGTERM): the stage
 ``VIDEO_PRIOR`` (``training.stage.Stage``: this data, model and step) run by ``training.loop.Trainer``. Its kind
-(``runfolder``) decides where it is accepted: ``pretrain --init`` (stage 1 from it) and ``policy train --init``;
+(``runs.folder``) decides where it is accepted: ``pretrain --init`` (stage 1 from it) and ``policy train --init``;
 ``train --teacher``, ``generate``/``evaluate`` and ``pretrain --resume`` refuse it by name with a command that works.
 """
 
@@ -79,7 +79,7 @@ def _latents(batch: dict, cfg: Config, device: torch.device, vae: Any) -> dict:
 
 
 VIDEO_PRIOR = Stage(
-    name="video_prior",  # runfolder.STAGE_KIND maps it to the run kind "video_base"
+    name="video_prior",  # runs.folder.STAGE_KIND maps it to the run kind "video_base"
     command=f"simforcing pretrain --method {VIDEO_PRIOR_METHOD}", describe=lambda cfg: "video prior", check=_check,
     dataset=lambda cfg, stats: VideoWindowDataset(cfg, cfg.data.root, stats=stats), encodes=lambda cfg: True,
     models=_models, step=lambda cfg: METHODS[VIDEO_PRIOR_METHOD], latents=_latents, latent_keys=("z_video",),

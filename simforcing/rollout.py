@@ -5,7 +5,7 @@
     ro.video, ro.sim_video, ro.states        # everything so far
     res = ro.run(actions (B, H, A))          # the whole horizon: one ``step`` per chunk (``chunk_sizes``)
 
-``wm`` is a loaded world model (``runs.LoadedWorldModel``). A chunk is one call of its sampler
+``wm`` is a loaded world model (``runs.loaded.LoadedWorldModel``). A chunk is one call of its sampler
 (``sample.sampler_for``: the two-stage sampler, ``(N_s, N_r, w)``, both branches batched, ``P_j(c)`` once per chunk,
 no forward a weight makes useless) on a window of ``F = data.frames`` frames and
 ``A_w = data.actions_per_window`` actions:
@@ -44,7 +44,7 @@ from typing import Optional, Sequence
 import torch
 
 from simforcing.config import Config, ConfigError
-from simforcing.runs import LoadedWorldModel, sample_generator
+from simforcing.runs.loaded import LoadedWorldModel, sample_generator
 from simforcing.sample import RenderedSimulation, Sampler, model_device, sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.twin import TwinLoop
@@ -296,6 +296,6 @@ def rollout(wm: LoadedWorldModel, first_frame: torch.Tensor, actions: torch.Tens
 
 
 def episode_generators(cfg: Config, indices: Sequence[int]) -> list[torch.Generator]:
-    """One generator per episode, seeded like the evaluation's sample i (``runs.sample_generator``)."""
+    """One generator per episode, seeded like the evaluation's sample i (``runs.loaded.sample_generator``)."""
     return [sample_generator(cfg, int(i)) for i in indices]
 

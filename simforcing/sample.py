@@ -1,6 +1,6 @@
 """Inference (SPEC §5): the two-stage guided sampler, the baselines as samplers, and ``generate_run`` (the work of
 `simforcing generate`). Its input is a ``sampler_batch.SamplerBatch``; a run loaded for sampling is a
-``runs.LoadedWorldModel``, and :func:`sampler_for` is its sampler.
+``runs.loaded.LoadedWorldModel``, and :func:`sampler_for` is its sampler.
 
     1. x^s_0 = masked real first frame (simforcing.masking)          -> z^s_0 = VAE(x^s_0),  z^r_0 = VAE(x^r_0)
     2. simulation rollout, N_s Euler steps from noise, no condition  -> c = (z^s_0, ẑ^s_{1:L})   (fixed from here on)
@@ -43,7 +43,7 @@ from simforcing.flow import euler_schedule, euler_step
 from simforcing.masking import FirstFrameMasker
 from simforcing.media import write_sample_media
 from simforcing.models.world_model import StepContext
-from simforcing.runs import LoadedWorldModel, collate_one, eval_dataset, load_world_model, sample_generator
+from simforcing.runs.loaded import LoadedWorldModel, collate_one, eval_dataset, load_world_model, sample_generator
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.timing import Stopwatch
 from simforcing.utils import autocast_context

@@ -1,6 +1,6 @@
 """The sampler's input: one typed batch of B windows to predict, whoever builds it.
 
-    batch = SamplerBatch.from_collated(collate_one(ds[i]))     # an evaluation window (``runs.eval_dataset``)
+    batch = SamplerBatch.from_collated(collate_one(ds[i]))     # an evaluation window (``runs.loaded.eval_dataset``)
     batch = SamplerBatch(first_frame, actions, state0, text, text_mask, arm_mask=mask)   # a robot's observation
     res = sampler(batch.to(device), generator)                # ``sample.Sampler``
 
@@ -51,7 +51,7 @@ class SamplerBatch:
 
     @classmethod
     def from_collated(cls, item: dict) -> "SamplerBatch":
-        """The batch of collated dataset items (``runs.collate_one(ds[i])``, a ``PairedWindowDataset`` batch):
+        """The batch of collated dataset items (``runs.loaded.collate_one(ds[i])``, a ``PairedWindowDataset`` batch):
         ``real`` (B, 3, F, H, W), ``sim`` (when loaded), ``actions``, ``state0``, ``text``, ``text_mask``,
         ``arm_mask`` (B, F, H, W) with ``has_arm_mask`` (B,) (used only when every window has one) and
         ``episode_id``."""

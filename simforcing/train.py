@@ -24,14 +24,14 @@ from typing import Any, Optional
 
 import torch
 
-from simforcing.checkpoint import load_model_state
 from simforcing.config import STAGE1_METHOD, STAGE2_METHODS, Config, ConfigError
 from simforcing.data.latent_cache import LatentWindowDataset
 from simforcing.data.paired import PairedWindowDataset
 from simforcing.methods import METHODS, method_preset, needs_previous_chunk, needs_teacher, rollout_windows
 from simforcing.models.weights import frozen_copy
 from simforcing.models.world_model import build_world_model
-from simforcing.runfolder import INIT_FILE, recorded_init
+from simforcing.runs.checkpoint import load_model_state
+from simforcing.runs.folder import INIT_FILE, recorded_init
 from simforcing.training.checks import resolve_teacher
 from simforcing.training.folder import RunFolder
 from simforcing.training.loop import Trainer

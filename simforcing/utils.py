@@ -66,7 +66,7 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 
 def _json_default(o: Any) -> Any:
-    if callable(getattr(o, "to_json", None)):  # a typed result (e.g. ``policy.results``) inside a report's dict
+    if callable(getattr(o, "to_json", None)):  # a typed result (``policy.closed_loop.results``) in a report's dict
         return o.to_json()
     if isinstance(o, (np.floating, np.integer)):
         return o.item()

@@ -3,16 +3,16 @@
     report = init_from_run(model, cfg, RUN0)    # `simforcing pretrain --init RUN0`: every tensor the run trained
     load_start_weights(model, cfg)              # no run to start from: Wan2.2 weights when configured
     check_init_run(cfg, RUN0)                   # read-only, before any work: a video base of this architecture
-    cfg, weights, ckpt = run_state(RUN, kinds)  # the newest valid checkpoint's config and tensors (runfolder.open_run)
+    cfg, weights, ckpt = run_state(RUN, kinds)  # the newest valid checkpoint's config and tensors (runs.folder.open_run)
 
 The paper trains its world model from Wan2.2; at demo scale, where no video model exists, stage 1 starts from the
 video base (``simforcing.prior``, ``pretrain --method video_prior``, run kind ``video_base``) the same way:
-``pretrain --init RUN0`` (only a video-base run is accepted: ``runfolder.INIT_STAGE1``). A run hands on only what it
+``pretrain --init RUN0`` (only a video-base run is accepted: ``runs.folder.INIT_STAGE1``). A run hands on only what it
 trained. A video base never saw an action or a state, so its action expert (``action.*``, ``layers.N.action.*``), its
 proprio-state projection (``state_embed.*``) and its simulation-condition projections (``layers.N.cond_proj.*``,
 zero) were never trained: they are *new* in the report and keep the model's own initialisation (:func:`untrained_by`).
 Every other tensor of the model must be in the run with the same shape; architecture fields
-(``runs.architecture_fields``) must match: otherwise a ConfigError names the field or the tensors. The report
+(``runs.loaded.architecture_fields``) must match: otherwise a ConfigError names the field or the tensors. The report
 (``RUN/init.json``) has the layout of ``policy train --init``'s (``policy.init``, which uses the same rule).
 """
 
@@ -25,12 +25,12 @@ from typing import Callable
 
 import torch
 
-from simforcing.checkpoint import list_checkpoints
 from simforcing.config import VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.errors import CheckpointError
 from simforcing.models.weights import load_configured_weights
-from simforcing.runfolder import CHECKPOINTS_DIR, INIT_STAGE1, open_run, run_config
-from simforcing.runs import architecture_fields, differing_fields
+from simforcing.runs.checkpoint import list_checkpoints
+from simforcing.runs.folder import CHECKPOINTS_DIR, INIT_STAGE1, open_run, run_config
+from simforcing.runs.loaded import architecture_fields, differing_fields
 
 
 @dataclass
@@ -74,13 +74,13 @@ def untrained_by(run_cfg: Config) -> Callable[[str], bool]:
 def run_state(run_dir: str | Path, kinds: tuple[str, ...], flag: str = "--init",
               use: str = "init") -> tuple[Config, dict[str, torch.Tensor], str]:
     """(the config its checkpoint was trained with, weights, checkpoint folder) of a run's newest valid checkpoint
-    (``runfolder.open_run``: the kind checked first; single-process or sharded)."""
+    (``runs.folder.open_run``: the kind checked first; single-process or sharded)."""
     run = open_run(run_dir, kinds, flag, use)
     return run.cfg, run.state_dict(), str(run.checkpoint.path)
 
 
 def check_init_run(cfg: Config, run_dir: str | Path, flag: str = "--init") -> Config:
-    """Read-only, before any work: ``run_dir`` is a video-base run (``runfolder.INIT_STAGE1``) with checkpoints whose
+    """Read-only, before any work: ``run_dir`` is a video-base run (``runs.folder.INIT_STAGE1``) with checkpoints whose
     architecture fields equal ``cfg``'s; returns its config. ConfigError naming the kind, the field or the missing
     file; CheckpointError when it holds no checkpoint."""
     run_dir = Path(run_dir)

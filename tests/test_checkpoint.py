@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from simforcing import checkpoint as ck
-from simforcing import runfolder
 from simforcing.config import load_config
+from simforcing.runs import checkpoint as ck
+from simforcing.runs import folder as runfolder
 
 
 def _setup(steps: int = 2):

@@ -73,7 +73,7 @@ def _psnr_ref(pred: torch.Tensor, gt: torch.Tensor) -> float:
 
 def test_baselines_against_a_direct_computation(world):
     from simforcing.models.vae import DemoVAE
-    from simforcing.runs import collate_one, eval_dataset
+    from simforcing.runs.loaded import collate_one, eval_dataset
 
     tmp, data, cfg = world
     copy = evaluate_run(None, data, cfg, "val", 2, tmp / "copy", baseline="copy-first", progress=False)
@@ -160,7 +160,7 @@ def test_action_following_error_its_floor_and_control(world, tmp_path):
 
 
 def test_sim_domain_scores_the_recorded_simulation_video(world, tmp_path):
-    from simforcing.runs import collate_one, eval_dataset
+    from simforcing.runs.loaded import collate_one, eval_dataset
     from simforcing.evaluate.metrics import psnr_per_sample
 
     tmp, data, cfg = world
@@ -176,7 +176,7 @@ def test_sim_domain_scores_the_recorded_simulation_video(world, tmp_path):
 
 
 def test_oracle_condition_is_the_encoded_recorded_sim_video(world):
-    from simforcing.runs import collate_one, eval_dataset, load_world_model
+    from simforcing.runs.loaded import collate_one, eval_dataset, load_world_model
     from simforcing.sample import sampler_for
     from simforcing.sampler_batch import SamplerBatch
 
@@ -191,7 +191,7 @@ def test_oracle_condition_is_the_encoded_recorded_sim_video(world):
 
 
 def test_more_windows_per_episode_span_every_episode_first(world):
-    from simforcing.runs import eval_dataset
+    from simforcing.runs.loaded import eval_dataset
 
     tmp, data, cfg = world
     c = tiny_cfg(eval__windows_per_episode=3)

@@ -19,7 +19,7 @@ import torch.nn as nn
 from simforcing.config import ConfigError
 from simforcing.fewstep.objective import FewStepPlan, fewstep_step
 from simforcing.fewstep.stage import distill_config, distill_run
-from simforcing.runs import LoadedWorldModel, collate_one, eval_dataset, load_world_model, sample_generator
+from simforcing.runs.loaded import LoadedWorldModel, collate_one, eval_dataset, load_world_model, sample_generator
 from simforcing.sample import FewStepSampler, GuidedSampler, sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from test_sample import Counting, random_batch, ref_taus, tiny_cfg, tiny_model, tiny_vae
@@ -235,7 +235,7 @@ def teacher_run(tmp_path_factory):
 
 
 def student_cfg(teacher: Path, objective: str = "progressive"):
-    from simforcing.runfolder import run_config
+    from simforcing.runs.folder import run_config
 
     cfg = distill_config(run_config(teacher), 2, objective)
     cfg.train.max_steps = 4
@@ -260,7 +260,7 @@ def test_resumed_distillation_logs_exactly_the_same_losses(teacher_run, tmp_path
 
 def test_a_student_run_is_its_own_kind_and_samples_with_its_sampler(teacher_run, tmp_path):
     from simforcing.cli import main as cli_main
-    from simforcing.runfolder import run_kind
+    from simforcing.runs.folder import run_kind
 
     teacher, root = teacher_run
     run = tmp_path / "student"

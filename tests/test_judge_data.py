@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from simforcing.data.synthetic.tasks import Task
-from simforcing.policy.evaluate import ExpertPlayer, run_episode, scene_of
-from simforcing.policy.judge import frame_verdicts, true_readings
-from simforcing.policy.judge_data import chosen_steps, decision_margin, rollout_frames, simulated_frames
-from simforcing.policy.synthetic import SyntheticTaskEnv
+from simforcing.policy.closed_loop.evaluate import ExpertPlayer, run_episode, scene_of
+from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv
+from simforcing.policy.judge.sim_frames import chosen_steps, decision_margin, rollout_frames, simulated_frames
+from simforcing.policy.judge.success_judge import frame_verdicts, true_readings
 
 LAYOUTS = 2
 TASKS = [Task("reach", "", 0, "x"), Task("push", "", 0, "x", (0.6, -0.8)), Task("grasp", "", 0, "x")]

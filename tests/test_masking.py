@@ -201,7 +201,7 @@ def test_generate_with_sam3_masking_shows_the_sam3_masked_first_frame(tiny_sam3,
     import imageio.v3 as iio
 
     from simforcing.cli import main
-    from simforcing.runs import collate_one, eval_dataset
+    from simforcing.runs.loaded import collate_one, eval_dataset
     from test_sample import make_data, make_run
 
     data = make_data(tmp_path / "data", num_val=1)

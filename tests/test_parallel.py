@@ -109,8 +109,8 @@ def test_two_process_fsdp2_matches_one_process_and_resumes_from_dcp(tmp_path, mo
     from test_train import TINY, make_tiny_data, tiny_cfg
 
     from simforcing import methods
-    from simforcing.checkpoint import list_checkpoints, load_checkpoint
-    from simforcing.runfolder import load_model_from_run
+    from simforcing.runs.checkpoint import list_checkpoints, load_checkpoint
+    from simforcing.runs.folder import load_model_from_run
     from simforcing.train import train_run
 
     root, vae = make_tiny_data(tmp_path)

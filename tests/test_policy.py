@@ -22,10 +22,10 @@ from simforcing.config import ConfigError, load_config
 from simforcing.errors import DataError
 from simforcing.models import mot
 from simforcing.models.world_model import build_world_model
+from simforcing.policy.closed_loop.evaluate import run_episode
+from simforcing.policy.closed_loop.results import Rate, wilson
 from simforcing.policy.configs import policy_run_config
 from simforcing.policy.data import PolicyWindowDataset
-from simforcing.policy.evaluate import run_episode
-from simforcing.policy.results import Rate, wilson
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.settings import ATTENTION_MODE, is_video_parameter
 from simforcing.policy.train import policy_train_run
@@ -353,8 +353,8 @@ def test_scene_seed_draws_other_held_out_scenes_and_is_recorded(tmp_path, capsys
 @pytest.mark.slow
 def test_a_short_closed_loop_episode_end_to_end(tiny, tmp_path):
     """A trained (tiny) policy acts in the synthetic MuJoCo scene: observation -> chunk -> steps, step limit."""
-    from simforcing.policy.evaluate import evaluate_synthetic
-    from simforcing.policy.synthetic import SyntheticTaskEnv
+    from simforcing.policy.closed_loop.evaluate import evaluate_synthetic
+    from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv
 
     res = policy_train_run(pcfg(tiny, "action_only"), tmp_path / "p", "base", progress=False)
     runner = PolicyRunner.load(tmp_path / "p")
@@ -379,7 +379,7 @@ def test_libero_loop_drives_a_real_env_for_a_few_steps(tiny, tmp_path):
     else:
         pytest.importorskip("libero.libero", reason="the LIBERO extra is not installed (`make test-libero` builds "
                             "an environment with it: docs/POLICY_TRANSFER.md)")
-    from simforcing.policy.libero import evaluate_libero
+    from simforcing.policy.closed_loop.libero import evaluate_libero
 
     data, vae, _ = tiny
     cfg = pcfg(tiny, "action_only", "base", "--data.state_dim=8")
@@ -395,7 +395,7 @@ def test_libero_loop_drives_a_real_env_for_a_few_steps(tiny, tmp_path):
 @pytest.mark.slow
 def test_demo_policy_section_end_to_end_at_quick_size(tiny, world_model_run, tmp_path):
     """The demo hook: data, base + SimForcing-WM action-only policies (2 processes), closed loop, the table."""
-    from simforcing.policy.demo import policy_section
+    from simforcing.demo.policy_section import policy_section
 
     _, vae, base = tiny
     # the hook's dataset is the real synthetic one; the tiny world model has the camera size it needs (32 x 48)
@@ -417,7 +417,7 @@ def test_demo_policy_section_end_to_end_at_quick_size(tiny, world_model_run, tmp
     assert again["rows"] == res["rows"]  # cached: nothing retrained or re-evaluated
 
     # provenance: a world model made again (another record) makes its policies and their evaluations stale
-    from simforcing.policy.demo import QUICK, policy_jobs
+    from simforcing.demo.policy_section import QUICK, policy_jobs
     jobs, info = policy_jobs(tmp_path, {"simforcing": world_model_run}, seed=1, budget=QUICK)
     assert all(j.skip() for j in jobs) and info["notes"] == []
     jobs, info = policy_jobs(tmp_path, {"simforcing": world_model_run}, seed=1, budget=QUICK,
@@ -478,8 +478,8 @@ def test_world_model_configs_and_checkpoints_from_before_the_policy_still_load(w
     loads unchanged: a world model's config hash leaves out the policy's fields."""
     import shutil
 
-    from simforcing.checkpoint import config_hash
-    from simforcing.runfolder import load_model_from_run
+    from simforcing.runs.checkpoint import config_hash
+    from simforcing.runs.folder import load_model_from_run
     from simforcing.config import Config
 
     old = tmp_path / "old"

@@ -12,8 +12,8 @@ import pytest
 from simforcing.config import ConfigError
 from simforcing.data.synthetic.generate import EpisodePhysics
 from simforcing.data.synthetic.scene import NOMINAL_CAMERA
-from simforcing.policy.evaluate import scene_mode
-from simforcing.policy.synthetic import SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.closed_loop.evaluate import scene_mode
+from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv, held_out_scenes
 
 
 def test_a_layout_is_the_same_scene_for_every_seed_with_only_the_task_object_jittered():

@@ -26,8 +26,8 @@ from simforcing.data.videos import VideoWindowDataset
 from simforcing.methods import METHODS, method_preset
 from simforcing.models.world_model import build_world_model
 from simforcing.prior import freeze_action_side, video_prior_run
+from simforcing.runs.folder import KINDS, run_kind
 from simforcing.train import train_run
-from simforcing.runfolder import KINDS, run_kind
 from simforcing.warmstart import is_action_side, run_state
 from test_train import TINY, cli_args, losses, make_tiny_data, tiny_cfg
 
@@ -250,12 +250,12 @@ def test_freeze_action_side_leaves_the_video_expert_trainable():
 
 @pytest.mark.slow
 def test_full_policy_measurement_end_to_end_at_tiny_size(tiny, prior_run, tmp_path):
-    """`demo --full`'s policy section (policy.demo_full) on tiny runs: stage 1 from the video base stands in for both
-    world models; one world-model and one policy seed, the two budgets, the joint settings for the video base, the
+    """`demo --full`'s policy section (demo.transfer_section) on tiny runs: stage 1 from the video base stands in for
+    both world models; one world-model and one policy seed, the two budgets, the joint settings for the video base, the
     evaluations, the probe, and the analysis with its tables (one seed: no interval over seeds)."""
     from simforcing.jobs import run_jobs
-    from simforcing.policy.demo import QUICK, collect_policy, policy_jobs  # noqa: F401 (the hook hands over)
-    from simforcing.policy.demo_full import TransferBudget, collect_full, full_policy_jobs
+    from simforcing.demo.policy_section import QUICK, collect_policy, policy_jobs  # noqa: F401 (the hook hands over)
+    from simforcing.demo.transfer_section import TransferBudget, collect_full, full_policy_jobs
 
     root, vae = tiny
     s1 = tmp_path / "s1"

@@ -14,7 +14,7 @@ from simforcing.config import ConfigError
 from simforcing.data.stats import Normalizer
 from simforcing.evaluate.probe import ProbeConfig, StateProbe, save_probe
 from simforcing.rollout import Recorded, WorldModelRollout, chunk_sizes, integrate_state, rollout
-from simforcing.runs import LoadedWorldModel, sample_generator
+from simforcing.runs.loaded import LoadedWorldModel, sample_generator
 from simforcing.sample import GuidedSampler, sample_videos
 from simforcing.sampler_batch import SamplerBatch
 from test_sample import make_data, make_run, random_batch, tiny_cfg, tiny_model, tiny_vae

@@ -18,7 +18,7 @@ import torch.nn as nn
 from simforcing.config import ConfigError, load_config
 from simforcing.models.vae import DemoVAE
 from simforcing.models.world_model import build_world_model
-from simforcing.runs import sample_generator
+from simforcing.runs.loaded import sample_generator
 from simforcing.sample import (CopyFirstSampler, GuidedSampler, StudentSimulation, VaeReconSampler, guided_velocity,
                                integrate, sample_videos)
 from simforcing.sampler_batch import SamplerBatch
@@ -70,7 +70,7 @@ def tiny_model(cfg, seed: int = 0) -> nn.Module:
 
 
 def random_batch(cfg, b: int = 2, seed: int = 0) -> dict:
-    """B random windows as the dataset collates them (``runs.collate_one``)."""
+    """B random windows as the dataset collates them (``runs.loaded.collate_one``)."""
     g = torch.Generator().manual_seed(seed)
     f, h, w = cfg.data.frames, cfg.data.height, cfg.data.width
     text_mask = torch.zeros(b, cfg.data.text_max_tokens, dtype=torch.bool)
@@ -462,7 +462,7 @@ def make_data(root, num_val: int = 3):
 
 def make_run(run_dir, data_root, vae_dir, seed: int = 0, **overrides):
     """A run folder as the train loop writes it: config.json + checkpoints/step_000001 (tiny_model weights)."""
-    from simforcing.checkpoint import capture_rng, save_checkpoint
+    from simforcing.runs.checkpoint import capture_rng, save_checkpoint
     from simforcing.data.format import read_stats
 
     if not (vae_dir / "config.json").exists():
@@ -505,7 +505,7 @@ def test_generate_writes_panels_mp4_gif_png(run_folder):
     png = iio.imread(tmp / "gen" / "sample_000.png")
     assert png.shape[0] == 4 * (64 + 2)  # rows = the four panels
     # the ground-truth panel (last) reproduces the dataset's real frames (nearest ×2), up to codec error
-    from simforcing.runs import collate_one, eval_dataset
+    from simforcing.runs.loaded import collate_one, eval_dataset
     real = collate_one(eval_dataset(cfg, data, "val", None)[0])["real"][0]  # (3, F, H, W)
     gt = ((real.permute(1, 2, 3, 0) + 1) * 127.5).round().numpy()  # (F, H, W, 3)
     x0 = 3 * (96 + 2)

@@ -188,7 +188,7 @@ def test_a_scene_whose_objects_cannot_be_placed_is_drawn_again():
         _draw_objects(rng(7000, 457))
     assert len(sample_objects(rng(7000, 457))) >= 3
     assert sample_objects(rng(7000, 456)) == _draw_objects(rng(7000, 456))
-    from simforcing.policy.synthetic import SyntheticTaskEnv
+    from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv
 
     SyntheticTaskEnv(7000, 457, 4, 32, 48, layouts=2).close()
 

@@ -18,15 +18,15 @@ import pytest
 import torch
 
 from datagen import make_dataset
-from simforcing.checkpoint import list_checkpoints, load_checkpoint, sha256_file
-from simforcing.runfolder import load_model_from_run
 from simforcing.cli import main as cli_main
 from simforcing.config import STAGE2_METHODS, Config, ConfigError, load_config
 from simforcing.errors import EXIT_DIVERGED, EXIT_STOPPED
+from simforcing.runs.checkpoint import list_checkpoints, load_checkpoint, sha256_file
+from simforcing.runs.folder import load_model_from_run
 from simforcing.train import STAGE2, train_run
+from simforcing.training.faults import FaultPlan, StopFlag
 from simforcing.training.loop import Trainer
 from simforcing.training.optim import lr_factor, param_groups
-from simforcing.training.faults import FaultPlan, StopFlag
 from simforcing.training.stage import Start
 from simforcing.training.step import StepHooks, TrainStep
 

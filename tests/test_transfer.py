@@ -1,7 +1,7 @@
-"""The policy-transfer measurement (simforcing.policy.transfer, .probe, .demo_full): the statistics against scipy and
-hand-computed values, the pairing of runs, the ridge read-out on known linear data, the jobs of `demo --full`'s
-policy section (every initialisation × world-model seed × policy seed × budget, each depending on the run it starts
-from) while the default section keeps its jobs. The probe end to end on a tiny policy: test_prior."""
+"""The policy-transfer measurement (demo.transfer_stats, policy.probe, demo.transfer_section): the statistics against
+scipy and hand-computed values, the pairing of runs, the ridge read-out on known linear data, the jobs of `demo
+--full`'s policy section (every initialisation × world-model seed × policy seed × budget, each depending on the run it
+starts from) while the default section keeps its jobs. The probe end to end on a tiny policy: test_prior."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simforcing.policy.demo import QUICK, PolicyBudget, policy_jobs
-from simforcing.policy.demo_full import TRANSFER_QUICK, full_policy_jobs, policy_specs, wm_key
+from simforcing.demo.policy_section import QUICK, PolicyBudget, policy_jobs
+from simforcing.demo.transfer_section import TRANSFER_QUICK, full_policy_jobs, policy_specs, wm_key
+from simforcing.demo.transfer_stats import (cluster_mean, default_note, paired_scene_diff, successes, transfer_analysis,
+                                            transfer_markdown, welch)
+from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyRow
 from simforcing.policy.probe import ridge_probe, score
-from simforcing.policy.results import EpisodeOutcome, PolicyRow
-from simforcing.policy.transfer import (cluster_mean, default_note, paired_scene_diff, successes,
-                                        transfer_analysis, transfer_markdown, welch)
 
 
 def outcomes(v):

@@ -185,7 +185,7 @@ def tiny_wm():
     from test_rollout import IDENTITY
     from test_sample import tiny_cfg, tiny_model, tiny_vae
 
-    from simforcing.runs import LoadedWorldModel
+    from simforcing.runs.loaded import LoadedWorldModel
 
     cfg = tiny_cfg(sample__condition="render", sample__twin="recording")
     return LoadedWorldModel(cfg, tiny_model(cfg), tiny_vae(), IDENTITY)
@@ -207,7 +207,7 @@ def test_a_one_chunk_twin_rollout_is_the_sampler_with_the_twins_rendering(tiny_w
     import torch
 
     from simforcing.rollout import WorldModelRollout
-    from simforcing.runs import sample_generator
+    from simforcing.runs.loaded import sample_generator
     from simforcing.sample import sample_videos
 
     cfg = tiny_wm.cfg
@@ -236,7 +236,7 @@ def test_a_one_chunk_twin_rollout_is_the_sampler_with_the_twins_rendering(tiny_w
 
 def test_the_twin_executes_exactly_the_executed_actions_chunk_after_chunk(tiny_wm):
     from simforcing.rollout import WorldModelRollout, hold_actions
-    from simforcing.runs import sample_generator
+    from simforcing.runs.loaded import sample_generator
 
     cfg = tiny_wm.cfg
     span, stride = cfg.data.actions_per_window, cfg.data.frame_stride
@@ -256,10 +256,10 @@ def test_the_twin_executes_exactly_the_executed_actions_chunk_after_chunk(tiny_w
 
 
 def test_closed_loop_the_twin_receives_the_effective_actions(world_model_run):
-    from simforcing.policy.evaluate import make_players
-    from simforcing.policy.synthetic import held_out_scenes
+    from simforcing.policy.closed_loop.evaluate import make_players
+    from simforcing.policy.closed_loop.synthetic import held_out_scenes
     from simforcing.data.synthetic.motions import CommandedTarget
-    from simforcing.policy.world_model_eval import Episodes, effective, load_environment, start_frames
+    from simforcing.policy.closed_loop.world_model_eval import Episodes, effective, load_environment, start_frames
 
     wm = load_environment(str(world_model_run), condition="render")
     wm.cfg.sample.twin = "recording"

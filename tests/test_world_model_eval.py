@@ -9,14 +9,14 @@ import torch
 
 from simforcing.config import ConfigError
 from simforcing.data.synthetic.tasks import Task, task_success
-from simforcing.policy.agreement import agreement, mmrv, pearson, spearman
-from simforcing.policy.evaluate import (ExpertPlayer, RunPlayer, evaluate_synthetic, run_episode, scene_of)
+from simforcing.policy.agreement.statistics import agreement, mmrv, pearson, spearman
+from simforcing.policy.closed_loop.evaluate import (ExpertPlayer, RunPlayer, evaluate_synthetic, run_episode, scene_of)
+from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.closed_loop.tables import agreement_markdown
 from simforcing.policy.infer import PolicyRunner
-from simforcing.policy.results import EpisodeOutcome, PolicyEvaluation, PolicyRow
-from simforcing.policy.tables import agreement_markdown
-from simforcing.policy.judge import (JudgeFitOptions, SuccessJudge, confusion, fit_judge, first_success,
-                                     frame_verdicts, load_judge, save_judge, true_readings)
-from simforcing.policy.synthetic import SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.judge.success_judge import (JudgeFitOptions, SuccessJudge, confusion, fit_judge, first_success,
+                                                   frame_verdicts, load_judge, save_judge, true_readings)
 from simforcing.policy.train import policy_train_run
 from test_policy import _FakeText, pcfg, tiny, world_model_run  # noqa: F401  (fixtures)
 
@@ -31,7 +31,7 @@ def judge_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("judge")
     data = generate_dataset(tmp / "data", num_train=0, num_val=0, num_sim_pool=0, length=9, height=32, width=48,
                             seed=3, progress=False, layout_train=2, layouts=LAYOUTS)
-    from simforcing.policy.judge_data import simulated_frames
+    from simforcing.policy.judge.sim_frames import simulated_frames
 
     rollouts = simulated_frames(2, 32, 48, LAYOUTS, max_steps=15, progress=False)  # scene 1: the object moves
     judge = fit_judge([data], 32, 48, JudgeFitOptions(steps=3, batch_size=8), progress=False, rollouts=rollouts)
@@ -89,7 +89,7 @@ def test_policy_eval_with_a_judge_validates_it_on_its_own_scenes(judge_dir, tmp_
     import json
 
     from simforcing.cli import main
-    from simforcing.policy.judge_validation import judge_validation
+    from simforcing.policy.judge.validation import judge_validation
 
     out = tmp_path / "e"
     assert main(["policy", "eval", "--no-baselines", "--expert-noise", "0.01", "--per-task", "1", "--max-steps", "4",
@@ -157,14 +157,14 @@ def test_batched_inference_is_each_samples_own(one_camera_policy):
 
 
 def _wm_eval(wm, judge_dir, runs, **kw):
-    from simforcing.policy.world_model_eval import evaluate_world_model
+    from simforcing.policy.closed_loop.world_model_eval import evaluate_world_model
 
     return evaluate_world_model(str(wm), load_judge(judge_dir), runs, per_task=1, max_steps=6, layouts=LAYOUTS,
                                 jitter=0.03, progress=lambda s: None, **kw)
 
 
 def test_nothing_of_the_simulator_is_read_after_the_first_frame(world_model_run, judge_dir, monkeypatch):
-    import simforcing.policy.world_model_eval as wme
+    import simforcing.policy.closed_loop.world_model_eval as wme
     from simforcing.data.synthetic.generate import EpisodePhysics
 
     made = wme.start_frames
@@ -205,7 +205,7 @@ def test_every_player_sees_the_same_scenes_and_noise(world_model_run, judge_dir,
 def test_named_errors_for_what_the_world_model_cannot_serve(world_model_run, judge_dir, tiny, tmp_path,  # noqa: F811
                                                             capsys):
     from simforcing.cli import main
-    from simforcing.policy.world_model_eval import check_compatible, load_environment
+    from simforcing.policy.closed_loop.world_model_eval import check_compatible, load_environment
 
     two = tmp_path / "two"
     policy_train_run(pcfg(tiny, "action_only"), two, "base", progress=False)
@@ -297,7 +297,7 @@ def test_agreement_ranks_and_counts_episodes():
 def test_agreement_holds_the_judge_fixed_and_splits_by_task():
     from dataclasses import replace
 
-    from simforcing.policy.judge_validation import judge_validation
+    from simforcing.policy.judge.validation import judge_validation
 
     sim = _eval({"a": 4, "b": 2, "c": 0}, learned=("a", "b"), judge={"weights_sha256": "j"})
     judged = _wm({"a": 2, "b": 3, "c": 1})  # the judge's verdicts on the simulator's own frames
@@ -322,7 +322,7 @@ def test_evaluations_round_trip_and_older_files_load(tmp_path):
     (rows with the average and the seconds beside the task names, one ``execute``) loads through the same reader."""
     import json
 
-    from simforcing.policy.results import PolicyEvaluation
+    from simforcing.policy.closed_loop.results import PolicyEvaluation
 
     ev = _wm({"a": 3, "b": 1, "c": 0})
     ev.rows["a"] = PolicyRow(ev.rows["a"].tasks, ev.rows["a"].average, seconds=2.5)

@@ -21,7 +21,7 @@ from simforcing.bench.options import BenchOptions
 from simforcing.bench.rollout import WorldModelEpisodes, synthetic_world_model
 from simforcing.config import Config
 from simforcing.fewstep.stage import distill_config
-from simforcing.runs import LoadedWorldModel
+from simforcing.runs.loaded import LoadedWorldModel
 from simforcing.sample import sampler_for
 
 AIM = 5.0  # the aim: the student at least 5× the teacher's episodes per minute and 5× lower latency

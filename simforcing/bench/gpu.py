@@ -61,7 +61,7 @@ from simforcing.config import Config, ConfigError
 from simforcing.methods import METHODS, method_preset
 from simforcing.models.info import activation_bytes, forward_flops, parameter_counts, token_counts
 from simforcing.models.weights import frozen_copy
-from simforcing.runs import LoadedWorldModel
+from simforcing.runs.loaded import LoadedWorldModel
 from simforcing.sample import sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.training.optim import build_optimizer

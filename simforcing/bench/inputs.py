@@ -12,7 +12,7 @@ from simforcing.data.stats import Normalizer
 from simforcing.masking import FirstFrameMasker
 from simforcing.models.vae import DEMO_MEAN_CHANNELS, DEMO_RESIDUAL_DIM, DemoVAE, WanVAE, load_vae
 from simforcing.models.world_model import build_world_model
-from simforcing.runs import LoadedWorldModel
+from simforcing.runs.loaded import LoadedWorldModel
 from simforcing.sampler_batch import SamplerBatch
 
 # The architecture of Wan2.2-TI2V-5B's VAE (diffusers AutoencoderKLWan, the `vae/config.json` of

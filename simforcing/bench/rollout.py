@@ -26,9 +26,9 @@ from simforcing.bench.options import BenchOptions
 from simforcing.bench.sampler import minimal_forwards
 from simforcing.config import Config
 from simforcing.evaluate.probe import ProbeConfig
-from simforcing.policy.judge import PREDICATES, JudgeNet, SuccessJudge
+from simforcing.policy.judge.success_judge import PREDICATES, JudgeNet, SuccessJudge
 from simforcing.rollout import WorldModelRollout
-from simforcing.runs import LoadedWorldModel
+from simforcing.runs.loaded import LoadedWorldModel
 from simforcing.sampler_batch import SamplerBatch
 
 
@@ -81,9 +81,9 @@ class WorldModelEpisodes:
     @classmethod
     def build(cls, scenes_per_task: int, steps: int) -> "WorldModelEpisodes":
         # MuJoCo (the simulator's scenes) loads for these sections only
-        from simforcing.policy.evaluate import ExpertPlayer, IdlePlayer
-        from simforcing.policy.synthetic import held_out_scenes
-        from simforcing.policy.world_model_eval import start_frames
+        from simforcing.policy.closed_loop.evaluate import ExpertPlayer, IdlePlayer
+        from simforcing.policy.closed_loop.synthetic import held_out_scenes
+        from simforcing.policy.closed_loop.world_model_eval import start_frames
 
         torch.manual_seed(0)
         judge = SuccessJudge(JudgeNet(ProbeConfig(32, 48, 6, (0, 1, 2), None)),
@@ -99,7 +99,7 @@ class WorldModelEpisodes:
     def seconds(self, wm: LoadedWorldModel, players: Optional[dict] = None, starts: Optional[list] = None) -> float:
         """Wall seconds of the episodes of ``players`` × ``starts`` (default: all) advanced together inside ``wm``
         (its sampler: ``sample.sampler_for``), the judge reading every chunk."""
-        from simforcing.policy.world_model_eval import Episodes
+        from simforcing.policy.closed_loop.world_model_eval import Episodes
 
         t0 = time.perf_counter()
         ep = Episodes(wm, self.players if players is None else players, self.starts if starts is None else starts)
@@ -122,7 +122,7 @@ def synthetic_world_model(cfg: Config, device: torch.device) -> LoadedWorldModel
 
 def bench_wm_policy(cfg: Config, device: torch.device, opts: BenchOptions, log: Callable[[str], None]) -> dict:
     """Episodes per minute: world model (all together) vs the simulator vs a world model one episode at a time."""
-    from simforcing.policy.evaluate import evaluate_synthetic
+    from simforcing.policy.closed_loop.evaluate import evaluate_synthetic
 
     wm = synthetic_world_model(cfg, device)
     run = WorldModelEpisodes.build(opts.wm_scenes_per_task, opts.wm_steps)

@@ -11,7 +11,7 @@ from simforcing.commands.runs import report_training
 from simforcing.commands.train import _resumed_config, _with_data
 from simforcing.config import FEWSTEP_OBJECTIVES, Config, ConfigError
 from simforcing.fewstep.stage import TEACHER_KINDS, distill_config, distill_run
-from simforcing.runfolder import run_config
+from simforcing.runs.folder import run_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

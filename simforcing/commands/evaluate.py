@@ -10,7 +10,7 @@ from simforcing.commands.runs import config_for_run
 from simforcing.config import Config
 from simforcing.evaluate.run import DOMAINS, evaluate_run, format_result
 from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps
-from simforcing.runfolder import WORLD_MODELS, require_kind
+from simforcing.runs.folder import WORLD_MODELS, require_kind
 from simforcing.sample import BASELINES
 from simforcing.utils import check_output_path, resolve_device
 

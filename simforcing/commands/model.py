@@ -10,7 +10,7 @@ from simforcing.config import Config, ConfigError
 from simforcing.evaluate.probe import FitOptions, fit_probe, save_probe
 from simforcing.models.info import format_info, model_info
 from simforcing.models.weights import write_action_expert
-from simforcing.policy.judge import JudgeFitOptions, benchmark_layouts, fit_judge, save_judge
+from simforcing.policy.judge.success_judge import JudgeFitOptions, benchmark_layouts, fit_judge, save_judge
 from simforcing.prep.demo_vae import NORMALIZATIONS, fit_demo_vae
 from simforcing.utils import check_output_path
 
@@ -137,7 +137,7 @@ def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
     from pathlib import Path
 
     from simforcing.outputs import check_results_folder, results_folder
-    from simforcing.policy.judge import JUDGE_FILE, JUDGE_META, check_dataset_folder
+    from simforcing.policy.judge.success_judge import JUDGE_FILE, JUDGE_META, check_dataset_folder
 
     if args.steps < 1 or args.batch_size < 4:
         raise ConfigError(f"--steps {args.steps} / --batch-size {args.batch_size}: expected >= 1 / >= 4")
@@ -155,7 +155,7 @@ def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
     opts = JudgeFitOptions(steps=args.steps, batch_size=args.batch_size, seed=args.seed, consecutive=args.consecutive)
     rollouts = None
     if args.sim_episodes:
-        from simforcing.policy.judge_data import simulated_frames  # MuJoCo: only with rollouts
+        from simforcing.policy.judge.sim_frames import simulated_frames  # MuJoCo: only with rollouts
 
         layouts = args.layouts if args.layouts is not None else benchmark_layouts(args.data)
         rollouts = simulated_frames(args.sim_episodes, cfg.data.height, cfg.data.width, layouts, args.jitter,

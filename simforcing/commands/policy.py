@@ -22,7 +22,7 @@ from typing import Optional
 from simforcing.commands import Given, Subcommand, note_unused_config
 from simforcing.commands.runs import report_training
 from simforcing.config import POLICY_SETTINGS, Config, ConfigError
-from simforcing.runfolder import CONFIG_FILE
+from simforcing.runs.folder import CONFIG_FILE
 from simforcing.utils import atomic_write_json, atomic_write_text, check_output_path, resolve_device
 
 
@@ -184,14 +184,14 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         raise ConfigError("--scene-seed: LIBERO's scenes are its own init states (--trials cycles them); the seed "
                           "applies to --env synthetic and world-model")
     if args.env == "libero":
-        from simforcing.policy.libero import evaluate_libero
+        from simforcing.policy.closed_loop.libero import evaluate_libero
 
         if len(runs) != 1:
             raise ConfigError(f"--runs: LIBERO evaluates one policy run at a time; got {len(runs)}")
         res = evaluate_libero(next(iter(runs.values())), args.suite, trials=args.trials,
                               task_ids=_task_ids(args.tasks), device=device, gripper=args.gripper)
     else:
-        from simforcing.policy.judge import load_judge
+        from simforcing.policy.judge.success_judge import load_judge
         from simforcing.policy.settings import check_episode_counts
 
         check_episode_counts(args.per_task, args.max_steps, args.execute)
@@ -213,7 +213,7 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
             atomic_write_text(tmp / "eval.md", res["table_md"] + "\n")
             table = res["table_md"]
         else:
-            from simforcing.policy.tables import evaluation_markdown
+            from simforcing.policy.closed_loop.tables import evaluation_markdown
 
             if res.frames:
                 _save_frames(tmp / "frames.npz", res.frames)
@@ -226,17 +226,18 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
 
 def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device):
-    """The synthetic benchmark's evaluation (``policy.results.PolicyEvaluation``) in the simulator or a world model."""
+    """The synthetic benchmark's evaluation (``policy.closed_loop.results.PolicyEvaluation``) in the simulator or a
+    world model."""
     common = dict(per_task=args.per_task, max_steps=args.max_steps, baselines=not args.no_baselines,
                   device=device, execute=args.execute, layouts=args.layouts, jitter=args.jitter,
                   expert_noise=args.expert_noise)
     if args.scene_seed is not None:
         common["seed"] = args.scene_seed
     if args.env == "world-model":
-        from simforcing.policy.world_model_eval import evaluate_world_model
+        from simforcing.policy.closed_loop.world_model_eval import evaluate_world_model
 
         return evaluate_world_model(args.wm, judge, runs, condition=args.wm_condition, **common)
-    from simforcing.policy.evaluate import evaluate_synthetic
+    from simforcing.policy.closed_loop.evaluate import evaluate_synthetic
 
     return evaluate_synthetic(runs, judge=judge, **common)
 
@@ -268,7 +269,7 @@ def add_agreement_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
-    from simforcing.policy.agreement import write_agreement
+    from simforcing.policy.agreement.statistics import write_agreement
 
     if args.bootstrap < 1:
         raise ConfigError(f"--bootstrap: got {args.bootstrap}; expected an integer >= 1")

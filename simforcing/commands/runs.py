@@ -9,7 +9,7 @@ import sys
 from simforcing import parallel
 from simforcing.commands import config_from_args, refuse_config_with
 from simforcing.config import Config
-from simforcing.runfolder import WORLD_MODELS, run_config
+from simforcing.runs.folder import WORLD_MODELS, run_config
 
 
 def config_for_run(args: argparse.Namespace) -> Config:

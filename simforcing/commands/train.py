@@ -12,7 +12,7 @@ from simforcing.commands.runs import report_training
 from simforcing.config import PRETRAIN_METHODS, STAGE1_METHOD, STAGE2_METHODS, VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.methods import method_preset
 from simforcing.prior import video_prior_run
-from simforcing.runfolder import CONFIG_FILE, STAGE_KIND, is_run_folder, require_kind, run_config
+from simforcing.runs.folder import CONFIG_FILE, STAGE_KIND, is_run_folder, require_kind, run_config
 from simforcing.train import train_run
 
 

@@ -96,8 +96,13 @@ def masks_to_target(mask: np.ndarray, height: int, width: int) -> torch.Tensor:
 
 
 def to_unit_range(x: torch.Tensor) -> torch.Tensor:
-    """uint8 -> float32 in [-1, 1]."""
+    """uint8 -> float32 in [-1, 1] (a float input holding 0..255 is converted in place). Inverse: :func:`to_uint8`."""
     return x.float().div_(127.5).sub_(1.0)
+
+
+def to_uint8(x: torch.Tensor) -> torch.Tensor:
+    """float in [-1, 1] (clamped) -> uint8 of the same shape, on the CPU. Inverse: :func:`to_unit_range`."""
+    return ((x.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

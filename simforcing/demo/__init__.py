@@ -9,8 +9,8 @@
 
 Every step is one `simforcing` command (:mod:`simforcing.demo.plan`), run on ``--jobs`` slots with a fixed thread
 count each (:mod:`simforcing.jobs`), so the numbers do not depend on ``--jobs``; what a folder already holds for
-this exact run is reused, anything made from other inputs is remade (:mod:`simforcing.provenance`). One demo per
-output folder at a time: it holds ``OUT/.lock`` (``simforcing.locking``) from before planning to the report.
+this exact run is reused, anything made from other inputs is remade (:mod:`simforcing.runs.provenance`). One demo per
+output folder at a time: it holds ``OUT/.lock`` (``simforcing.runs.locking``) from before planning to the report.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Optional
 
 from simforcing.config import Config, load_config
 from simforcing.demo.plan import BASE_METHODS, QUICK, Budget, Plan, build_plan, budget_dict, demo_budget
+from simforcing.demo.policy_section import collect_policy
 from simforcing.demo.report import collect, write_report
 from simforcing.errors import ConfigError
 from simforcing.jobs import JobFailed, run_jobs, timings
-from simforcing.locking import lock_folder
-from simforcing.policy.demo import collect_policy
-from simforcing.provenance import made_from
+from simforcing.runs.locking import lock_folder
+from simforcing.runs.provenance import made_from
 from simforcing.utils import check_output_path
 
 
@@ -46,7 +46,7 @@ def demo_config(budget: Budget, data_root: Path, vae_dir: Path, overrides: list[
 def run_demo(out: Path, data: Optional[Path], budget: Budget, overrides: list[str] = (), seeds: int = 1,
              full: bool = False, jobs: int = 2, policy: bool = True, echo=print) -> int:
     """Plan, run and report (see the module docstring) while holding OUT's lock: a second demo into the same folder
-    is refused at once (``locking.FolderBusy``, naming this one's pid). Returns 0, or the exit code of the job that
+    is refused at once (``runs.locking.FolderBusy``, naming this one's pid). Returns 0, or the exit code of the job that
     failed (a stopped training job: 75; run the same command again to resume)."""
     out = check_output_path(out, "--out")
     home = _home(out)
@@ -57,7 +57,7 @@ def run_demo(out: Path, data: Optional[Path], budget: Budget, overrides: list[st
 
 
 def _home(out: Path):
-    """The working directory OUT's folders were made from (``provenance.made_from`` of the first that tells), or
+    """The working directory OUT's folders were made from (``runs.provenance.made_from`` of the first that tells), or
     None for a new folder. The commands their records hold spell paths from there: run from another directory, the
     same folder would be spelled differently, every record would look stale, and finished runs would be made again."""
     for rec in sorted(out.glob("*/provenance.json")) + sorted(out.glob("*/*/provenance.json")):

@@ -19,10 +19,10 @@ from typing import Optional
 from simforcing.data.format import is_dataset
 from simforcing.data.synthetic.generate import GENERATOR_VERSION
 from simforcing.jobs import Job
-from simforcing.policy.demo import QUICK as POLICY_QUICK, PolicyBudget, policy_jobs
-from simforcing.policy.demo_full import TRANSFER_QUICK, TransferBudget, full_policy_jobs, wm_key, wm_seed_list
-from simforcing.provenance import (check_provenance, digest, provenance_record, remove_stale_run, run_finished,
-                                   spelled, why_stale, write_provenance)
+from simforcing.demo.policy_section import QUICK as POLICY_QUICK, PolicyBudget, policy_jobs
+from simforcing.demo.transfer_section import TRANSFER_QUICK, TransferBudget, full_policy_jobs, wm_key, wm_seed_list
+from simforcing.runs.provenance import (check_provenance, digest, provenance_record, remove_stale_run, run_finished,
+                                        spelled, why_stale, write_provenance)
 
 SEED = 42
 BASE_METHODS = ("sft", "simforcing")

@@ -11,8 +11,8 @@ import numpy as np
 
 from simforcing.config import ConfigError
 from simforcing.demo.plan import Plan
-from simforcing.policy.results import AgreementResult, PolicyEvaluation
-from simforcing.policy.tables import agreement_markdown
+from simforcing.policy.closed_loop.results import AgreementResult, PolicyEvaluation
+from simforcing.policy.closed_loop.tables import agreement_markdown
 from simforcing.utils import relative_to
 
 

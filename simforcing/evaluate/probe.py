@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from simforcing.data.format import (DataError, read_arm_mask, read_episode_videos, read_episodes, read_info,
                                     read_lowdim, read_splits)
-from simforcing.data.paired import frames_to_target, masks_to_target
+from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_range
 from simforcing.training.optim import warmup_cosine
 from simforcing.utils import atomic_write, atomic_write_json
 
@@ -376,8 +376,8 @@ def fit_probe(root: str | Path, height: int, width: int, opts: FitOptions = FitO
             refs += [composite(sim.frames[ic], bg[:n]), transplant(real.frames[it], real.masks[it], bg[n:])]
             xs += [composite(sim.frames[jc], bg[:n]), transplant(real.frames[jt], real.masks[jt], bg[n:])]
             ys += [sim.states[jc] - sim.states[ic], real.states[jt] - real.states[it]]
-        ref, x = augment_pair(torch.cat([r.float() for r in refs]).div(127.5).sub(1),
-                          torch.cat([f.float() for f in xs]).div(127.5).sub(1), gen, opts.shift)
+        ref, x = augment_pair(to_unit_range(torch.cat([r.float() for r in refs])),
+                              to_unit_range(torch.cat([f.float() for f in xs])), gen, opts.shift)
         loss = F.smooth_l1_loss(probe.normalized(ref, x), torch.cat(ys) / probe.scale, beta=0.1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -409,8 +409,8 @@ def frame_errors(probe: StateProbe, data: ProbeFrames, reach: int = 8) -> dict:
     j = (i - reach).clamp(min=0)
     ok = (data.episode[j] == data.episode[i]) & (j < i)
     i, j = i[ok], j[ok]
-    pred = torch.cat([data.states[j[k:k + 512]] + probe(data.frames[j[k:k + 512]].float().div(127.5).sub(1),
-                                                        data.frames[i[k:k + 512]].float().div(127.5).sub(1))
+    pred = torch.cat([data.states[j[k:k + 512]] + probe(to_unit_range(data.frames[j[k:k + 512]]),
+                                                        to_unit_range(data.frames[i[k:k + 512]]))
                       for k in range(0, len(i), 512)])
     out = {k: round(float(v.mean()), 5) for k, v in state_errors(probe.cfg, pred, data.states[i]).items()}
     out["no_motion_pos"] = round(float(state_errors(probe.cfg, data.states[j], data.states[i])["pos"].mean()), 5)

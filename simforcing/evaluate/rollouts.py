@@ -50,7 +50,7 @@ from simforcing.evaluate.metrics import MetricProtocol, masked_psnr_per_sample, 
 from simforcing.evaluate.probe import StateProbe
 from simforcing.evaluate.run import load_configured_probe
 from simforcing.rollout import Recorded, WorldModelRollout, chunk_sizes, episode_generators, hold_actions
-from simforcing.runs import load_world_model
+from simforcing.runs.loaded import load_world_model
 from simforcing.sample import Sampler, sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.twin import TwinEpisode, TwinLoop

@@ -25,9 +25,9 @@ from simforcing.evaluate.latency import summarize_latency
 from simforcing.evaluate.metrics import MetricAccumulator, psnr_per_sample
 from simforcing.evaluate.probe import ProbeAccumulator, StateProbe, load_probe, mean_or_none
 from simforcing.models.vae import load_vae
-from simforcing.runfolder import WORLD_MODELS, run_config, scored_record, unfinished_note
-from simforcing.runs import (LoadedWorldModel, collate_one, eval_dataset, load_world_model, merge_run_config,
-                             sample_generator, with_dataset_settings)
+from simforcing.runs.folder import WORLD_MODELS, run_config, scored_record, unfinished_note
+from simforcing.runs.loaded import (LoadedWorldModel, collate_one, eval_dataset, load_world_model, merge_run_config,
+                                    sample_generator, with_dataset_settings)
 from simforcing.sample import BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler, sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, resolve_device

@@ -27,8 +27,8 @@ from matplotlib.figure import Figure
 
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.run import evaluate_sampler, sweep_probe
-from simforcing.runfolder import scored_record, unfinished_note
-from simforcing.runs import eval_dataset, load_world_model
+from simforcing.runs.folder import scored_record, unfinished_note
+from simforcing.runs.loaded import eval_dataset, load_world_model
 from simforcing.sample import sampler_for
 from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, resolve_device
 

@@ -23,8 +23,8 @@ from simforcing.config import Config, apply_overrides
 from simforcing.evaluate.metrics import psnr_per_sample
 from simforcing.evaluate.run import evaluate_run
 from simforcing.fewstep.stage import TEACHER_KINDS, distill_config, distill_run
-from simforcing.runfolder import is_run_folder, run_config
-from simforcing.runs import collate_one, eval_dataset, load_world_model, sample_generator
+from simforcing.runs.folder import is_run_folder, run_config
+from simforcing.runs.loaded import collate_one, eval_dataset, load_world_model, sample_generator
 from simforcing.sample import sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.utils import atomic_write_json

@@ -17,14 +17,14 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from simforcing.checkpoint import load_model_state
+from simforcing.runs.checkpoint import load_model_state
 from simforcing.config import Config, ConfigError
 from simforcing.errors import CheckpointError
 from simforcing.fewstep.objective import fewstep_step
 from simforcing.models.weights import frozen_copy
 from simforcing.models.world_model import build_world_model
-from simforcing.runfolder import CHECKPOINTS_DIR, open_run
-from simforcing.runs import check_teacher_architecture, differing_fields
+from simforcing.runs.folder import CHECKPOINTS_DIR, open_run
+from simforcing.runs.loaded import check_teacher_architecture, differing_fields
 from simforcing.train import STAGE2
 from simforcing.training.checks import recorded_teacher
 from simforcing.training.folder import RunFolder

@@ -11,7 +11,7 @@ from pathlib import Path
 from simforcing.config import Config, ConfigError, apply_overrides, load_config, parse_overrides
 from simforcing.data.policy_format import read_policy_info
 from simforcing.policy.settings import policy_config
-from simforcing.runfolder import CONFIG_FILE, INIT_POLICY, require_kind, run_config
+from simforcing.runs.folder import CONFIG_FILE, INIT_POLICY, require_kind, run_config
 
 
 def policy_run_config(setting: str, init: str, data: str | None, preset: str = "demo",

@@ -29,7 +29,7 @@ from simforcing.inputs import check_image, check_instruction, check_vector
 from simforcing.models.text import load_text_encoder
 from simforcing.models.vae import load_vae
 from simforcing.policy.settings import ATTENTION_MODE
-from simforcing.runfolder import open_run, scored_record
+from simforcing.runs.folder import open_run, scored_record
 
 
 class PolicyRunner:
@@ -43,7 +43,7 @@ class PolicyRunner:
 
     @classmethod
     def load(cls, run_dir: str | Path, device="cpu", flag: str = "--runs") -> "PolicyRunner":
-        """The newest valid checkpoint of a policy run (``runfolder.open_run``: a world-model run is refused by name),
+        """The newest valid checkpoint of a policy run (``runs.folder.open_run``: a world-model run is refused by name),
         built from the config that checkpoint was trained with; ``runner.scored`` records what it is."""
         run = open_run(run_dir, ("policy",), flag, "policy")
         if not run.cfg.model.action_head:

@@ -4,13 +4,13 @@
 expert and ``model.action_expert_weights`` = the Wan-derived action expert, the paper's baseline; the demo has
 neither, see docs/POLICY_TRANSFER.md for what stands in for them).
 
-``RUN``: every tensor of the run's newest valid checkpoint (``runfolder.open_run``) whose name and shape match a policy
-tensor is copied, for both experts. The policy's own tensors are listed as *new* — the action head (``action.norm_out|proj_out|
-scale_shift_table``) and the parts of the last action block that a world model's K/V-only block lacks (its queries,
-output projection, cross-attention, FFN; and the action text projection a one-layer world model lacks); that
-block's adaLN table is *partial* (the world model's (shift, scale) rows
-are the first two of the full block's six, the same modulation chunks). Any other tensor that is absent from the run
-or has another shape means the run is another architecture: ConfigError listing every such tensor with both shapes.
+``RUN``: every tensor of the run's newest valid checkpoint (``runs.folder.open_run``) whose name and shape match a
+policy tensor is copied, for both experts. The policy's own tensors are listed as *new* — the action head
+(``action.norm_out|proj_out|scale_shift_table``) and the parts of the last action block that a world model's K/V-only
+block lacks (its queries, output projection, cross-attention, FFN; and the action text projection a one-layer world
+model lacks); that block's adaLN table is *partial* (the world model's (shift, scale) rows are the first two of the
+full block's six, the same modulation chunks). Any other tensor that is absent from the run or has another shape means
+the run is another architecture: ConfigError listing every such tensor with both shapes.
 
 A video-base run (``pretrain --method video_prior``, run kind ``video_base``: what stands in for Wan2.2 at demo scale)
 hands on its video expert only: its action expert, state projection and condition projections were never trained
@@ -29,7 +29,7 @@ import torch
 
 from simforcing.config import Config, ConfigError
 from simforcing.models.weights import load_configured_weights
-from simforcing.runfolder import INIT_POLICY
+from simforcing.runs.folder import INIT_POLICY
 from simforcing.warmstart import InitReport, is_action_side, untrained_by
 from simforcing.warmstart import run_state as _run_state
 
@@ -44,7 +44,7 @@ def expected_new(name: str, num_layers: int) -> bool:
 
 def run_state(run_dir: str | Path) -> tuple[Config, dict[str, torch.Tensor], str]:
     """(the config its checkpoint was trained with, weights, checkpoint folder) of a run's newest valid checkpoint
-    (``runfolder.open_run``; single-process or sharded)."""
+    (``runs.folder.open_run``; single-process or sharded)."""
     return _run_state(run_dir, INIT_POLICY, "--init", "init")
 
 

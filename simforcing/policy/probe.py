@@ -7,9 +7,9 @@ In the action-only setting the video expert is frozen at its initialisation and 
 per chunk; the action expert reads each layer's keys and values of those first-frame tokens
 (``WorldModel.observation_context``). This probe asks what a linear read-out of them knows about the scene:
 
-- **data**: scripted-expert episodes of the synthetic tasks in the runs' scene mode (``policy.synthetic``), fitting
-  scenes from the policy dataset's seed (100) and held-out scenes from the evaluation seed (9000), ``*_per_task``
-  per task; from each scene two frames, the first and the one after ``k`` expert steps (``k`` uniform in
+- **data**: scripted-expert episodes of the synthetic tasks in the runs' scene mode (``policy.closed_loop.synthetic``),
+  fitting scenes from the policy dataset's seed (100) and held-out scenes from the evaluation seed (9000),
+  ``*_per_task`` per task; from each scene two frames, the first and the one after ``k`` expert steps (``k`` uniform in
   [1, ``max_k``] from the scene's seed), with the hand's position (the end-effector site) and the named task
   object's centre, metres;
 - **features** per run and layer: the layer's first-frame keys and values, flattened ((n_first · heads · head_dim) · 2
@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from simforcing.config import ConfigError
-from simforcing.policy.evaluate import EVAL_SEED, scene_mode
+from simforcing.policy.closed_loop.evaluate import EVAL_SEED, scene_mode
+from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.policy.infer import PolicyRunner
-from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.utils import derive_seed
 
 FIT_SEED = 100  # the policy dataset's seed (`data synth-policy`): the scenes the policies were trained on

@@ -2,15 +2,15 @@
 
     simforcing data synth-policy OUT [--per-task 16] [--num-val 2] [--max-steps 30] [--seed 100] [--layouts K]
 
-Episode ``(seed, i)`` for i = 0, 1, … is one scene of the synthetic benchmark (``policy.synthetic``); its scripted
-expert acts in the full-appearance scene for at most ``max_steps`` steps, recording both cameras and the state at every
-frame. Only successful demonstrations are kept, cut ``tail`` frames after the first success (so no random filler motion
-is learnt), until each task has ``per_task`` training (+ ``num_val`` validation) episodes. Evaluation scenes are drawn
-from another dataset seed (``policy.evaluate``), so they are held out (with ``layouts`` = K, the LIBERO-like mode of
-``policy.synthetic``: the same K layouts, other jitters, tasks and start poses). The world-model benchmark (`data
-synth`) is unchanged; the two share the simulator only. Then min–max statistics (train) and the text cache. The
-dataset is written into a temporary sibling folder and appears at OUT only when complete (``utils.staged_folder``);
-an existing dataset there is refused unless ``overwrite``.
+Episode ``(seed, i)`` for i = 0, 1, … is one scene of the synthetic benchmark (``policy.closed_loop.synthetic``); its
+scripted expert acts in the full-appearance scene for at most ``max_steps`` steps, recording both cameras and the state
+at every frame. Only successful demonstrations are kept, cut ``tail`` frames after the first success (so no random
+filler motion is learnt), until each task has ``per_task`` training (+ ``num_val`` validation) episodes. Evaluation
+scenes are drawn from another dataset seed (``policy.closed_loop.evaluate``), so they are held out (with ``layouts`` =
+K, the LIBERO-like mode of ``policy.closed_loop.synthetic``: the same K layouts, other jitters, tasks and start poses).
+The world-model benchmark (`data synth`) is unchanged; the two share the simulator only. Then min–max statistics
+(train) and the text cache. The dataset is written into a temporary sibling folder and appears at OUT only when
+complete (``utils.staged_folder``); an existing dataset there is refused unless ``overwrite``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from tqdm import tqdm
 
 from simforcing.config import ConfigError, load_config
 from simforcing.data.format import is_dataset
-from simforcing.data.stats import write_stats
 from simforcing.data.policy_format import write_policy_episode, write_policy_meta
+from simforcing.data.stats import write_stats
 from simforcing.data.synthetic.generate import check_frame_size, write_objects
-from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv
+from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv
 from simforcing.prep.text import embed_dataset
 from simforcing.utils import check_output_folder, staged_folder
 

@@ -25,7 +25,7 @@ from simforcing.policy.data import PolicyWindowDataset
 from simforcing.policy.init import init_policy
 from simforcing.policy.settings import ATTENTION_MODE, check_setting, freeze_for_setting
 from simforcing.policy.steps import policy_step
-from simforcing.runfolder import resume_command
+from simforcing.runs.folder import resume_command
 from simforcing.training.loop import Trainer
 from simforcing.training.stage import Models, Stage, Start
 

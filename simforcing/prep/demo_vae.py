@@ -21,6 +21,7 @@ import torch
 
 from simforcing.config import Config, ConfigError
 from simforcing.data.format import DataError, read_episode_videos, read_episodes, read_info, read_splits
+from simforcing.data.paired import to_unit_range
 from simforcing.evaluate.metrics import psnr_video
 from simforcing.models.vae import (DEMO_MEAN_CHANNELS, DEMO_RANK, DEMO_RESIDUAL_DIM, DemoVAE,
                                    group_mean_and_residuals, read_vae_config, space_to_depth)
@@ -28,7 +29,7 @@ from simforcing.models.vae import (DEMO_MEAN_CHANNELS, DEMO_RANK, DEMO_RESIDUAL_
 
 def _to_video(frames: np.ndarray) -> torch.Tensor:
     """uint8 (N, F, H, W, 3) -> float32 (N, 3, F, H, W) in [-1, 1]."""
-    return torch.from_numpy(frames).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
+    return to_unit_range(torch.from_numpy(frames).permute(0, 4, 1, 2, 3))
 
 
 class _WindowReader:

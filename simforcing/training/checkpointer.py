@@ -4,7 +4,7 @@ the data, with what the run trains with (its normalisation statistics, config, r
     checkpointer = Checkpointer(run_dir, cfg, stats, run_id, data_record, steps_per_epoch, windows, global_batch)
     path = checkpointer.save(step, student, optimizer, scheduler)
 
-``write`` is ``checkpoint.save_checkpoint`` (the format, atomic writes, pruning); a fault plan wraps it
+``write`` is ``runs.checkpoint.save_checkpoint`` (the format, atomic writes, pruning); a fault plan wraps it
 (``FaultPlan.around_writer``).
 """
 
@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from simforcing.checkpoint import capture_rng, save_checkpoint
 from simforcing.config import Config
+from simforcing.runs.checkpoint import capture_rng, save_checkpoint
 
 
 class Checkpointer:

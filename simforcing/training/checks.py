@@ -2,8 +2,8 @@
 it records about its data so that a resume can say what changed.
 
 - ``--resume``: the run's kind (a stage-1 run is continued by ``pretrain``, a stage-2 run by ``train``, a policy by
-  ``policy train``: ``runfolder.require_kind``), what the stage itself requires (``Stage.resume_check``), the same
-  architecture as the config its checkpoint was trained with (``runs.architecture_fields``), and the same data:
+  ``policy train``: ``runs.folder.require_kind``), what the stage itself requires (``Stage.resume_check``), the same
+  architecture as the config its checkpoint was trained with (``runs.loaded.architecture_fields``), and the same data:
   :func:`data_record` goes into every checkpoint's meta.json; :func:`data_changes` compares it, and the checkpoint's
   normalisation statistics, with the data now.
 - ``--teacher``: a stage-1 run of the same architecture (:func:`resolve_teacher`; on resume the checkpoint
@@ -19,9 +19,9 @@ from typing import Any, Optional
 
 from simforcing.config import Config, ConfigError
 from simforcing.errors import CheckpointError
-from simforcing.runfolder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config, open_run,
-                                  resume_command)
-from simforcing.runs import architecture_fields, check_teacher_architecture, differing_fields
+from simforcing.runs.folder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config,
+                                    open_run, resume_command)
+from simforcing.runs.loaded import architecture_fields, check_teacher_architecture, differing_fields
 from simforcing.training.stage import Stage
 
 

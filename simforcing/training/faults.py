@@ -120,7 +120,7 @@ class FaultPlan:
         return faulty
 
     def around_writer(self, write: Callable[..., Any]) -> Callable[..., Any]:
-        """``write(run_dir, step, ...)`` (``checkpoint.save_checkpoint``) holding in the middle of writing the
+        """``write(run_dir, step, ...)`` (``runs.checkpoint.save_checkpoint``) holding in the middle of writing the
         ``ckpt_sleep`` checkpoints."""
         if not self.ckpt_sleep:
             return write

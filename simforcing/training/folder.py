@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Optional
 
 from simforcing import parallel
-from simforcing.checkpoint import list_checkpoints, remove_stale_temp
 from simforcing.config import Config, ConfigError
-from simforcing.locking import FolderLock, lock_folder
-from simforcing.runfolder import (CONFIG_FILE, INIT_FILE, RUN_RECORD, STAGE_KIND, TEACHER_FILE, check_not_foreign,
-                                  is_run_folder, new_run_record, newest_readable, read_run_record, require_kind,
-                                  trained_config)
+from simforcing.runs.checkpoint import list_checkpoints, remove_stale_temp
+from simforcing.runs.folder import (CONFIG_FILE, INIT_FILE, RUN_RECORD, STAGE_KIND, TEACHER_FILE, check_not_foreign,
+                                    is_run_folder, new_run_record, newest_readable, read_run_record, require_kind,
+                                    trained_config)
+from simforcing.runs.locking import FolderLock, lock_folder
 from simforcing.training.checks import check_resume_config
 from simforcing.training.runlog import RunLog
 from simforcing.training.stage import Stage, Start
@@ -58,7 +58,7 @@ class RunFolder:
             self._check_resume_compatible(cfg)
 
     def _check_resume_compatible(self, cfg: Config) -> None:
-        """The newest checkpoint whose metadata reads is the reference (``runfolder.trained_config``)."""
+        """The newest checkpoint whose metadata reads is the reference (``runs.folder.trained_config``)."""
         ref = newest_readable(self.path)
         if ref is None:
             return  # every checkpoint is damaged: resume.find_checkpoint fails with the named error

@@ -25,10 +25,10 @@ import torch
 from tqdm import tqdm
 
 from simforcing import parallel
-from simforcing.checkpoint import Checkpoint, list_checkpoints, save_checkpoint
 from simforcing.config import Config, ConfigError
 from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, OutputError
 from simforcing.models.vae import load_vae
+from simforcing.runs.checkpoint import Checkpoint, list_checkpoints, save_checkpoint
 from simforcing.threads import configure_threads
 from simforcing.training.checkpointer import Checkpointer
 from simforcing.training.checks import data_record

@@ -18,11 +18,11 @@ from typing import Any, Optional
 import torch
 
 from simforcing import parallel
-from simforcing.checkpoint import Checkpoint, find_resumable, load_model_state, restore_rng
 from simforcing.config import Config, config_diff
 from simforcing.data.format import read_stats
 from simforcing.errors import CheckpointError
-from simforcing.runfolder import CHECKPOINTS_DIR, trained_config
+from simforcing.runs.checkpoint import Checkpoint, find_resumable, load_model_state, restore_rng
+from simforcing.runs.folder import CHECKPOINTS_DIR, trained_config
 from simforcing.training.checks import check_resume_config, data_changes
 from simforcing.training.folder import RunFolder
 from simforcing.training.optim import apply_optimizer_settings

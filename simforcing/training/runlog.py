@@ -15,7 +15,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from simforcing.errors import OutputError, os_cause
 from simforcing.plots import plot_loss_curves
-from simforcing.runfolder import LOSS_PLOT, METRICS_FILE, STATUS_FILE, TB_DIR
+from simforcing.runs.folder import LOSS_PLOT, METRICS_FILE, STATUS_FILE, TB_DIR
 from simforcing.utils import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 
 

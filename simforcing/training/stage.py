@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
-from simforcing.checkpoint import Checkpoint
 from simforcing.config import Config
+from simforcing.runs.checkpoint import Checkpoint
 from simforcing.warmstart import InitReport
 
 if TYPE_CHECKING:  # the run folder's type only: training.folder imports this module
@@ -71,7 +71,7 @@ def no_facts(dataset: Any) -> dict:
 class Stage:
     """One training stage (see the module docstring for the four)."""
 
-    name: str  # the run's stage: run.json, runfolder.STAGE_KIND[name] its kind, "simforcing NAME:" in messages
+    name: str  # the run's stage: run.json, runs.folder.STAGE_KIND[name] its kind, "simforcing NAME:" in messages
     command: str  # the command that trains it (named when a --resume of another kind is refused)
     describe: Callable[[Config], str]  # the progress bar's label
     check: Callable[[Config], None]  # before any work: the method, what the stage cannot train (ConfigError)

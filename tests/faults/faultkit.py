@@ -68,7 +68,7 @@ def status(run: Path) -> dict:
 
 def steps(run: Path) -> list[int]:
     """Steps of the finished checkpoint folders (``step_N``), oldest first."""
-    from simforcing.checkpoint import list_checkpoints
+    from simforcing.runs.checkpoint import list_checkpoints
 
     return [s for s, _ in list_checkpoints(run)]
 

@@ -27,8 +27,8 @@ LAYOUTS, JITTER = 2, 0.03
 def judges(tmp_path_factory) -> tuple[Path, Path]:
     """A success judge fitted for a few steps on layout episodes, and a second one whose weights differ."""
     from simforcing.data.synthetic.generate import generate_dataset
-    from simforcing.policy.judge import JudgeFitOptions, fit_judge, load_judge, save_judge
-    from simforcing.policy.judge_data import simulated_frames
+    from simforcing.policy.judge.success_judge import JudgeFitOptions, fit_judge, load_judge, save_judge
+    from simforcing.policy.judge.sim_frames import simulated_frames
 
     tmp = tmp_path_factory.mktemp("agreement_judge")
     data = generate_dataset(tmp / "data", num_train=0, num_val=0, num_sim_pool=0, length=9, height=32, width=48,
@@ -95,7 +95,7 @@ def _refused(words: list[str], capsys, *needles: str) -> str:
 
 def test_matching_evaluations_give_the_agreement(evaluate, policies, tmp_path, capsys):
     """The control of every case below; agreement.json says what it is and what every evaluation shared."""
-    from simforcing.policy.results import AgreementResult
+    from simforcing.policy.closed_loop.results import AgreementResult
 
     a, b, c = policies
     out = tmp_path / "agreement"

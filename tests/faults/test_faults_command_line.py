@@ -42,7 +42,7 @@ def test_an_output_under_a_file_is_refused_before_any_episode_or_simulation(poli
                                                                             monkeypatch):
     """`policy eval --out` whose parent is a file used to fail after every episode had run (hours on LIBERO);
     `data synth-policy` simulated everything, then failed with the wrong cause (File exists)."""
-    import simforcing.policy.evaluate as pe
+    import simforcing.policy.closed_loop.evaluate as pe
     import simforcing.policy.synth_data as sd
 
     afile = tmp_path / "afile"

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from faultkit import (ckpt, copy_run, digest, losses, pretrain_args, same_weights, status, steps, tmp_dirs)
 
-from simforcing.checkpoint import CheckpointError, find_resumable, load_checkpoint
-from simforcing.runfolder import load_model_from_run
 from simforcing.cli import main
+from simforcing.runs.checkpoint import CheckpointError, find_resumable, load_checkpoint
+from simforcing.runs.folder import load_model_from_run
 
 pytestmark = pytest.mark.faults
 
@@ -106,7 +106,7 @@ def test_stage2_starts_from_the_previous_teacher_checkpoint_when_the_newest_is_d
 @pytest.mark.parametrize("victim", ["model.safetensors", "meta.json"])
 def test_disk_full_during_a_checkpoint_write_keeps_the_previous_checkpoints(ref, tiny, tmp_path, monkeypatch, capsys,
                                                                            victim):
-    import simforcing.checkpoint as checkpoint
+    import simforcing.runs.checkpoint as checkpoint
 
     run = copy_run(ref, tmp_path / "run")
     before = {s: digest(ckpt(run, s)) for s in (4, 6)}

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from simforcing.cli import main
-from simforcing.provenance import (PROVENANCE_FILE, check_provenance, code_version, digest, provenance_record,
-                                   read_provenance, write_provenance)
+from simforcing.runs.provenance import (PROVENANCE_FILE, check_provenance, code_version, digest, provenance_record,
+                                        read_provenance, write_provenance)
 
 pytestmark = pytest.mark.faults
 
@@ -218,7 +218,7 @@ def test_a_second_demo_into_the_same_out_is_refused_at_once(tmp_path, capsys, mo
     import simforcing.demo as demo
 
     out = tmp_path / "demo"
-    code = ("import sys, time\nfrom simforcing.locking import lock_folder\n"
+    code = ("import sys, time\nfrom simforcing.runs.locking import lock_folder\n"
             "lock = lock_folder(sys.argv[1], 'simforcing demo')\nprint('locked', flush=True)\ntime.sleep(600)\n")
     first = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
     try:

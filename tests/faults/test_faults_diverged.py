@@ -9,8 +9,8 @@ import math
 import pytest
 from faultkit import FAULT_ENV, ckpt, copy_run, digest, losses, pretrain_args, status, steps, tmp_dirs
 
-from simforcing.checkpoint import load_checkpoint
 from simforcing.cli import main
+from simforcing.runs.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.faults
 

@@ -20,7 +20,7 @@ def _still_training(run: Path) -> subprocess.Popen:
     """Make ``run`` look like a run being trained: status.json "running" and its lock held by another process."""
     st = json.loads((run / "status.json").read_text())
     (run / "status.json").write_text(json.dumps({**st, "state": "running", "total_steps": 10}))
-    code = ("import sys, time\nfrom simforcing.locking import lock_folder\n"
+    code = ("import sys, time\nfrom simforcing.runs.locking import lock_folder\n"
             "lock = lock_folder(sys.argv[1], 'simforcing policy train')\nprint('locked', flush=True)\ntime.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"

@@ -12,9 +12,9 @@ import pytest
 from faultkit import (checkpointed, ckpt, digest, losses, pretrain_args, same_weights, spawn, status, steps,
                       stop_process, tmp_dirs, wait_for, wait_until_holding)
 
-from simforcing.checkpoint import CheckpointError, load_checkpoint, verify_checkpoint
-from simforcing.runfolder import load_model_from_run
 from simforcing.cli import main
+from simforcing.runs.checkpoint import CheckpointError, load_checkpoint, verify_checkpoint
+from simforcing.runs.folder import load_model_from_run
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

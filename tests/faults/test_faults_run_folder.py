@@ -17,10 +17,10 @@ import pytest
 import torch
 from faultkit import ckpt, copy_run, digest, losses, pretrain_args, status, steps, wait_for
 
-from simforcing.checkpoint import load_checkpoint
 from simforcing.cli import main
 from simforcing.config import load_config
-from simforcing.locking import is_locked
+from simforcing.runs.checkpoint import load_checkpoint
+from simforcing.runs.locking import is_locked
 
 pytestmark = pytest.mark.faults
 
@@ -40,7 +40,7 @@ RUN_FILES = ("config.json", "status.json", "metrics.jsonl", "teacher.json")
 
 def _hold_lock(folder: Path) -> subprocess.Popen:
     """Another process that takes the folder's lock (the helper every writer uses) and keeps it."""
-    code = ("import sys, time\nfrom simforcing.locking import lock_folder\n"
+    code = ("import sys, time\nfrom simforcing.runs.locking import lock_folder\n"
             "lock = lock_folder(sys.argv[1], 'another writer')\nprint('locked', flush=True)\ntime.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -230,7 +230,7 @@ def test_out_folder_holding_someone_elses_files_is_refused(tiny, tmp_path, capsy
 
 def test_a_checkpoint_write_keeps_other_writers_temp_folders_and_other_runs_checkpoints(ref, tiny, tmp_path,
                                                                                        monkeypatch):
-    import simforcing.checkpoint as checkpoint
+    import simforcing.runs.checkpoint as checkpoint
 
     run = copy_run(ref, tmp_path / "run")
     foreign = ckpt(run, 1)  # a checkpoint another run left in this folder (older than all of ours)

@@ -17,8 +17,8 @@ import pytest
 from faultkit import (FAULT_ENV, checkpointed, ckpt, losses, pretrain_args, same_weights, spawn, status, steps,
                       stop_process, wait_for, wait_until_holding)
 
-from simforcing.checkpoint import load_checkpoint
 from simforcing.cli import main
+from simforcing.runs.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.faults
 

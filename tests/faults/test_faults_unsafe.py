@@ -25,9 +25,9 @@ import pytest
 import torch
 from faultkit import ckpt, copy_run, pretrain_args, steps
 
-from simforcing.checkpoint import CheckpointError, load_checkpoint
-from simforcing.runfolder import load_model_from_run
 from simforcing.cli import main
+from simforcing.runs.checkpoint import CheckpointError, load_checkpoint
+from simforcing.runs.folder import load_model_from_run
 
 pytestmark = pytest.mark.faults
 

@@ -164,7 +164,7 @@ def test_world_model_commands_refuse_the_wrong_kind_of_folder_by_name(world_mode
 
 
 def test_a_judge_is_never_written_into_a_run_folder(world_model_run, judge_dir, tiny, tmp_path, capsys):  # noqa: F811
-    from simforcing.policy.judge import load_judge, save_judge
+    from simforcing.policy.judge.success_judge import load_judge, save_judge
 
     before = digest(world_model_run)
     with pytest.raises(ConfigError, match="is a stage-1 run .*; a success judge is written to a folder of its own"):
@@ -177,7 +177,7 @@ def test_a_judge_is_never_written_into_a_run_folder(world_model_run, judge_dir, 
 
 def test_the_evaluation_records_what_judged_and_what_was_judged(world_model_run, judge_dir, tmp_path,  # noqa: F811
                                                                  capsys):
-    from simforcing.policy.judge import judge_identity
+    from simforcing.policy.judge.success_judge import judge_identity
 
     out = tmp_path / "e"
     assert main([str(w) for w in _wm_eval_words(world_model_run, judge_dir, out, "--no-baselines",
@@ -203,10 +203,10 @@ def test_the_evaluation_records_what_judged_and_what_was_judged(world_model_run,
 def test_baselines_beside_a_policy_of_another_window(world_model_run, judge_dir, one_camera_policy):  # noqa: F811
     """The crash: the baselines plan 8 actions, this policy 4; the episodes now advance together on padded plans,
     each executing only actions its player planned."""
-    from simforcing.policy.evaluate import Player
+    from simforcing.policy.closed_loop.evaluate import Player
     from simforcing.policy.infer import PolicyRunner
-    from simforcing.policy.judge import load_judge
-    from simforcing.policy.world_model_eval import evaluate_world_model
+    from simforcing.policy.judge.success_judge import load_judge
+    from simforcing.policy.closed_loop.world_model_eval import evaluate_world_model
 
     assert PolicyRunner.load(one_camera_policy).cfg.data.actions_per_window != Player.span
     kw = dict(per_task=1, max_steps=6, layouts=LAYOUTS, jitter=0.03, progress=lambda s: None)
@@ -239,7 +239,7 @@ def _rewrite(path: Path, **changes) -> None:
 
 
 def test_fit_judge_refuses_bad_data_before_writing_anything(judge_dir, world_model_run, tmp_path, capsys):  # noqa: F811
-    from simforcing.policy.judge import load_judge
+    from simforcing.policy.judge.success_judge import load_judge
 
     src = judge_dir.parent / "data"
     fit = ["model", "fit-judge", "--steps", "1", "--batch-size", "4"]
@@ -282,8 +282,8 @@ def test_fit_judge_refuses_bad_data_before_writing_anything(judge_dir, world_mod
 
 
 def test_an_interrupted_fit_leaves_nothing_that_loads(judge_dir, tmp_path, monkeypatch, capsys):  # noqa: F811
-    import simforcing.policy.judge as judge_mod
-    from simforcing.policy.judge import load_judge
+    import simforcing.policy.judge.success_judge as judge_mod
+    from simforcing.policy.judge.success_judge import load_judge
 
     fit = ["model", "fit-judge", "--data", judge_dir.parent / "data", "--steps", "1", "--batch-size", "4",
            "--sim-episodes", "2", "--layouts", str(LAYOUTS)]
@@ -345,7 +345,7 @@ def test_counts_out_of_range_are_config_errors(world_model_run, judge_dir, tiny,
 def test_ctrl_c_in_the_world_model_commands_exits_130_with_one_line(world_model_run, judge_dir, tiny, tmp_path,  # noqa: F811
                                                                     monkeypatch, capsys):
     import simforcing.evaluate.rollouts as rollouts
-    import simforcing.policy.world_model_eval as wme
+    import simforcing.policy.closed_loop.world_model_eval as wme
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

@@ -47,7 +47,7 @@ GENERATOR_VERSION = 3  # 2: objects.npz beside every paired episode; layout epis
 
 
 @dataclass
-class Episode:
+class SimulatedEpisode:
     """One simulated episode. Videos uint8 (T, H, W, 3); ``real``/``arm_mask`` are None for sim-only episodes."""
 
     instruction: str
@@ -203,7 +203,7 @@ def servo_frame(model, data, ctl: ArmController, q: np.ndarray, pos: np.ndarray,
 
 
 def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True, layouts: int = 0,
-                     jitter: float = 0.03, action_noise: float = 0.0, pauses: int = 0) -> Episode:
+                     jitter: float = 0.03, action_noise: float = 0.0, pauses: int = 0) -> SimulatedEpisode:
     """Simulate episode ``index`` of the dataset with ``seed``; render sim always, real + mask when ``paired``;
     ``layouts`` > 0: the policy benchmark's LIBERO-like scenes, ``action_noise`` a noisy operator
     (:class:`EpisodePhysics`)."""
@@ -234,11 +234,11 @@ def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, pai
         sigma = ep.noise_rng.uniform(1.5, 4.0)  # sensor noise, in 0..255 units
         noisy = np.asarray(reals, np.float32) + ep.noise_rng.normal(0, sigma, size=(length, *reals[0].shape))
         real = np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
-    return Episode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=np.stack(sims), real=real,
-                   arm_mask=np.stack(masks) if paired else None, actions=ep.motion.actions(), states=states_arr,
-                   object_xyz=np.asarray(obj_xyz, np.float32),
-                   object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects],
-                   camera=ep.camera, target=ep.motion.target)
+    return SimulatedEpisode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=np.stack(sims), real=real,
+                            arm_mask=np.stack(masks) if paired else None, actions=ep.motion.actions(),
+                            states=states_arr, object_xyz=np.asarray(obj_xyz, np.float32),
+                            object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects],
+                            camera=ep.camera, target=ep.motion.target)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -274,7 +274,8 @@ def write_objects(root: str | Path, episode_id: str, xyz: np.ndarray, names: lis
                   kind: str) -> None:
     """``episodes/<id>/objects.npz``: ``xyz`` float32 (T, n, 3) every object's centre per frame, ``names`` (n,)
     ("<colour> <shape>" or "distractor"), ``target`` the task's object, ``kind`` the task — what the success judge of
-    the policy benchmark is fitted on (``policy.judge``); world-model and policy training do not read it."""
+    the policy benchmark is fitted on (``policy.judge.success_judge``); world-model and policy training do not read
+    it."""
     path = episode_file(root, episode_id, OBJECTS_FILE)
 
     def save(tmp: Path) -> None:
@@ -344,11 +345,11 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
     ``simforcing.prep.text.finalize_dataset``: stats and the text cache). ``workers`` > 1 simulates episodes in that
     many processes; the output is identical whatever the count. ``layout_train`` more paired training episodes are
     the policy benchmark's LIBERO-like scenes (``layouts`` fixed layouts, the task object jittered by ±``jitter`` m,
-    the nominal camera: ``policy.synthetic``), appended after the sim pool — so a world model knows the scenes a
-    policy acts in; the other episodes are unchanged. ``action_noise`` σ_max > 0: the episodes of ``noise_splits``
-    (``train`` includes the layout episodes) are driven by a noisy operator, σ ~ U(0, σ_max) m per step per episode
-    (:class:`EpisodePhysics`); their scenes and scripted motions are those of the same dataset without noise.
-    ``pauses`` N > 0: the episodes of ``pause_splits`` hold their target N times for 2–5 frames.
+    the nominal camera: ``policy.closed_loop.synthetic``), appended after the sim pool — so a world model knows the
+    scenes a policy acts in; the other episodes are unchanged. ``action_noise`` σ_max > 0: the episodes of
+    ``noise_splits`` (``train`` includes the layout episodes) are driven by a noisy operator, σ ~ U(0, σ_max) m per step
+    per episode (:class:`EpisodePhysics`); their scenes and scripted motions are those of the same dataset without
+    noise. ``pauses`` N > 0: the episodes of ``pause_splits`` hold their target N times for 2–5 frames.
     """
     _check_args(num_train, num_val, num_sim_pool, length, height, width, layout, workers, layout_train, layouts,
                 jitter)

@@ -179,10 +179,10 @@ def script_motion(rng: np.random.Generator, objects: list[SceneObject], start_po
 
 def perturb_targets(pos: np.ndarray, rng: np.random.Generator, sigma: float) -> np.ndarray:
     """Commanded positions (T, 3) of a noisy operator: every position delta gets N(0, σ²) per axis (metres), as the
-    policy benchmark's noisy expert (``policy.evaluate.ExpertPlayer``), and the target is clipped into the workspace
-    after each step, the controller's rule (``policy.synthetic.CommandedTarget``) — so the noise accumulates into a
-    random walk around the scripted path. ``data synth --action-noise``: action sequences a world model trained on
-    scripted motions alone never sees."""
+    policy benchmark's noisy expert (``policy.closed_loop.evaluate.ExpertPlayer``), and the target is clipped into the
+    workspace after each step, the controller's rule (``policy.closed_loop.synthetic.CommandedTarget``) — so the noise
+    accumulates into a random walk around the scripted path. ``data synth --action-noise``: action sequences a world
+    model trained on scripted motions alone never sees."""
     deltas = np.diff(pos, axis=0) + rng.normal(0.0, sigma, size=(len(pos) - 1, 3))
     out = np.array(pos, np.float64)
     for t in range(1, len(pos)):
@@ -273,8 +273,8 @@ class ArmController:
 
 
 class CommandedTarget:
-    """The controller's commanded target (``policy.synthetic``, "Action"): the deltas of an action are added to the
-    target, which is clipped into the scripted workspace; the gripper command is clipped to [0, 1]. What the
+    """The controller's commanded target (``policy.closed_loop.synthetic``, "Action"): the deltas of an action are added
+    to the target, which is clipped into the scripted workspace; the gripper command is clipped to [0, 1]. What the
     controller executes — the simulator, the arm's twin — and what a world model is given instead (the effective
     action) are the same, without reading any simulator state."""
 

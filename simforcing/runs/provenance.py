@@ -29,8 +29,8 @@ from typing import Any, Iterable, Optional
 
 from simforcing import __version__
 from simforcing.errors import ConfigError
-from simforcing.locking import lock_folder
-from simforcing.runfolder import STATUS_FILE, is_run_folder
+from simforcing.runs.folder import STATUS_FILE, is_run_folder
+from simforcing.runs.locking import lock_folder
 from simforcing.utils import atomic_write_json
 
 PROVENANCE_FILE = "provenance.json"

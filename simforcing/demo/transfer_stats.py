@@ -27,7 +27,7 @@ from statistics import fmean, stdev
 import numpy as np
 from scipy import stats
 
-from simforcing.policy.results import EpisodeOutcome, PolicyRow
+from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyRow
 
 TASK_ORDER = ("reach", "push", "grasp")
 # A − B: the paper's claim first (world model > the video model it came from), then what separates the priors

@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 
 from simforcing.data.format import write_video  # noqa: E402
 from simforcing.media import _text, side_by_side, write_gif, write_png, frame_strip  # noqa: E402
-from simforcing.policy.results import AgreementResult  # noqa: E402
+from simforcing.policy.closed_loop.results import AgreementResult  # noqa: E402
 from simforcing.utils import atomic_write  # noqa: E402
 
 MARKERS = "osD^v<>Ph*X"

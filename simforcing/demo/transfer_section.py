@@ -4,8 +4,8 @@
                                   42, PolicyBudget(), TransferBudget())
     res = collect_full(info, wall)       # res["table_md"], res["transfer_md"], res["probe"], ...
 
-``simforcing.policy.demo.policy_jobs(..., full=True)`` and ``collect_policy`` hand over to these; the default demo's
-section (``policy_jobs(full=False)``) is not changed by them.
+``simforcing.demo.policy_section.policy_jobs(..., full=True)`` and ``collect_policy`` hand over to these; the default
+demo's section (``policy_jobs(full=False)``) is not changed by them.
 
 Initialisations (the paper's base is Wan2.2, its "our WM" the world model trained from it):
 - ``random``: the world model's architecture and VAE with no pretrained weight (``--init base --config WM``);
@@ -20,7 +20,7 @@ Initialisations (the paper's base is Wan2.2, its "our WM" the world model traine
 Policies: action-only from all four × world-model seeds × ``policy_seeds`` policy seeds, at the demo's budget
 (``PolicyBudget.train_steps``) and at ``long_steps``; unconditional and video + action for ``joint_inits`` (the main
 comparison) at the demo's budget; every policy on the same ``eval_per_task`` held-out scenes per task; the paired
-differences with intervals (``policy.transfer``) and the linear probe of what the frozen video expert gives an
+differences with intervals (``demo.transfer_stats``) and the linear probe of what the frozen video expert gives an
 action-only policy (``policy.probe``, one job). Folders: OUT/policy/data (the default section's dataset, shared),
 OUT/policy/transfer/{RUN, eval_N/..., probe}. Every folder records its provenance as in the default section.
 """
@@ -32,13 +32,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+from simforcing.demo.policy_jobs import eval_job, policy_data_job, stale_fields, train_job, wm_digests
+from simforcing.demo.transfer_stats import COMPARISONS, default_note, transfer_analysis, transfer_markdown
 from simforcing.jobs import Job
-from simforcing.policy.demo_jobs import eval_job, policy_data_job, stale_fields, train_job, wm_digests
-from simforcing.policy.evaluate import EXPERT, FLOOR
-from simforcing.policy.results import PolicyEvaluation
-from simforcing.policy.tables import format_table
-from simforcing.policy.transfer import COMPARISONS, default_note, transfer_analysis, transfer_markdown
-from simforcing.provenance import digest, provenance_record, write_provenance
+from simforcing.policy.closed_loop.evaluate import EXPERT, FLOOR
+from simforcing.policy.closed_loop.results import PolicyEvaluation
+from simforcing.policy.closed_loop.tables import format_table
+from simforcing.runs.provenance import digest, provenance_record, write_provenance
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 SEED = 42
@@ -51,7 +51,8 @@ WM_INITS = tuple(WM_SOURCE)  # the initialisations from a world model (one per w
 
 @dataclass
 class TransferBudget:
-    """The sizes of `demo --full`'s seeds × initialisations measurement (the rest: ``policy.demo.PolicyBudget``)."""
+    """The sizes of `demo --full`'s seeds × initialisations measurement (the rest:
+    ``demo.policy_section.PolicyBudget``)."""
 
     video_base_steps: int = 1000  # stage 0: the video base stage 1 starts from
     video_base_batch: int = 16
@@ -149,7 +150,7 @@ def full_policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], seed: int, b
                          f"{transfer.wm_seeds} world-model seeds)")
     wm_digest = wm_digests(wm_runs, wm_records)
     notes: list[str] = []
-    # the dataset: the default section's command and folder (policy.demo.policy_jobs), so both share it
+    # the dataset: the default section's command and folder (demo.policy_section.policy_jobs), so both share it
     data = root / "data"
     data_job, data_rec = policy_data_job(data, budget, seed, after)
     jobs: list[Job] = [data_job]

@@ -81,8 +81,8 @@ class SyntheticTaskEnv:
         return self.ep.state().astype(np.float32)
 
     def truth(self) -> np.ndarray:
-        """The state now in the success judge's terms (``policy.judge``): (6,) = [ee − obj, obj − obj_0] of the
-        task object, metres."""
+        """The state now in the success judge's terms (``policy.judge.success_judge``): (6,) = [ee − obj, obj − obj_0]
+        of the task object, metres."""
         obj = self.ep.object_positions()[self.task.object_index]
         ee = self.ep.data.site_xpos[self.ep.site]
         return np.concatenate([ee - obj, obj - self.obj0]).astype(np.float32)
@@ -101,10 +101,6 @@ class SyntheticTaskEnv:
     def expert_action(self) -> np.ndarray:
         """The scripted expert's action at the current step (its motion, replayed open loop)."""
         return self.expert_actions[min(self.t, len(self.expert_actions) - 1)]
-
-    def idle_action(self) -> np.ndarray:
-        """"Do nothing": the target stays, the gripper stays as it is."""
-        return np.array([0, 0, 0, 0, 0, 0, self.target.grip], np.float64)
 
     def close(self) -> None:
         self._renderer.close()

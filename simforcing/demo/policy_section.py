@@ -9,7 +9,7 @@
    stands in for Wan2.2 at demo scale, docs/POLICY_TRANSFER.md), from the SimForcing world model and from the
    ``sft`` world model when ``wm_runs`` has one (does SimForcing's motion prior, not real-video fine-tuning,
    transfer?); the default is the action-only setting (the paper's largest gain); ``full`` measures instead the
-   seeds × initialisations (random, video base, sft, SimForcing; ``policy.demo_full``);
+   seeds × initialisations (random, video base, sft, SimForcing; ``demo.transfer_section``);
    independent trainings run as parallel processes with one thread each when ``jobs > 1``;
 3. closed-loop success on the same held-out scenes with the scripted expert (ceiling) and do-nothing (floor) rows,
    95 % Wilson intervals; evaluation also split across ``jobs`` processes.
@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from simforcing.demo.policy_jobs import eval_job, policy_data_job, train_job, wm_digests
+from simforcing.demo.transfer_section import collect_full, full_policy_jobs
 from simforcing.jobs import Job, run_jobs, timings
-from simforcing.policy.demo_full import collect_full, full_policy_jobs
-from simforcing.policy.demo_jobs import eval_job, policy_data_job, train_job, wm_digests
-from simforcing.policy.evaluate import EXPERT, FLOOR
-from simforcing.policy.results import PolicyEvaluation
-from simforcing.policy.tables import format_table
-from simforcing.provenance import digest
+from simforcing.policy.closed_loop.evaluate import EXPERT, FLOOR
+from simforcing.policy.closed_loop.results import PolicyEvaluation
+from simforcing.policy.closed_loop.tables import format_table
+from simforcing.runs.provenance import digest
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 
@@ -43,7 +43,7 @@ class PolicyBudget:
     eval_per_task: int = 10  # held-out scenes per task
     batch_size: int = 8
     execute: int = 4  # actions of each 8-action chunk executed before re-planning
-    layouts: int = 2  # LIBERO-like scenes: fixed layouts, the task object jittered (policy.synthetic)
+    layouts: int = 2  # LIBERO-like scenes: fixed layouts, the task object jittered (policy.closed_loop.synthetic)
     jitter: float = 0.03  # metres
 
 
@@ -52,7 +52,7 @@ QUICK = PolicyBudget(per_task=1, max_steps=20, train_steps=3, eval_per_task=1, b
 
 def _setting_rows(wm_runs: dict[str, Path]) -> list[tuple[str, str, str]]:
     """(row label, setting, init) in table order: the default section's action-only rows (``demo --full`` measures
-    every setting in ``policy.demo_full``)."""
+    every setting in ``demo.transfer_section``)."""
     inits = [("base", "base"), ("SimForcing WM", "simforcing")]
     if "sft" in wm_runs:  # is it SimForcing's motion prior that transfers, or any real-video fine-tuning?
         inits.insert(1, ("SFT WM", "sft"))
@@ -65,14 +65,14 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
     """The section as jobs of a :mod:`simforcing.jobs` graph (what the demo schedules beside its other work), and
     what :func:`collect_policy` needs afterwards. ``wm_deps``: the job that makes each world-model run (the
     policies start when it finished); ``after``: jobs the dataset generation waits for (to leave the cores to them);
-    ``wm_records``: the provenance records of the world-model runs (:mod:`simforcing.provenance`; default: what
+    ``wm_records``: the provenance records of the world-model runs (:mod:`simforcing.runs.provenance`; default: what
     each run folder records).
 
     Every folder records its provenance (the command, the budget, the seed, the digests of its inputs: the dataset
     for a policy, the world-model run it starts from, the policy for an evaluation) and is not made again while it
     matches and is complete; a dataset or world model made again makes the policies and evaluations from it stale:
     a stale policy run is removed and trained again (``info["notes"]`` says so), a stale evaluation is rerun."""
-    if full:  # demo --full: the seeds × initialisations measurement (policy.demo_full)
+    if full:  # demo --full: the seeds × initialisations measurement (demo.transfer_section)
         return full_policy_jobs(out_dir, wm_runs, seed, budget or PolicyBudget(), None, wm_deps, after, wm_records)
     budget = budget or PolicyBudget()
     out = Path(out_dir) / "policy"
@@ -115,7 +115,7 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
 def collect_policy(info: dict, wall_time_s: dict | None = None) -> dict:
     """The section's results from the files its jobs wrote: rows (expert, floor, each policy), the Tab. 5 table,
     the commands, each policy's initialisation report; also written to OUT/policy/results.json and table.md."""
-    if info.get("full"):  # demo --full (policy.demo_full)
+    if info.get("full"):  # demo --full (demo.transfer_section)
         return collect_full(info, wall_time_s)
     rows: dict = {}
     for ev in info["evals"]:

@@ -40,11 +40,11 @@ from tqdm import tqdm
 from simforcing.config import ConfigError
 from simforcing.data.format import (DataError, episode_file, is_dataset, load_npz_field, meta_dir, read_episodes,
                                     read_info, read_json, read_lowdim, read_splits, read_video)
-from simforcing.data.paired import frames_to_target
+from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
 from simforcing.evaluate.probe import ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames
 from simforcing.policy.data import FORMAT as POLICY_FORMAT, read_policy_info
-from simforcing.runfolder import JUDGE_FILE, JUDGE_META, what_folder
+from simforcing.runs.folder import JUDGE_FILE, JUDGE_META, what_folder
 from simforcing.training.optim import warmup_cosine
 from simforcing.utils import atomic_write, atomic_write_json
 
@@ -390,7 +390,7 @@ def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeF
         x, y = data.frames[j].float(), data.labels[j].clone()
         gx, gy = ghost_frames(as_probe, j[-n_ghost:], j[-n_ghost:], gen)
         x[-n_ghost:], y[-n_ghost:] = gx, gy
-        ref, x = augment_pair(data.frames[first[j]].float().div(127.5).sub(1), x.div(127.5).sub(1), gen, opts.shift)
+        ref, x = augment_pair(to_unit_range(data.frames[first[j]]), to_unit_range(x), gen, opts.shift)
         loss = F.smooth_l1_loss(net.normalized(ref, x, data.q0[j]), y / net.scale, beta=0.1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -398,8 +398,8 @@ def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeF
         sched.step()
     net.eval()
     with torch.no_grad():
-        pred = torch.cat([net(data.frames[first[k:k + 512]].float().div(127.5).sub(1),
-                              data.frames[k:k + 512].float().div(127.5).sub(1), data.q0[k:k + 512])
+        pred = torch.cat([net(to_unit_range(data.frames[first[k:k + 512]]), to_unit_range(data.frames[k:k + 512]),
+                              data.q0[k:k + 512])
                           for k in range(0, data.frames.shape[0], 512)])
     err = (pred - data.labels).abs().mean(0)
     report = {"frames": int(data.frames.shape[0]), "episodes": int(data.episode.max()) + 1,

@@ -9,8 +9,8 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.policy.judge import OUTPUTS, confusion
-from simforcing.policy.results import Episodes
+from simforcing.policy.closed_loop.results import Episodes
+from simforcing.policy.judge.success_judge import OUTPUTS, confusion
 
 
 def judge_validation(episodes: Episodes, tasks: list[str]) -> Optional[dict]:

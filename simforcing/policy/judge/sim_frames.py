@@ -24,9 +24,9 @@ from tqdm import tqdm
 
 from simforcing.data.synthetic.generate import mujoco
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task
-from simforcing.policy.evaluate import ExpertPlayer, run_episode, scene_of
-from simforcing.policy.judge import JudgeFrames
-from simforcing.policy.synthetic import SyntheticTaskEnv
+from simforcing.policy.closed_loop.evaluate import ExpertPlayer, run_episode, scene_of
+from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv
+from simforcing.policy.judge.success_judge import JudgeFrames
 from simforcing.utils import derive_seed
 
 JUDGE_SEED = 7000  # scene seed of the judge's rollouts (evaluations use 9000, demonstrations 100)

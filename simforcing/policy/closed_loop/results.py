@@ -8,7 +8,7 @@ evaluation itself (simulator or world model), each with ``to_json`` / ``from_jso
 
 ``eval.json`` carries ``format: simforcing.policy-evaluation`` and ``format_version: 2``; a file written before the
 tags (version 1: rows with the average and the seconds beside the task names, one ``execute`` for all players) loads
-through the same reader. Tables are rendered from these types by ``policy.tables``.
+through the same reader. Tables are rendered from these types by ``policy.closed_loop.tables``.
 """
 
 from __future__ import annotations
@@ -131,8 +131,9 @@ JUDGE_KEYS = ("benchmark", "consecutive", "weights_sha256")  # what makes two ju
 
 
 def same_judge(a: Optional[dict], b: Optional[dict]) -> bool:
-    """Whether two evaluations' judge records (``policy.evaluate.judge_record``) are of the same judge: the same weights, fitted
-    for the same benchmark, with the same rule (copies of one judge in two folders are the same judge)."""
+    """Whether two evaluations' judge records (``policy.closed_loop.evaluate.judge_record``) are of the same judge: the
+    same weights, fitted for the same benchmark, with the same rule (copies of one judge in two folders are the same
+    judge)."""
     if a is None or b is None:
         return a is b
     return all(a.get(k) == b.get(k) for k in JUDGE_KEYS)
@@ -143,7 +144,7 @@ class PolicyEvaluation:
     """A closed-loop evaluation of players on held-out scenes, in the simulator (``env`` "synthetic") or inside a world
     model ("world-model"). ``scenes``: task -> scene indices of dataset ``seed`` (drawn with ``layouts``/``jitter``,
     at most ``max_steps`` actions each, frames ``resolution`` (H, W)); ``runs``: what each learned player scored (its
-    run folder, checkpoint and step, ``runfolder.scored_record``); ``executed``: actions executed per chunk by each
+    run folder, checkpoint and step, ``runs.folder.scored_record``); ``executed``: actions executed per chunk by each
     player; ``judge``: the success judge's record where one judged (world model) or was validated (simulator), and
     ``judge_validation`` its agreement with MuJoCo on the simulator's frames. World-model evaluations also record the
     world model (``wm``), its sampler settings and timings. ``frames`` (player|task|scene -> uint8 (T, H, W, 3), the
@@ -213,7 +214,7 @@ class PolicyEvaluation:
 
     def write(self, folder: str | Path) -> None:
         """FOLDER/eval.json (this result, tagged) and FOLDER/eval.md (its table), each written atomically."""
-        from simforcing.policy.tables import evaluation_markdown
+        from simforcing.policy.closed_loop.tables import evaluation_markdown
         from simforcing.utils import atomic_write_json, atomic_write_text
 
         atomic_write_json(Path(folder) / "eval.json", self.to_json())
@@ -221,7 +222,7 @@ class PolicyEvaluation:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The agreement of world-model evaluations with the simulator's (``policy.agreement``)
+# The agreement of world-model evaluations with the simulator's (``policy.agreement.statistics``)
 # ----------------------------------------------------------------------------------------------------------------------
 
 

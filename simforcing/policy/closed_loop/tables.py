@@ -1,14 +1,14 @@
-"""Markdown tables rendered from the typed policy results (``policy.results``): the Tab. 5-style success table of an
-evaluation (with unfinished runs marked and the judge's validation under it) and the agreement tables of
+"""Markdown tables rendered from the typed policy results (``policy.closed_loop.results``): the Tab. 5-style success
+table of an evaluation (with unfinished runs marked and the judge's validation under it) and the agreement tables of
 ``policy agreement``. Nothing here computes a result; the results never carry their tables."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from simforcing.policy.judge import OUTPUTS
-from simforcing.policy.results import WORLD_MODEL, AgreementResult, PolicyEvaluation, PolicyRow, Rate
-from simforcing.runfolder import unfinished_note
+from simforcing.policy.closed_loop.results import WORLD_MODEL, AgreementResult, PolicyEvaluation, PolicyRow, Rate
+from simforcing.policy.judge.success_judge import OUTPUTS
+from simforcing.runs.folder import unfinished_note
 from simforcing.utils import fmt_num
 
 
@@ -24,7 +24,7 @@ def evaluation_markdown(ev: PolicyEvaluation) -> str:
 
 
 def scored_labels(scored: dict) -> tuple[dict, list[str]]:
-    """For the runs an evaluation scored (name -> ``runfolder.scored_record``): table labels that mark an unfinished
+    """For the runs an evaluation scored (name -> ``runs.folder.scored_record``): table labels that mark an unfinished
     run, and one note line for each."""
     labels, notes = {}, []
     for name, rec in scored.items():
@@ -58,7 +58,7 @@ def format_table(rows: dict[str, PolicyRow], tasks: list[str], labels: dict | No
 
 
 def judge_validation_md(jv: dict) -> list[str]:
-    """The judge's validation (``policy.judge_validation``) as a markdown table (``policy agreement``, and ``policy
+    """The judge's validation (``policy.judge.validation``) as a markdown table (``policy agreement``, and ``policy
     eval --judge`` in the simulator)."""
     lines = ["The judge on the simulator's own frames against MuJoCo's verdicts:", "",
              "| task | frames: precision | recall | κ | episodes: precision | recall | κ |",

@@ -1,19 +1,20 @@
 """Closed-loop evaluation on the synthetic benchmark and the Tab. 5-style table (`simforcing policy eval`).
 
     ev = evaluate_synthetic({"base": RUN_A, "simforcing": RUN_B}, per_task=10, max_steps=30)
-    print(evaluation_markdown(ev))       # policy.tables; ev: a policy.results.PolicyEvaluation
+    print(evaluation_markdown(ev))       # policy.closed_loop.tables; ev: a policy.closed_loop.results.PolicyEvaluation
 
 Scenes: the first ``per_task`` episodes of each task (reach, push, grasp) of dataset seed ``EVAL_SEED`` (the policy
 dataset's demonstrations come from another seed, so they are held out), in the scene mode the runs were trained on
-(``layouts``: the LIBERO-like fixed layouts of ``policy.synthetic``, or every scene its own); the same scenes, in the
-same order and with the same action noise per (scene, chunk), for every policy. Each episode runs until its success
-predicate holds or ``max_steps`` actions were executed; a policy's chunk is executed for its first ``policy.execute``
-actions, then it re-plans. Every table carries the scripted expert (ceiling) and "do nothing" (floor). Success rates
-come with 95 % Wilson score intervals (per task over its episodes; the average over tasks with the interval of the
-pooled count). With a success judge every episode's frames also go through it: its verdicts beside MuJoCo's and their
-agreement (``policy.judge_validation``). The result is a ``policy.results.PolicyEvaluation``; ``eval.json`` records
-the run folder, checkpoint and step each row scored (``runs``); a run that was not finished (still training, stopped,
-failed) is marked in its row and named under the table.
+(``layouts``: the LIBERO-like fixed layouts of ``policy.closed_loop.synthetic``, or every scene its own); the same
+scenes, in the same order and with the same action noise per (scene, chunk), for every policy. Each episode runs until
+its success predicate holds or ``max_steps`` actions were executed; a policy's chunk is executed for its first
+``policy.execute`` actions, then it re-plans. Every table carries the scripted expert (ceiling) and "do nothing"
+(floor). Success rates come with 95 % Wilson score intervals (per task over its episodes; the average over tasks with
+the interval of the pooled count). With a success judge every episode's frames also go through it: its verdicts beside
+MuJoCo's and their agreement (``policy.judge.validation``). The result is a
+``policy.closed_loop.results.PolicyEvaluation``; ``eval.json`` records the run folder, checkpoint and step each row
+scored (``runs``); a run that was not finished (still training, stopped, failed) is marked in its row and named under
+the table.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ import numpy as np
 import torch
 
 from simforcing.config import ConfigError
+from simforcing.data.paired import to_unit_range
+from simforcing.policy.closed_loop.results import SIMULATOR, EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.policy.infer import PolicyRunner
-from simforcing.policy.judge import first_success, frame_verdicts
-from simforcing.policy.judge_validation import judge_validation
-from simforcing.policy.results import SIMULATOR, EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.policy.judge.success_judge import first_success, frame_verdicts
+from simforcing.policy.judge.validation import judge_validation
 from simforcing.policy.settings import check_episode_counts
-from simforcing.policy.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.utils import derive_seed
 
 EVAL_SEED = 9000  # dataset seed of the held-out evaluation scenes (synth-policy demonstrations use 100)
@@ -45,8 +47,8 @@ def run_episode(env: SyntheticTaskEnv, chunk_fn: Callable[[SyntheticTaskEnv, int
                 execute: int, record: bool = False, tail: int = 0) -> dict:
     """Act until success or ``max_steps`` actions; ``chunk_fn(env, chunk_index)`` gives the next chunk (k, 7).
     ``record``: also keep the external camera's frames uint8 (T, H, W, 3) and the truth in the success judge's terms
-    (T, 6) (``policy.judge.true_readings``) from the first frame on, and act ``tail`` more steps after a success (the
-    verdict stays the first success) — what the judge is validated on."""
+    (T, 6) (``policy.judge.success_judge.true_readings``) from the first frame on, and act ``tail`` more steps after a
+    success (the verdict stays the first success) — what the judge is validated on."""
     steps, chunk_i, success = 0, 0, False
     frames, truth = ([env.image(1)], [env.truth()]) if record else (None, None)
     after = 0
@@ -71,14 +73,6 @@ def run_episode(env: SyntheticTaskEnv, chunk_fn: Callable[[SyntheticTaskEnv, int
     if record:
         out = dict(out, frames=np.stack(frames), truth=np.stack(truth))
     return out
-
-
-def expert_chunk(env: SyntheticTaskEnv, i: int) -> np.ndarray:
-    return env.expert_action()[None]
-
-
-def idle_chunk(env: SyntheticTaskEnv, i: int) -> np.ndarray:
-    return env.idle_action()[None]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -246,7 +240,7 @@ def judge_episode(judge, outcome: dict, task, q0: np.ndarray, scene: int) -> Epi
     """The judge's verdicts on a recorded simulator episode (``q0``: the hand's initial position): per frame
     (against the simulator's own predicate on its state) and for the episode (its first success within its
     steps)."""
-    frames = torch.from_numpy(outcome["frames"]).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1)
+    frames = to_unit_range(torch.from_numpy(outcome["frames"]).permute(3, 0, 1, 2)[None])
     readings = judge.read_video(frames, torch.as_tensor(q0)[None])[0].numpy()  # (T, 6)
     truth = outcome["truth"]
     judged, true = frame_verdicts(task, readings), frame_verdicts(task, truth)
@@ -291,8 +285,9 @@ def evaluate_synthetic(runs: dict[str, str | Path], per_task: int = 10, max_step
                        judge=None, judge_tail: int = 4) -> PolicyEvaluation:
     """Closed-loop success of each run (name -> policy run folder), of the expert / floor rows and of the noisy
     experts (``expert_noise``) on the same held-out scenes. ``execute`` overrides the runs' ``policy.execute``;
-    ``layouts``/``jitter``: the scene mode (:func:`scene_mode`). With a success ``judge`` (``policy.judge``) every
-    episode's external frames also go through it: its verdicts beside the simulator's and the judge's validation."""
+    ``layouts``/``jitter``: the scene mode (:func:`scene_mode`). With a success ``judge``
+    (``policy.judge.success_judge``) every episode's external frames also go through it: its verdicts beside the
+    simulator's and the judge's validation."""
     check_episode_counts(per_task, max_steps, execute)
     players = make_players(runs, baselines, expert_noise, seed, device, execute)
     cfgs = {n: p.runner.cfg for n, p in players.items() if isinstance(p, RunPlayer)}

@@ -1,5 +1,5 @@
 """Checkpoints: written atomically, verified on load, resumable. (The run folder around them, its other files and
-how a run is opened: ``simforcing.runfolder``.)
+how a run is opened: ``simforcing.runs.folder``.)
 
     RUN/checkpoints/step_000123/
         config.json           the exact config this checkpoint was trained with (its sha256 is meta's config_hash
@@ -24,7 +24,7 @@ found by scanning the ``step_*`` folders (no symlink).
 Loading (:func:`load_checkpoint`) checks every sha256 listed in meta.json: a truncated or bit-flipped file raises
 :class:`CheckpointError` naming it. :func:`find_resumable` walks back from the newest checkpoint to the newest valid
 one, warning about each damaged one it skips. A checkpoint's own config.json is the config its weights were trained
-with (``runfolder.trained_config``).
+with (``runs.folder.trained_config``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
 CONFIG_FILE = "config.json"
-CHECKPOINTS_DIR = "checkpoints"  # RUN/checkpoints/ (the other run-folder names: simforcing.runfolder)
+CHECKPOINTS_DIR = "checkpoints"  # RUN/checkpoints/ (the other run-folder names: simforcing.runs.folder)
 SHARDED_DIR = "dcp"
 _PREFIX = "step_"
 _TMP_PREFIX = ".tmp-"

@@ -34,7 +34,7 @@ from simforcing.data.text_cache import pad_embedding
 from simforcing.masking import FirstFrameMasker
 from simforcing.models.text import load_text_encoder
 from simforcing.models.vae import load_vae
-from simforcing.runfolder import WORLD_MODELS, open_run
+from simforcing.runs.folder import WORLD_MODELS, open_run
 
 # fields a sampling/evaluation config must share with the run it loads (the network was built for them)
 EVAL_FIXED_FIELDS = ("data.frames", "data.frame_stride", "data.height", "data.width", "data.action_dim",
@@ -102,7 +102,7 @@ def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:
 
 @dataclass(frozen=True)
 class CheckpointId:
-    """Which weights a loaded world model holds: the run folder, its kind (``runfolder.KIND_NAMES``), the
+    """Which weights a loaded world model holds: the run folder, its kind (``runs.folder.KIND_NAMES``), the
     checkpoint's step and folder."""
 
     run: Path
@@ -164,7 +164,7 @@ class LoadedWorldModel:
 def load_world_model(run_dir: str | Path, cfg: Optional[Config] = None, device: str | torch.device = "cpu",
                      step: Optional[int] = None, data_root: Optional[str | Path] = None,
                      flag: str = "--ckpt") -> LoadedWorldModel:
-    """The newest valid checkpoint (or ``step``) of a world-model run, ready to sample (``runfolder.open_run``: a
+    """The newest valid checkpoint (or ``step``) of a world-model run, ready to sample (``runs.folder.open_run``: a
     policy run or a video base is refused by name, ``flag`` naming the argument that gave it). ``cfg`` supplies the
     data/sample/eval/rollout settings (:func:`merge_run_config`; the run's own when None); ``data_root``: the
     dataset it will sample, whose own settings fill what the config leaves open (:func:`with_dataset_settings`)."""

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from simforcing.config import ConfigError
-from simforcing.policy.results import PolicyRow, Rate
-from simforcing.policy.tables import table_with_notes
+from simforcing.policy.closed_loop.results import PolicyRow, Rate
+from simforcing.policy.closed_loop.tables import table_with_notes
 from simforcing.policy.infer import PolicyRunner
 from simforcing.utils import derive_seed
 

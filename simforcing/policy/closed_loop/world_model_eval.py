@@ -1,7 +1,7 @@
 """Policies evaluated inside a world model (`simforcing policy eval --env world-model --wm RUN --judge J`).
 
-The same players (``policy.evaluate``: the scripted expert with its action-noise levels, do-nothing, trained policy
-runs), the same held-out scenes, the same executed-actions-per-chunk rule and the same noise as the simulator
+The same players (``policy.closed_loop.evaluate``: the scripted expert with its action-noise levels, do-nothing, trained
+policy runs), the same held-out scenes, the same executed-actions-per-chunk rule and the same noise as the simulator
 evaluation — only the frames come from the world model and success from the judge:
 
 1. every episode starts from the simulator's rendering of its initial scene (the external camera, the real first
@@ -12,7 +12,8 @@ evaluation — only the frames come from the world model and success from the ju
    commanded actions, ``rollout.state = integrate``), the controller's target logic turns the actions into effective
    actions (``CommandedTarget``: workspace clipping, no simulator state), the first ``execute`` of them are executed
    — one batched world-model chunk (``simforcing.rollout``: the rest of each plan fills the window, only the
-   executed frames are kept) — and the judge (``policy.judge``) reads every new frame against the episode's first;
+   executed frames are kept) — and the judge (``policy.judge.success_judge``) reads every new frame against the
+   episode's first;
 3. an episode succeeds at its first judged success within ``max_steps`` actions (as the simulator's ends at its first
    success).
 
@@ -38,15 +39,16 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.generate import RealRenderer
-from simforcing.policy.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, judge_record, make_players, scene_mode,
-                                        scene_of)
-from simforcing.policy.judge import SuccessJudge, first_success, frame_verdicts
-from simforcing.policy.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.media import frames_to_uint8
+from simforcing.policy.closed_loop.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, judge_record, make_players,
+                                                    scene_mode, scene_of)
+from simforcing.policy.closed_loop.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.policy.closed_loop.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.judge.success_judge import SuccessJudge, first_success, frame_verdicts
 from simforcing.policy.settings import check_episode_counts
-from simforcing.policy.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
 from simforcing.rollout import WorldModelRollout
-from simforcing.runfolder import scored_record, unfinished_note
-from simforcing.runs import LoadedWorldModel, load_world_model, sample_generator
+from simforcing.runs.folder import scored_record, unfinished_note
+from simforcing.runs.loaded import LoadedWorldModel, load_world_model, sample_generator
 from simforcing.twin import TwinEpisode, TwinLoop
 
 COPY_FIRST = "copy-first"
@@ -107,7 +109,7 @@ def load_environment(wm_run: str, device="cpu", condition: Optional[str] = None)
 
 def world_model_record(wm: Optional[LoadedWorldModel], wm_run: str, progress: Callable[[str], None]) -> dict:
     """What the evaluation records about the world model it ran in: the run folder, checkpoint, step and whether the
-    run was finished (``runfolder.scored_record``); an unfinished one is evaluated with a warning line."""
+    run was finished (``runs.folder.scored_record``); an unfinished one is evaluated with a warning line."""
     if wm is None:
         return {"run": COPY_FIRST, "checkpoint": None, "step": None, "finished": True}
     rec = scored_record(wm.checkpoint.run, wm.checkpoint.path, wm.checkpoint.step)
@@ -161,11 +163,6 @@ def execute_count(execute: Optional[int], players: dict[str, Player], wm: Option
     return execute
 
 
-def _uint8(frames: torch.Tensor) -> np.ndarray:
-    """(B, 3, H, W) in [-1, 1] -> uint8 (B, H, W, 3)."""
-    return ((frames.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
-
-
 def effective(targets: list[CommandedTarget], actions: np.ndarray) -> np.ndarray:
     """Each episode's actions (B, n, 7) through its controller's target (moved by them) -> effective (B, n, 7)."""
     return np.stack([[t.apply(a) for a in acts] for t, acts in zip(targets, actions)])
@@ -207,7 +204,7 @@ class Episodes:
         """The newest frames uint8 (B, H, W, 3) and the players' state inputs (B, 7) raw: the initial state plus the
         effective actions executed so far (position and orientation deltas summed, the gripper command set)."""
         frame = self.ro.frame if self.ro is not None else self.first
-        return _uint8(frame), self.states.copy()
+        return frames_to_uint8(frame), self.states.copy()
 
     def act(self, images: np.ndarray, states: np.ndarray, t: int, chunk: int) -> np.ndarray:
         """Every player's chunk for its episodes -> raw actions (B, L, 7), L the longest chunk any player plans or
@@ -320,7 +317,7 @@ def first_scene_frames(ep: Episodes) -> dict[str, np.ndarray]:
         if (name, s.scene.task) in seen:
             continue
         seen.add((name, s.scene.task))
-        out[f"{name}|{s.scene.task}|{s.scene.index}"] = _uint8(video[i].permute(1, 0, 2, 3))
+        out[f"{name}|{s.scene.task}|{s.scene.index}"] = frames_to_uint8(video[i].permute(1, 0, 2, 3))
     return out
 
 

@@ -1,5 +1,5 @@
-"""The job builders both policy sections of the demo share (``policy.demo.policy_jobs``, the default table, and
-``policy.demo_full.full_policy_jobs``, the seeds × initialisations measurement): the policy dataset, one policy's
+"""The job builders both policy sections of the demo share (``demo.policy_section.policy_jobs``, the default table, and
+``demo.transfer_section.full_policy_jobs``, the seeds × initialisations measurement): the policy dataset, one policy's
 training and one evaluation, each a :class:`simforcing.jobs.Job` whose folder records its provenance (the command,
 the seed, the digests of its inputs) and is not made again while it matches and is complete."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 from simforcing.jobs import Job
-from simforcing.provenance import (check_provenance, digest, provenance_record, read_provenance, remove_stale_run,
-                                   run_finished, write_provenance)
+from simforcing.runs.provenance import (check_provenance, digest, provenance_record, read_provenance, remove_stale_run,
+                                        run_finished, write_provenance)
 
 
 def stale_fields(folder: Path, rec: dict) -> list[str]:

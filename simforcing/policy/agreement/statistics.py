@@ -2,13 +2,13 @@
 
     simforcing policy agreement --sim SIM_EVAL --wm simforcing=WM_EVAL sft=WM_EVAL2 copy-first=WM_EVAL3 --out OUT
 
-Inputs are ``policy eval`` folders (``policy.results.PolicyEvaluation``): the simulator's (``--env synthetic --judge
-J``: its episodes also carry the judge's verdicts on the simulator's own frames) and one per world model (``--env
-world-model``). They are compared only when they match (:func:`check_matching`): the same scenes (dataset seed,
+Inputs are ``policy eval`` folders (``policy.closed_loop.results.PolicyEvaluation``): the simulator's (``--env synthetic
+--judge J``: its episodes also carry the judge's verdicts on the simulator's own frames) and one per world model
+(``--env world-model``). They are compared only when they match (:func:`check_matching`): the same scenes (dataset seed,
 layouts, jitter, step limit, frame size, scene indices), the same policies — by what they evaluated (run folder,
 checkpoint and step), not by their names — with the same actions executed per chunk, the same tasks and episodes,
 and the same judge; anything else is refused with the difference named. Reported (``OUT/agreement.json``,
-``agreement.md``, ``scatter.png``; ``policy.results.AgreementResult``):
+``agreement.md``, ``scatter.png``; ``policy.closed_loop.results.AgreementResult``):
 
 - per policy: success in the simulator and inside each world model, 95 % Wilson intervals;
 - across policies: Pearson and Spearman correlation of the average success and MMRV (SPEC §10: the mean over
@@ -31,9 +31,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from simforcing.config import ConfigError
-from simforcing.policy.results import (ENV_NAMES, SIMULATOR, WORLD_MODEL, AgreementResult, EpisodeOutcome,
-                                       JudgeHeldFixed, PolicyEvaluation, RankingStats, Rate, same_judge)
-from simforcing.policy.tables import agreement_markdown
+from simforcing.policy.closed_loop.results import (ENV_NAMES, SIMULATOR, WORLD_MODEL, AgreementResult, EpisodeOutcome,
+                                                   JudgeHeldFixed, PolicyEvaluation, RankingStats, Rate, same_judge)
+from simforcing.policy.closed_loop.tables import agreement_markdown
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 JUDGE_ON_SIM = "simulator frames through the judge"
@@ -187,7 +187,7 @@ def merge_evals(evals: list[PolicyEvaluation], what: str = "--sim") -> PolicyEva
         out.executed.update(e.executed)
         out.learned += e.learned
     if len(evals) > 1:
-        from simforcing.policy.judge_validation import judge_validation
+        from simforcing.policy.judge.validation import judge_validation
 
         out.judge_validation = judge_validation(out.episodes, list(out.tasks))
     return out
@@ -301,7 +301,7 @@ def write_agreement(sim_dirs: list[str | Path], wm_dirs: dict[str, str | Path], 
     """Read the evaluations (the simulator's may be several folders of disjoint players), compute
     :func:`agreement`, write agreement.json / .md, scatter.png and the side-by-side videos of ``video_policy``
     (default: the first learned policy) on the first scene of each task."""
-    from simforcing.policy.agreement_media import scatter_plot  # matplotlib: only here
+    from simforcing.policy.agreement.media import scatter_plot  # matplotlib: only here
 
     sim = merge_evals([read_eval(d, "--sim", SIMULATOR) for d in sim_dirs])
     wms = {name: read_eval(d, f"--wm {name}", WORLD_MODEL) for name, d in wm_dirs.items()}
@@ -321,7 +321,7 @@ def write_episode_videos(sim_dirs: list, sim: PolicyEvaluation, wms: dict[str, t
                          out: Path) -> list[str]:
     """One episode of ``player`` per task, side by side: the simulator, each world model (frames.npz of each
     evaluation folder), each frame marked with the judge's verdict."""
-    from simforcing.policy.agreement_media import episode_video
+    from simforcing.policy.agreement.media import episode_video
 
     def frames(folder) -> dict:
         path = Path(folder) / "frames.npz"

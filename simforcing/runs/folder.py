@@ -1,7 +1,7 @@
 """A training run's folder: the names of its files, what kind of run it is, and the one way to open it.
 
     RUN/run.json          RUN_RECORD     {"run_id", "kind", "stage", "created", "simforcing"}: marks a simforcing run
-    RUN/.lock             LOCK_FILE      the writer's lock (simforcing.locking)
+    RUN/.lock             LOCK_FILE      the writer's lock (simforcing.runs.locking)
     RUN/config.json       CONFIG_FILE    the resolved config, written once the run has started
     RUN/status.json       STATUS_FILE    {"state", "step", "reason", "total_steps", ...} (training.runlog)
     RUN/metrics.jsonl     METRICS_FILE   one row per logged step
@@ -9,7 +9,7 @@
     RUN/loss_curves.png   LOSS_PLOT
     RUN/teacher.json      TEACHER_FILE   stage 2: the teacher checkpoint it started from
     RUN/init.json         INIT_FILE      policy, or stage 1 from a video base: what its weights were initialised from
-    RUN/checkpoints/      CHECKPOINTS_DIR  (simforcing.checkpoint)
+    RUN/checkpoints/      CHECKPOINTS_DIR  (simforcing.runs.checkpoint)
 
 Every run says what it is (``kind`` in run.json; for runs from before that, from its stage or config):
 ``video_base`` (``simforcing pretrain --method video_prior``, stage 0: the network trained as a plain video model, no
@@ -43,13 +43,13 @@ from typing import Optional
 import torch
 
 from simforcing import __version__
-from simforcing.checkpoint import (CHECKPOINTS_DIR, CONFIG_FILE, Checkpoint, checkpoint_config, config_hash,
-                                   find_resumable, list_checkpoints, load_checkpoint, load_model_state, read_meta,
-                                   step_dir)
 from simforcing.config import STAGE1_METHOD, VIDEO_PRIOR_METHOD, Config, ConfigError, config_diff
 from simforcing.errors import CheckpointError
-from simforcing.locking import LOCK_FILE, is_locked
 from simforcing.models.world_model import build_world_model
+from simforcing.runs.checkpoint import (CHECKPOINTS_DIR, CONFIG_FILE, Checkpoint, checkpoint_config, config_hash,
+                                        find_resumable, list_checkpoints, load_checkpoint, load_model_state, read_meta,
+                                        step_dir)
+from simforcing.runs.locking import LOCK_FILE, is_locked
 
 RUN_RECORD = "run.json"
 STATUS_FILE = "status.json"
@@ -61,7 +61,7 @@ INIT_FILE = "init.json"
 # what a simforcing run folder holds: a folder with any of these but no run record is someone else's
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATUS_FILE, TB_DIR, CHECKPOINTS_DIR, TEACHER_FILE, LOSS_PLOT)
 # the other folders simforcing writes, by the file that marks each (checked in this order, after the run kinds)
-JUDGE_META, JUDGE_FILE = "judge.json", "judge.safetensors"  # `simforcing model fit-judge` (policy.judge)
+JUDGE_META, JUDGE_FILE = "judge.json", "judge.safetensors"  # `simforcing model fit-judge` (policy.judge.success_judge)
 FOLDER_MARKERS = (("meta/info.json", "a dataset (meta/info.json)"), ("episodes", "a dataset (episodes/)"),
                   (JUDGE_META, "a success judge (`simforcing model fit-judge`)"),
                   ("rollout.json", "a rollout's results (`simforcing rollout`)"),
