@@ -1,6 +1,6 @@
 """The benchmark's inputs: models with random weights (every branch active) and random batches shaped like the
 dataset's; no checkpoint and no dataset are needed. ``bench_world_model`` holds them as every sampling caller holds a
-trained one (``runs.LoadedWorldModel``)."""
+trained one (``runs.loaded.LoadedWorldModel``)."""
 
 from __future__ import annotations
 

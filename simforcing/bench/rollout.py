@@ -6,10 +6,10 @@ batched sampler call per chunk) for B = 1 and B = ``rollout_batch``, against the
 time: seconds per chunk, per generated frame, the throughput ratio (frames per second batched / one at a time), and
 the per-sample forwards against the minimal ones (w = 0: N_r, w = 1: N_s + N_r, else N_s + 2 N_r per chunk).
 
-``wm_policy`` — episodes per minute of a closed-loop evaluation (``policy.world_model_eval``: the scripted expert and
-do-nothing on held-out layout scenes, random-weight world model and judge) with every episode advanced together,
-against the same episodes in the MuJoCo simulator (``policy.evaluate``) and against a one-episode-at-a-time world
-model loop.
+``wm_policy`` — episodes per minute of a closed-loop evaluation (``policy.closed_loop.world_model_eval``: the
+scripted expert and do-nothing on held-out layout scenes, random-weight world model and judge) with every episode
+advanced together, against the same episodes in the MuJoCo simulator (``policy.closed_loop.evaluate``) and against a
+one-episode-at-a-time world model loop.
 """
 
 from __future__ import annotations

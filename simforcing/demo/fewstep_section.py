@@ -14,7 +14,7 @@ from simforcing.config import ConfigError
 from simforcing.demo.plan import STUDENT, EvalKey, Plan, few_step
 from simforcing.demo.rollout_section import METRICS, paired
 from simforcing.fewstep.job import compare
-from simforcing.policy.results import AgreementResult, PolicyEvaluation
+from simforcing.policy.closed_loop.results import AgreementResult, PolicyEvaluation
 
 TEACHER = "simforcing"
 # the one-window scores compared: key, label, scale (metres -> cm), digits
@@ -96,14 +96,16 @@ def _num(v: Optional[float], scale: float = 1.0, digits: int = 2, signed: bool =
 
 
 def _window_lines(w: dict) -> list[str]:
-    lines = ["| | teacher | student | student − teacher, paired [95 % interval] | relative |", "|---|---|---|---|---|"]
+    lines = ["| | teacher | student | student − teacher, paired [95 % interval] | relative |",
+             "|---|---|---|---|---|"]
     for key, label, scale, digits in WINDOW_ROWS:
         row = w.get(key)
         if row is None:
             continue
         p = row.get("paired")
-        diff = "—" if p is None else (f"{_num(p['mean'], scale, digits, True)} [{_num(p['ci95'][0], scale, digits, True)}"
-                                      f", {_num(p['ci95'][1], scale, digits, True)}]")
+        diff = "—" if p is None else (f"{_num(p['mean'], scale, digits, True)} "
+                                      f"[{_num(p['ci95'][0], scale, digits, True)}, "
+                                      f"{_num(p['ci95'][1], scale, digits, True)}]")
         rel = "—" if row.get("relative") is None else f"{100 * row['relative']:+.1f} %"
         lines.append(f"| {label} | {_num(row['teacher'], scale, digits)} | {_num(row['student'], scale, digits)} | "
                      f"{diff} | {rel} |")

@@ -1,7 +1,7 @@
 """The demo as a graph of `simforcing` commands: what runs, in which order, on how many cores, and what is reused.
 
 Every number of the report comes from one command of this graph (the report cites it). Each job writes into its own
-folder and records its provenance there (:mod:`simforcing.provenance`: the command, sizes, seed, code version and
+folder and records its provenance there (:mod:`simforcing.runs.provenance`: the command, sizes, seed, code version and
 the records of its inputs); a job whose folder records exactly what this demo run asks for — and finished — is not
 run again, and a folder made from other inputs is remade (a run folder only when it is a simforcing run or carries a
 demo record). Jobs run side by side on ``jobs`` slots (:mod:`simforcing.jobs`) with a fixed thread count each, so the
@@ -429,8 +429,8 @@ class _Builder:
         return {"data": data_long, "folders": folders}
 
     def world_model_eval(self, runs: dict[str, Path], pol: dict, full: bool, seeds: list[int]) -> dict:
-        """9. policies evaluated inside the world models (``policy.world_model_eval``), on the policy benchmark's
-        held-out layout scenes, against the simulator: the success judge fitted on the layout episodes of the
+        """9. policies evaluated inside the world models (``policy.closed_loop.world_model_eval``), on the policy
+        benchmark's held-out layout scenes, against the simulator: the success judge fitted on the layout episodes of the
         demo's data and the policy demonstrations; one-camera action-only policies (the world model predicts the
         external camera) from base, the `sft` and the SimForcing world model (two budgets with --full); the
         scripted expert at several action-noise levels and do-nothing; the simulator's evaluation with the judge on
@@ -509,8 +509,8 @@ class _Builder:
                  threads=self.b.stage1_threads, run_steps=t.video_base_steps)
 
     def transfer_section(self, runs: dict[str, Path]) -> dict:
-        """--full, 8. the policy section as the seeds × initialisations measurement (``policy.demo_full``): random,
-        the video base, sft and SimForcing × the world-model seeds × the policy seeds, two budgets, the probe."""
+        """--full, 8. the policy section as the seeds × initialisations measurement (``demo.transfer_section``):
+        random, the video base, sft and SimForcing × the world-model seeds × the policy seeds, two budgets, the probe."""
         wm = {wm_key(m, s): runs[run_tag(m, s)] for m in BASE_METHODS for s in wm_seed_list(self.b.transfer)}
         deps = {k: f"train {k}" for k in wm}
         wm["video_base"], deps["video_base"] = self.video_base_dir, "video base"

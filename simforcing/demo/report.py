@@ -281,7 +281,7 @@ def _policy_section(pol: Optional[dict], plan: Plan) -> list[str]:
              "tie). "
              "Initialisations: " + "; ".join(f"{k}: {v['inherited']} tensors inherited, {v['new']} new"
                                              for k, v in pol.get("init", {}).items())]
-    if pol.get("transfer_md"):  # demo --full: the seeds × initialisations measurement (policy.demo_full)
+    if pol.get("transfer_md"):  # demo --full: the seeds × initialisations measurement (demo.transfer_section)
         lines += ["", pol["note"], "", pol["transfer_md"]]
         if pol.get("transfer_png"):
             lines += ["", f"![success per policy run]({relative_to(pol['transfer_png'], plan.out)})"]

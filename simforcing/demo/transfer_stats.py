@@ -83,7 +83,7 @@ def welch(a: dict, b: dict) -> dict:
 def transfer_analysis(rows: dict[str, PolicyRow], episodes: dict, specs: dict, budget: dict,
                       comparisons=COMPARISONS) -> dict:
     """{"blocks": [{"setting", "steps", "inits": {init: cluster_mean + per-run rates}, "comparisons": [...]}]}
-    from the rows/episodes of the evaluations and the specs of ``policy.demo`` (label -> setting, init, wm_seed,
+    from the rows/episodes of the evaluations and the specs of ``demo.policy_section`` (label -> setting, init, wm_seed,
     seed, steps)."""
     blocks: dict = {}
     for label, s in specs.items():

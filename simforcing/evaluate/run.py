@@ -48,7 +48,7 @@ def raw_states(ds, batch: dict) -> torch.Tensor:
 
 
 def window_on(ds, i: int, device) -> dict:
-    """Window ``i`` of ``ds`` as a batch of one (``runs.collate_one``), its tensors on ``device``: the recorded
+    """Window ``i`` of ``ds`` as a batch of one (``runs.loaded.collate_one``), its tensors on ``device``: the recorded
     truth the samples are scored against."""
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in collate_one(ds[i]).items()}
 

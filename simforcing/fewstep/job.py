@@ -5,7 +5,7 @@
 
 Both evaluations use one config (``eval_cfg``: the data/sample/eval sections, e.g. the probe and the windows per
 episode; the teacher's own when None), so sample i is the same window with the same noise for both
-(``runs.sample_generator``). :func:`compare` pairs their per-sample scores: mean difference (student − teacher)
+(``runs.loaded.sample_generator``). :func:`compare` pairs their per-sample scores: mean difference (student − teacher)
 with a 95 % interval (normal approximation over the windows), the relative difference of the means, and the latency
 and forwards per sample; and the student's samples against the teacher's (:func:`teacher_agreement`). A resumed
 job continues a stopped distillation (its run folder holds checkpoints).

@@ -3,7 +3,7 @@
     distill_run(cfg, out_dir, teacher_run=RUN2, resume=False) -> dict            (``training.loop.Trainer``'s result)
     cfg = distill_config(teacher_cfg, steps=K, objective="trajectory", w=None)    # the student's config
 
-The run (kind ``fewstep``, ``runfolder.STAGE_KIND["distill"]``) reads the stage-2 windows (sim and real, pixels or a
+The run (kind ``fewstep``, ``runs.folder.STAGE_KIND["distill"]``) reads the stage-2 windows (sim and real, pixels or a
 latent cache), starts the student from the teacher's checkpoint beside a frozen copy of it, and steps
 ``objective.fewstep_step``. Its config is the teacher's with the ``fewstep`` section set: K, the objective, the
 teacher's sampler (N_s, N_r, w) it reproduces; teacher.json records the teacher's run and checkpoint, and a resume
