@@ -25,6 +25,7 @@ from simforcing import flow
 from simforcing.config import Config, ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.stats import Normalizer
+from simforcing.errors import CheckpointError
 from simforcing.inputs import check_image, check_instruction, check_vector
 from simforcing.models.text import load_text_encoder
 from simforcing.models.vae import load_vae
@@ -144,4 +145,17 @@ class PolicyRunner:
                 self.counts["action_steps"] += 1
                 a = flow.euler_step(a, u_a, taus[i], taus[i + 1])
         self.counts["chunks"] += b
-        return self.normalizer.denormalize("action", a.float().cpu().numpy())
+        actions = self.normalizer.denormalize("action", a.float().cpu().numpy())
+        self.check_actions(actions)
+        return actions
+
+    def check_actions(self, actions: np.ndarray) -> None:
+        """CheckpointError when the policy's actions (B, A, action_dim) hold NaN/inf — a diverged or corrupted
+        checkpoint — so that no environment executes them."""
+        bad = ~np.isfinite(actions).reshape(len(actions), -1).all(axis=1)
+        if bad.any():
+            what = (f"{self.scored['run']} ({self.scored['checkpoint']}, step {self.scored['step']})"
+                    if self.scored else "this policy")
+            raise CheckpointError(f"{what} produced non-finite actions for sample(s) {np.flatnonzero(bad).tolist()} "
+                                  "of its batch: the checkpoint is diverged or corrupted; act with an earlier one "
+                                  "(policy eval --runs NAME=RUN uses the newest valid checkpoint: remove the bad one)")

@@ -139,6 +139,25 @@ def test_a_policy_refuses_images_and_states_it_cannot_act_on(one_camera_policy):
     assert r.counts["chunks"] == 1  # nothing ran for the refused calls
 
 
+def test_a_policy_whose_weights_diverged_refuses_to_return_actions(one_camera_policy):  # noqa: F811
+    import torch
+
+    from simforcing.errors import CheckpointError
+    from simforcing.policy.infer import PolicyRunner
+    from test_policy import _FakeText
+
+    r = PolicyRunner.load(one_camera_policy)
+    r._text_encoder = _FakeText(r.cfg)
+    image = np.random.default_rng(0).integers(0, 255, (32, 48, 3), dtype=np.uint8)
+    state = np.zeros(r.cfg.data.state_dim)
+    assert np.isfinite(r.act(image, state, "open the drawer", torch.Generator().manual_seed(0))).all()  # control
+    with torch.no_grad():  # what a diverged checkpoint holds
+        for p in r.model.parameters():
+            p.fill_(float("nan"))
+    with pytest.raises(CheckpointError, match="step_0+3, step 3\\) produced non-finite actions for sample\\(s\\) \\[0\\]"):
+        r.act(image, state, "open the drawer", torch.Generator().manual_seed(0))
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # The world-model commands: what they are given, what they record
 # ----------------------------------------------------------------------------------------------------------------------
