@@ -9,7 +9,8 @@ rollouts (``simforcing rollout``) and the sampler sweeps (``simforcing sweep ste
 ``eval.json`` keeps the flat keys it always had (``psnr``, ``psnr_reason``, ``af_pos``, ``latency_s``, ...) under
 ``format: simforcing.window-evaluation`` / ``format_version: 2``, rollout.json its keys under
 ``simforcing.rollout-drift``, the sweeps' under ``simforcing.sweep-steps|cfg`` (with their rendered ``table_md``
-beside the data, for people); a file written before the tags (version 1) loads through the same reader. Tables are rendered from these types by ``evaluate.tables``.
+beside the data, for people); a file written before the tags (version 1) loads through the same reader. Tables are
+rendered from these types by ``evaluate.tables``.
 """
 
 from __future__ import annotations
