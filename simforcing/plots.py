@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from simforcing.runfolder import METRICS_FILE
 from simforcing.utils import atomic_write, read_jsonl
-
-if TYPE_CHECKING:
-    from simforcing.policy.transfer import TransferBlock
 
 LOSS_TERMS = ("loss", "fm_real", "fm_sim", "md_real", "md_sim", "value_real", "value_sim")
 SIDE_PANELS = ("grad_norm", "lr")
@@ -142,7 +139,7 @@ def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: st
     return _save(fig, out_png)
 
 
-def plot_transfer(blocks: Sequence[TransferBlock], labels: Mapping[str, str], out_png: str | Path,
+def plot_transfer(blocks: Sequence, labels: Mapping[str, str], out_png: str | Path,
                   title: str | None = None) -> Path:
     """The seeds × initialisations measurement (``policy.transfer.TransferAnalysis.blocks``): one panel per
     setting and budget; per initialisation every run's success (dots), the mean over seed clusters (bar) and its
