@@ -32,6 +32,7 @@ from simforcing import __version__
 from simforcing.config import Config, ConfigError
 from simforcing.data.stats import Normalizer
 from simforcing.errors import CheckpointError
+from simforcing.evaluate.results import WindowEvaluation
 from simforcing.models.vae import load_vae
 from simforcing.models.world_model import build_world_model
 from simforcing.result_files import WORLD_MODEL_EXPORT as FORMAT
@@ -141,22 +142,19 @@ def prepare_out(out: str | Path) -> Path:
     return out
 
 
-def read_one_window_eval(folder: str | Path, checkpoint: CheckpointId) -> dict:
-    """FOLDER/eval.json of `simforcing evaluate`, refused by name when it scored another checkpoint (or none)."""
+def read_one_window_eval(folder: str | Path, checkpoint: CheckpointId) -> WindowEvaluation:
+    """FOLDER/eval.json of `simforcing evaluate`, refused by name when it is another kind of result or scored another
+    checkpoint (or none: a baseline)."""
     path = Path(folder) / "eval.json"
-    try:
-        res = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"--eval: {path} cannot be read ({e}); expected the folder `simforcing evaluate --ckpt RUN` "
-                          "wrote") from e
-    rec = res.get("checkpoint") if isinstance(res, dict) else None
-    if not isinstance(rec, dict) or "psnr" not in res:
+    res = WindowEvaluation.read(folder, "--eval")
+    rec = res.checkpoint
+    if not isinstance(rec, dict):
         raise ConfigError(f"--eval: {path} is not an evaluation of a world-model checkpoint (`simforcing evaluate "
-                          "--ckpt RUN`: a baseline or another kind of result records none)")
+                          "--ckpt RUN`: a baseline records none)")
     if Path(str(rec.get("path"))).resolve() != Path(checkpoint.path).resolve():
         raise ConfigError(f"--eval: {path} scored {rec.get('path')}; the exported checkpoint is {checkpoint.path} — "
                           "give evaluations of this checkpoint only")
-    return {"folder": str(folder), **res}
+    return res
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from simforcing.evaluate.results import WindowEvaluation
 from simforcing.runs.folder import METRICS_FILE, STATUS_FILE
 from simforcing.runs.loaded import LoadedWorldModel
 from simforcing.utils import fmt_num
@@ -58,7 +59,7 @@ def _budget_lines(cfg, run: Path, source: dict) -> list[str]:
             f"- last logged training loss: {fmt_num(_last_loss(run), 4)}"]
 
 
-def _eval_lines(scores: list[dict]) -> list[str]:
+def _eval_lines(scores: list[WindowEvaluation]) -> list[str]:
     if not scores:
         return ["No evaluation was given to the export (`simforcing evaluate --ckpt RUN --out EVAL`, then "
                 "`simforcing export ... --eval EVAL`)."]
@@ -66,14 +67,14 @@ def _eval_lines(scores: list[dict]) -> list[str]:
              "| split | windows | PSNR ↑ | SSIM ↑ | arm PSNR ↑ | action error (state units) ↓ | sampler |",
              "|---|---|---|---|---|---|---|"]
     for r in scores:
-        s = r.get("sampler") or {}
-        lines.append(f"| {r.get('split')} ({r.get('domain', 'real')}) | {r.get('num_samples')} | "
-                     f"{fmt_num(r.get('psnr'), 2)} | {fmt_num(r.get('ssim'), 4)} | {fmt_num(r.get('psnr_arm'), 2)} | "
-                     f"{fmt_num(r.get('af_pos'), 4)} | N_s {s.get('n_sim')}, N_r {s.get('n_real')}, w {s.get('w')} |")
+        s, m = r.sampler, r.scores.metric
+        lines.append(f"| {r.split} ({r.domain}) | {r.scores.num_samples} | {fmt_num(m('psnr'), 2)} | "
+                     f"{fmt_num(m('ssim'), 4)} | {fmt_num(m('psnr_arm'), 2)} | {fmt_num(m('af_pos'), 4)} | "
+                     f"N_s {s.get('n_sim')}, N_r {s.get('n_real')}, w {s.get('w')} |")
     return lines
 
 
-def model_card(wm: LoadedWorldModel, run: Path, source: dict, vae: dict, text: dict, scores: list[dict],
+def model_card(wm: LoadedWorldModel, run: Path, source: dict, vae: dict, text: dict, scores: list[WindowEvaluation],
                index: dict) -> str:
     """The card's markdown (module docstring)."""
     cfg, m = wm.cfg, wm.cfg.model

@@ -139,31 +139,31 @@ def compare_runs(runs: Mapping[str, str | Path | Sequence[Mapping]], out_png: st
     return _save(fig, out_png)
 
 
-def plot_transfer(blocks: Sequence[Mapping], labels: Mapping[str, str], out_png: str | Path,
+def plot_transfer(blocks: Sequence, labels: Mapping[str, str], out_png: str | Path,
                   title: str | None = None) -> Path:
-    """The seeds × initialisations measurement (``demo.transfer_stats.transfer_analysis``'s ``blocks``): one panel per
+    """The seeds × initialisations measurement (``demo.transfer_stats.TransferAnalysis.blocks``): one panel per
     setting and budget; per initialisation every run's success (dots), the mean over seed clusters (bar) and its
     95 % interval (whiskers, clipped to 0–100 %)."""
-    blocks = [b for b in blocks if b.get("inits")]
+    blocks = [b for b in blocks if b.inits]
     if not blocks:
-        raise ValueError("plot_transfer: no block with initialisations (expected transfer_analysis()['blocks'])")
+        raise ValueError("plot_transfer: no block with initialisations (expected TransferAnalysis.blocks)")
     fig, axes = _axes_grid(len(blocks))
     for ax, block in zip(axes, blocks):
-        names = list(block["inits"])
+        names = list(block.inits)
         for i, name in enumerate(names):
-            init = block["inits"][name]
-            rates = [100 * r["rate"] for r in init["per_run"]]
+            init = block.inits[name]
+            rates = [100 * r.rate for r in init.per_run]
             offsets = [(k - (len(rates) - 1) / 2) * 0.25 / max(1, len(rates) - 1) for k in range(len(rates))]
             ax.scatter([i + o for o in offsets], rates, s=14, color="0.45", zorder=2)
-            lo, hi = (max(0.0, 100 * init["ci95"][0]), min(100.0, 100 * init["ci95"][1])) if init.get("ci95") \
-                else (100 * init["mean"], 100 * init["mean"])
-            ax.errorbar([i], [100 * init["mean"]], yerr=[[100 * init["mean"] - lo], [hi - 100 * init["mean"]]],
-                        fmt="_", markersize=22, capsize=4, color="C0", zorder=3)
+            mean, ci = 100 * init.stats.mean, init.stats.ci95
+            lo, hi = (max(0.0, 100 * ci[0]), min(100.0, 100 * ci[1])) if ci else (mean, mean)
+            ax.errorbar([i], [mean], yerr=[[mean - lo], [hi - mean]], fmt="_", markersize=22, capsize=4, color="C0",
+                        zorder=3)
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels([labels.get(n, n) for n in names], fontsize=8, rotation=15)
         ax.set_xlim(-0.6, len(names) - 0.4)
         ax.set_ylim(0, 100)
         ax.set_ylabel("success, %", fontsize=9)
-        ax.set_title(f"{block['setting']}, {block['steps']} steps", fontsize=10)
+        ax.set_title(f"{block.setting}, {block.steps} steps", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     return _save(fig, out_png, title)

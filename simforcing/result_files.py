@@ -19,18 +19,27 @@ from simforcing.errors import ConfigError
 POLICY_EVALUATION = "simforcing.policy-evaluation"
 AGREEMENT = "simforcing.policy-agreement"
 WORLD_MODEL_EXPORT = "simforcing.world-model"
+WINDOW_EVALUATION = "simforcing.window-evaluation"
+ROLLOUT_DRIFT = "simforcing.rollout-drift"
+SWEEP_STEPS, SWEEP_CFG = "simforcing.sweep-steps", "simforcing.sweep-cfg"
 
 # What a kind is called in messages, and the command that writes it.
 KIND_NAMES = {POLICY_EVALUATION: ("a policy evaluation", "simforcing policy eval"),
               AGREEMENT: ("an agreement of policy evaluations", "simforcing policy agreement"),
-              WORLD_MODEL_EXPORT: ("an exported world model", "simforcing export")}
+              WORLD_MODEL_EXPORT: ("an exported world model", "simforcing export"),
+              WINDOW_EVALUATION: ("a one-window evaluation", "simforcing evaluate"),
+              ROLLOUT_DRIFT: ("a rollout-drift result", "simforcing rollout"),
+              SWEEP_STEPS: ("a sweep of the sampler's steps", "simforcing sweep steps"),
+              SWEEP_CFG: ("a sweep of the training p and the guidance w", "simforcing sweep cfg")}
 
 # Files written before the tags: the keys that identify each kind (checked in this order).
 _LEGACY = ((AGREEMENT, ("ranking", "envs", "players")),
-           (POLICY_EVALUATION, ("env", "rows", "episodes", "scenes")))
+           (POLICY_EVALUATION, ("env", "rows", "episodes", "scenes")),
+           (WINDOW_EVALUATION, ("psnr", "num_samples")),
+           (ROLLOUT_DRIFT, ("horizon", "chunk_frames", "rows")),
+           (SWEEP_STEPS, ("configs", "n_real", "notes")),
+           (SWEEP_CFG, ("configs", "row_labels")))
 _UNTAGGED_OTHERS = ((("suite", "tasks", "average"), "a LIBERO policy evaluation (`policy eval --env libero`)"),
-                    (("per_chunk",), "a rollout-drift result (`simforcing rollout`)"),
-                    (("psnr", "num_samples"), "a one-window evaluation (`simforcing evaluate`)"),
                     (("benchmark", "consecutive"), "a success judge (`simforcing model fit-judge`)"),
                     (("preset", "model", "train"), "a run's config (a run folder: load it with "
                                                    "WorldModelPipeline.from_run)"))
@@ -39,6 +48,8 @@ _OTHER_FORMATS = {"simforcing-success-judge": "a success judge (`simforcing mode
 _FOLDER_MARKERS = (("eval.json", "an evaluation (eval.json)"), ("agreement.json", "an agreement of policy evaluations "
                    "(`simforcing policy agreement`)"), ("judge.json", "a success judge (`simforcing model fit-judge`)"),
                    ("rollout.json", "a rollout-drift result (`simforcing rollout`)"),
+                   ("sweep_steps.json", "a sweep of the sampler's steps (`simforcing sweep steps`)"),
+                   ("sweep_cfg.json", "a sweep of the training p and the guidance w (`simforcing sweep cfg`)"),
                    ("run.json", "a training run (pretrain / train / policy train)"),
                    ("meta/info.json", "a dataset"))
 

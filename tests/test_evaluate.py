@@ -30,7 +30,7 @@ def test_eval_json_schema(world):
     tmp, data, cfg = world
     res = evaluate_run(tmp / "run", data, None, "val", 3, tmp / "ev", progress=False)
     on_disk = json.loads((tmp / "ev" / "eval.json").read_text())
-    assert on_disk["psnr"] == pytest.approx(res["psnr"])
+    assert on_disk["psnr"] == pytest.approx(res.scores.psnr)
     for k in METRICS:  # a number, or null with its reason
         assert k in on_disk
         assert isinstance(on_disk[k], float) or (on_disk[k] is None and on_disk[f"{k}_reason"])
@@ -59,9 +59,9 @@ def test_evaluation_is_deterministic_and_all_methods_see_the_same_samples(world)
     a = evaluate_run(tmp / "run", data, None, "val", 2, tmp / "ev_a", progress=False)
     b = evaluate_run(tmp / "run", data, None, "val", 2, tmp / "ev_b", progress=False)
     c = evaluate_run(None, data, cfg, "val", 2, tmp / "ev_c", baseline="copy-first", progress=False)
-    assert a["per_sample"]["psnr"] == b["per_sample"]["psnr"]
-    assert a["per_sample"]["episode_id"] == c["per_sample"]["episode_id"]
-    assert a["per_sample"]["start"] == c["per_sample"]["start"]
+    assert a.scores.per_sample["psnr"] == b.scores.per_sample["psnr"]
+    assert a.scores.per_sample["episode_id"] == c.scores.per_sample["episode_id"]
+    assert a.scores.per_sample["start"] == c.scores.per_sample["start"]
 
 
 def _psnr_ref(pred: torch.Tensor, gt: torch.Tensor) -> float:
@@ -83,11 +83,11 @@ def test_baselines_against_a_direct_computation(world):
     for i in range(2):
         real = collate_one(ds[i])["real"]  # (1, 3, F, H, W)
         first = real[:, :, :1].expand_as(real)
-        assert copy["per_sample"]["psnr"][i] == pytest.approx(_psnr_ref(first[0], real[0]), abs=1e-4)
+        assert copy.scores.per_sample["psnr"][i] == pytest.approx(_psnr_ref(first[0], real[0]), abs=1e-4)
         recon = vae.decode(vae.encode(real)).clamp(-1, 1)
-        assert rec["per_sample"]["psnr"][i] == pytest.approx(_psnr_ref(recon[0], real[0]), abs=1e-4)
-    assert copy["baseline"] == "copy-first" and copy["forwards_per_sample"] == 0 and copy["checkpoint"] is None
-    assert rec["psnr"] > copy["psnr"]  # the ceiling is above the floor on this data
+        assert rec.scores.per_sample["psnr"][i] == pytest.approx(_psnr_ref(recon[0], real[0]), abs=1e-4)
+    assert copy.baseline == "copy-first" and copy.scores.forwards_per_sample == 0 and copy.checkpoint is None
+    assert rec.scores.psnr > copy.scores.psnr  # the ceiling is above the floor on this data
 
 
 def test_evaluate_cli(world, capsys):
@@ -149,14 +149,15 @@ def test_action_following_error_its_floor_and_control(world, tmp_path):
     res = evaluate_run(tmp / "run", data, c, "val", 3, tmp_path / "ev", progress=False)
     copy = evaluate_run(None, data, c, "val", 3, tmp_path / "ev_copy", baseline="copy-first", progress=False)
     # a probe that reads nothing scores every video like a model that does not move: the displacement
-    assert res["af_pos"] == pytest.approx(res["af_floor_pos"]) == pytest.approx(copy["af_pos"])
-    assert res["af_control_pos"] == pytest.approx(res["af_pos"])  # the control ran (another window's actions)
-    assert copy["af_control_pos"] is None  # copying the first frame uses no actions: no control
-    assert len(res["per_sample"]["af_pos"]) == 3
+    af = res.scores.action
+    assert af.af_pos == pytest.approx(af.af_floor_pos) == pytest.approx(copy.scores.action.af_pos)
+    assert af.af_control_pos == pytest.approx(af.af_pos)  # the control ran (another window's actions)
+    assert copy.scores.action.af_control_pos is None  # copying the first frame uses no actions: no control
+    assert len(res.scores.per_sample["af_pos"]) == 3
     md = (tmp_path / "ev" / "eval.md").read_text()
     assert "Action following" in md and "another window's actions" in md
     without = evaluate_run(tmp / "run", data, None, "val", 1, tmp_path / "ev_none", progress=False)
-    assert without["af_pos"] is None and "fit-probe" in without["af_reason"]
+    assert without.scores.action.af_pos is None and "fit-probe" in without.scores.reasons["af"]
 
 
 def test_sim_domain_scores_the_recorded_simulation_video(world, tmp_path):
@@ -170,9 +171,9 @@ def test_sim_domain_scores_the_recorded_simulation_video(world, tmp_path):
     ds = eval_dataset(c, data, "val")
     want = [float(psnr_per_sample(b["sim"][:, :, :1].expand_as(b["sim"]), b["sim"])) for b in
             (collate_one(ds[i]) for i in range(3))]
-    assert res["domain"] == "sim" and res["psnr"] == pytest.approx(float(np.mean(want)))
+    assert res.domain == "sim" and res.scores.psnr == pytest.approx(float(np.mean(want)))
     model = evaluate_run(tmp / "run", data, None, "val", 2, tmp_path / "sim_m", progress=False, domain="sim")
-    assert model["w"] == 0.0 and model["forwards_per_sample"] == cfg.sample.n_real  # gate off: no condition
+    assert model.sampler["w"] == 0.0 and model.scores.forwards_per_sample == cfg.sample.n_real  # gate off: no condition
 
 
 def test_oracle_condition_is_the_encoded_recorded_sim_video(world):
@@ -199,3 +200,26 @@ def test_more_windows_per_episode_span_every_episode_first(world):
     assert len(ds) == 9
     assert [e for e, _ in ds.windows[:3]] == [0, 1, 2]  # window-major: the first samples span the episodes
     assert sorted({s for _, s in ds.windows}) == [0, 2, 4]  # 13-frame episodes, 9-frame windows: evenly spaced
+
+
+def test_eval_json_round_trips_older_files_load_and_another_kind_is_refused(world, tmp_path):
+    """eval.json is written and read through WindowEvaluation: the same object back; a file written before the tags
+    (version 1, untagged) loads; a policy evaluation's eval.json is refused by name."""
+    from simforcing.config import ConfigError
+    from simforcing.evaluate.results import WindowEvaluation
+
+    tmp, data, cfg = world
+    res = evaluate_run(tmp / "run", data, None, "val", 2, tmp_path / "new", progress=False)
+    raw = json.loads((tmp_path / "new" / "eval.json").read_text())
+    assert raw["format"] == "simforcing.window-evaluation" and raw["format_version"] == 2
+    assert WindowEvaluation.from_json(json.loads(json.dumps(res.to_json()))) == res
+    assert WindowEvaluation.read(tmp_path / "new", "--eval") == res
+    old = {k: v for k, v in raw.items() if k not in ("format", "format_version")}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "eval.json").write_text(json.dumps(old))
+    assert WindowEvaluation.read(tmp_path / "old", "--eval") == res
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "eval.json").write_text(json.dumps({"env": "synthetic", "rows": {}, "episodes": {},
+                                                                "scenes": {}}))
+    with pytest.raises(ConfigError, match="holds a policy evaluation, not a one-window evaluation"):
+        WindowEvaluation.read(tmp_path / "policy", "--eval")

@@ -272,7 +272,7 @@ def test_full_policy_measurement_end_to_end_at_tiny_size(tiny, prior_run, tmp_pa
     assert len(res["runs"]) == 2 * 4 + 2 + 1 and res["init"]["action_only / video base"]["new"] > 0
     vo = res["init_all"]["action_only / SimForcing WM video expert only"]  # its video expert only: a new action expert
     assert vo["new"] > res["init_all"]["action_only / SimForcing WM"]["new"]
-    blocks = {(b["setting"], b["steps"]) for b in res["transfer"]["blocks"]}
+    blocks = {(b.setting, b.steps) for b in res["transfer"].blocks}
     assert blocks == {("action_only", 3), ("action_only", 4), ("unconditional", 3), ("video_action", 3)}
     assert set(res["probe"]["runs"]) == {"random (no prior)", "video base", "SFT WM", "SimForcing WM"}
     assert "Seeds × initialisations" in res["transfer_md"] and "linear probe" in res["transfer_md"]

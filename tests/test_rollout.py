@@ -247,7 +247,31 @@ def test_the_video_never_reads_the_recorded_states_after_the_first(long_run, mon
     monkeypatch.setattr(ro, "read_lowdim", garbage)
     other = ro.evaluate_rollouts(tmp / "run", data, None, "val", 16, tmp / "s1", rows=("rollout",), videos=0,
                                  device="cpu", progress=lambda *_: None)
-    assert other["rows"]["rollout"]["per_frame"]["psnr"] == base["rows"]["rollout"]["per_frame"]["psnr"]
+    assert other.rows["rollout"].per_frame["psnr"] == base.rows["rollout"].per_frame["psnr"]
+
+
+def test_rollout_json_round_trips_older_files_load_and_another_kind_is_refused(long_run, tmp_path):
+    """rollout.json is written and read through RolloutDrift: the same result back; a file written before the tags
+    (version 1) loads; a one-window evaluation under that name is refused by name."""
+    import simforcing.evaluate.rollouts as ro
+    from simforcing.config import ConfigError
+    from simforcing.evaluate.results import RolloutDrift
+
+    tmp, data = long_run
+    res = ro.evaluate_rollouts(tmp / "run", data, None, "val", 16, tmp_path / "new", rows=("rollout", "copy-first"),
+                               videos=0, device="cpu", progress=lambda *_: None)
+    raw = json.loads((tmp_path / "new" / "rollout.json").read_text())
+    assert raw["format"] == "simforcing.rollout-drift" and raw["chunks"] == res.chunks == 2
+    assert RolloutDrift.from_json(json.loads(json.dumps(res.to_json()))) == res
+    assert RolloutDrift.read(tmp_path / "new", "--rollout") == res
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "rollout.json").write_text(json.dumps({k: v for k, v in raw.items()
+                                                               if k not in ("format", "format_version")}))
+    assert RolloutDrift.read(tmp_path / "old", "--rollout") == res
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "rollout.json").write_text(json.dumps({"psnr": 20.0, "num_samples": 4}))
+    with pytest.raises(ConfigError, match="holds a one-window evaluation, not a rollout-drift result"):
+        RolloutDrift.read(tmp_path / "other", "--rollout")
 
 
 @pytest.mark.parametrize("horizon, message", [("0", "--horizon: got 0"), ("40", "has 17 frames, 16 actions")])

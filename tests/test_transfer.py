@@ -6,7 +6,7 @@ starts from) while the default section keeps its jobs. The probe end to end on a
 from __future__ import annotations
 
 import dataclasses
-
+import json
 import math
 from pathlib import Path
 
@@ -20,6 +20,10 @@ from simforcing.demo.transfer_stats import (cluster_mean, default_note, paired_s
                                             transfer_markdown, welch)
 from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyRow
 from simforcing.policy.probe import ridge_probe, score
+from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyRow
+from simforcing.demo.transfer_stats import (ClusterMean, InitSummary, RunRate, TransferAnalysis, TransferBlock,
+                                        cluster_mean, default_note, paired_scene_diff, successes, transfer_analysis,
+                                        transfer_markdown, welch)
 
 
 def outcomes(v):
@@ -34,24 +38,24 @@ def test_paired_scene_difference():
     d = paired_scene_diff(a, b)
     diff = a - b
     se = diff.std(ddof=1) / math.sqrt(6)
-    assert d["diff"] == pytest.approx(2 / 6) and d["ci95"] == pytest.approx([2 / 6 - 1.96 * se, 2 / 6 + 1.96 * se])
+    assert d.diff == pytest.approx(2 / 6) and d.ci95 == pytest.approx([2 / 6 - 1.96 * se, 2 / 6 + 1.96 * se])
     with pytest.raises(ValueError, match="same scenes"):
         paired_scene_diff(a, b[:3])
 
 
 def test_clusters_and_welch_match_scipy():
-    wm = [{"wm_seed": w, "seed": p, "rate": r} for (w, p), r in
+    wm = [RunRate("wm", w, p, r, {}) for (w, p), r in
           {(42, 42): .5, (42, 43): .6, (43, 42): .3, (43, 43): .4, (44, 42): .7, (44, 43): .5}.items()]
-    base = [{"wm_seed": None, "seed": p, "rate": r} for p, r in ((42, .2), (43, .4), (44, .3))]
+    base = [RunRate("base", None, p, r, {}) for p, r in ((42, .2), (43, .4), (44, .3))]
     a, b = cluster_mean(wm), cluster_mean(base)
-    assert a["cluster_means"] == pytest.approx([.55, .35, .6]) and a["clusters"] == 3 and a["runs"] == 6
-    assert b["cluster_means"] == pytest.approx([.2, .4, .3])
+    assert a.cluster_means == pytest.approx([.55, .35, .6]) and a.clusters == 3 and a.runs == 6
+    assert b.cluster_means == pytest.approx([.2, .4, .3])
     w = welch(a, b)
-    ref = stats.ttest_ind(a["cluster_means"], b["cluster_means"], equal_var=False).confidence_interval(0.95)
-    assert w["diff"] == pytest.approx(np.mean([.55, .35, .6]) - .3)
-    assert w["ci95"] == pytest.approx([ref.low, ref.high])
-    assert w["established"] == (ref.low > 0 or ref.high < 0)
-    assert welch(cluster_mean(wm[:2]), b)["ci95"] is None  # one cluster: no interval, nothing established
+    ref = stats.ttest_ind(a.cluster_means, b.cluster_means, equal_var=False).confidence_interval(0.95)
+    assert w.diff == pytest.approx(np.mean([.55, .35, .6]) - .3)
+    assert w.ci95 == pytest.approx([ref.low, ref.high])
+    assert w.established == (ref.low > 0 or ref.high < 0)
+    assert welch(cluster_mean(wm[:2]), b).ci95 is None  # one cluster: no interval, nothing established
 
 
 def test_analysis_pairs_the_runs_that_share_seeds_and_says_what_is_established():
@@ -73,18 +77,18 @@ def test_analysis_pairs_the_runs_that_share_seeds_and_says_what_is_established()
             add("sft", wm, seed, 0.5)
     res = transfer_analysis(rows, episodes, specs, {"full_eval_per_task": 10},
                             (("simforcing", "video_base"), ("simforcing", "sft"), ("video_base", "random")))
-    (blk,) = res["blocks"]
-    comps = {(c["a"], c["b"]): c for c in blk["comparisons"]}
+    (blk,) = res.blocks
+    comps = {(c.a, c.b): c for c in blk.comparisons}
     assert set(comps) == {("simforcing", "video_base"), ("simforcing", "sft")}  # no random run: no comparison
     sv = comps["simforcing", "video_base"]
-    assert len(sv["cells"]) == 9 and sv["established"] and sv["ci95"][0] > 0  # 0.9 against 0.1: clear
-    assert sorted((c["wm_seed"], c["seed"]) for c in sv["cells"]) == [(w, s) for w in (42, 43, 44)
-                                                                      for s in (42, 43, 44)]
-    cell = next(c for c in sv["cells"] if (c["wm_seed"], c["seed"]) == (43, 44))
+    assert len(sv.cells) == 9 and sv.welch.established and sv.welch.ci95[0] > 0  # 0.9 against 0.1: clear
+    assert sorted((c.wm_seed, c.seed) for c in sv.cells) == [(w, s) for w in (42, 43, 44) for s in (42, 43, 44)]
+    cell = next(c for c in sv.cells if (c.wm_seed, c.seed) == (43, 44))
     expect = successes(episodes["action_only / simforcing / 43 / 44"]) - successes(
         episodes["action_only / video_base / None / 44"])
-    assert cell["diff"] == pytest.approx(expect.mean())
-    assert len(comps["simforcing", "sft"]["cells"]) == 9  # world model against world model: same WM and policy seed
+    assert cell.scenes.diff == pytest.approx(expect.mean())
+    assert len(comps["simforcing", "sft"].cells) == 9  # world model against world model: same WM and policy seed
+    assert TransferAnalysis.from_json(json.loads(json.dumps(res.to_json(), default=float))) == res  # round trip
     md = transfer_markdown(res, None, {"simforcing": "SimForcing WM", "video_base": "video base"})
     assert "| SimForcing WM − video base |" in md and "**yes**" in md
 
@@ -159,12 +163,13 @@ def test_the_measurement_is_drawn_per_setting_and_budget(tmp_path):
     from PIL import Image
 
     from simforcing.plots import plot_transfer
-    run = {"label": "x", "wm_seed": None, "seed": 42, "rate": 0.3, "tasks": {}}
-    init = {"mean": 0.3, "ci95": [-0.1, 1.2], "per_run": [run, {**run, "rate": 0.4}]}  # whiskers clipped to 0-100
-    blocks = [{"setting": "action_only", "steps": 500, "inits": {"random": init, "simforcing": init}},
-              {"setting": "video_action", "steps": 500, "inits": {"simforcing": init}}]
+    run = RunRate("x", None, 42, 0.3, {})
+    init = InitSummary(ClusterMean(0.3, 0.2, 2, [0.3, 0.4], 2, [-0.1, 1.2]),  # whiskers clipped to 0-100
+                       [run, dataclasses.replace(run, rate=0.4)])
+    blocks = [TransferBlock("action_only", 500, {"random": init, "simforcing": init}, []),
+              TransferBlock("video_action", 500, {"simforcing": init}, [])]
     png = plot_transfer(blocks, {"random": "random (no prior)"}, tmp_path / "t.png", "title")
     with Image.open(png) as im:
         assert im.format == "PNG" and im.size[0] > im.size[1] > 100  # two panels side by side
     with pytest.raises(ValueError, match="no block"):
-        plot_transfer([{"setting": "a", "steps": 1, "inits": {}}], {}, tmp_path / "e.png")
+        plot_transfer([TransferBlock("a", 1, {}, [])], {}, tmp_path / "e.png")

@@ -8,8 +8,9 @@ from pathlib import Path
 from simforcing.commands import Subcommand, add_config_args, config_from_args
 from simforcing.commands.runs import config_for_run
 from simforcing.config import Config
-from simforcing.evaluate.run import DOMAINS, evaluate_run, format_result
+from simforcing.evaluate.run import DOMAINS, evaluate_run
 from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps
+from simforcing.evaluate.tables import cfg_markdown, format_result, steps_markdown
 from simforcing.runs.folder import WORLD_MODELS, require_kind
 from simforcing.sample import BASELINES
 from simforcing.utils import check_output_path, resolve_device
@@ -83,8 +84,8 @@ def sweep(args: argparse.Namespace, cfg: Config) -> int:
         res = sweep_steps(args.ckpt, args.data, cfg, n_sim=args.n_sim, n_real=args.n_real, ws=args.w,
                           num_samples=args.num_samples, out_dir=args.out or "sweep_steps", split=args.split,
                           device=device)
-    print(res["table_md"])
-    print(f"-> {res['json']}, {res['heatmap']}")
+    print(cfg_markdown(res) if args.command == ("sweep", "cfg") else steps_markdown(res))
+    print(f"-> {res.json}, {res.heatmap}")
     return 0
 
 

@@ -75,8 +75,8 @@ def rollout(args: argparse.Namespace, cfg: Config) -> int:
         res = evaluate_rollouts(args.ckpt, args.data, cfg, args.split, args.horizon, tmp,
                                 num_episodes=args.num_episodes, batch_size=args.batch_size, step=args.step,
                                 device=device, videos=args.videos, rows=args.rows)
-    r = res["rows"]["rollout"]["mean"]
-    print(f"rollout of {res['num_episodes']} episodes × {res['chunks']} chunks: PSNR {fmt_num(r.get('psnr'), 2)} dB, "
+    r = res.rows["rollout"].mean
+    print(f"rollout of {res.num_episodes} episodes × {res.chunks} chunks: PSNR {fmt_num(r.get('psnr'), 2)} dB, "
           f"arm PSNR {fmt_num(r.get('psnr_arm'), 2)} dB, action error {fmt_num(r.get('af_pos'), 4)} "
           f"-> {Path(args.out) / 'rollout.json'}")
     return 0

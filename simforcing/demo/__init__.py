@@ -105,11 +105,9 @@ def _run_locked(out: Path, data: Optional[Path], budget: Budget, overrides, seed
     wall["total"] = round(time.perf_counter() - t0, 1)
     pol = collect_policy(plan.policy, {k: v for k, v in wall.items() if k.startswith("policy")}) \
         if plan.policy else None
-    res = collect(plan, wall, pol)
-    res["wall_time_reused"] = reused
-    res["budget"] = budget_dict(budget)
+    res = collect(plan, wall, pol, reused, budget_dict(budget))
     write_report(plan, res, plan.commands)
-    echo("\n" + res["summary"]["line"])
+    echo("\n" + res.summary.line)
     echo(f"report: {out / 'report.html'}")
     return 0
 

@@ -5,14 +5,13 @@ episodes per minute."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 from simforcing.config import ConfigError
 from simforcing.demo.plan import STUDENT, EvalKey, Plan, few_step
-from simforcing.demo.rollout_section import METRICS, paired
+from simforcing.demo.rollout_section import METRICS, PairedDrift, paired
+from simforcing.evaluate.results import RolloutDrift, WindowEvaluation
 from simforcing.fewstep.job import compare
 from simforcing.policy.closed_loop.results import AgreementResult, PolicyEvaluation
 
@@ -29,20 +28,21 @@ class FewStepSection:
     steps: int
     windows: Optional[dict] = None  # fewstep.job.compare of the teacher's and the student's eval.json
     rollout: dict = field(default_factory=dict)  # "teacher"/"student" -> {"rollout", "restart": mean rows}
-    rollout_paired: dict = field(default_factory=dict)  # student − teacher per chunk (rollout_section.paired)
+    rollout_paired: dict[str, PairedDrift] = field(default_factory=dict)  # student − teacher (rollout_section.paired)
     forwards_per_episode: dict = field(default_factory=dict)  # "teacher"/"student" -> network evaluations
     wm: dict = field(default_factory=dict)  # "teacher"/"student" -> {"pearson", "mmrv", "episodes_per_minute", ...}
 
     def to_json(self) -> dict:
         return {"steps": self.steps, "windows": self.windows, "rollout": self.rollout,
-                "rollout_paired": self.rollout_paired, "forwards_per_episode": self.forwards_per_episode,
-                "wm": self.wm}
+                "rollout_paired": {m: d.to_json() for m, d in self.rollout_paired.items()},
+                "forwards_per_episode": self.forwards_per_episode, "wm": self.wm}
 
 
-def _json(path: Path) -> Optional[dict]:
+def _read(kind, folder, what: str):
+    """``kind.read(folder)`` (WindowEvaluation, RolloutDrift), or None where the job did not finish."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return None if folder is None else kind.read(folder, what)
+    except ConfigError:
         return None
 
 
@@ -66,17 +66,17 @@ def collect_fewstep(plan: Plan) -> Optional[FewStepSection]:
     if plan.student is None:
         return None
     section = FewStepSection(plan.budget.fewstep.steps)
-    evals = [_json(plan.evals[key] / "eval.json") if key in plan.evals else None
-             for key in (EvalKey(TEACHER), few_step())]
+    keys = {"teacher": EvalKey(TEACHER), "student": few_step()}
+    evals = [_read(WindowEvaluation, plan.evals.get(key), f"the few-step section's {who}") for who, key in keys.items()]
     if all(evals):
-        section.windows = compare(*evals)
-    rolls = {who: _json(folder / "rollout.json") for who, folder in
-             (("teacher", plan.rollouts.get("folders", {}).get(EvalKey(TEACHER))),
-              ("student", plan.rollouts.get("folders", {}).get(few_step()))) if folder is not None}
-    rolls = {k: v for k, v in rolls.items() if v is not None}
-    for who, r in rolls.items():
-        section.rollout[who] = {row: r["rows"][row]["mean"] for row in ("rollout", "restart") if row in r["rows"]}
-        section.forwards_per_episode[who] = r.get("forwards_per_episode")
+        section.windows = compare(*(e.scores for e in evals))
+    folders = plan.rollouts.get("folders", {}) if plan.rollouts else {}
+    rolls: dict[str, RolloutDrift] = {}
+    for who, key in keys.items():
+        if (r := _read(RolloutDrift, folders.get(key), f"the few-step section's {who} rollout")) is not None:
+            rolls[who] = r
+            section.rollout[who] = {row: r.rows[row].mean for row in ("rollout", "restart") if row in r.rows}
+            section.forwards_per_episode[who] = r.forwards_per_episode
     if len(rolls) == 2:
         section.rollout_paired = paired(rolls["student"], rolls["teacher"])
     if plan.wm_eval:
@@ -128,9 +128,9 @@ def _rollout_lines(s: FewStepSection) -> list[str]:
     for metric, title, scale in METRICS:
         d = s.rollout_paired.get(metric)
         if d:
-            lo, hi = d["ci95_all"]
+            lo, hi = d.ci95_all
             lines.append(f"| student − teacher, rollout, {title} (paired over episodes) | | "
-                         f"{_num(d['mean_all'], scale, 2, True)} [{_num(lo, scale, 2, True)}, "
+                         f"{_num(d.mean_all, scale, 2, True)} [{_num(lo, scale, 2, True)}, "
                          f"{_num(hi, scale, 2, True)}] | | |")
     return lines
 

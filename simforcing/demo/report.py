@@ -11,30 +11,63 @@ import html as _h
 import json
 import re
 import statistics
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from simforcing.config import ConfigError
 from simforcing.demo.plan import (BASE_METHODS, ORACLE_CONDITION, P_RUNS, EvalKey, Plan, one_step,
                                   own_rollout_in_sim, run_tag, teacher_in_sim)
-from simforcing.demo.fewstep_section import collect_fewstep, fewstep_lines
-from simforcing.demo.rollout_section import collect_rollouts, rollout_lines
-from simforcing.demo.wm_eval_section import collect_wm_eval, wm_eval_lines
+from simforcing.demo.fewstep_section import FewStepSection, collect_fewstep, fewstep_lines
+from simforcing.demo.rollout_section import RolloutSection, collect_rollouts, rollout_lines
+from simforcing.demo.wm_eval_section import WorldModelEvalSection, collect_wm_eval, wm_eval_lines
+from simforcing.evaluate.results import CfgSweep, StepsSweep, WindowEvaluation, WindowScores
+from simforcing.evaluate.tables import cfg_markdown, steps_markdown
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, relative_to
 
 KEYS = ("psnr", "ssim", "psnr_arm", "af_pos", "af_pos_moving", "af_control_pos", "af_floor_pos", "lpips", "fid", "fvd",
         "latency_s", "forwards_per_sample", "num_samples")
+PAIRED = ("psnr", "psnr_arm", "af_pos", "af_pos_moving")  # the paired seed differences simforcing − sft
 CM = 100.0  # metres -> centimetres
 
 
-def _read(path: Path) -> Optional[dict]:
+@dataclass(frozen=True)
+class ScoreRow:
+    """One row of the report's tables: the ``KEYS`` of one evaluation's scores (``evaluate.results.WindowScores``),
+    or their means over seeds (None where no seed has a value)."""
+
+    psnr: Optional[float] = None
+    ssim: Optional[float] = None
+    psnr_arm: Optional[float] = None
+    af_pos: Optional[float] = None
+    af_pos_moving: Optional[float] = None
+    af_control_pos: Optional[float] = None
+    af_floor_pos: Optional[float] = None
+    lpips: Optional[float] = None
+    fid: Optional[float] = None
+    fvd: Optional[float] = None
+    latency_s: Optional[float] = None
+    forwards_per_sample: Optional[float] = None
+    num_samples: Optional[float] = None
+
+    @classmethod
+    def of(cls, scores: WindowScores) -> "ScoreRow":
+        return cls(**{k: scores.metric(k) for k in KEYS})
+
+    @classmethod
+    def mean(cls, rows: list[Optional["ScoreRow"]]) -> "ScoreRow":
+        return cls(**{k: _mean([getattr(r, k) for r in rows if r is not None]) for k in KEYS})
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _read(folder: Path) -> Optional[ScoreRow]:
+    """The scores of the evaluation a job wrote in ``folder`` (None where it did not finish)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return ScoreRow.of(WindowEvaluation.read(folder, "the demo report").scores)
+    except ConfigError:
         return None
-
-
-def _keep(res: Optional[dict]) -> Optional[dict]:
-    return None if res is None else {k: res.get(k) for k in KEYS}
 
 
 def _mean(vals: list) -> Optional[float]:
@@ -45,6 +78,14 @@ def _mean(vals: list) -> Optional[float]:
 def _std(vals: list) -> Optional[float]:
     vals = [v for v in vals if v is not None]
     return statistics.stdev(vals) if len(vals) > 1 else None
+
+
+def _sweep(kind, folder: Optional[Path]):
+    """The sweep a job wrote in ``folder`` (None where none ran or it did not finish)."""
+    try:
+        return None if folder is None else kind.read(folder, "the demo report")
+    except ConfigError:
+        return None
 
 
 # Where the gain is lost (the report's decomposition table, in its order): each row's label and evaluation.
@@ -59,64 +100,115 @@ DECOMPOSITION = (("simulation: copy the first frame", EvalKey("copy-first", "sim
                  ("real: simforcing, condition = the recorded sim video (upper bound)", ORACLE_CONDITION))
 
 
-def collect(plan: Plan, wall: dict, policy: Optional[dict]) -> dict:
-    """Everything the report shows, from the files the jobs wrote (results.json names each evaluation by its
-    ``EvalKey.name``)."""
-    by_key = {key: _keep(_read(folder / "eval.json")) for key, folder in plan.evals.items()}
-    ev = {key.name: r for key, r in by_key.items()}
-    res: dict = {"budget": None, "seeds": plan.seeds, "baselines": {}, "methods": {}, "extra_rows": {},
-                 "decomposition": {}, "evals": ev}
-    res["baselines"] = {b: by_key.get(EvalKey(b)) for b in ("copy-first", "vae-recon")}
-    for name in plan.methods:
-        res["methods"][name] = {str(s): by_key.get(EvalKey(run_tag(name, s))) for s in plan.seeds}
-    res["extra_rows"] = {one_step(m).name: by_key.get(one_step(m)) for m in BASE_METHODS}
-    res["decomposition"] = {key.name: by_key.get(key) for _, key in DECOMPOSITION}
-    res["sweep_steps"] = _read(plan.sweeps["steps"] / "sweep_steps.json")
-    res["sweep_cfg"] = _read(plan.sweeps["cfg"] / "sweep_cfg.json") if "cfg" in plan.sweeps else None
-    res["videos"] = {m: sorted(str(p) for p in (folder.glob("*.gif") if folder.exists() else []))
-                     for m, folder in plan.videos.items()}
-    res["rollouts"] = collect_rollouts(plan)
-    res["wm_eval"] = collect_wm_eval(plan)
-    res["fewstep"] = collect_fewstep(plan)
-    res["policy"] = policy
-    res["wall_time_s"] = wall
-    res["summary"] = summarize(res, plan)
-    return res
+@dataclass
+class DemoSummary:
+    """The report's headline: per method the mean row over seeds, the paired seed differences simforcing − sft
+    (``paired``: seed and the ``PAIRED`` differences; ``paired_mean``: their mean and std), whether each base method
+    beats copying the first frame (PSNR, action error), whether simforcing beats sft in every seed, the share of the
+    arm region's headroom (copy → VAE ceiling) closed, and the one-line summary."""
+
+    rows: dict[str, ScoreRow]
+    paired: list[dict]
+    paired_mean: dict[str, dict]
+    beats_copy: dict[str, dict]
+    simforcing_beats_sft_every_seed: dict[str, bool]
+    arm_headroom_closed: Optional[float]
+    line: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
 
-def summarize(res: dict, plan: Plan) -> dict:
+@dataclass
+class DemoResults:
+    """Everything the report shows, read from the files the jobs wrote (results.json names each evaluation by its
+    ``EvalKey.name``): every evaluation's row (``evals``, None where it did not finish), the sweeps, the videos, the
+    long-rollout, world-model-evaluation and policy sections, the seconds of each job (``wall_time_reused``: the jobs
+    whose seconds are an earlier run's), the budget and the commands. ``methods``, ``seeds``: the plan's."""
+
+    methods: list[str]
+    seeds: list[int]
+    evals: dict[EvalKey, Optional[ScoreRow]]
+    sweep_steps: Optional[StepsSweep]
+    sweep_cfg: Optional[CfgSweep]
+    videos: dict[str, list[str]]
+    rollouts: Optional[RolloutSection]
+    wm_eval: Optional[WorldModelEvalSection]
+    policy: Optional[dict]
+    wall_time_s: dict[str, float]
+    summary: DemoSummary
+    wall_time_reused: list[str] = field(default_factory=list)
+    budget: Optional[dict] = None
+    commands: dict[str, str] = field(default_factory=dict)
+    fewstep: Optional[FewStepSection] = None
+
+    def row(self, key: EvalKey) -> Optional[ScoreRow]:
+        return self.evals.get(key)
+
+    def to_json(self) -> dict:
+        """results.json: the rows grouped as the report shows them (baselines, methods by seed, extra rows, the
+        decomposition) and every evaluation by name, then the sections."""
+        def rows(keys) -> dict:
+            return {name: None if self.row(k) is None else self.row(k).to_json() for name, k in keys}
+
+        return {"budget": self.budget, "seeds": self.seeds,
+                "baselines": rows((b, EvalKey(b)) for b in ("copy-first", "vae-recon")),
+                "methods": {m: rows((str(s), EvalKey(run_tag(m, s))) for s in self.seeds) for m in self.methods},
+                "extra_rows": rows((one_step(m).name, one_step(m)) for m in BASE_METHODS),
+                "decomposition": rows((k.name, k) for _, k in DECOMPOSITION),
+                "evals": rows((k.name, k) for k in self.evals), "sweep_steps": self.sweep_steps,
+                "sweep_cfg": self.sweep_cfg, "videos": self.videos, "rollouts": self.rollouts,
+                "wm_eval": self.wm_eval, "policy": self.policy, "wall_time_s": self.wall_time_s,
+                "summary": self.summary.to_json(), "wall_time_reused": self.wall_time_reused,
+                "commands": self.commands, "fewstep": self.fewstep}
+
+
+def collect(plan: Plan, wall: dict, policy: Optional[dict], reused: Optional[list] = None,
+            budget: Optional[dict] = None) -> DemoResults:
+    """Everything the report shows, from the files the jobs wrote."""
+    evals = {key: _read(folder) for key, folder in plan.evals.items()}
+    return DemoResults(
+        methods=list(plan.methods), seeds=plan.seeds, evals=evals,
+        sweep_steps=_sweep(StepsSweep, plan.sweeps.get("steps")), sweep_cfg=_sweep(CfgSweep, plan.sweeps.get("cfg")),
+        videos={m: sorted(str(p) for p in (folder.glob("*.gif") if folder.exists() else []))
+                for m, folder in plan.videos.items()},
+        rollouts=collect_rollouts(plan), wm_eval=collect_wm_eval(plan), policy=policy, wall_time_s=wall,
+        summary=summarize(evals, plan), wall_time_reused=list(reused or []), budget=budget,
+        fewstep=collect_fewstep(plan))
+
+
+def summarize(evals: dict[EvalKey, Optional[ScoreRow]], plan: Plan) -> DemoSummary:
     """Mean rows over seeds, the paired seed differences simforcing − sft, and the checks the issue asks for."""
-    rows = {m: {k: _mean([(r or {}).get(k) for r in res["methods"][m].values()]) for k in KEYS}
-            for m in plan.methods}
-    copy_r, vae_r = res["baselines"]["copy-first"] or {}, res["baselines"]["vae-recon"] or {}
+    rows = {m: ScoreRow.mean([evals.get(EvalKey(run_tag(m, s))) for s in plan.seeds]) for m in plan.methods}
+    copy_r = evals.get(EvalKey("copy-first")) or ScoreRow()
+    vae_r = evals.get(EvalKey("vae-recon")) or ScoreRow()
     paired = []
     for s in plan.seeds:
-        a, b = res["methods"]["simforcing"].get(str(s)), res["methods"]["sft"].get(str(s))
+        a, b = evals.get(EvalKey(run_tag("simforcing", s))), evals.get(EvalKey(run_tag("sft", s)))
         if a and b:
-            paired.append({"seed": s, **{k: (a[k] - b[k]) if a.get(k) is not None and b.get(k) is not None else None
-                                         for k in ("psnr", "psnr_arm", "af_pos", "af_pos_moving")}})
-    diff = {k: {"mean": _mean([p[k] for p in paired]), "std": _std([p[k] for p in paired])}
-            for k in ("psnr", "psnr_arm", "af_pos", "af_pos_moving")}
+            paired.append({"seed": s, **{k: _diff(getattr(a, k), getattr(b, k)) for k in PAIRED}})
+    diff = {k: {"mean": _mean([p[k] for p in paired]), "std": _std([p[k] for p in paired])} for k in PAIRED}
 
-    def beats_copy(r: dict) -> dict:
-        return {"psnr": None if r.get("psnr") is None or copy_r.get("psnr") is None else r["psnr"] > copy_r["psnr"],
-                "af_pos": None if r.get("af_pos") is None or copy_r.get("af_pos") is None
-                else r["af_pos"] < copy_r["af_pos"]}
+    def beats_copy(r: ScoreRow) -> dict:
+        return {"psnr": None if r.psnr is None or copy_r.psnr is None else r.psnr > copy_r.psnr,
+                "af_pos": None if r.af_pos is None or copy_r.af_pos is None else r.af_pos < copy_r.af_pos}
 
-    checks = {m: beats_copy(rows[m]) for m in BASE_METHODS}
     every_seed = {k: (all((p[k] or 0) > 0 for p in paired) if k.startswith("psnr") else all((p[k] or 0) < 0
                                                                                              for p in paired))
                   for k in ("psnr_arm", "af_pos")} if paired else {}
     headroom = None
-    if rows["simforcing"].get("psnr_arm") is not None and copy_r.get("psnr_arm") and vae_r.get("psnr_arm"):
-        span = vae_r["psnr_arm"] - copy_r["psnr_arm"]
-        headroom = (rows["simforcing"]["psnr_arm"] - copy_r["psnr_arm"]) / span if span else None
     sf, sft = rows["simforcing"], rows["sft"]
-    line = (f"demo @ (N_s, N_r, w) = (1, 10, 0.6): copy-first {_f(copy_r.get('psnr'))} dB / "
-            f"{_f(_cm(copy_r.get('af_pos')), 1)} cm | sft {_f(sft.get('psnr'))} dB / {_f(_cm(sft.get('af_pos')), 1)} cm"
-            f" | simforcing {_f(sf.get('psnr'))} dB / {_f(_cm(sf.get('af_pos')), 1)} cm (PSNR / action error)")
-    return {"rows": rows, "paired": paired, "paired_mean": diff, "beats_copy": checks,
-            "simforcing_beats_sft_every_seed": every_seed, "arm_headroom_closed": headroom, "line": line}
+    if sf.psnr_arm is not None and copy_r.psnr_arm and vae_r.psnr_arm:
+        span = vae_r.psnr_arm - copy_r.psnr_arm
+        headroom = (sf.psnr_arm - copy_r.psnr_arm) / span if span else None
+    line = (f"demo @ (N_s, N_r, w) = (1, 10, 0.6): copy-first {_f(copy_r.psnr)} dB / "
+            f"{_f(_cm(copy_r.af_pos), 1)} cm | sft {_f(sft.psnr)} dB / {_f(_cm(sft.af_pos), 1)} cm"
+            f" | simforcing {_f(sf.psnr)} dB / {_f(_cm(sf.af_pos), 1)} cm (PSNR / action error)")
+    return DemoSummary(rows, paired, diff, {m: beats_copy(rows[m]) for m in BASE_METHODS}, every_seed, headroom, line)
+
+
+def _diff(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a - b if a is not None and b is not None else None
 
 
 def _cm(v: Optional[float]) -> Optional[float]:
@@ -141,20 +233,19 @@ _HEAD = ("| | PSNR ↑ | SSIM ↑ | arm PSNR ↑ | action error (cm) ↓ | … m
          "actions (cm) | probe floor (cm) |", "|---|---|---|---|---|---|---|---|")
 
 
-def _row(label: str, r: Optional[dict]) -> str:
-    r = r or {}
-    return (f"| {label} | {_f(r.get('psnr'))} | {_f(r.get('ssim'), 4)} | {_f(r.get('psnr_arm'))} | "
-            f"{_f(_cm(r.get('af_pos')))} | {_f(_cm(r.get('af_pos_moving')))} | {_f(_cm(r.get('af_control_pos')))} | "
-            f"{_f(_cm(r.get('af_floor_pos')))} |")
+def _row(label: str, r: Optional[ScoreRow]) -> str:
+    r = r or ScoreRow()
+    return (f"| {label} | {_f(r.psnr)} | {_f(r.ssim, 4)} | {_f(r.psnr_arm)} | {_f(_cm(r.af_pos))} | "
+            f"{_f(_cm(r.af_pos_moving))} | {_f(_cm(r.af_control_pos))} | {_f(_cm(r.af_floor_pos))} |")
 
 
-def _ablation_table(res: dict, names: list[tuple[str, str]]) -> list[str]:
+def _ablation_table(res: DemoResults, names: list[tuple[str, str]]) -> list[str]:
     lines = ["| run | PSNR ↑ | arm PSNR ↑ | action error (cm) ↓ | seeds |", "|---|---|---|---|---|"]
     for label, name in names:
-        per = [r for r in res["methods"].get(name, {}).values() if r]
+        per = [r for r in (res.row(EvalKey(run_tag(name, s))) for s in res.seeds) if r]
         cell = []
         for k, scale in (("psnr", 1), ("psnr_arm", 1), ("af_pos", CM)):
-            m, s = _mean([r[k] for r in per]), _std([r[k] for r in per])
+            m, s = _mean([getattr(r, k) for r in per]), _std([getattr(r, k) for r in per])
             cell.append("—" if m is None else f"{m * scale:.2f}" + (f" ± {s * scale:.2f}" if s is not None else ""))
         lines.append(f"| {label} | {' | '.join(cell)} | {len(per)} |")
     return lines
@@ -170,20 +261,19 @@ def _split_sizes(plan: Plan) -> tuple:
         return plan.budget.num_train + plan.budget.layout_train, plan.budget.num_sim_pool
 
 
-def report_markdown(res: dict, plan: Plan, commands: dict) -> str:
+def report_markdown(res: DemoResults, plan: Plan, commands: dict) -> str:
     """The demo's report.md: one section function per part, in reading order."""
-    sections = (_windows_section(res, plan), _paired_section(res["summary"]), _decomposition_section(res),
-                _ablation_section(res, plan), _sweep_section(res, plan), rollout_lines(res.get("rollouts"), plan),
-                _policy_section(res.get("policy"), plan), wm_eval_lines(res.get("wm_eval"), plan),
-                fewstep_lines(res.get("fewstep")),
+    sections = (_windows_section(res, plan), _paired_section(res.summary), _decomposition_section(res),
+                _ablation_section(res, plan), _sweep_section(res, plan), rollout_lines(res.rollouts, plan),
+                _policy_section(res.policy, plan), wm_eval_lines(res.wm_eval, plan), fewstep_lines(res.fewstep),
                 _media_section(res, plan), _wall_time_and_commands(res, commands))
     return "\n".join(line for section in sections for line in section)
 
 
-def _windows_section(res: dict, plan: Plan) -> list[str]:
+def _windows_section(res: DemoResults, plan: Plan) -> list[str]:
     """The paper's protocol: held-out windows at its sampler, floor and ceiling, the one-step rows, the checks."""
-    s, base = res["summary"], res["baselines"]
-    n = (base.get("copy-first") or {}).get("num_samples")
+    s, copy_r = res.summary, res.row(EvalKey("copy-first"))
+    n = None if copy_r is None else copy_r.num_samples
     train, pool = _split_sizes(plan)
     lines = ["# SimForcing demo report", "",
              f"Embedded synthetic MuJoCo benchmark: plentiful simulation ({pool} sim-only episodes), scarce real data "
@@ -191,58 +281,57 @@ def _windows_section(res: dict, plan: Plan) -> list[str]:
              "same stage-1 checkpoint and see the same real data for the same steps.", "",
              f"## Held-out real validation windows ({n} windows), the paper's sampler (N_s, N_r, w) = (1, 10, 0.6)", "",
              *_HEAD,
-             _row("copy the first frame (floor)", base.get("copy-first")),
-             _row("VAE reconstruction (ceiling)", base.get("vae-recon"))]
+             _row("copy the first frame (floor)", copy_r),
+             _row("VAE reconstruction (ceiling)", res.row(EvalKey("vae-recon")))]
     for m in plan.methods if not plan.full else BASE_METHODS:
         lines.append(_row(f"{m} (mean of {len(plan.seeds)} seed{'s' if len(plan.seeds) > 1 else ''})",
-                          s["rows"][m]))
+                          s.rows[m]))
     lines += ["", "Extra rows — the one-step prediction (N_r = 1, the network's conditional mean):", "", *_HEAD]
-    for name, r in res["extra_rows"].items():
-        lines.append(_row(name, r))
+    for m in BASE_METHODS:
+        lines.append(_row(one_step(m).name, res.row(one_step(m))))
     lines += ["", "Action error: a state probe (`simforcing model fit-probe`) reads the end-effector position change "
                   "from the first frame in every generated frame; the error is its distance to the recorded position, "
                   "averaged over frames 1–8 (moving frames: only those where the arm is more than 2 cm from its start; "
                   "floor: the probe on the recorded frames; another window's actions: the same model, noise and first "
                   "frame driven by the actions of another validation window)."]
-    checks = s["beats_copy"]
+    checks = s.beats_copy
     return lines + ["", "**Checks**: " + "; ".join(
         f"{m} beats copying the first frame on PSNR: {_yes(c['psnr'])}, on action error: {_yes(c['af_pos'])}"
         for m, c in checks.items())]
 
 
-def _paired_section(s: dict) -> list[str]:
+def _paired_section(s: DemoSummary) -> list[str]:
     """simforcing − sft per seed and their mean ± std; the arm region's headroom closed."""
     lines = []
-    if s["paired"]:
+    if s.paired:
         lines += ["", "## Paired seeds: simforcing − sft", "",
                   "| seed | PSNR (dB) | arm PSNR (dB) | action error (cm) | moving frames (cm) |", "|---|---|---|---|---|"]
-        for p in s["paired"]:
+        for p in s.paired:
             lines.append(f"| {p['seed']} | {_pm(p['psnr'], None)} | {_pm(p['psnr_arm'], None)} | "
                          f"{_pm(p['af_pos'], None, 2, CM)} | {_pm(p['af_pos_moving'], None, 2, CM)} |")
-        d = s["paired_mean"]
+        d = s.paired_mean
         lines.append(f"| mean ± std | {_pm(d['psnr']['mean'], d['psnr']['std'])} | "
                      f"{_pm(d['psnr_arm']['mean'], d['psnr_arm']['std'])} | "
                      f"{_pm(d['af_pos']['mean'], d['af_pos']['std'], 2, CM)} | "
                      f"{_pm(d['af_pos_moving']['mean'], d['af_pos_moving']['std'], 2, CM)} |")
-        every = s["simforcing_beats_sft_every_seed"]
+        every = s.simforcing_beats_sft_every_seed
         lines += ["", f"simforcing beats sft in every seed — arm-region PSNR: {_yes(every.get('psnr_arm'))}, "
                       f"action error: {_yes(every.get('af_pos'))}."]
-    if s["arm_headroom_closed"] is not None:
+    if s.arm_headroom_closed is not None:
         lines += ["", f"Arm-region headroom closed by simforcing (copy → VAE ceiling): "
-                      f"{100 * s['arm_headroom_closed']:.0f} %."]
+                      f"{100 * s.arm_headroom_closed:.0f} %."]
     return lines
 
 
-def _decomposition_section(res: dict) -> list[str]:
+def _decomposition_section(res: DemoResults) -> list[str]:
     """Where the gain is lost: the teacher and the students in simulation, the oracle condition."""
-    d = res["decomposition"]
     return ["", "## Where the gain is lost", "",
             "The same windows; simulation rows score the model on the recorded simulation video (the arm on black) "
             "with its gate off, as the two-stage sampler's first stage runs it.", "", *_HEAD,
-            *(_row(label, d.get(key.name)) for label, key in DECOMPOSITION)]
+            *(_row(label, res.row(key)) for label, key in DECOMPOSITION)]
 
 
-def _ablation_section(res: dict, plan: Plan) -> list[str]:
+def _ablation_section(res: DemoResults, plan: Plan) -> list[str]:
     """--full: Tab. 2, Tab. 3 and Tab. A1 over seeds."""
     if not plan.full:
         return []
@@ -255,18 +344,17 @@ def _ablation_section(res: dict, plan: Plan) -> list[str]:
              *_ablation_table(res, [("value_distill", "value_distill"), ("motion_distill", "motion_distill")]),
              "", "**Tab. A1** training runs (p at the default w = 0.6)", "",
              *_ablation_table(res, [(f"p = {p}", r) for p, r in zip(("0", "0.3", "0.7", "1"), P_RUNS)])]
-    if res.get("sweep_cfg"):
-        lines += ["", res["sweep_cfg"]["table_md"], "",
-                  f"![Tab. A1]({relative_to(res['sweep_cfg']['heatmap'], plan.out)})"]
+    if res.sweep_cfg:
+        lines += ["", cfg_markdown(res.sweep_cfg), "", f"![Tab. A1]({relative_to(res.sweep_cfg.heatmap, plan.out)})"]
     return lines
 
 
-def _sweep_section(res: dict, plan: Plan) -> list[str]:
-    sw = res.get("sweep_steps")
+def _sweep_section(res: DemoResults, plan: Plan) -> list[str]:
+    sw = res.sweep_steps
     if not sw:
         return []
-    return ["", f"## Sweep N_r × w (N_s = 1, simforcing, {sw['num_samples']} windows)", "", sw["table_md"], "",
-            f"![sweep heatmap]({relative_to(sw['heatmap'], plan.out)})"]
+    return ["", f"## Sweep N_r × w (N_s = 1, simforcing, {sw.num_samples} windows)", "", steps_markdown(sw), "",
+            f"![sweep heatmap]({relative_to(sw.heatmap, plan.out)})"]
 
 
 def _policy_section(pol: Optional[dict], plan: Plan) -> list[str]:
@@ -288,10 +376,10 @@ def _policy_section(pol: Optional[dict], plan: Plan) -> list[str]:
     return lines
 
 
-def _media_section(res: dict, plan: Plan) -> list[str]:
+def _media_section(res: DemoResults, plan: Plan) -> list[str]:
     """The sample videos and every run's loss curves."""
     lines = ["", "## Videos (masked first frame | simulation rollout | prediction | ground truth)", ""]
-    for m, files in res["videos"].items():
+    for m, files in res.videos.items():
         for f in files:
             lines += [f"**{m}** ![{m}]({relative_to(f, plan.out)})", ""]
     lines += ["## Loss curves", ""]
@@ -302,14 +390,14 @@ def _media_section(res: dict, plan: Plan) -> list[str]:
     return lines
 
 
-def _wall_time_and_commands(res: dict, commands: dict) -> list[str]:
-    reused = set(res.get("wall_time_reused") or ())
+def _wall_time_and_commands(res: DemoResults, commands: dict) -> list[str]:
+    reused = set(res.wall_time_reused)
     lines = ["## Wall time", ""]
     if reused:
         lines += [f"{len(reused)} jobs were reused from an earlier run (marked; their seconds are that run's); the "
                   "total is this run's.", ""]
     lines += ["| job | seconds |", "|---|---|"]
-    lines += [f"| {k}{' (reused)' if k in reused else ''} | {v:.0f} |" for k, v in res["wall_time_s"].items()]
+    lines += [f"| {k}{' (reused)' if k in reused else ''} | {v:.0f} |" for k, v in res.wall_time_s.items()]
     lines += ["", "## Commands behind each number", "", "```bash"]
     lines += [f"# {k}\n{v}" for k, v in commands.items()]
     return lines + ["```", ""]
@@ -329,9 +417,9 @@ def _yes(v) -> str:
     return "—" if v is None else ("yes" if v else "**no**")
 
 
-def write_report(plan: Plan, res: dict, commands: dict) -> None:
-    res["commands"] = commands
-    atomic_write_json(plan.out / "results.json", res)
+def write_report(plan: Plan, res: DemoResults, commands: dict) -> None:
+    res.commands = commands
+    atomic_write_json(plan.out / "results.json", res.to_json())
     md = report_markdown(res, plan, commands)
     atomic_write_text(plan.out / "report.md", md)
     atomic_write_text(plan.out / "report.html", markdown_html(md, plan.out))

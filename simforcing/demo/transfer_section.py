@@ -249,7 +249,7 @@ def collect_full(info: dict, wall_time_s: Optional[dict] = None) -> dict:
                                {k: info["specs"][k]["init"] for k in main}, INIT_LABELS)
     out = Path(info["transfer_out"])
     from simforcing.plots import plot_transfer  # matplotlib: only here
-    res["transfer_png"] = str(plot_transfer(transfer["blocks"], INIT_LABELS, out / "transfer.png",
+    res["transfer_png"] = str(plot_transfer(transfer.blocks, INIT_LABELS, out / "transfer.png",
                                             f"success per policy run, {info['per_task']} held-out scenes per task"))
     atomic_write_json(out / "results.json", res)
     atomic_write_text(out / "table.md", res["table_md"] + "\n\n" + res["note"] + "\n\n" + res["transfer_md"] + "\n")

@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 
 from simforcing.media import blank_panel, frame_strip, side_by_side, to_uint8_frames, write_gif, write_png  # noqa: E402
 from simforcing.data.format import write_video  # noqa: E402
+from simforcing.evaluate.results import RolloutDrift  # noqa: E402
 from simforcing.utils import atomic_write  # noqa: E402
 
 CURVES = (("psnr", "PSNR (dB) ↑", 1.0), ("psnr_arm", "arm-region PSNR (dB) ↑", 1.0), ("af_pos", "action error (cm) ↓",
@@ -22,19 +23,19 @@ STYLE = {"rollout": "-", "restart": "--", "control": ":", "sim chain": "-.", "co
 REFERENCE_COLOURS = {"copy-first": "0.55", "vae-recon": "0.2", "probe floor": "0.75"}
 
 
-def plot_drift(results: dict[str, dict], png: str | Path, title: str = "",
+def plot_drift(results: dict[str, RolloutDrift], png: str | Path, title: str = "",
                rows: tuple = ("rollout", "restart", "control", "copy-first", "vae-recon", "probe floor")) -> Path:
-    """Per-frame curves of ``results`` (label -> a rollout.json dict; the references are drawn once, from the first)
+    """Per-frame curves of ``results`` (label -> a rollout's result; the references are drawn once, from the first)
     for PSNR, arm-region PSNR and the action error; vertical lines at chunk boundaries."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     first = next(iter(results.values()))
-    bounds = np.cumsum([0] + list(first["chunk_frames"]))
+    bounds = np.cumsum([0] + list(first.chunk_frames))
     for ax, (metric, label, scale) in zip(axes, CURVES):
         for ci, (name, res) in enumerate(results.items()):
             for row in rows:
-                r = res["rows"].get(row)
-                vals = None if r is None else r["per_frame"].get(metric)
+                r = res.rows.get(row)
+                vals = None if r is None else r.per_frame.get(metric)
                 if not vals or (row in REFERENCE_COLOURS and ci > 0):
                     continue
                 y = np.array([np.nan if v is None else v * scale for v in vals])
@@ -57,7 +58,7 @@ def plot_drift(results: dict[str, dict], png: str | Path, title: str = "",
     return png
 
 
-def write_rollout_media(stem: str | Path, res, j: int, batch: dict, summary: dict, cfg, upscale: int = 4,
+def write_rollout_media(stem: str | Path, res, j: int, batch: dict, summary: RolloutDrift, cfg, upscale: int = 4,
                         fps: int = 6) -> dict:
     """Episode ``j`` of a rollout: ``stem.mp4`` / ``stem.gif`` with four panels side by side (masked first frame |
     simulation chain | prediction | truth) over every frame, and ``stem.png``, a strip of the same four rows at the
@@ -70,15 +71,15 @@ def write_rollout_media(stem: str | Path, res, j: int, batch: dict, summary: dic
            else blank_panel(f, h, w, "w=0: none"))
     masked = (np.repeat(to_uint8_frames(res.masked_frame[j][:, None], upscale), f, axis=0)
               if res.masked_frame is not None else blank_panel(f, h, w, "no mask"))
-    eid = summary["episode_ids"][j] if j < len(summary["episode_ids"]) else str(j)
-    title = f"{eid}: {summary['horizon']} actions, {summary['chunks']} chunks, state {summary['state_input']}"
+    eid = summary.episode_ids[j] if j < len(summary.episode_ids) else str(j)
+    title = f"{eid}: {summary.horizon} actions, {summary.chunks} chunks, state {summary.state_input}"
     video = side_by_side([masked, sim, pred, truth], ["masked first frame", "simulation chain", "prediction",
                                                       "truth"], title)
     out = {"mp4": stem.with_suffix(".mp4"), "gif": stem.with_suffix(".gif"), "png": stem.with_suffix(".png")}
     stem.parent.mkdir(parents=True, exist_ok=True)
     write_video(out["mp4"], video, fps=fps)
     write_gif(out["gif"], video, fps=fps)
-    cols = np.cumsum([0] + list(summary["chunk_frames"]))
+    cols = np.cumsum([0] + list(summary.chunk_frames))
     write_png(out["png"], frame_strip([x[cols] for x in (masked, sim, pred, truth)],
                                       ["masked", "sim chain", "pred", "truth"]))
     return out

@@ -48,13 +48,15 @@ from simforcing.data.format import read_episodes, read_info, read_lowdim, read_s
 from simforcing.data.paired import PairedWindowDataset
 from simforcing.evaluate.metrics import MetricProtocol, masked_psnr_per_sample, psnr_per_sample, ssim_per_sample
 from simforcing.evaluate.probe import StateProbe
+from simforcing.evaluate.results import ChunkSeries, RolloutDrift
 from simforcing.evaluate.run import load_configured_probe
+from simforcing.evaluate.tables import rollout_markdown
 from simforcing.rollout import Recorded, WorldModelRollout, chunk_sizes, episode_generators, hold_actions
 from simforcing.runs.loaded import load_world_model
 from simforcing.sample import Sampler, sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.twin import TwinEpisode, TwinLoop
-from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, resolve_device
+from simforcing.utils import atomic_write_json, atomic_write_text, resolve_device
 
 METRICS = ("psnr", "ssim", "psnr_arm", "af_pos")
 ROWS = ("rollout", "restart", "control", "sim chain", "copy-first", "vae-recon", "probe floor")
@@ -258,9 +260,9 @@ def other_episodes(n: int) -> list[int]:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def summarize(per_frame: dict[str, np.ndarray], bounds) -> dict:
-    """Per-frame (B, T) arrays -> {"per_chunk": {metric: [K]}, "mean": {metric}, "per_frame": {metric: [T]},
-    "per_episode_chunk": {metric: (B, K) lists}} (NaN-aware means; None where nothing was scored)."""
+def summarize(per_frame: dict[str, np.ndarray], bounds) -> ChunkSeries:
+    """Per-frame (B, T) arrays per metric -> the row's means per chunk, overall, per frame and per episode and chunk
+    (NaN-aware means; None where nothing was scored)."""
     def mean(x: np.ndarray, axis=None):
         with warnings.catch_warnings():  # an all-NaN slice (no arm pixels anywhere) is None below, not a warning
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -269,22 +271,17 @@ def summarize(per_frame: dict[str, np.ndarray], bounds) -> dict:
     def clean(v):
         return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
-    out: dict = {"per_chunk": {}, "mean": {}, "per_frame": {}, "per_episode_chunk": {}}
-    spans = [(s, e) for s, e in bounds]
+    out = ChunkSeries({}, {}, {}, {})
     for k, x in per_frame.items():
-        per_ep_chunk = np.stack([mean(x[:, s:e], axis=1) for s, e in spans], axis=1)  # frames s+1..e = cols s..e-1
-        out["per_episode_chunk"][k] = [[clean(v) for v in row] for row in per_ep_chunk]
-        out["per_chunk"][k] = [clean(v) for v in mean(per_ep_chunk, axis=0)]
-        out["per_frame"][k] = [clean(v) for v in mean(x, axis=0)]
-        out["mean"][k] = clean(mean(per_ep_chunk))
+        per_ep_chunk = np.stack([mean(x[:, s:e], axis=1) for s, e in bounds], axis=1)  # frames s+1..e = cols s..e-1
+        out.per_episode_chunk[k] = [[clean(v) for v in row] for row in per_ep_chunk]
+        out.per_chunk[k] = [clean(v) for v in mean(per_ep_chunk, axis=0)]
+        out.per_frame[k] = [clean(v) for v in mean(x, axis=0)]
+        out.mean[k] = clean(mean(per_ep_chunk))
     return out
 
 
 UNITS = "PSNR dB; af_pos in state units (metres on the synthetic benchmark)"
-
-
-def _chunk_facts(bounds: list) -> dict:
-    return {"chunks": len(bounds), "chunk_frames": [e - s for s, e in bounds], "frames": bounds[-1][1]}
 
 
 def check_rows(rows: Sequence[str]) -> None:
@@ -330,9 +327,9 @@ def _checked_device(cfg: Optional[Config], device, rows: Sequence[str], horizon:
     return resolve_device(device) if device is not None else resolve_device(cfg.train.device if cfg else "auto")
 
 
-def write_rollout_outputs(out: Path, summary: dict, kept_videos: list, videos: int, cfg: Config) -> None:
+def write_rollout_outputs(out: Path, summary: RolloutDrift, kept_videos: list, videos: int, cfg: Config) -> None:
     """OUT/rollout.json, rollout.md, drift.png and the first ``videos`` episodes' videos."""
-    atomic_write_json(out / "rollout.json", summary)
+    atomic_write_json(out / "rollout.json", summary.to_json())
     atomic_write_text(out / "rollout.md", rollout_markdown(summary))
     write_rollout_pictures(out, summary, kept_videos, videos, cfg)
 
@@ -340,10 +337,10 @@ def write_rollout_outputs(out: Path, summary: dict, kept_videos: list, videos: i
 def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config], split: str, horizon: int,
                       out_dir: str | Path, num_episodes: Optional[int] = None, batch_size: Optional[int] = None,
                       step: Optional[int] = None, device=None, videos: int = 2, rows: Sequence[str] = ROWS,
-                      progress=print) -> dict:
+                      progress=print) -> RolloutDrift:
     """Roll out the first ``num_episodes`` episodes of ``split`` over ``horizon`` actions and score every row of
     ``rows`` (module docstring); writes OUT/rollout.json, rollout.md, drift.png and the first ``videos`` episodes'
-    videos. Returns the result dict."""
+    videos. Returns the result."""
     t_start = time.perf_counter()
     check_horizon(data_root, split, horizon)  # an absurd horizon is named here, not a MemoryError below
     dev = _checked_device(cfg, device, rows, horizon)
@@ -406,55 +403,26 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
         progress(f"rollout: episodes {idx[0]}–{idx[-1]} done ({time.perf_counter() - t_start:.0f} s)")
     result = {row: summarize({k: np.concatenate(v) for k, v in metrics.items()}, bounds)
               for row, metrics in per.items() if metrics}
-    summary = {
-        "run": str(run_dir), "checkpoint": {"step": wm.checkpoint.step, "path": str(wm.checkpoint.path)},
-        "data": str(data_root), "split": split, "horizon": horizon, **_chunk_facts(bounds), "num_episodes": n,
-        "episode_ids": [ds.episodes[i].info.episode_id for i in range(n)], "sampler": sampler.settings(),
-        "state_input": cfg.rollout.state, "sim_chain": cfg.rollout.sim_chain, "probe": cfg.eval.probe,
-        "units": UNITS, "forwards_per_episode": forwards, "rows": result,
-        "seconds": {"rollout": round(seconds["rollout"], 2), "total": round(time.perf_counter() - t_start, 2)},
-    }
+    summary = RolloutDrift(
+        run=str(run_dir), checkpoint={"step": wm.checkpoint.step, "path": str(wm.checkpoint.path)},
+        data=str(data_root), split=split, horizon=horizon, chunk_frames=[e - s for s, e in bounds], num_episodes=n,
+        episode_ids=[ds.episodes[i].info.episode_id for i in range(n)], sampler=sampler.settings(),
+        state_input=cfg.rollout.state, sim_chain=cfg.rollout.sim_chain, probe=cfg.eval.probe, units=UNITS,
+        forwards_per_episode=forwards, rows=result,
+        seconds={"rollout": round(seconds["rollout"], 2), "total": round(time.perf_counter() - t_start, 2)})
     write_rollout_outputs(Path(out_dir), summary, kept_videos, videos, cfg)
     return summary
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Reports
+# Pictures
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def chunk_table(rows: dict, metric: str, digits: int = 2, scale: float = 1.0, names: Optional[dict] = None) -> str:
-    """A markdown table: rows × chunks (+ the mean) of one metric."""
-    k = max(len(r["per_chunk"].get(metric, [])) for r in rows.values())
-    lines = ["| | " + " | ".join(f"chunk {i + 1}" for i in range(k)) + " | mean |", "|---" * (k + 2) + "|"]
-    for name, r in rows.items():
-        vals = r["per_chunk"].get(metric)
-        if not vals:
-            continue
-        cells = [fmt_num(None if v is None else v * scale, digits) for v in vals]
-        m = r["mean"].get(metric)
-        lines.append(f"| {(names or {}).get(name, name)} | " + " | ".join(cells)
-                     + f" | {fmt_num(None if m is None else m * scale, digits)} |")
-    return "\n".join(lines)
-
-
-def rollout_markdown(res: dict) -> str:
-    lines = [f"# Rollout: {res['run']}", "",
-             f"{res['num_episodes']} episodes of split `{res['split']}`, {res['horizon']} actions = {res['chunks']} "
-             f"chunks ({res['frames']} frames), state input `{res['state_input']}`, simulation chain "
-             f"`{res['sim_chain']}`, sampler `{res['sampler']}`.", ""]
-    for metric, title, scale, digits in (("psnr", "PSNR (dB) ↑", 1, 2), ("psnr_arm", "arm-region PSNR (dB) ↑", 1, 2),
-                                         ("af_pos", "action error (cm) ↓", 100, 2)):
-        if any(metric in r["per_chunk"] for r in res["rows"].values()):
-            lines += [f"**{title}**", "", chunk_table(res["rows"], metric, digits, scale), ""]
-    lines += [f"Forwards per episode: {res['forwards_per_episode']}; {res['seconds']}", ""]
-    return "\n".join(lines)
-
-
-def write_rollout_pictures(out: Path, res: dict, kept: list, videos: int, cfg: Config) -> None:
+def write_rollout_pictures(out: Path, res: RolloutDrift, kept: list, videos: int, cfg: Config) -> None:
     from simforcing.evaluate.rollout_media import plot_drift, write_rollout_media  # matplotlib, PIL: only here
 
-    plot_drift({"": res}, out / "drift.png", title=f"{Path(res['run']).name}: drift over {res['chunks']} chunks")
+    plot_drift({"": res}, out / "drift.png", title=f"{Path(res.run).name}: drift over {res.chunks} chunks")
     i = 0
     for batch, r in kept:
         for j in range(r.video.shape[0]):

@@ -24,15 +24,14 @@ from simforcing.config import Config, ConfigError
 from simforcing.evaluate.latency import summarize_latency
 from simforcing.evaluate.metrics import MetricAccumulator, psnr_per_sample
 from simforcing.evaluate.probe import ProbeAccumulator, StateProbe, load_probe, mean_or_none
+from simforcing.evaluate.results import METRIC_KEYS, ActionFollowing, WindowEvaluation, WindowScores
 from simforcing.models.vae import load_vae
-from simforcing.runs.folder import WORLD_MODELS, run_config, scored_record, unfinished_note
+from simforcing.runs.folder import WORLD_MODELS, run_config, scored_record
 from simforcing.runs.loaded import (LoadedWorldModel, collate_one, eval_dataset, load_world_model, merge_run_config,
                                     sample_generator, with_dataset_settings)
 from simforcing.sample import BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler, sampler_for
 from simforcing.sampler_batch import SamplerBatch
-from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num, resolve_device
-
-METRIC_KEYS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
+from simforcing.utils import resolve_device
 
 
 def uses_actions(sampler) -> bool:
@@ -60,30 +59,46 @@ def control_index(i: int, k: int, ds) -> int:
     return j if j != i else (i + 1) % k
 
 
-def probe_summary(acc, control, control_psnr, reason: Optional[str]) -> dict:
-    """The action-following block of eval.json (every key present; None with ``af_reason`` when not computed)."""
-    keys = ProbeAccumulator.KEYS
+def action_following(acc: Optional[ProbeAccumulator], control: Optional[ProbeAccumulator],
+                     control_psnr: Optional[list]) -> ActionFollowing:
+    """The action-following errors of the probe (all None without one; the control's None without a control)."""
     if acc is None:
-        return {**{k: None for k in keys}, "af_control_pos": None, "af_control_psnr": None, "af_reason": reason}
-    out = {k: v for k, v in acc.compute().items() if k != "per_sample"}
+        return ActionFollowing()
+    got = {k: v for k, v in acc.compute().items() if k != "per_sample"}
     if control is not None:
         c = control.compute()
-        out.update({"af_control_pos": c["af_pos"], "af_control_pos_moving": c["af_pos_moving"],
+        got.update({"af_control_pos": c["af_pos"], "af_control_pos_moving": c["af_pos_moving"],
                     "af_control_psnr": mean_or_none(control_psnr)})
-    else:
-        out.update({"af_control_pos": None, "af_control_psnr": None})
-    return out
+    return ActionFollowing(**got)
+
+
+def window_scores(acc: MetricAccumulator, probe_acc: Optional[ProbeAccumulator], action: ActionFollowing,
+                  af_reason: Optional[str], per_sample: dict, lat: list, phases: list, fwd: list) -> WindowScores:
+    """The scores of one evaluation: the metrics (``acc``), the action following, per-sample columns (the metrics',
+    the probe's and ``per_sample``), the latency (the first sample a warm-up) and its phases, the forwards."""
+    m = acc.compute()
+    reasons = {k: m[f"{k}_reason"] for k in METRIC_KEYS if m.get(f"{k}_reason")}
+    if af_reason is not None:
+        reasons["af"] = af_reason
+    per = {**m["per_sample"], **(probe_acc.per_sample if probe_acc is not None else {}), **per_sample}
+    latency = summarize_latency(lat, warmup=1)
+    timed = phases[1:] if len(phases) > 1 else phases
+    return WindowScores(**{k: m[k] for k in METRIC_KEYS}, reasons=reasons, action=action,
+                        fid_num_images=m["fid_num_images"], fvd_num_videos=m["fvd_num_videos"],
+                        num_samples=len(lat), num_frames_compared=m["num_frames_compared"], protocol=m["protocol"],
+                        per_sample=per, latency=latency, latency_s=latency["mean_s"],
+                        latency_phases_s={name: statistics.fmean(p.get(name, 0.0) for p in timed)
+                                          for name in sorted({n for p in timed for n in p})},
+                        forwards_per_sample=fwd[0] if fwd else 0)
 
 
 def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.device,
                      sim_cache: Optional[dict] = None, progress: bool = False, desc: str = "evaluate",
-                     probe: Optional[StateProbe] = None) -> dict:
+                     probe: Optional[StateProbe] = None) -> WindowScores:
     """Run ``sampler`` on samples 0..K−1 of ``ds`` and score them against the real videos.
 
     ``sim_cache``: {(i, n_sim): SimRollout} shared between calls of one sweep (a guided sampler with w > 0 reuses the
-    simulation rollout of sample i and charges its time). Returns the metrics dict (psnr, ssim, psnr_arm, lpips, fid,
-    fvd, *_reason), ``per_sample`` (psnr, ssim, psnr_arm, latency_s, forwards, episode_id, start), ``latency`` and
-    ``num_samples``.
+    simulation rollout of sample i and charges its time). Returns the scores (``evaluate.results.WindowScores``).
     """
     k = min(int(num_samples), len(ds))
     if k < 1:
@@ -129,23 +144,11 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
         fwd.append(res.forwards)
         eps.append(window["episode_id"][0])
         starts.append(int(window["start"][0]))
-    out = acc.compute()
-    out.update(probe_summary(probe_acc, control_acc, control_psnr if control_acc is not None else None,
-                             None if probe is not None else "eval.probe is not set (fit one with `simforcing model "
-                             "fit-probe --data DIR --out PROBE`, then --eval.probe=PROBE)"))
-    per = dict(out.get("per_sample") or {})
-    if probe_acc is not None:
-        per.update(probe_acc.per_sample)
-    per.update({"latency_s": lat, "forwards": fwd, "episode_id": eps, "start": starts})
-    out["per_sample"] = per
-    out["num_samples"] = k
-    out["latency"] = summarize_latency(lat, warmup=1)
-    out["latency_s"] = out["latency"]["mean_s"]
-    timed = phases[1:] if len(phases) > 1 else phases
-    out["latency_phases_s"] = {name: statistics.fmean(p.get(name, 0.0) for p in timed)
-                               for name in sorted({n for p in timed for n in p})}
-    out["forwards_per_sample"] = fwd[0] if fwd else 0
-    return out
+    action = action_following(probe_acc, control_acc, control_psnr if control_acc is not None else None)
+    return window_scores(acc, probe_acc, action, None if probe is not None else
+                         "eval.probe is not set (fit one with `simforcing model fit-probe --data DIR --out PROBE`, "
+                         "then --eval.probe=PROBE)",
+                         {"latency_s": lat, "forwards": fwd, "episode_id": eps, "start": starts}, lat, phases, fwd)
 
 
 def build_sampler(cfg: Config, baseline: Optional[str], wm: Optional[LoadedWorldModel] = None, device="cpu"):
@@ -199,8 +202,8 @@ DOMAINS = ("real", "sim")
 def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Optional[Config], split: str,
                  num_samples: Optional[int], out_dir: str | Path, baseline: Optional[str] = None,
                  step: Optional[int] = None, device: Optional[str | torch.device] = None,
-                 progress: bool = True, domain: str = "real") -> dict:
-    """Evaluate a run's checkpoint (or a baseline) and write ``out_dir/eval.json`` + ``eval.md``; returns the dict.
+                 progress: bool = True, domain: str = "real") -> WindowEvaluation:
+    """Evaluate a run's checkpoint (or a baseline) and write ``out_dir/eval.json`` + ``eval.md``; returns the result.
 
     ``domain="sim"`` scores the model in simulation (:class:`SimDomainView`): observation and target are the recorded
     sim video, the sampler runs with w = 0 (the network with its gate off — exactly the simulation rollout of the
@@ -235,63 +238,13 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
     if domain == "sim":
         ds = SimDomainView(ds)
     probe = load_configured_probe(cfg, dev)
-    res = evaluate_sampler(sampler, ds, cfg, num_samples, dev, progress=progress,
-                           desc=f"evaluate {baseline or Path(run_dir).name}", probe=probe)
-    res.update({"split": split, "domain": domain, "data": str(data_root), "requested_samples": num_samples,
-                "baseline": baseline,
-                "sampler": sampler.settings(), "device": str(dev),
-                "include_first_frame": cfg.eval.include_first_frame,
-                "checkpoint": None if wm is None else
-                {**scored_record(run_dir, str(wm.checkpoint.path), wm.checkpoint.step), "run": str(run_dir),
-                 "path": str(wm.checkpoint.path)}})
-    if baseline is None:
-        res.update({k: res["sampler"][k] for k in ("n_sim", "n_real", "w", "mask_mode", "seed")})
-    out = Path(out_dir)
-    atomic_write_json(out / "eval.json", res)
-    atomic_write_text(out / "eval.md", eval_markdown(res, run_dir))
+    scores = evaluate_sampler(sampler, ds, cfg, num_samples, dev, progress=progress,
+                              desc=f"evaluate {baseline or Path(run_dir).name}", probe=probe)
+    res = WindowEvaluation(scores, split=split, domain=domain, data=str(data_root), requested_samples=num_samples,
+                           sampler=sampler.settings(), device=str(dev),
+                           include_first_frame=cfg.eval.include_first_frame, baseline=baseline,
+                           checkpoint=None if wm is None else
+                           {**scored_record(run_dir, str(wm.checkpoint.path), wm.checkpoint.step), "run": str(run_dir),
+                            "path": str(wm.checkpoint.path)})
+    res.write(out_dir, run_dir)
     return res
-
-
-def format_result(res: dict) -> str:
-    """One line: every metric, the latency and the sample count."""
-    return (f"PSNR {fmt_num(res['psnr'], 2)} dB | SSIM {fmt_num(res['ssim'], 4)} | arm PSNR {fmt_num(res.get('psnr_arm'), 2)} | "
-            f"LPIPS {fmt_num(res.get('lpips'), 4)} | FID {fmt_num(res.get('fid'), 2)} | FVD {fmt_num(res.get('fvd'), 2)} | "
-            f"action error {fmt_num(res.get('af_pos'), 4)} (floor {fmt_num(res.get('af_floor_pos'), 4)}) | "
-            f"{fmt_num(res['latency_s'], 4)} s/sample over {res['num_samples']} samples")
-
-
-def eval_markdown(res: dict, run_dir=None) -> str:
-    """A short report: one metrics row, the reasons of metrics not computed, settings and latency."""
-    name = res.get("baseline") or (str(run_dir) if run_dir else "?")
-    unfinished = unfinished_note(name, res["checkpoint"]) if res.get("checkpoint") else None
-    lines = [f"# Evaluation: {name}" + (" (unfinished run)" if unfinished else ""), "",
-             f"{res['num_samples']} windows of split `{res['split']}` ({res['data']}), first frame "
-             f"{'included' if res.get('include_first_frame') else 'excluded'}.", "",
-             "| PSNR ↑ | SSIM ↑ | arm PSNR ↑ | LPIPS ↓ | FID ↓ | FVD ↓ | latency s/sample | forwards/sample |",
-             "|---|---|---|---|---|---|---|---|",
-             f"| {fmt_num(res.get('psnr'), 2)} | {fmt_num(res.get('ssim'), 4)} | {fmt_num(res.get('psnr_arm'), 2)} | "
-             f"{fmt_num(res.get('lpips'), 4)} | {fmt_num(res.get('fid'), 2)} | {fmt_num(res.get('fvd'), 2)} | "
-             f"{fmt_num(res.get('latency_s'), 4)} | {res.get('forwards_per_sample')} |", ""]
-    if unfinished:
-        lines += [f"Note: {unfinished}", ""]
-    if res.get("af_pos") is not None:
-        lines += ["Action following (state probe, state units; lower is better):", "",
-                  "| error | all frames | moving frames | gripper | probe on the recorded frames (floor) | "
-                  "with another window's actions |",
-                  "|---|---|---|---|---|---|",
-                  f"| position | {fmt_num(res['af_pos'], 4)} | {fmt_num(res.get('af_pos_moving'), 4)} | "
-                  f"{fmt_num(res.get('af_grip'), 3)} | {fmt_num(res.get('af_floor_pos'), 4)} | "
-                  f"{fmt_num(res.get('af_control_pos'), 4)} |", ""]
-    elif res.get("af_reason"):
-        lines += [f"Action following not computed: {res['af_reason']}", ""]
-    reasons = [f"- {k}: {res[k + '_reason']}" for k in METRIC_KEYS if res.get(k) is None and res.get(k + "_reason")]
-    if reasons:
-        lines += ["Not computed:", *reasons, ""]
-    lines += [f"Sampler: `{res['sampler']}`", ""]
-    lat = res["latency"]
-    lines += [f"Latency: mean {fmt_num(lat['mean_s'], 4)} s over {lat['num_timed']} sample(s) "
-              f"({lat['warmup_excluded']} warm-up excluded{'; ' + lat['note'] if lat.get('note') else ''}); "
-              "phases: " + ", ".join(f"{k} {v:.4f} s" for k, v in res["latency_phases_s"].items()), ""]
-    if res.get("checkpoint"):
-        lines += [f"Checkpoint: {res['checkpoint']}", ""]
-    return "\n".join(lines)

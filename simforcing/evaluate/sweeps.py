@@ -18,6 +18,7 @@ All configurations see the same windows and the same noise per sample (evaluate.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -26,7 +27,9 @@ import torch
 from matplotlib.figure import Figure
 
 from simforcing.config import Config, ConfigError
+from simforcing.evaluate.results import CfgSweep, StepsSweep, SweepRow
 from simforcing.evaluate.run import evaluate_sampler, sweep_probe
+from simforcing.evaluate.tables import cfg_markdown, has_values, steps_markdown
 from simforcing.runs.folder import scored_record, unfinished_note
 from simforcing.runs.loaded import eval_dataset, load_world_model
 from simforcing.sample import sampler_for
@@ -34,14 +37,12 @@ from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text,
 
 PAPER_W = (0.0, 0.3, 0.6, 1.0)
 PAPER_STEPS = (1, 5, 10, 20)
-_KEEP = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd", "af_pos", "af_pos_moving", "af_floor_pos", "latency_s",
-         "latency_phases_s", "forwards_per_sample", "num_samples")
-
-
-def _row(res: dict, **settings) -> dict:
-    out = {**settings, **{k: res.get(k) for k in _KEEP}}
-    out["per_sample_psnr"] = (res.get("per_sample") or {}).get("psnr")
-    return out
+NOTES = ("w = 0 rows: predictions are invariant to N_s (no simulation rollout runs); evaluated at the first N_s and "
+         "reused for the others (see reused_from); their latency has no simulation cost.",
+         "Simulation rollouts are shared across N_r and w > 0 of one N_s; each configuration's latency includes the "
+         "full measured simulation time.",
+         "Latency: mean over samples after the first (warm-up) of each configuration; includes first-frame encoding, "
+         "simulation, real generation and decoding.")
 
 
 def _device(cfg: Optional[Config], device) -> torch.device:
@@ -51,72 +52,51 @@ def _device(cfg: Optional[Config], device) -> torch.device:
 def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config] = None,
                 n_sim: Sequence[int] = PAPER_STEPS, n_real: Sequence[int] = PAPER_STEPS, ws: Sequence[float] = PAPER_W,
                 num_samples: Optional[int] = None, out_dir: str | Path = "sweep_steps", split: str = "val",
-                device=None, step: Optional[int] = None, progress: bool = True) -> dict:
-    """Tab. A2–A4 for one checkpoint. Writes OUT/sweep_steps.json, OUT/sweep_steps.md, OUT/sweep_steps.png.
-
-    Returns {"configs": [one row per (n_sim, n_real, w)], "table_md", "tables", "heatmap", "json", "notes"}.
-    """
+                device=None, step: Optional[int] = None, progress: bool = True) -> StepsSweep:
+    """Tab. A2–A4 for one checkpoint. Writes OUT/sweep_steps.json, OUT/sweep_steps.md, OUT/sweep_steps.png."""
     dev = _device(cfg, device)
     wm = load_world_model(run_dir, cfg, dev, step, data_root)
     cfg = wm.cfg
     k = cfg.eval.num_samples if num_samples is None else int(num_samples)
     ds = eval_dataset(cfg, data_root, split, wm.stats)
     probe = sweep_probe(cfg, dev)
-    rows: list[dict] = []
-    w0: dict[int, dict] = {}  # n_real -> the evaluated w = 0 row
+    rows: list[SweepRow] = []
+    w0: dict[int, SweepRow] = {}  # n_real -> the evaluated w = 0 row
     for ns in n_sim:
         cache: dict = {}  # (sample, n_sim) -> SimRollout, shared by every n_real and w of this n_sim
         for nr in n_real:
             for w in ws:
                 if float(w) == 0.0 and nr in w0:
-                    rows.append({**w0[nr], "n_sim": ns, "reused_from": {"n_sim": w0[nr]["n_sim"], "n_real": nr}})
+                    rows.append(replace(w0[nr], n_sim=ns, reused_from={"n_sim": w0[nr].n_sim, "n_real": nr}))
                     continue
                 sampler = sampler_for(wm, ns, nr, w)
                 res = evaluate_sampler(sampler, ds, cfg, k, dev, sim_cache=cache, progress=progress,
                                        desc=f"N_s={ns} N_r={nr} w={w:g}", probe=probe)
-                row = _row(res, n_sim=ns, n_real=nr, w=float(w), reused_from=None)
+                row = SweepRow.of(res, w, ns, nr)
                 if float(w) == 0.0:
                     w0[nr] = row
                 rows.append(row)
     out = Path(out_dir)
     keys = [(ns, nr) for ns in n_sim for nr in n_real]
-    tables = {metric: _grid(rows, keys, ws, lambda r: (r["n_sim"], r["n_real"]), metric)
+    tables = {metric: _grid(rows, keys, ws, lambda r: (r.n_sim, r.n_real), metric)
               for metric in ("psnr", "ssim", "latency_s", "af_pos")}
-    heads = ("N_s", "N_r")
-    parts = [_table_md("Tab. A2 — PSNR (dB) ↑", heads, keys, ws, tables["psnr"], 3),
-             _table_md("Tab. A3 — SSIM ↑", heads, keys, ws, tables["ssim"], 4),
-             _table_md("Tab. A4 — latency (s/sample) ↓", heads, keys, ws, tables["latency_s"], 4)]
-    if probe is not None:
-        parts.append(_table_md("Action-following error (state probe, state units) ↓", heads, keys, ws,
-                               tables["af_pos"], 4))
-    md = "\n\n".join(parts)
-    notes = ["w = 0 rows: predictions are invariant to N_s (no simulation rollout runs); evaluated at the first N_s and "
-             "reused for the others (see reused_from); their latency has no simulation cost.",
-             "Simulation rollouts are shared across N_r and w > 0 of one N_s; each configuration's latency includes "
-             "the full measured simulation time.",
-             "Latency: mean over samples after the first (warm-up) of each configuration; includes first-frame "
-             "encoding, simulation, real generation and decoding."]
     scored = scored_record(run_dir, str(wm.checkpoint.path), wm.checkpoint.step)
-    notes += [n for n in [unfinished_note(str(run_dir), scored)] if n]
-    md += "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
-    png = out / "sweep_steps.png"
-    labels = [f"({a},{b})" for a, b in keys]
-    heatmap(png, tables, labels, [f"{w:g}" for w in ws], "(N_s, N_r)",
+    result = StepsSweep(run=str(run_dir), checkpoint_step=wm.checkpoint.step, checkpoint=scored, split=split,
+                        num_samples=k, n_sim=list(n_sim), n_real=list(n_real), w=[float(w) for w in ws],
+                        mask_mode=cfg.sample.mask_mode, seed=cfg.sample.seed, configs=rows, tables=tables,
+                        heatmap=str(out / "sweep_steps.png"), json=str(out / "sweep_steps.json"),
+                        notes=[*NOTES, *[n for n in [unfinished_note(str(run_dir), scored)] if n]])
+    heatmap(result.heatmap, tables, [f"({a},{b})" for a, b in keys], [f"{w:g}" for w in ws], "(N_s, N_r)",
             {"psnr": "PSNR (dB)", "ssim": "SSIM", "latency_s": "latency (s)",
-             **({"af_pos": "action error"} if probe is not None else {})})
-    result = {"run": str(run_dir), "checkpoint_step": wm.checkpoint.step, "checkpoint": scored, "split": split,
-              "num_samples": k,
-              "n_sim": list(n_sim), "n_real": list(n_real), "w": [float(w) for w in ws],
-              "mask_mode": cfg.sample.mask_mode, "seed": cfg.sample.seed, "configs": rows, "tables": tables,
-              "table_md": md, "heatmap": str(png), "json": str(out / "sweep_steps.json"), "notes": notes}
-    atomic_write_json(out / "sweep_steps.json", result)
-    atomic_write_text(out / "sweep_steps.md", md)
+             **({"af_pos": "action error"} if has_values(tables["af_pos"]) else {})})
+    atomic_write_json(out / "sweep_steps.json", result.to_json())
+    atomic_write_text(out / "sweep_steps.md", steps_markdown(result))
     return result
 
 
 def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Optional[Config] = None,
               ws: Sequence[float] = PAPER_W, num_samples: Optional[int] = None, out_dir: str | Path = "sweep_cfg",
-              split: str = "val", device=None, progress: bool = True) -> dict:
+              split: str = "val", device=None, progress: bool = True) -> CfgSweep:
     """Tab. A1: checkpoints trained with different p × guidance weights w. Writes OUT/sweep_cfg.{json,md,png}.
 
     p is read from each run's config (conditioning.p); each checkpoint runs its own simulation rollouts (at
@@ -125,7 +105,7 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
     if not run_dirs:
         raise ConfigError("sweep cfg: --ckpts needs at least one run folder")
     dev = _device(cfg, device)
-    rows: list[dict] = []
+    rows: list[SweepRow] = []
     keys: list[tuple] = []
     k = None
     scored: dict[str, dict] = {}
@@ -145,29 +125,21 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
             res = evaluate_sampler(sampler, ds, c, k, dev, sim_cache=cache, progress=progress,
                                    desc=f"p={p:g} w={w:g}", probe=probe)
             used = sampler.settings()
-            rows.append(_row(res, p=p, run=str(run_dir), w=float(w), n_sim=used["n_sim"], n_real=used["n_real"],
-                             checkpoint_step=wm.checkpoint.step))
+            rows.append(SweepRow.of(res, w, used["n_sim"], used["n_real"], p=p, run=str(run_dir),
+                                    checkpoint_step=wm.checkpoint.step))
         del wm
     dup = len({p for p, _ in keys}) < len(keys)
     labels = [f"p={p:g}" + (f" ({name})" if dup else "") for p, name in keys]
-    tables = {m: _grid(rows, keys, ws, lambda r: (r["p"], Path(r["run"]).name), m) for m in ("psnr", "ssim", "af_pos")}
-    cells = [[_pair(a, b) for a, b in zip(ra, rb)] for ra, rb in zip(tables["psnr"], tables["ssim"])]
-    md = _table_md("Tab. A1 — PSNR (dB) / SSIM by training p (rows) and guidance w (columns)", ("p",),
-                   [(lab,) for lab in labels], ws, cells, None)
-    titles = {"psnr": "PSNR (dB)", "ssim": "SSIM"}
-    if any(v is not None for row in tables["af_pos"] for v in row):
-        md += "\n\n" + _table_md("Tab. A1 — action-following error (state probe, state units) ↓", ("p",),
-                                  [(lab,) for lab in labels], ws, tables["af_pos"], 4)
-        titles["af_pos"] = "action error"
-    md += "".join(f"\n\nNote: {n}" for n in (unfinished_note(r, rec) for r, rec in scored.items()) if n)
+    tables = {m: _grid(rows, keys, ws, lambda r: (r.p, Path(r.run).name), m) for m in ("psnr", "ssim", "af_pos")}
     out = Path(out_dir)
-    png = out / "sweep_cfg.png"
-    heatmap(png, tables, labels, [f"{w:g}" for w in ws], "training p", titles)
-    result = {"runs": [str(r) for r in run_dirs], "checkpoints": scored, "split": split, "num_samples": k, "w": [float(w) for w in ws],
-              "configs": rows, "tables": tables, "row_labels": labels, "table_md": md, "heatmap": str(png),
-              "json": str(out / "sweep_cfg.json")}
-    atomic_write_json(out / "sweep_cfg.json", result)
-    atomic_write_text(out / "sweep_cfg.md", md + "\n")
+    result = CfgSweep(runs=[str(r) for r in run_dirs], checkpoints=scored, split=split, num_samples=k,
+                      w=[float(w) for w in ws], configs=rows, tables=tables, row_labels=labels,
+                      heatmap=str(out / "sweep_cfg.png"), json=str(out / "sweep_cfg.json"))
+    titles = {"psnr": "PSNR (dB)", "ssim": "SSIM", **({"af_pos": "action error"} if has_values(tables["af_pos"])
+                                                     else {})}
+    heatmap(result.heatmap, tables, labels, [f"{w:g}" for w in ws], "training p", titles)
+    atomic_write_json(out / "sweep_cfg.json", result.to_json())
+    atomic_write_text(out / "sweep_cfg.md", cfg_markdown(result) + "\n")
     return result
 
 
@@ -176,28 +148,10 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _grid(rows: list[dict], keys: list[tuple], ws: Sequence[float], key_of, metric: str) -> list[list]:
+def _grid(rows: list[SweepRow], keys: list[tuple], ws: Sequence[float], key_of, metric: str) -> list[list]:
     """Rows in ``keys`` order × columns in ``ws`` order of ``metric`` (None where missing)."""
-    at = {(key_of(r), float(r["w"])): r.get(metric) for r in rows}
+    at = {(key_of(r), r.w): getattr(r, metric) for r in rows}
     return [[at.get((key, float(w))) for w in ws] for key in keys]
-
-
-def _pair(a, b) -> str:
-    return "—" if a is None or b is None else f"{a:.3f} / {b:.4f}"
-
-
-def _table_md(title: str, heads: Sequence[str], keys: Sequence[tuple], ws: Sequence[float], grid: list[list],
-              nd: Optional[int]) -> str:
-    """A markdown table: one column per row-key field, then one column per w."""
-    lines = [f"**{title}**", "", "| " + " | ".join(heads) + " | " + " | ".join(f"w = {w:g}" for w in ws) + " |",
-             "|" + "---|" * (len(heads) + len(ws))]
-    for key, vals in zip(keys, grid):
-        if nd is None:
-            cells = [str(v) for v in vals]
-        else:
-            cells = ["—" if v is None else f"{v:.{nd}f}" for v in vals]
-        lines.append("| " + " | ".join(str(x) for x in key) + " | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def heatmap(path: str | Path, tables: dict, row_labels: Sequence[str], col_labels: Sequence[str], row_title: str,

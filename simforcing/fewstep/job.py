@@ -21,6 +21,7 @@ import torch
 
 from simforcing.config import Config, apply_overrides
 from simforcing.evaluate.metrics import psnr_per_sample
+from simforcing.evaluate.results import WindowScores
 from simforcing.evaluate.run import evaluate_run
 from simforcing.fewstep.stage import TEACHER_KINDS, distill_config, distill_run
 from simforcing.runs.folder import is_run_folder, run_config
@@ -47,20 +48,20 @@ def paired_difference(teacher: list, student: list) -> Optional[dict]:
     return {"mean": mean, "ci95": [mean - half, mean + half], "n": len(d)}
 
 
-def compare(teacher: dict, student: dict) -> dict:
+def compare(teacher: WindowScores, student: WindowScores) -> dict:
     """The two evaluations' scores side by side (``evaluate_run`` results of the same windows)."""
-    out: dict = {"forwards_per_sample": {"teacher": teacher["forwards_per_sample"],
-                                         "student": student["forwards_per_sample"]}}
+    out: dict = {"forwards_per_sample": {"teacher": teacher.forwards_per_sample,
+                                         "student": student.forwards_per_sample}}
     for name in PAIRED:
-        t, s = teacher.get(name), student.get(name)
+        t, s = teacher.metric(name), student.metric(name)
         if t is None or s is None:
             continue
         row = {"teacher": t, "student": s, "relative": (s - t) / abs(t) if t else None}
-        pt, ps = teacher["per_sample"].get(name), student["per_sample"].get(name)
+        pt, ps = teacher.per_sample.get(name), student.per_sample.get(name)
         if pt is not None and ps is not None:
             row["paired"] = paired_difference(pt, ps)
         out[name] = row
-    out["latency_speedup"] = teacher["latency_s"] / student["latency_s"]
+    out["latency_speedup"] = teacher.latency_s / student.latency_s
     return out
 
 
@@ -100,8 +101,9 @@ def distill_and_compare(teacher_run: str | Path, data_root: str | Path, out_dir:
                                 progress=progress) for name, path in (("teacher", teacher_run), ("student", run))}
     res = {"teacher": str(teacher_run), "student": str(run), "steps": steps, "objective": objective,
            "distill": {k: trained[k] for k in ("state", "step", "checkpoint", "last_logs")},
-           "sampler": {name: e["sampler"] for name, e in evals.items()}, "compare": compare(*evals.values()),
-           "agreement": teacher_agreement(teacher_run, run, data_root, eval_cfg, split, min(16, evals["student"][
-               "num_samples"]))}
+           "sampler": {name: e.sampler for name, e in evals.items()},
+           "compare": compare(*(e.scores for e in evals.values())),
+           "agreement": teacher_agreement(teacher_run, run, data_root, eval_cfg, split,
+                                          min(16, evals["student"].scores.num_samples))}
     atomic_write_json(out / "fewstep.json", res)
     return res

@@ -1,0 +1,377 @@
+"""What the video evaluations produce, typed: the one-window evaluation (``simforcing evaluate``), the drift of long
+rollouts (``simforcing rollout``) and the sampler sweeps (``simforcing sweep steps|cfg``), each with ``to_json`` /
+``from_json``.
+
+    ev = evaluate_run(RUN, DATA, None, "val", 8, OUT)     # a WindowEvaluation
+    ev.scores.psnr, ev.scores.per_sample["psnr"], ev.checkpoint
+    ev = WindowEvaluation.read(OUT, "--eval")             # or a ConfigError naming the flag, the file and its kind
+
+``eval.json`` keeps the flat keys it always had (``psnr``, ``psnr_reason``, ``af_pos``, ``latency_s``, ...) under
+``format: simforcing.window-evaluation`` / ``format_version: 2``, rollout.json its keys under
+``simforcing.rollout-drift``, the sweeps' under ``simforcing.sweep-steps|cfg`` (with their rendered ``table_md``
+beside the data, for people); a file written before the tags (version 1) loads through the same reader. Tables are
+rendered from these types by ``evaluate.tables``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from simforcing.result_files import ROLLOUT_DRIFT, SWEEP_CFG, SWEEP_STEPS, WINDOW_EVALUATION, read_result, tagged
+
+FORMAT_VERSION = 2
+METRIC_KEYS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
+REASON_KEYS = ("psnr_arm", "lpips", "fid", "fvd", "af")  # what may be missing, with ``<key>_reason`` saying why
+
+
+@dataclass(frozen=True)
+class ActionFollowing:
+    """The state probe's action-following errors (``evaluate.probe``, state units; None where no probe ran): on the
+    generated frames (``af_*``), on the recorded frames (the floor, ``af_floor_*``), over all compared frames, the
+    moving ones (displacement above ``af_moving_frames_threshold``) and the gripper; the control (``af_control_*``:
+    the same sampler driven by another window's actions, None where no control ran) and its PSNR."""
+
+    af_pos: Optional[float] = None
+    af_pos_moving: Optional[float] = None
+    af_grip: Optional[float] = None
+    af_floor_pos: Optional[float] = None
+    af_floor_pos_moving: Optional[float] = None
+    af_floor_grip: Optional[float] = None
+    af_moving_frames_threshold: Optional[float] = None
+    af_control_pos: Optional[float] = None
+    af_control_pos_moving: Optional[float] = None
+    af_control_psnr: Optional[float] = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ActionFollowing":
+        return cls(**{k: d.get(k) for k in ACTION_KEYS})
+
+
+ACTION_KEYS = tuple(ActionFollowing.__dataclass_fields__)
+
+
+@dataclass
+class WindowScores:
+    """The scores of one sampler on the first ``num_samples`` windows of a split (``evaluate.run.evaluate_sampler``):
+    the metrics of ``evaluate.metrics`` (None where not computed, ``reasons[metric]`` saying why), the action-following
+    errors of the state probe (``reasons["af"]`` when no probe ran),
+    ``per_sample`` (column -> one value per window: psnr, ssim, psnr_arm, lpips, af_*, latency_s, forwards,
+    episode_id, start), the latency summary (``evaluate.latency``) and its phases, the forwards of the first sample."""
+
+    psnr: float
+    ssim: float
+    psnr_arm: Optional[float]
+    lpips: Optional[float]
+    fid: Optional[float]
+    fvd: Optional[float]
+    reasons: dict[str, str]
+    action: ActionFollowing
+    fid_num_images: Optional[int]
+    fvd_num_videos: Optional[int]
+    num_samples: int
+    num_frames_compared: int
+    protocol: dict
+    per_sample: dict[str, list]
+    latency: dict
+    latency_s: Optional[float]
+    latency_phases_s: dict[str, float]
+    forwards_per_sample: int
+
+    def metric(self, key: str) -> Optional[float]:
+        """A metric or action-following error by its eval.json key ("psnr", "af_pos", "latency_s", ...)."""
+        return getattr(self.action if key in ACTION_KEYS else self, key)
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in METRIC_KEYS}
+        out.update({f"{k}_reason": why for k, why in self.reasons.items()})
+        out.update(self.action.to_json())
+        out.update({k: getattr(self, k) for k in ("fid_num_images", "fvd_num_videos", "num_samples",
+                                                  "num_frames_compared", "protocol", "per_sample", "latency",
+                                                  "latency_s", "latency_phases_s", "forwards_per_sample")})
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> "WindowScores":
+        """From ``to_json``'s keys (a file of any version: keys it lacks are None)."""
+        return cls(psnr=d["psnr"], ssim=d["ssim"], psnr_arm=d.get("psnr_arm"), lpips=d.get("lpips"),
+                   fid=d.get("fid"), fvd=d.get("fvd"),
+                   reasons={k: d[f"{k}_reason"] for k in REASON_KEYS if d.get(f"{k}_reason")},
+                   action=ActionFollowing.from_json(d), fid_num_images=d.get("fid_num_images"),
+                   fvd_num_videos=d.get("fvd_num_videos"), num_samples=int(d["num_samples"]),
+                   num_frames_compared=d.get("num_frames_compared"), protocol=d.get("protocol") or {},
+                   per_sample=dict(d.get("per_sample") or {}), latency=dict(d["latency"]), latency_s=d["latency_s"],
+                   latency_phases_s=dict(d.get("latency_phases_s") or {}),
+                   forwards_per_sample=int(d.get("forwards_per_sample") or 0))
+
+
+SAMPLER_KEYS = ("n_sim", "n_real", "w", "mask_mode", "seed")  # a world model's sampler settings, also at the top
+
+
+@dataclass
+class WindowEvaluation:
+    """``simforcing evaluate``: the scores of a checkpoint (``checkpoint``: its run, path, step and whether the run
+    finished, ``runs.folder.scored_record``) or of a ``baseline`` on ``scores.num_samples`` windows of ``split`` of
+    dataset ``data`` (``requested_samples`` asked for), in ``domain`` "real" or "sim", with the ``sampler``'s
+    settings, on ``device``; ``include_first_frame``: whether the given first frame was scored."""
+
+    scores: WindowScores
+    split: str
+    domain: str
+    data: str
+    requested_samples: int
+    sampler: dict
+    device: str
+    include_first_frame: bool
+    baseline: Optional[str] = None
+    checkpoint: Optional[dict] = None
+
+    def to_json(self) -> dict:
+        body = {**self.scores.to_json(), "split": self.split, "domain": self.domain, "data": self.data,
+                "requested_samples": self.requested_samples, "baseline": self.baseline, "sampler": self.sampler,
+                "device": self.device, "include_first_frame": self.include_first_frame, "checkpoint": self.checkpoint}
+        if self.baseline is None:
+            body.update({k: self.sampler[k] for k in SAMPLER_KEYS})
+        return tagged(WINDOW_EVALUATION, FORMAT_VERSION, body)
+
+    @classmethod
+    def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "WindowEvaluation":
+        """From ``to_json``'s dict or a version-1 eval.json (the same keys, untagged; older ones lack the domain)."""
+        return cls(scores=WindowScores.from_json(d), split=d["split"], domain=d.get("domain", "real"), data=d["data"],
+                   requested_samples=int(d.get("requested_samples", d["num_samples"])), sampler=dict(d["sampler"]),
+                   device=d.get("device", "cpu"), include_first_frame=bool(d.get("include_first_frame")),
+                   baseline=d.get("baseline"), checkpoint=d.get("checkpoint"))
+
+    @classmethod
+    def read(cls, folder: str | Path, what: str) -> "WindowEvaluation":
+        """FOLDER/eval.json, or a ConfigError naming ``what`` (the flag) and what the file holds instead."""
+        obj, version = read_result(Path(folder) / "eval.json", WINDOW_EVALUATION, FORMAT_VERSION, what)
+        return cls.from_json(obj, version)
+
+    def write(self, folder: str | Path, run_dir=None) -> None:
+        """FOLDER/eval.json (this result, tagged) and FOLDER/eval.md (its report), each written atomically."""
+        from simforcing.evaluate.tables import eval_markdown
+        from simforcing.utils import atomic_write_json, atomic_write_text
+
+        atomic_write_json(Path(folder) / "eval.json", self.to_json())
+        atomic_write_text(Path(folder) / "eval.md", eval_markdown(self, run_dir))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The drift of long rollouts (``simforcing rollout``, ``evaluate.rollouts``)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ChunkSeries:
+    """One row of a rollout scored against the recorded truth, per metric (psnr, ssim, psnr_arm, af_pos; None where
+    nothing was scored): the mean of each chunk over episodes (``per_chunk``, K values), the mean over chunks
+    (``mean``), each frame's mean over episodes (``per_frame``, T values) and each episode's chunk means
+    (``per_episode_chunk``, B × K, kept for paired comparisons)."""
+
+    per_chunk: dict[str, list]
+    mean: dict[str, Optional[float]]
+    per_frame: dict[str, list]
+    per_episode_chunk: dict[str, list[list]]
+
+    def to_json(self) -> dict:
+        return {"per_chunk": self.per_chunk, "mean": self.mean, "per_frame": self.per_frame,
+                "per_episode_chunk": self.per_episode_chunk}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ChunkSeries":
+        return cls(dict(d["per_chunk"]), dict(d["mean"]), dict(d["per_frame"]), dict(d["per_episode_chunk"]))
+
+
+@dataclass
+class RolloutDrift:
+    """``simforcing rollout``: ``num_episodes`` episodes (``episode_ids``) of ``split`` rolled out over ``horizon``
+    actions in chunks of ``chunk_frames`` frames by the checkpoint of ``run`` (``checkpoint``: step and path), with
+    the ``sampler``'s settings, the state input (``state_input``: integrated or read by the ``probe``) and the
+    simulation chain (``sim_chain``); every row (``evaluate.rollouts.ROWS``) scored per chunk; the forwards of one
+    episode and the seconds (rollout, total)."""
+
+    run: str
+    checkpoint: dict
+    data: str
+    split: str
+    horizon: int
+    chunk_frames: list[int]
+    num_episodes: int
+    episode_ids: list[str]
+    sampler: dict
+    state_input: str
+    sim_chain: str
+    probe: Optional[str]
+    units: str
+    forwards_per_episode: int
+    rows: dict[str, ChunkSeries]
+    seconds: dict[str, float]
+
+    @property
+    def chunks(self) -> int:
+        return len(self.chunk_frames)
+
+    @property
+    def frames(self) -> int:
+        """Frames after the first (T)."""
+        return sum(self.chunk_frames)
+
+    def to_json(self) -> dict:
+        return tagged(ROLLOUT_DRIFT, FORMAT_VERSION, {
+            "run": self.run, "checkpoint": self.checkpoint, "data": self.data, "split": self.split,
+            "horizon": self.horizon, "chunks": self.chunks, "chunk_frames": self.chunk_frames, "frames": self.frames,
+            "num_episodes": self.num_episodes, "episode_ids": self.episode_ids, "sampler": self.sampler,
+            "state_input": self.state_input, "sim_chain": self.sim_chain, "probe": self.probe, "units": self.units,
+            "forwards_per_episode": self.forwards_per_episode,
+            "rows": {name: r.to_json() for name, r in self.rows.items()}, "seconds": self.seconds})
+
+    @classmethod
+    def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "RolloutDrift":
+        """From ``to_json``'s dict or a version-1 rollout.json (the same keys, untagged)."""
+        return cls(run=d["run"], checkpoint=dict(d["checkpoint"]), data=d["data"], split=d["split"],
+                   horizon=int(d["horizon"]), chunk_frames=[int(n) for n in d["chunk_frames"]],
+                   num_episodes=int(d["num_episodes"]), episode_ids=list(d["episode_ids"]), sampler=dict(d["sampler"]),
+                   state_input=d["state_input"], sim_chain=d["sim_chain"], probe=d.get("probe"), units=d["units"],
+                   forwards_per_episode=int(d["forwards_per_episode"]),
+                   rows={name: ChunkSeries.from_json(r) for name, r in d["rows"].items()}, seconds=dict(d["seconds"]))
+
+    @classmethod
+    def read(cls, folder: str | Path, what: str) -> "RolloutDrift":
+        """FOLDER/rollout.json, or a ConfigError naming ``what`` and what the file holds instead."""
+        obj, version = read_result(Path(folder) / "rollout.json", ROLLOUT_DRIFT, FORMAT_VERSION, what)
+        return cls.from_json(obj, version)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Sampler sweeps (``simforcing sweep steps|cfg``, ``evaluate.sweeps``)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepRow:
+    """One configuration of a sweep: its sampler settings (w, N_s, N_r), the checkpoint's training ``p``, ``run`` and
+    step (``sweep cfg``), where a w = 0 row was copied from (``reused_from``: the N_s and N_r it was evaluated at,
+    ``sweep steps``), and the evaluation's scores (``WindowScores``) that the tables show, with the per-sample PSNR."""
+
+    w: float
+    n_sim: int
+    n_real: int
+    psnr: float
+    ssim: float
+    psnr_arm: Optional[float]
+    lpips: Optional[float]
+    fid: Optional[float]
+    fvd: Optional[float]
+    af_pos: Optional[float]
+    af_pos_moving: Optional[float]
+    af_floor_pos: Optional[float]
+    latency_s: Optional[float]
+    latency_phases_s: dict[str, float]
+    forwards_per_sample: int
+    num_samples: int
+    per_sample_psnr: list[float]
+    reused_from: Optional[dict] = None
+    p: Optional[float] = None
+    run: Optional[str] = None
+    checkpoint_step: Optional[int] = None
+
+    @classmethod
+    def of(cls, scores: WindowScores, w: float, n_sim: int, n_real: int, **where) -> "SweepRow":
+        """The row of one evaluated configuration (``where``: p, run and checkpoint_step of ``sweep cfg``)."""
+        kept = {k: scores.metric(k) for k in SWEEP_METRICS}
+        return cls(w=float(w), n_sim=n_sim, n_real=n_real, **kept, per_sample_psnr=scores.per_sample.get("psnr"),
+                   **where)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        return {k: v for k, v in out.items() if v is not None or k not in ("p", "run", "checkpoint_step")}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "SweepRow":
+        return cls(**{k: d.get(k) for k in SweepRow.__dataclass_fields__})
+
+
+SWEEP_METRICS = tuple(k for k in SweepRow.__dataclass_fields__ if k in WindowScores.__dataclass_fields__
+                      or k in ACTION_KEYS)
+
+
+@dataclass
+class StepsSweep:
+    """``sweep steps`` (paper Tab. A2–A4): one checkpoint (``run``, ``checkpoint``: ``runs.folder.scored_record``) at
+    every (N_s, N_r, w) of ``n_sim`` × ``n_real`` × ``w`` on ``num_samples`` windows of ``split``; ``configs`` in that
+    order, ``tables`` (metric -> rows (N_s, N_r) × columns w), the heatmap and the notes on reuse and latency."""
+
+    run: str
+    checkpoint_step: int
+    checkpoint: dict
+    split: str
+    num_samples: int
+    n_sim: list[int]
+    n_real: list[int]
+    w: list[float]
+    mask_mode: str
+    seed: int
+    configs: list[SweepRow]
+    tables: dict[str, list[list]]
+    heatmap: str
+    json: str
+    notes: list[str]
+
+    def to_json(self) -> dict:
+        from simforcing.evaluate.tables import steps_markdown
+
+        body = {k: getattr(self, k) for k in StepsSweep.__dataclass_fields__}
+        body["configs"] = [r.to_json() for r in self.configs]
+        return tagged(SWEEP_STEPS, FORMAT_VERSION, {**body, "table_md": steps_markdown(self)})
+
+    @classmethod
+    def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "StepsSweep":
+        """From ``to_json``'s dict or a version-1 sweep_steps.json (the same keys, untagged)."""
+        return cls(**{**{k: d[k] for k in StepsSweep.__dataclass_fields__},
+                      "configs": [SweepRow.from_json(r) for r in d["configs"]]})
+
+    @classmethod
+    def read(cls, folder: str | Path, what: str) -> "StepsSweep":
+        obj, version = read_result(Path(folder) / "sweep_steps.json", SWEEP_STEPS, FORMAT_VERSION, what)
+        return cls.from_json(obj, version)
+
+
+@dataclass
+class CfgSweep:
+    """``sweep cfg`` (paper Tab. A1): checkpoints trained with different p (``runs``, ``checkpoints``: each one's
+    ``runs.folder.scored_record``) × guidance weights ``w`` on ``num_samples`` windows of ``split``; ``configs``,
+    ``tables`` (metric -> rows p × columns w), the rows' labels and the heatmap."""
+
+    runs: list[str]
+    checkpoints: dict[str, dict]
+    split: str
+    num_samples: int
+    w: list[float]
+    configs: list[SweepRow]
+    tables: dict[str, list[list]]
+    row_labels: list[str]
+    heatmap: str
+    json: str
+
+    def to_json(self) -> dict:
+        from simforcing.evaluate.tables import cfg_markdown
+
+        body = {k: getattr(self, k) for k in CfgSweep.__dataclass_fields__}
+        body["configs"] = [r.to_json() for r in self.configs]
+        return tagged(SWEEP_CFG, FORMAT_VERSION, {**body, "table_md": cfg_markdown(self)})
+
+    @classmethod
+    def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "CfgSweep":
+        """From ``to_json``'s dict or a version-1 sweep_cfg.json (the same keys, untagged)."""
+        return cls(**{**{k: d[k] for k in CfgSweep.__dataclass_fields__},
+                      "configs": [SweepRow.from_json(r) for r in d["configs"]]})
+
+    @classmethod
+    def read(cls, folder: str | Path, what: str) -> "CfgSweep":
+        obj, version = read_result(Path(folder) / "sweep_cfg.json", SWEEP_CFG, FORMAT_VERSION, what)
+        return cls.from_json(obj, version)
