@@ -155,9 +155,10 @@ def fewstep_lines(s: Optional[FewStepSection]) -> list[str]:
     """The report's markdown for the section."""
     if s is None or not (s.windows or s.rollout or s.wm):
         return []
-    lines = ["", f"## The few-step student: the SimForcing world model in {s.steps} steps", "",
-             f"`simforcing distill --steps {s.steps}` fine-tunes the SimForcing world model so that {s.steps} Euler "
-             "steps of its conditional branch reproduce the paper's guided sampler (1, 10, 0.6) from the same noise "
+    steps = f"{s.steps} step" + ("s" if s.steps > 1 else "")
+    lines = ["", f"## The few-step student: the SimForcing world model in {steps}", "",
+             f"`simforcing distill --steps {s.steps}` fine-tunes the SimForcing world model so that {steps} "
+             "(Euler) of its conditional branch reproduce the paper's guided sampler (1, 10, 0.6) from the same noise "
              "(docs/FEWSTEP.md). Teacher and student are scored on the same windows, episodes and noise.", ""]
     if s.windows:
         lines += ["**One window** (the paper's protocol, the windows above):", "", *_window_lines(s.windows), ""]
