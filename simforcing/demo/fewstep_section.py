@@ -157,8 +157,8 @@ def fewstep_lines(s: Optional[FewStepSection]) -> list[str]:
         return []
     steps = f"{s.steps} step" + ("s" if s.steps > 1 else "")
     lines = ["", f"## The few-step student: the SimForcing world model in {steps}", "",
-             f"`simforcing distill --steps {s.steps}` fine-tunes the SimForcing world model so that {steps} "
-             "(Euler) of its conditional branch reproduce the paper's guided sampler (1, 10, 0.6) from the same noise "
+             f"`simforcing distill --steps {s.steps}` fine-tunes the SimForcing world model so that its "
+             f"conditional branch, integrated in {steps}, reproduces the paper's guided sampler (1, 10, 0.6) from the same noise "
              "(docs/FEWSTEP.md). Teacher and student are scored on the same windows, episodes and noise.", ""]
     if s.windows:
         lines += ["**One window** (the paper's protocol, the windows above):", "", *_window_lines(s.windows), ""]
