@@ -22,6 +22,7 @@ WORLD_MODEL_EXPORT = "simforcing.world-model"
 WINDOW_EVALUATION = "simforcing.window-evaluation"
 ROLLOUT_DRIFT = "simforcing.rollout-drift"
 SWEEP_STEPS, SWEEP_CFG = "simforcing.sweep-steps", "simforcing.sweep-cfg"
+POLICY_PROBE = "simforcing.policy-probe"
 
 # What a kind is called in messages, and the command that writes it.
 KIND_NAMES = {POLICY_EVALUATION: ("a policy evaluation", "simforcing policy eval"),
@@ -30,7 +31,8 @@ KIND_NAMES = {POLICY_EVALUATION: ("a policy evaluation", "simforcing policy eval
               WINDOW_EVALUATION: ("a one-window evaluation", "simforcing evaluate"),
               ROLLOUT_DRIFT: ("a rollout-drift result", "simforcing rollout"),
               SWEEP_STEPS: ("a sweep of the sampler's steps", "simforcing sweep steps"),
-              SWEEP_CFG: ("a sweep of the training p and the guidance w", "simforcing sweep cfg")}
+              SWEEP_CFG: ("a sweep of the training p and the guidance w", "simforcing sweep cfg"),
+              POLICY_PROBE: ("a linear probe of policies' video experts", "simforcing policy probe")}
 
 # Files written before the tags: the keys that identify each kind (checked in this order).
 _LEGACY = ((AGREEMENT, ("ranking", "envs", "players")),
@@ -38,12 +40,14 @@ _LEGACY = ((AGREEMENT, ("ranking", "envs", "players")),
            (WINDOW_EVALUATION, ("psnr", "num_samples")),
            (ROLLOUT_DRIFT, ("horizon", "chunk_frames", "rows")),
            (SWEEP_STEPS, ("configs", "n_real", "notes")),
-           (SWEEP_CFG, ("configs", "row_labels")))
+           (SWEEP_CFG, ("configs", "row_labels")),
+           (POLICY_PROBE, ("runs", "n_fit", "n_test", "reference")))
 _UNTAGGED_OTHERS = ((("suite", "tasks", "average"), "a LIBERO policy evaluation (`policy eval --env libero`)"),
                     (("benchmark", "consecutive"), "a success judge (`simforcing model fit-judge`)"),
                     (("preset", "model", "train"), "a run's config (a run folder: load it with "
                                                    "WorldModelPipeline.from_run)"))
-_OTHER_FORMATS = {"simforcing-success-judge": "a success judge (`simforcing model fit-judge`)"}
+_OTHER_FORMATS = {"simforcing-success-judge": "a success judge (`simforcing model fit-judge`)",
+                  "simforcing-state-probe": "a state probe (`simforcing model fit-probe`)"}
 # What a folder holds when the expected file is not in it: a marker file and its description.
 _FOLDER_MARKERS = (("eval.json", "an evaluation (eval.json)"), ("agreement.json", "an agreement of policy evaluations "
                    "(`simforcing policy agreement`)"), ("judge.json", "a success judge (`simforcing model fit-judge`)"),

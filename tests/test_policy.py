@@ -401,20 +401,20 @@ def test_demo_policy_section_end_to_end_at_quick_size(tiny, world_model_run, tmp
     # the hook's dataset is the real synthetic one; the tiny world model has the camera size it needs (32 x 48)
     res = policy_section(tmp_path, {"simforcing": world_model_run}, full=False, seed=1, jobs=2, quick=True,
                          progress=lambda s: None)
-    assert list(res["rows"]) == ["scripted expert (ceiling)", "do nothing (floor)", "action_only / base",
+    assert list(res.rows) == ["scripted expert (ceiling)", "do nothing (floor)", "action_only / base",
                                  "action_only / SimForcing WM"]
-    assert "| action_only / SimForcing WM |" in res["table_md"]
-    assert res["rows"]["scripted expert (ceiling)"]["average"]["rate"] == 1.0
-    assert res["init"]["action_only / SimForcing WM"]["inherited"] > 0
-    assert set(res["commands"]) >= {"policy data", "policy train action_only / base",
+    assert "| action_only / SimForcing WM |" in res.table_md
+    assert res.rows["scripted expert (ceiling)"].average.rate == 1.0
+    assert res.init["action_only / SimForcing WM"].inherited > 0
+    assert set(res.commands) >= {"policy data", "policy train action_only / base",
                                     "policy train action_only / SimForcing WM"}
     from simforcing.demo.report import _policy_setup
     synth = json.loads((tmp_path / "policy" / "data" / "meta" / "info.json").read_text())["synth"]
-    assert synth["layouts"] == res["budget"]["layouts"] == 2  # the LIBERO-like scenes, train and evaluation
+    assert synth["layouts"] == res.budget["layouts"] == 2  # the LIBERO-like scenes, train and evaluation
     assert json.loads((tmp_path / "policy" / "eval" / "part0" / "eval.json").read_text())["layouts"] == 2
-    assert "2 fixed layouts" in _policy_setup(res["budget"])
+    assert "2 fixed layouts" in _policy_setup(res.budget)
     again = policy_section(tmp_path, {"simforcing": world_model_run}, seed=1, quick=True, progress=lambda s: None)
-    assert again["rows"] == res["rows"]  # cached: nothing retrained or re-evaluated
+    assert again.rows == res.rows  # cached: nothing retrained or re-evaluated
 
     # provenance: a world model made again (another record) makes its policies and their evaluations stale
     from simforcing.demo.policy_section import QUICK, policy_jobs

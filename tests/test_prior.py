@@ -23,8 +23,10 @@ import torch
 from simforcing.cli import main as cli_main
 from simforcing.config import ConfigError, load_config
 from simforcing.data.videos import VideoWindowDataset
+from simforcing.demo.policy_results import PolicySectionResult
 from simforcing.methods import METHODS, method_preset
 from simforcing.models.world_model import build_world_model
+from simforcing.policy.probe import ProbeResult
 from simforcing.prior import freeze_action_side, video_prior_run
 from simforcing.runs.folder import KINDS, run_kind
 from simforcing.train import train_run
@@ -237,6 +239,8 @@ def test_policy_from_the_prior(tiny, prior_run, tmp_path):
     assert set(layer) == {"hand", "object"} and layer["hand"]["rmse_cm"] >= 0
     assert {"fit mean", "layout mean"} <= set(res["reference"]["object"]) and res["latent"]["hand"]["rmse_cm"] >= 0
     assert "| video base |" in (tmp_path / "probe" / "probe.md").read_text()
+    typed = ProbeResult.read(tmp_path / "probe", "the test's probe")  # the file read back as what was written
+    assert typed.to_json() == res and typed.runs["video base"].layers[0]["hand"].rmse_cm == layer["hand"]["rmse_cm"]
 
 
 def test_freeze_action_side_leaves_the_video_expert_trainable():
@@ -266,16 +270,21 @@ def test_full_policy_measurement_end_to_end_at_tiny_size(tiny, prior_run, tmp_pa
     graph, info = full_policy_jobs(tmp_path, wm, 42, QUICK, t)
     run_jobs(graph, 2, tmp_path / "logs", echo=lambda s: None)
     res = collect_policy(info)
-    assert res is not None and res["full"] and set(res["main"]) == {
+    assert res.full is not None and set(res.full.main) == {
         "action_only / random (no prior)", "action_only / video base", "action_only / SFT WM",
         "action_only / SimForcing WM", "action_only / SimForcing WM video expert only"}
-    assert len(res["runs"]) == 2 * 4 + 2 + 1 and res["init"]["action_only / video base"]["new"] > 0
-    vo = res["init_all"]["action_only / SimForcing WM video expert only"]  # its video expert only: a new action expert
-    assert vo["new"] > res["init_all"]["action_only / SimForcing WM"]["new"]
-    blocks = {(b.setting, b.steps) for b in res["transfer"].blocks}
+    assert len(res.runs) == 2 * 4 + 2 + 1 and res.init["action_only / video base"].new > 0
+    vo = res.full.init_all["action_only / SimForcing WM video expert only"]  # its video expert only: a new action expert
+    assert vo.new > res.full.init_all["action_only / SimForcing WM"].new
+    blocks = {(b.setting, b.steps) for b in res.full.transfer.blocks}
     assert blocks == {("action_only", 3), ("action_only", 4), ("unconditional", 3), ("video_action", 3)}
-    assert set(res["probe"]["runs"]) == {"random (no prior)", "video base", "SFT WM", "SimForcing WM"}
-    assert "Seeds × initialisations" in res["transfer_md"] and "linear probe" in res["transfer_md"]
+    assert set(res.full.probe.runs) == {"random (no prior)", "video base", "SFT WM", "SimForcing WM"}
+    assert "Seeds × initialisations" in res.full.transfer_md and "linear probe" in res.full.transfer_md
     assert (tmp_path / "policy" / "transfer" / "table.md").exists()
-    assert Path(res["transfer_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert collect_full(info)["rows"] == res["rows"]
+    assert Path(res.full.transfer_png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert collect_full(info).rows == res.rows
+    written = json.loads((tmp_path / "policy" / "transfer" / "results.json").read_text())
+    assert json.loads(json.dumps(res.to_json())) == written  # (the budget's tuples are lists in the file)
+    back = PolicySectionResult.from_json(written)
+    assert back.to_json() == written and back.rows == res.rows and back.full.transfer == res.full.transfer
+    assert back.full.probe == res.full.probe and back.full.init_all == res.full.init_all

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,7 +20,9 @@ from simforcing.demo.transfer_section import TRANSFER_QUICK, full_policy_jobs, p
 from simforcing.demo.transfer_stats import (cluster_mean, default_note, paired_scene_diff, successes, transfer_analysis,
                                             transfer_markdown, welch)
 from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyRow
-from simforcing.policy.probe import ridge_probe, score
+from simforcing.config import ConfigError
+from simforcing.demo.policy_results import FullMeasurement, PolicyInit, PolicySectionResult
+from simforcing.policy.probe import ProbeResult, ProbeScore, RunProbe, probe_table, ridge_probe, score
 from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyRow
 from simforcing.demo.transfer_stats import (ClusterMean, InitSummary, RunRate, TransferAnalysis, TransferBlock,
                                         cluster_mean, default_note, paired_scene_diff, successes, transfer_analysis,
@@ -107,12 +110,85 @@ def test_ridge_reads_a_linear_signal_and_not_noise():
     y = z @ rng.normal(size=(8, 3)) + 0.01 * rng.normal(size=(120, 3))
     groups = np.repeat(np.arange(60), 2)
     pred, lam = ridge_probe(x[:80], y[:80], groups[:80], x[80:])
-    assert score(pred, y[80:])["r2"] > 0.9 and lam in (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+    assert score(pred, y[80:]).r2 > 0.9 and lam in (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     noise = rng.normal(size=(120, 3))
     pred, _ = ridge_probe(x[:80], noise[:80], groups[:80], x[80:])
-    assert score(pred, noise[80:])["r2"] < 0.1
+    assert score(pred, noise[80:]).r2 < 0.1
     s = score(np.zeros((2, 3)), np.array([[0.03, 0.04, 0.0], [0.0, 0.0, 0.0]]))
-    assert s["rmse_cm"] == pytest.approx(100 * math.sqrt(0.0025 / 2))
+    assert s.rmse_cm == pytest.approx(100 * math.sqrt(0.0025 / 2))
+
+
+def _analysis() -> TransferAnalysis:
+    """A small measurement: two initialisations, two policy seeds, six scenes."""
+    specs, episodes, rows = {}, {}, {}
+    for init, v in (("simforcing", [1, 1, 0, 1, 1, 0]), ("video_base", [0, 1, 0, 0, 1, 0])):
+        for seed in (42, 43):
+            label = f"action_only / {init} / {seed}"
+            specs[label] = {"setting": "action_only", "init": init, "wm_seed": 42 if init == "simforcing" else None,
+                            "seed": seed, "steps": 3}
+            episodes[label] = outcomes(v)
+            rows[label] = PolicyRow.of(episodes[label], ("reach", "push", "grasp"))
+    return transfer_analysis(rows, episodes, specs, {"full_eval_per_task": 2}, (("simforcing", "video_base"),))
+
+
+def _probe() -> ProbeResult:
+    s = score(np.array([[0.0, 0.1, 0.2], [0.1, 0.0, 0.3]]), np.array([[0.0, 0.2, 0.2], [0.1, 0.1, 0.1]]))
+    flat = ProbeScore(None, 1.5)  # R² undefined: the targets do not vary
+    runs = {"video base": RunProbe("runs/vb", [{"hand": s, "object": flat}, {"hand": flat, "object": s}],
+                                   {"hand": 0, "object": 1})}
+    latent, reference = {"hand": s, "object": s}, {"hand": {"fit mean": flat}, "object": {"fit mean": s,
+                                                                                           "layout mean": flat}}
+    return ProbeResult(runs, 12, 6, 2, 0.03, reference, latent, probe_table(runs, latent, reference))
+
+
+def test_probe_result_round_trips_and_its_file_says_what_it_is(tmp_path):
+    """probe.json: tagged, read back as what was written (an untagged one of before the tags too), and a state
+    probe's probe.json (`model fit-probe`) refused by name."""
+    res = _probe()
+    assert "| video base | 1.5 cm |" in res.table_md and "R²" in res.table_md
+    res.write(tmp_path / "p")
+    body = json.loads((tmp_path / "p" / "probe.json").read_text())
+    assert body["format"] == "simforcing.policy-probe" and list(body)[2:] == [
+        "runs", "n_fit", "n_test", "layouts", "jitter", "reference", "latent", "table_md"]
+    assert ProbeResult.read(tmp_path / "p", "--probe") == res
+    assert (tmp_path / "p" / "probe.md").read_text() == res.table_md + "\n"
+    (tmp_path / "old").mkdir()
+    untagged = {k: v for k, v in body.items() if not k.startswith("format")}
+    (tmp_path / "old" / "probe.json").write_text(json.dumps(untagged))
+    assert ProbeResult.read(tmp_path / "old", "--probe") == res
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "probe.json").write_text(json.dumps({"format": "simforcing-state-probe", "version": 1}))
+    with pytest.raises(ConfigError, match="--probe: .*a state probe .*not a linear probe"):
+        ProbeResult.read(tmp_path / "state", "--probe")
+
+
+def test_policy_section_result_round_trips_with_the_results_json_it_always_wrote():
+    """The default section's results.json and --full's: the same keys in the same order as before the type,
+    and from_json(to_json) is the result."""
+    rate = PolicyRow.of(outcomes([1, 0, 1]), ("reach", "push", "grasp"))
+    init = {"action_only / base": PolicyInit("base", 10, 4, ["blocks.0.scale_shift_table"])}
+    res = PolicySectionResult({"action_only / base": rate}, "| table |", {"policy data": "simforcing data ..."},
+                              {"policy data": 1.5}, {"action_only / base": "out/policy/action_only_base"}, init,
+                              "out/policy/data", dataclasses.asdict(QUICK), 42)
+    d = json.loads(json.dumps(res.to_json()))
+    assert list(d) == ["rows", "table_md", "commands", "wall_time_s", "runs", "init", "data", "budget", "seed"]
+    assert d["init"]["action_only / base"] == {"source": "base", "inherited": 10, "new": 4,
+                                               "partial": ["blocks.0.scale_shift_table"]}
+    assert PolicySectionResult.from_json(d) == res
+    full = dataclasses.replace(res, full=FullMeasurement(init, {"wm_seeds": 1}, 2, ["action_only / base"], _analysis(),
+                                                         _probe(), "## md", "note", "out/transfer.png"))
+    d = json.loads(json.dumps(full.to_json()))
+    assert list(d) == ["rows", "table_md", "commands", "wall_time_s", "runs", "init", "init_all", "data", "budget",
+                       "transfer_budget", "seed", "full", "per_task", "main", "transfer", "probe", "transfer_md",
+                       "note", "transfer_png"]
+    assert d["full"] is True and PolicySectionResult.from_json(d) == full
+    # the report renders both from the type (demo.report)
+    from simforcing.demo.report import _policy_section
+    plan = SimpleNamespace(out=Path("out"))
+    md = "\n".join(_policy_section(res, plan))
+    assert "| table |" in md and "action_only / base: 10 tensors inherited, 4 new" in md and "## md" not in md
+    md = "\n".join(_policy_section(full, plan))
+    assert "note" in md and "## md" in md and "![success per policy run](transfer.png)" in md
 
 
 def test_full_section_jobs(tmp_path):

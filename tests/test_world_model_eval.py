@@ -3,6 +3,8 @@ after the first frame; every player on the same scenes and noise), the agreement
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ from simforcing.config import ConfigError
 from simforcing.data.synthetic.tasks import Task, task_success
 from simforcing.policy.agreement.statistics import agreement, mmrv, pearson, spearman
 from simforcing.policy.closed_loop.evaluate import (ExpertPlayer, RunPlayer, evaluate_synthetic, run_episode, scene_of)
-from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.policy.closed_loop.results import Confusion, EpisodeOutcome, JudgeRecord, PolicyEvaluation, PolicyRow
 from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv, held_out_scenes
 from simforcing.policy.closed_loop.tables import agreement_markdown
 from simforcing.policy.infer import PolicyRunner
@@ -86,7 +88,6 @@ def test_policy_eval_with_a_judge_validates_it_on_its_own_scenes(judge_dir, tmp_
     """`policy eval --judge` in the simulator: the judge's verdicts beside MuJoCo's on every episode, and their
     agreement per task (what `policy agreement` reports as the harness check) in eval.json and the table — one
     command validates a judge, on any --scene-seed."""
-    import json
 
     from simforcing.cli import main
     from simforcing.policy.judge.validation import judge_validation
@@ -97,13 +98,13 @@ def test_policy_eval_with_a_judge_validates_it_on_its_own_scenes(judge_dir, tmp_
     res = PolicyEvaluation.read(out, "here")
     jv = res.judge_validation
     assert set(jv) == {"reach", "push", "grasp", "all"} and jv == judge_validation(res.episodes, res.tasks)
-    assert json.loads((out / "eval.json").read_text())["judge_validation"] == jv
+    assert json.loads((out / "eval.json").read_text())["judge_validation"] == {t: v.to_json() for t, v in jv.items()}
     eps = [o for per in res.episodes.values() for os_ in per.values() for o in os_]
-    assert jv["all"]["episode"]["n"] == len(eps) == 3 and res.seed == 5
+    assert jv["all"].episode.n == len(eps) == 3 and res.seed == 5
     # the judge's readings against the truth: the median over every frame of |judge − truth| per output (cm)
     err = np.concatenate([np.asarray(o.frame_error_mm) for o in eps])
     assert err.shape == (sum(len(o.frame_judged) for o in eps), 6)
-    assert list(jv["all"]["median_error_cm"].values()) == pytest.approx(np.median(err, axis=0) / 10, abs=0.006)
+    assert list(jv["all"].median_error_cm.values()) == pytest.approx(np.median(err, axis=0) / 10, abs=0.006)
     assert "The judge on the simulator's own frames" in (out / "eval.md").read_text()
     assert "median |error| over every frame" in (out / "eval.md").read_text()
     from simforcing.api import evaluate_policies  # the Python face: the same evaluation, the same validation
@@ -252,9 +253,12 @@ def test_mmrv_pearson_spearman_against_their_definitions():
 
 def test_confusion_and_kappa_by_hand():
     c = confusion([1, 1, 0, 0, 1, 0], [1, 0, 0, 0, 1, 1])
-    assert (c["tp"], c["fp"], c["fn"], c["tn"]) == (2, 1, 1, 2)
+    assert (c.tp, c.fp, c.fn, c.tn) == (2, 1, 1, 2)
     po, pe = 4 / 6, (3 * 3 + 3 * 3) / 36
-    assert c["kappa"] == pytest.approx((po - pe) / (1 - pe)) and c["precision"] == pytest.approx(2 / 3)
+    assert c.kappa == pytest.approx((po - pe) / (1 - pe)) and c.precision == pytest.approx(2 / 3)
+    assert c.to_json() == {"tp": 2, "fp": 1, "fn": 1, "tn": 2, "n": 6, "precision": c.precision, "recall": c.recall,
+                           "accuracy": c.accuracy, "kappa": c.kappa}  # eval.json's judge_validation, as before
+    assert Confusion.from_json(json.loads(json.dumps(c.to_json()))) == c
 
 
 def _eval(rates: dict, tasks=("reach", "push"), n=4, learned=(), env="synthetic", judge=None) -> PolicyEvaluation:
@@ -269,7 +273,7 @@ def _eval(rates: dict, tasks=("reach", "push"), n=4, learned=(), env="synthetic"
                             episodes=eps, runs={p: {"run": f"/runs/{p}", "checkpoint": "ckpt", "step": 1}
                                                 for p in learned},
                             learned=list(learned), executed={p: 4 for p in rates}, seconds=1.0,
-                            judge=judge if judge is not None else ({"weights_sha256": "j"} if env != "synthetic"
+                            judge=judge if judge is not None else (JudgeRecord({}, 2, "j") if env != "synthetic"
                                                                    else None))
 
 
@@ -299,13 +303,14 @@ def test_agreement_holds_the_judge_fixed_and_splits_by_task():
 
     from simforcing.policy.judge.validation import judge_validation
 
-    sim = _eval({"a": 4, "b": 2, "c": 0}, learned=("a", "b"), judge={"weights_sha256": "j"})
+    sim = _eval({"a": 4, "b": 2, "c": 0}, learned=("a", "b"), judge=JudgeRecord({}, 2, "j"))
     judged = _wm({"a": 2, "b": 3, "c": 1})  # the judge's verdicts on the simulator's own frames
     for p, per in sim.episodes.items():
         for t, eps in per.items():
             per[t] = [replace(o, judged=j.success, frame_judged=[j.success], frame_true=[o.success])
                       for o, j in zip(eps, judged.episodes[p][t])]
     sim.judge_validation = judge_validation(sim.episodes, sim.tasks)
+    assert PolicyEvaluation.from_json(json.loads(json.dumps(sim.to_json()))) == sim  # the typed validation round trip
     res = agreement(sim, {"as judged": judged, "as simulated": _wm({"a": 4, "b": 2, "c": 0})}, n_boot=50)
     alone = res.vs_judged_simulator
     assert alone["as judged"].all.mmrv == 0.0 and alone["as judged"].episodes_agreeing == 1.0
@@ -320,8 +325,6 @@ def test_agreement_holds_the_judge_fixed_and_splits_by_task():
 def test_evaluations_round_trip_and_older_files_load(tmp_path):
     """eval.json is written and read through PolicyEvaluation: the same object back; a file written before the tags
     (rows with the average and the seconds beside the task names, one ``execute``) loads through the same reader."""
-    import json
-
     from simforcing.policy.closed_loop.results import PolicyEvaluation
 
     ev = _wm({"a": 3, "b": 1, "c": 0})

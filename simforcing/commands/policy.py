@@ -307,9 +307,8 @@ def probe(args: argparse.Namespace, cfg: Optional[Config]) -> int:
                      args.jitter, resolve_device(args.device))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "probe.json", res)
-    atomic_write_text(out / "probe.md", res["table_md"] + "\n")
-    print(res["table_md"])
+    res.write(out)
+    print(res.table_md)
     print(f"wrote {out / 'probe.json'} and {out / 'probe.md'}")
     return 0
 

@@ -1,7 +1,7 @@
 """The demo's policy section (paper Tab. 5 at demo scale): one call for whoever assembles the demo report.
 
     res = policy_section(OUT, {"simforcing": RUN_SF, "sft": RUN_SFT}, full=False, seed=42, jobs=2, progress=print)
-    res["table_md"], res["commands"], res["rows"], res["wall_time_s"]
+    res.table_md, res.commands, res.rows, res.wall_time_s    # a PolicySectionResult (demo.policy_results)
 
 1. the policy dataset (``data synth-policy --layouts 2``: scripted-expert demonstrations in LIBERO-like fixed layouts,
    two cameras; cached in OUT/policy/data);
@@ -19,13 +19,13 @@ recorded provenance matches; what was made from other inputs is made again.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 from simforcing.demo.policy_jobs import eval_job, policy_data_job, train_job, wm_digests
+from simforcing.demo.policy_results import PolicySectionResult, read_inits
 from simforcing.demo.transfer_section import collect_full, full_policy_jobs
 from simforcing.jobs import Job, run_jobs, timings
 from simforcing.policy.closed_loop.evaluate import EXPERT, FLOOR
@@ -112,7 +112,7 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
     return jobs, info
 
 
-def collect_policy(info: dict, wall_time_s: dict | None = None) -> dict:
+def collect_policy(info: dict, wall_time_s: dict | None = None) -> PolicySectionResult:
     """The section's results from the files its jobs wrote: rows (expert, floor, each policy), the Tab. 5 table,
     the commands, each policy's initialisation report; also written to OUT/policy/results.json and table.md."""
     if info.get("full"):  # demo --full (demo.transfer_section)
@@ -122,28 +122,20 @@ def collect_policy(info: dict, wall_time_s: dict | None = None) -> dict:
         rows.update(PolicyEvaluation.read(ev, "the policy section's evaluation").rows)
     order = [EXPERT, FLOOR] + list(info["runs"])
     rows = {k: rows[k] for k in order if k in rows}
-    init = {}
-    for label, run in info["runs"].items():
-        p = Path(run) / "init.json"
-        if p.exists():
-            rep = json.loads(p.read_text())
-            init[label] = {"source": rep["source"], "inherited": len(rep["inherited"]), "new": len(rep["new"]),
-                           "partial": rep["partial"]}
-    res = {"rows": {k: r.to_json() for k, r in rows.items()},
-           "table_md": format_table(rows, ["reach", "push", "grasp"]), "commands": info["commands"],
-           "wall_time_s": wall_time_s or {}, "runs": info["runs"], "init": init, "data": info["data"],
-           "budget": info["budget"], "seed": info["seed"]}
+    res = PolicySectionResult(rows, format_table(rows, ["reach", "push", "grasp"]), info["commands"],
+                              wall_time_s or {}, info["runs"], read_inits(info["runs"]), info["data"], info["budget"],
+                              info["seed"])
     out = Path(info["out"])
-    atomic_write_json(out / "results.json", res)
-    atomic_write_text(out / "table.md", res["table_md"] + "\n")
+    atomic_write_json(out / "results.json", res.to_json())
+    atomic_write_text(out / "table.md", res.table_md + "\n")
     return res
 
 
 def policy_section(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = False, seed: int = 42, jobs: int = 1,
                    progress: Callable[[str], None] = print, quick: bool = False,
-                   budget: PolicyBudget | None = None) -> dict:
+                   budget: PolicyBudget | None = None) -> PolicySectionResult:
     """The whole section on its own (see the module docstring): :func:`policy_jobs` run on ``jobs`` slots, then
-    :func:`collect_policy`. Returns {"rows", "table_md", "commands", "wall_time_s", "runs", "init", ...}."""
+    :func:`collect_policy`."""
     budget = budget or (QUICK if quick else PolicyBudget())
     graph, info = policy_jobs(out_dir, wm_runs, full, seed, budget)
     for line in info["notes"]:

@@ -19,6 +19,7 @@ from simforcing.config import ConfigError
 from simforcing.demo.plan import (BASE_METHODS, ORACLE_CONDITION, P_RUNS, EvalKey, Plan, one_step,
                                   own_rollout_in_sim, run_tag, teacher_in_sim)
 from simforcing.demo.fewstep_section import FewStepSection, collect_fewstep, fewstep_lines
+from simforcing.demo.policy_results import PolicySectionResult
 from simforcing.demo.rollout_section import RolloutSection, collect_rollouts, rollout_lines
 from simforcing.demo.wm_eval_section import WorldModelEvalSection, collect_wm_eval, wm_eval_lines
 from simforcing.evaluate.results import CfgSweep, StepsSweep, WindowEvaluation, WindowScores
@@ -134,7 +135,7 @@ class DemoResults:
     videos: dict[str, list[str]]
     rollouts: Optional[RolloutSection]
     wm_eval: Optional[WorldModelEvalSection]
-    policy: Optional[dict]
+    policy: Optional[PolicySectionResult]
     wall_time_s: dict[str, float]
     summary: DemoSummary
     wall_time_reused: list[str] = field(default_factory=list)
@@ -163,7 +164,7 @@ class DemoResults:
                 "commands": self.commands, "fewstep": self.fewstep}
 
 
-def collect(plan: Plan, wall: dict, policy: Optional[dict], reused: Optional[list] = None,
+def collect(plan: Plan, wall: dict, policy: Optional[PolicySectionResult], reused: Optional[list] = None,
             budget: Optional[dict] = None) -> DemoResults:
     """Everything the report shows, from the files the jobs wrote."""
     evals = {key: _read(folder) for key, folder in plan.evals.items()}
@@ -357,22 +358,22 @@ def _sweep_section(res: DemoResults, plan: Plan) -> list[str]:
             f"![sweep heatmap]({relative_to(sw.heatmap, plan.out)})"]
 
 
-def _policy_section(pol: Optional[dict], plan: Plan) -> list[str]:
+def _policy_section(pol: Optional[PolicySectionResult], plan: Plan) -> list[str]:
     """Tab. 5 at demo scale (and with --full the seeds × initialisations measurement)."""
-    if not pol:
+    if pol is None:
         return []
     lines = ["", "## Policy transfer (paper Tab. 5): closed-loop success on held-out scenes", "",
-             pol["table_md"], "", _policy_setup(pol.get("budget", {})) +
+             pol.table_md, "", _policy_setup(pol.budget) +
              "Success % with 95 % Wilson intervals; every policy on the same scenes. One world model and one "
              "policy seed per row: a difference inside the intervals is not established (docs/"
              "POLICY_TRANSFER.md: three policy seeds, and world models retrained under load, where the rows "
              "tie). "
-             "Initialisations: " + "; ".join(f"{k}: {v['inherited']} tensors inherited, {v['new']} new"
-                                             for k, v in pol.get("init", {}).items())]
-    if pol.get("transfer_md"):  # demo --full: the seeds × initialisations measurement (demo.transfer_section)
-        lines += ["", pol["note"], "", pol["transfer_md"]]
-        if pol.get("transfer_png"):
-            lines += ["", f"![success per policy run]({relative_to(pol['transfer_png'], plan.out)})"]
+             "Initialisations: " + "; ".join(f"{k}: {v.inherited} tensors inherited, {v.new} new"
+                                             for k, v in pol.init.items())]
+    if pol.full:  # demo --full: the seeds × initialisations measurement (demo.transfer_section)
+        lines += ["", pol.full.note, "", pol.full.transfer_md]
+        if pol.full.transfer_png:
+            lines += ["", f"![success per policy run]({relative_to(pol.full.transfer_png, plan.out)})"]
     return lines
 
 

@@ -2,7 +2,7 @@
 
     jobs, info = full_policy_jobs(OUT, {"video_base": RUN0, "sft": ..., "simforcing": ..., "sft_seed43": ...},
                                   42, PolicyBudget(), TransferBudget())
-    res = collect_full(info, wall)       # res["table_md"], res["transfer_md"], res["probe"], ...
+    res = collect_full(info, wall)       # a PolicySectionResult: res.table_md, res.full.transfer_md, res.full.probe
 
 ``simforcing.demo.policy_section.policy_jobs(..., full=True)`` and ``collect_policy`` hand over to these; the default
 demo's section (``policy_jobs(full=False)``) is not changed by them.
@@ -27,17 +27,18 @@ OUT/policy/transfer/{RUN, eval_N/..., probe}. Every folder records its provenanc
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
 from simforcing.demo.policy_jobs import eval_job, policy_data_job, stale_fields, train_job, wm_digests
+from simforcing.demo.policy_results import FullMeasurement, PolicySectionResult, read_inits
 from simforcing.demo.transfer_stats import COMPARISONS, default_note, transfer_analysis, transfer_markdown
 from simforcing.jobs import Job
 from simforcing.policy.closed_loop.evaluate import EXPERT, FLOOR
 from simforcing.policy.closed_loop.results import PolicyEvaluation
 from simforcing.policy.closed_loop.tables import format_table
+from simforcing.policy.probe import ProbeResult
 from simforcing.runs.provenance import digest, provenance_record, write_provenance
 from simforcing.utils import atomic_write_json, atomic_write_text
 
@@ -213,11 +214,12 @@ def main_rows(info: dict) -> list[str]:
             and (s["wm_seed"] or SEED) == SEED and s["steps"] == info["budget"]["train_steps"]]
 
 
-def collect_full(info: dict, wall_time_s: Optional[dict] = None) -> dict:
+def collect_full(info: dict, wall_time_s: Optional[dict] = None) -> PolicySectionResult:
     """The measurement's results from the files its jobs wrote: the main table (expert, floor, the first seeds'
-    action-only policies), the seeds × initialisations analysis (``transfer``, ``transfer_md``) and the probe, the
-    commands, the main rows' initialisation reports (every run's: ``init_all``). Also OUT/policy/transfer/results.json,
-    table.md and transfer.png (every run's success, the means and their intervals, per setting and budget)."""
+    action-only policies), the seeds × initialisations analysis and the probe (``PolicySectionResult.full``), the
+    commands, the main rows' initialisation reports (every run's: ``full.init_all``). Also
+    OUT/policy/transfer/results.json, table.md and transfer.png (every run's success, the means and their intervals,
+    per setting and budget)."""
     rows, episodes = {}, {}
     for ev in info["evals"].values():
         res = PolicyEvaluation.read(ev, "the policy measurement's evaluation")
@@ -225,32 +227,24 @@ def collect_full(info: dict, wall_time_s: Optional[dict] = None) -> dict:
         episodes.update(res.episodes)
     main = main_rows(info)
     table_rows = {k: rows[k] for k in [EXPERT, FLOOR] + main if k in rows}
-    init_all = {}
-    for label, run in info["runs"].items():
-        p = Path(run) / "init.json"
-        if p.exists():
-            rep = json.loads(p.read_text())
-            init_all[label] = {"source": rep["source"], "inherited": len(rep["inherited"]), "new": len(rep["new"]),
-                               "partial": rep["partial"]}
+    init_all = read_inits(info["runs"])
     transfer = transfer_analysis(rows, episodes, info["specs"], {"full_eval_per_task": info["per_task"]},
                                  COMPARISONS)
-    probe_file = Path(info["probe"]) / "probe.json"
-    probe = json.loads(probe_file.read_text()) if probe_file.exists() else None
-    # the report's setup line (demo.report._policy_setup) reads eval_per_task: the measurement's
-    budget = {**info["budget"], "eval_per_task": info["per_task"]}
-    res = {"rows": {k: r.to_json() for k, r in rows.items()},
-           "table_md": format_table(table_rows, ["reach", "push", "grasp"]),
-           "commands": info["commands"], "wall_time_s": wall_time_s or {}, "runs": info["runs"],
-           "init": {k: v for k, v in init_all.items() if k in main}, "init_all": init_all, "data": info["data"],
-           "budget": budget, "transfer_budget": info["transfer_budget"], "seed": info["seed"], "full": True,
-           "per_task": info["per_task"], "main": main, "transfer": transfer, "probe": probe,
-           "transfer_md": transfer_markdown(transfer, probe, INIT_LABELS)}
-    res["note"] = default_note({k: rows[k] for k in main if k in rows}, {k: episodes.get(k) for k in main},
-                               {k: info["specs"][k]["init"] for k in main}, INIT_LABELS)
+    probe_dir = Path(info["probe"])
+    probe = ProbeResult.read(probe_dir, "the policy measurement's probe") if (probe_dir / "probe.json").exists() \
+        else None
+    note = default_note({k: rows[k] for k in main if k in rows}, {k: episodes.get(k) for k in main},
+                        {k: info["specs"][k]["init"] for k in main}, INIT_LABELS)
     out = Path(info["transfer_out"])
     from simforcing.plots import plot_transfer  # matplotlib: only here
-    res["transfer_png"] = str(plot_transfer(transfer.blocks, INIT_LABELS, out / "transfer.png",
-                                            f"success per policy run, {info['per_task']} held-out scenes per task"))
-    atomic_write_json(out / "results.json", res)
-    atomic_write_text(out / "table.md", res["table_md"] + "\n\n" + res["note"] + "\n\n" + res["transfer_md"] + "\n")
+    png = plot_transfer(transfer.blocks, INIT_LABELS, out / "transfer.png",
+                        f"success per policy run, {info['per_task']} held-out scenes per task")
+    full = FullMeasurement(init_all, info["transfer_budget"], info["per_task"], main, transfer, probe,
+                           transfer_markdown(transfer, probe, INIT_LABELS), note, str(png))
+    # the report's setup line (demo.report._policy_setup) reads eval_per_task: the measurement's
+    res = PolicySectionResult(rows, format_table(table_rows, ["reach", "push", "grasp"]), info["commands"],
+                              wall_time_s or {}, info["runs"], {k: v for k, v in init_all.items() if k in main},
+                              info["data"], {**info["budget"], "eval_per_task": info["per_task"]}, info["seed"], full)
+    atomic_write_json(out / "results.json", res.to_json())
+    atomic_write_text(out / "table.md", res.table_md + "\n\n" + note + "\n\n" + full.transfer_md + "\n")
     return res

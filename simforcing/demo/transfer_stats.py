@@ -24,12 +24,15 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from statistics import fmean, stdev
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 from scipy import stats
 
 from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyRow
+
+if TYPE_CHECKING:  # the probe's module loads torch and the policy runner; the statistics need neither
+    from simforcing.policy.probe import ProbeResult
 
 TASK_ORDER = ("reach", "push", "grasp")
 # A − B: the paper's claim first (world model > the video model it came from), then what separates the priors
@@ -298,7 +301,7 @@ def _ci(ci: list | None) -> str:
     return "—" if ci is None else f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
 
 
-def transfer_markdown(res: TransferAnalysis, probe: dict | None, labels: dict) -> str:
+def transfer_markdown(res: TransferAnalysis, probe: Optional[ProbeResult], labels: dict) -> str:
     """The seeds × initialisations tables, the paired differences and the probe (module docstring)."""
     lines = [f"### Seeds × initialisations ({res.scenes_per_task} held-out scenes per task, success %)", ""]
     for blk in res.blocks:
@@ -324,9 +327,9 @@ def transfer_markdown(res: TransferAnalysis, probe: dict | None, labels: dict) -
         lines.append("")
     if probe:
         lines += ["### What the frozen video expert gives an action-only policy (linear probe, held-out scenes)", "",
-                  probe["table_md"], "",
+                  probe.table_md, "",
                   f"Ridge read-out of each layer's first-frame keys and values (no state token), fitted on "
-                  f"{probe['n_fit']} frames of the training scenes, scored on {probe['n_test']} frames of held-out "
+                  f"{probe.n_fit} frames of the training scenes, scored on {probe.n_test} frames of held-out "
                   "scenes: RMS 3-D error and R². 'layout mean' = knowing which of the layouts the scene is and "
                   "nothing else (the object moves only by the layout's jitter)."]
     return "\n".join(lines)

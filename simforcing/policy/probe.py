@@ -1,7 +1,9 @@
 """What an action-only policy reads from its frozen video expert: a linear probe of the observation tokens.
 
     res = probe_runs({"video base": RUN_A, "SimForcing WM": RUN_B}, train_per_task=40, test_per_task=20)
-    print(res["table_md"])                     # `simforcing policy probe --runs NAME=RUN ... --out DIR`
+    print(res.table_md)                        # `simforcing policy probe --runs NAME=RUN ... --out DIR`
+    res.runs["video base"].layers[-1]["hand"].rmse_cm
+    res.write(DIR); ProbeResult.read(DIR, "--probe") == res     # DIR/probe.json (tagged) and probe.md
 
 In the action-only setting the video expert is frozen at its initialisation and encodes the current observation once
 per chunk; the action expert reads each layer's keys and values of those first-frame tokens
@@ -25,8 +27,9 @@ per chunk; the action expert reads each layer's keys and values of those first-f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -35,11 +38,96 @@ from simforcing.config import ConfigError
 from simforcing.policy.closed_loop.evaluate import EVAL_SEED, scene_mode
 from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.policy.infer import PolicyRunner
-from simforcing.utils import derive_seed
+from simforcing.result_files import POLICY_PROBE, read_result, tagged
+from simforcing.utils import atomic_write_json, atomic_write_text, derive_seed
 
 FIT_SEED = 100  # the policy dataset's seed (`data synth-policy`): the scenes the policies were trained on
 TARGETS = ("hand", "object")
 LAMBDAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)  # × the mean diagonal of the kernel
+FORMAT_VERSION = 1  # probe.json (a file written before the tags: recognised by its keys, result_files)
+
+
+@dataclass(frozen=True)
+class ProbeScore:
+    """A read-out's held-out score: R² over x, y, z (None where the targets do not vary) and the RMS 3-D error, cm."""
+
+    r2: Optional[float]
+    rmse_cm: float
+
+    def to_json(self) -> dict:
+        return {"r2": self.r2, "rmse_cm": self.rmse_cm}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ProbeScore":
+        return cls(d["r2"], float(d["rmse_cm"]))
+
+
+Scores = dict[str, ProbeScore]  # target (TARGETS) or reference name -> score
+
+
+@dataclass(frozen=True)
+class RunProbe:
+    """One run's probe: its folder, each layer's scores per target (first layer first) and the layer whose read-out
+    is best per target."""
+
+    run: str
+    layers: list[Scores]
+    best_layer: dict[str, int]
+
+    def to_json(self) -> dict:
+        return {"run": self.run, "layers": [_scores_json(s) for s in self.layers], "best_layer": dict(self.best_layer)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunProbe":
+        return cls(d["run"], [_scores(s) for s in d["layers"]], {t: int(j) for t, j in d["best_layer"].items()})
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """``policy probe``'s result (module docstring): every run's probe, the fitting and held-out frame counts, the
+    scenes' layouts and jitter, the reference errors (target -> reference name -> score), the VAE latent's scores and
+    the table (``probe_table``)."""
+
+    runs: dict[str, RunProbe]
+    n_fit: int
+    n_test: int
+    layouts: int
+    jitter: float
+    reference: dict[str, Scores]
+    latent: Scores
+    table_md: str
+
+    def to_json(self) -> dict:
+        return tagged(POLICY_PROBE, FORMAT_VERSION, {
+            "runs": {n: r.to_json() for n, r in self.runs.items()}, "n_fit": self.n_fit, "n_test": self.n_test,
+            "layouts": self.layouts, "jitter": self.jitter,
+            "reference": {t: _scores_json(s) for t, s in self.reference.items()}, "latent": _scores_json(self.latent),
+            "table_md": self.table_md})
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ProbeResult":
+        return cls({n: RunProbe.from_json(r) for n, r in d["runs"].items()}, int(d["n_fit"]), int(d["n_test"]),
+                   d["layouts"], d["jitter"], {t: _scores(s) for t, s in d["reference"].items()},
+                   _scores(d["latent"]), d["table_md"])
+
+    @classmethod
+    def read(cls, folder: str | Path, what: str) -> "ProbeResult":
+        """FOLDER/probe.json, or a ConfigError naming ``what`` and what the file holds instead."""
+        obj, _ = read_result(Path(folder) / "probe.json", POLICY_PROBE, FORMAT_VERSION, what)
+        return cls.from_json(obj)
+
+    def write(self, folder: str | Path) -> None:
+        """FOLDER/probe.json (tagged) and FOLDER/probe.md (the table), each written atomically."""
+        atomic_write_json(Path(folder) / "probe.json", self.to_json())
+        atomic_write_text(Path(folder) / "probe.md", self.table_md + "\n")
+
+
+def _scores_json(s: Scores) -> dict:
+    return {k: v.to_json() for k, v in s.items()}
+
+
+def _scores(d: dict) -> Scores:
+    return {k: ProbeScore.from_json(v) for k, v in d.items()}
 
 
 def probe_frames(seed: int, per_task: int, max_steps: int, layouts: int, jitter: float, height: int, width: int,
@@ -126,14 +214,14 @@ def ridge_probe(x_fit: np.ndarray, y_fit: np.ndarray, groups: np.ndarray, x_test
     return _kernel(xt, xf) @ alpha + y_mu, best
 
 
-def score(pred: np.ndarray, y: np.ndarray) -> dict:
+def score(pred: np.ndarray, y: np.ndarray) -> ProbeScore:
     """R² over the three coordinates and the RMS 3-D error in cm."""
     sse = float(((pred - y) ** 2).sum())
     sst = float(((y - y.mean(0)) ** 2).sum())
-    return {"r2": 1.0 - sse / sst if sst > 0 else None, "rmse_cm": 100.0 * float(np.sqrt(sse / len(y)))}
+    return ProbeScore(1.0 - sse / sst if sst > 0 else None, 100.0 * float(np.sqrt(sse / len(y))))
 
 
-def _reference(fit: dict, test: dict) -> dict:
+def _reference(fit: dict, test: dict) -> dict[str, Scores]:
     out = {t: {"fit mean": score(np.broadcast_to(fit[t].mean(0), test[t].shape), test[t])} for t in TARGETS}
     if (fit["layout"] >= 0).all():
         means = {l: fit["object"][fit["layout"] == l].mean(0) for l in np.unique(fit["layout"])}
@@ -144,10 +232,9 @@ def _reference(fit: dict, test: dict) -> dict:
 
 def probe_runs(runs: dict[str, str | Path], train_per_task: int = 40, test_per_task: int = 20, max_steps: int = 30,
                layouts: int | None = None, jitter: float | None = None, device="cpu",
-               progress: Callable[[str], None] = print) -> dict:
-    """The probe of every run (name -> an action-only policy run; its frozen video expert is its initialisation's):
-    {"runs": {name: {"layers": [{"hand": score, "object": score}, ...], "last": ..., "best": ...}}, "latent",
-    "reference", "n_fit", "n_test", "table_md", ...} (module docstring)."""
+               progress: Callable[[str], None] = print) -> ProbeResult:
+    """The probe of every run (name -> an action-only policy run; its frozen video expert is its initialisation's;
+    module docstring)."""
     if train_per_task < 2 or test_per_task < 1:
         raise ConfigError(f"--train-scenes {train_per_task} --test-scenes {test_per_task}: expected at least 2 fitting "
                           "scenes and 1 held-out scene per task")
@@ -168,44 +255,43 @@ def probe_runs(runs: dict[str, str | Path], train_per_task: int = 40, test_per_t
     fit = probe_frames(FIT_SEED, train_per_task, max_steps, layouts, jitter, h, w, cameras=first.policy.cameras)
     test = probe_frames(EVAL_SEED, test_per_task, max_steps, layouts, jitter, h, w, cameras=first.policy.cameras)
     progress(f"probe: {len(fit['hand'])} fitting frames, {len(test['hand'])} held-out frames")
-    out: dict = {"runs": {}, "n_fit": len(fit["hand"]), "n_test": len(test["hand"]), "layouts": layouts,
-                 "jitter": jitter, "reference": _reference(fit, test)}
-    latent_done = False
+    probes: dict[str, RunProbe] = {}
+    latent: Optional[Scores] = None
     for name, runner in runners.items():
         f_layers, f_lat = observation_features(runner, fit)
         t_layers, t_lat = observation_features(runner, test)
-        if not latent_done:
-            out["latent"] = {t: score(ridge_probe(f_lat, fit[t], fit["scene"], t_lat)[0], test[t]) for t in TARGETS}
-            latent_done = True
+        if latent is None:
+            latent = {t: score(ridge_probe(f_lat, fit[t], fit["scene"], t_lat)[0], test[t]) for t in TARGETS}
         layers = []
         for xf, xt in zip(f_layers, t_layers):
             layers.append({t: score(ridge_probe(xf, fit[t], fit["scene"], xt)[0], test[t]) for t in TARGETS})
-        best = {t: min(range(len(layers)), key=lambda j, t=t: layers[j][t]["rmse_cm"]) for t in TARGETS}
-        out["runs"][name] = {"run": str(runs[name]), "layers": layers, "best_layer": best}
-        progress(f"probe {name}: " + ", ".join(f"{t} {layers[-1][t]['rmse_cm']:.1f} cm (last layer)"
-                                               for t in TARGETS))
-    out["table_md"] = probe_table(out)
-    return out
+        best = {t: min(range(len(layers)), key=lambda j, t=t: layers[j][t].rmse_cm) for t in TARGETS}
+        probes[name] = RunProbe(str(runs[name]), layers, best)
+        progress(f"probe {name}: " + ", ".join(f"{t} {layers[-1][t].rmse_cm:.1f} cm (last layer)" for t in TARGETS))
+    reference = _reference(fit, test)
+    return ProbeResult(probes, len(fit["hand"]), len(test["hand"]), layouts, jitter, reference, latent,
+                       probe_table(probes, latent, reference))
 
 
-def _cell(s: dict) -> str:
-    return f"{s['rmse_cm']:.1f} cm, R² {s['r2']:.2f}" if s.get("r2") is not None else f"{s['rmse_cm']:.1f} cm"
+def _cell(s: ProbeScore) -> str:
+    return f"{s.rmse_cm:.1f} cm, R² {s.r2:.2f}" if s.r2 is not None else f"{s.rmse_cm:.1f} cm"
 
 
-def probe_table(res: dict, labels: dict | None = None) -> str:
+def probe_table(runs: dict[str, RunProbe], latent: Optional[Scores], reference: dict[str, Scores],
+                labels: dict | None = None) -> str:
     """Markdown: per run the held-out error of the last layer's and the best layer's read-out, hand and object."""
     labels = labels or {}
-    ref = res["reference"]
     lines = ["| video expert of | hand, last layer | hand, best layer | object, last layer | object, best layer |",
              "|---|---|---|---|---|"]
-    for name, r in res["runs"].items():
-        last, best = r["layers"][-1], r["best_layer"]
-        lines.append(f"| {labels.get(name, name)} | {_cell(last['hand'])} | {_cell(r['layers'][best['hand']]['hand'])}"
+    for name, r in runs.items():
+        last, best = r.layers[-1], r.best_layer
+        lines.append(f"| {labels.get(name, name)} | {_cell(last['hand'])} | {_cell(r.layers[best['hand']]['hand'])}"
                      f" (layer {best['hand']}) | {_cell(last['object'])} | "
-                     f"{_cell(r['layers'][best['object']]['object'])} (layer {best['object']}) |")
-    lat = res.get("latent")
-    if lat:
-        lines.append(f"| (the VAE latent, the expert's input) | {_cell(lat['hand'])} | — | {_cell(lat['object'])} | — |")
-    obj_ref = "; ".join(f"{k} {v['rmse_cm']:.1f} cm" for k, v in ref["object"].items())
-    lines.append(f"| (reference: no read-out) | fit mean {ref['hand']['fit mean']['rmse_cm']:.1f} cm | — | {obj_ref} | — |")
+                     f"{_cell(r.layers[best['object']]['object'])} (layer {best['object']}) |")
+    if latent:
+        lines.append(f"| (the VAE latent, the expert's input) | {_cell(latent['hand'])} | — | "
+                     f"{_cell(latent['object'])} | — |")
+    obj_ref = "; ".join(f"{k} {v.rmse_cm:.1f} cm" for k, v in reference["object"].items())
+    lines.append(f"| (reference: no read-out) | fit mean {reference['hand']['fit mean'].rmse_cm:.1f} cm | — | {obj_ref} "
+                 "| — |")
     return "\n".join(lines)

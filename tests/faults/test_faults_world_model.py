@@ -191,7 +191,7 @@ def test_a_judge_is_never_written_into_a_run_folder(world_model_run, judge_dir, 
     _refused(["model", "fit-judge", "--data", judge_dir.parent / "data", "--out", world_model_run, "--steps", "1"],
              capsys, "--out", "is a stage-1 run")
     assert digest(world_model_run) == before
-    assert load_judge(save_judge(load_judge(judge_dir), tmp_path / "j")).source["path"] == str((tmp_path / "j").resolve())
+    assert load_judge(save_judge(load_judge(judge_dir), tmp_path / "j")).source.path == str((tmp_path / "j").resolve())
 
 
 def test_the_evaluation_records_what_judged_and_what_was_judged(world_model_run, judge_dir, tmp_path,  # noqa: F811
@@ -202,8 +202,10 @@ def test_the_evaluation_records_what_judged_and_what_was_judged(world_model_run,
     assert main([str(w) for w in _wm_eval_words(world_model_run, judge_dir, out, "--no-baselines",
                                                 "--expert-noise", "0.01")]) == 0
     res = json.loads((out / "eval.json").read_text())
-    assert res["judge"]["path"] == str(judge_dir.resolve()) and res["judge"] == dict(
-        res["judge"], **judge_identity(judge_dir)) and res["judge"]["benchmark"]["layouts"] == LAYOUTS
+    source = judge_identity(judge_dir)
+    assert res["judge"]["path"] == source.path == str(judge_dir.resolve()) and res["judge"]["sha256"] == source.sha256
+    assert list(res["judge"]) == ["benchmark", "consecutive", "weights_sha256", "path", "sha256"]
+    assert res["judge"]["benchmark"]["layouts"] == LAYOUTS
     wm = res["world_model"]
     assert wm["run"] == str(world_model_run.resolve()) and wm["finished"] is True and wm["step"] >= 1
     assert Path(wm["checkpoint"]).name == f"step_{wm['step']:06d}"
@@ -297,7 +299,7 @@ def test_fit_judge_refuses_bad_data_before_writing_anything(judge_dir, world_mod
     out = tmp_path / "good"
     assert main([str(w) for w in [*fit, "--data", src, "--out", out, "--sim-episodes", "2", "--layouts",
                                   str(LAYOUTS)]]) == 0
-    assert load_judge(out).source["path"] == str(out.resolve())
+    assert load_judge(out).source.path == str(out.resolve())
 
 
 def test_an_interrupted_fit_leaves_nothing_that_loads(judge_dir, tmp_path, monkeypatch, capsys):  # noqa: F811

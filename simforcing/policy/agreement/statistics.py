@@ -32,7 +32,8 @@ import numpy as np
 
 from simforcing.config import ConfigError
 from simforcing.policy.closed_loop.results import (ENV_NAMES, SIMULATOR, WORLD_MODEL, AgreementResult, EpisodeOutcome,
-                                                   JudgeHeldFixed, PolicyEvaluation, RankingStats, Rate, same_judge)
+                                                   JudgeHeldFixed, JudgeRecord, PolicyEvaluation, RankingStats, Rate,
+                                                   same_judge)
 from simforcing.policy.closed_loop.tables import agreement_markdown
 from simforcing.utils import atomic_write_json, atomic_write_text
 
@@ -158,11 +159,15 @@ def check_matching(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], sim_
                               "the same policies on the same scenes with the same judge in every environment")
 
 
-def _judge_name(rec: Optional[dict]) -> str:
-    if not rec:
+def _judge_json(rec: Optional[JudgeRecord]) -> Optional[dict]:
+    """The judge as ``matched`` holds it (agreement.json's record of what every evaluation shared)."""
+    return None if rec is None else rec.to_json()
+
+
+def _judge_name(rec: Optional[JudgeRecord]) -> str:
+    if rec is None:
         return "none"
-    digest = rec.get("weights_sha256")
-    return f"weights {digest[:12]}" if digest else f"fitted on {rec.get('benchmark', rec)}"
+    return f"weights {rec.weights_sha256[:12]}" if rec.weights_sha256 else f"fitted on {rec.benchmark}"
 
 
 def merge_evals(evals: list[PolicyEvaluation], what: str = "--sim") -> PolicyEvaluation:
@@ -293,7 +298,7 @@ def agreement(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], n_boot: i
         envs={name: {p: _rate(m[i]) for i, p in enumerate(players)} for name, m in matrices.items()},
         ranking=rank, episode_agreement=per_episode, judge_validation=sim.judge_validation,
         vs_judged_simulator=alone, n_boot=n_boot,
-        matched={**{k: getattr(sim, k) for k in SCENE_SETTINGS}, "judge": next(iter(wms.values())).judge})
+        matched={**{k: getattr(sim, k) for k in SCENE_SETTINGS}, "judge": _judge_json(next(iter(wms.values())).judge)})
 
 
 def write_agreement(sim_dirs: list[str | Path], wm_dirs: dict[str, str | Path], out: str | Path,

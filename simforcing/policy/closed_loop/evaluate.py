@@ -31,7 +31,7 @@ import torch
 
 from simforcing.config import ConfigError
 from simforcing.data.paired import to_unit_range
-from simforcing.policy.closed_loop.results import SIMULATOR, EpisodeOutcome, PolicyEvaluation, PolicyRow
+from simforcing.policy.closed_loop.results import SIMULATOR, EpisodeOutcome, JudgeRecord, PolicyEvaluation, PolicyRow
 from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv, held_out_scenes
 from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.judge.success_judge import first_success, frame_verdicts
@@ -223,7 +223,7 @@ def make_players(runs: dict[str, str | Path], baselines: bool = True, expert_noi
     return players
 
 
-def judge_record(judge) -> dict:
+def judge_record(judge) -> JudgeRecord:
     """What an evaluation records about the success judge that judged it: the benchmark it was fitted on, its
     consecutive-frames rule and a digest of its weights (two evaluations were judged alike iff these agree,
     :func:`same_judge`), and where it was loaded from (its folder and a digest of its files) when it was."""
@@ -231,8 +231,8 @@ def judge_record(judge) -> dict:
     for name, t in sorted(judge.net.state_dict().items()):
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return {"benchmark": judge.benchmark, "consecutive": judge.consecutive, "weights_sha256": h.hexdigest(),
-            **(judge.source or {"path": None, "sha256": None})}
+    src = judge.source
+    return JudgeRecord(judge.benchmark, judge.consecutive, h.hexdigest(), src and src.path, src and src.sha256)
 
 
 

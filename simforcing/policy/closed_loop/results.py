@@ -127,16 +127,96 @@ class PolicyRow:
 Episodes = dict[str, dict[str, list[EpisodeOutcome]]]  # player -> task -> outcomes in scene order
 
 
+@dataclass(frozen=True)
+class Confusion:
+    """Verdicts against the truth (``policy.judge.success_judge.confusion``): the counts, and precision, recall,
+    accuracy and Cohen's κ (None where undefined)."""
+
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+    n: int
+    precision: Optional[float]
+    recall: Optional[float]
+    accuracy: Optional[float]
+    kappa: Optional[float]
+
+    def to_json(self) -> dict:
+        return {"tp": self.tp, "fp": self.fp, "fn": self.fn, "tn": self.tn, "n": self.n, "precision": self.precision,
+                "recall": self.recall, "accuracy": self.accuracy, "kappa": self.kappa}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Confusion":
+        return cls(int(d["tp"]), int(d["fp"]), int(d["fn"]), int(d["tn"]), int(d["n"]), d["precision"], d["recall"],
+                   d["accuracy"], d["kappa"])
+
+
+@dataclass(frozen=True)
+class TaskValidation:
+    """The judge on one task's (or "all") simulator frames (``policy.judge.validation``): its frame and episode verdicts
+    against MuJoCo's, and the median |reading − truth| per output in cm (None where no readings were kept)."""
+
+    frame: Confusion
+    episode: Confusion
+    median_error_cm: Optional[dict[str, float]] = None
+
+    def to_json(self) -> dict:
+        out = {"frame": self.frame.to_json(), "episode": self.episode.to_json()}
+        if self.median_error_cm is not None:
+            out["median_error_cm"] = dict(self.median_error_cm)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TaskValidation":
+        med = d.get("median_error_cm")
+        return cls(Confusion.from_json(d["frame"]), Confusion.from_json(d["episode"]),
+                   None if med is None else dict(med))
+
+
+JudgeValidation = dict[str, TaskValidation]  # task (and "all") -> the judge's validation
+
+
+def validation_json(jv: Optional[JudgeValidation]) -> Optional[dict]:
+    return None if jv is None else {t: v.to_json() for t, v in jv.items()}
+
+
+def validation_from_json(d: Optional[dict]) -> Optional[JudgeValidation]:
+    return None if d is None else {t: TaskValidation.from_json(v) for t, v in d.items()}
+
+
 JUDGE_KEYS = ("benchmark", "consecutive", "weights_sha256")  # what makes two judges the same (not where they lie)
 
 
-def same_judge(a: Optional[dict], b: Optional[dict]) -> bool:
-    """Whether two evaluations' judge records (``policy.closed_loop.evaluate.judge_record``) are of the same judge: the
-    same weights, fitted for the same benchmark, with the same rule (copies of one judge in two folders are the same
-    judge)."""
+@dataclass(frozen=True)
+class JudgeRecord:
+    """What an evaluation records about the success judge that judged it (``policy.closed_loop.evaluate.judge_record``):
+    the benchmark it was fitted on, its consecutive-frames rule, a digest of its weights, and the folder it was loaded
+    from and a digest of its files (None for a judge not loaded from a folder)."""
+
+    benchmark: dict
+    consecutive: int
+    weights_sha256: str
+    path: Optional[str] = None
+    sha256: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return {"benchmark": self.benchmark, "consecutive": self.consecutive, "weights_sha256": self.weights_sha256,
+                "path": self.path, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, d: Optional[dict]) -> Optional["JudgeRecord"]:
+        if d is None:
+            return None
+        return cls(d.get("benchmark"), d.get("consecutive"), d.get("weights_sha256"), d.get("path"), d.get("sha256"))
+
+
+def same_judge(a: Optional[JudgeRecord], b: Optional[JudgeRecord]) -> bool:
+    """Whether two evaluations' judge records are of the same judge: the same weights, fitted for the same benchmark,
+    with the same rule (copies of one judge in two folders are the same judge)."""
     if a is None or b is None:
         return a is b
-    return all(a.get(k) == b.get(k) for k in JUDGE_KEYS)
+    return all(getattr(a, k) == getattr(b, k) for k in JUDGE_KEYS)
 
 
 @dataclass
@@ -165,8 +245,8 @@ class PolicyEvaluation:
     learned: list[str]
     executed: dict[str, int]
     seconds: float
-    judge: Optional[dict] = None
-    judge_validation: Optional[dict] = None
+    judge: Optional[JudgeRecord] = None
+    judge_validation: Optional[JudgeValidation] = None
     wm: Optional[str] = None
     world_model: Optional[dict] = None  # the world model's run, checkpoint, step and whether it was finished
     sampler: Optional[dict] = None
@@ -178,11 +258,13 @@ class PolicyEvaluation:
         body = {"env": self.env, "seed": self.seed, "per_task": self.per_task, "max_steps": self.max_steps,
                 "tasks": list(self.tasks), "layouts": self.layouts, "jitter": self.jitter,
                 "resolution": list(self.resolution), "scenes": self.scenes, "learned": list(self.learned),
-                "executed": self.executed, "runs": self.runs, "judge": self.judge, "wm": self.wm,
+                "executed": self.executed, "runs": self.runs,
+                "judge": None if self.judge is None else self.judge.to_json(), "wm": self.wm,
                 "world_model": self.world_model,
                 "sampler": self.sampler, "seconds": self.seconds, "timing": self.timing,
                 "episodes_per_minute": self.episodes_per_minute,
-                "rows": {n: r.to_json() for n, r in self.rows.items()}, "judge_validation": self.judge_validation,
+                "rows": {n: r.to_json() for n, r in self.rows.items()},
+                "judge_validation": validation_json(self.judge_validation),
                 "episodes": {p: {t: [o.to_json() for o in os_] for t, os_ in per.items()}
                              for p, per in self.episodes.items()}}
         return tagged(POLICY_EVALUATION, FORMAT_VERSION, body)
@@ -202,7 +284,8 @@ class PolicyEvaluation:
                    episodes={p: {t: [EpisodeOutcome.from_json(o) for o in os_] for t, os_ in per.items()}
                              for p, per in d["episodes"].items()},
                    runs=dict(d.get("runs") or {}), learned=learned, executed=dict(executed),
-                   seconds=float(d["seconds"]), judge=d.get("judge"), judge_validation=d.get("judge_validation"),
+                   seconds=float(d["seconds"]), judge=JudgeRecord.from_json(d.get("judge")),
+                   judge_validation=validation_from_json(d.get("judge_validation")),
                    wm=d.get("wm"), world_model=d.get("world_model"), sampler=d.get("sampler"), timing=d.get("timing"),
                    episodes_per_minute=d.get("episodes_per_minute"))
 
@@ -289,7 +372,7 @@ class AgreementResult:
     envs: dict[str, dict[str, Rate]]
     ranking: dict[str, dict[str, Optional[RankingStats]]]
     episode_agreement: dict[str, dict[str, float]]
-    judge_validation: Optional[dict]
+    judge_validation: Optional[JudgeValidation]
     vs_judged_simulator: dict[str, JudgeHeldFixed]
     n_boot: int
     matched: dict = field(default_factory=dict)
@@ -302,7 +385,8 @@ class AgreementResult:
                 "envs": {e: {p: r.to_json() for p, r in rows.items()} for e, rows in self.envs.items()},
                 "ranking": {e: {k: None if s is None else s.to_json() for k, s in v.items()}
                             for e, v in self.ranking.items()},
-                "episode_agreement": self.episode_agreement, "judge_validation": self.judge_validation,
+                "episode_agreement": self.episode_agreement,
+                "judge_validation": validation_json(self.judge_validation),
                 "vs_judged_simulator": {e: v.to_json() for e, v in self.vs_judged_simulator.items()},
                 "n_boot": self.n_boot, "scatter": self.scatter, "videos": self.videos}
         return tagged(AGREEMENT, FORMAT_VERSION, body)
@@ -313,7 +397,8 @@ class AgreementResult:
                    scenes=int(d["scenes"]), sim={p: Rate.from_json(r) for p, r in d["sim"].items()},
                    envs={e: {p: Rate.from_json(r) for p, r in rows.items()} for e, rows in d["envs"].items()},
                    ranking={e: {k: RankingStats.from_json(s) for k, s in v.items()} for e, v in d["ranking"].items()},
-                   episode_agreement=d["episode_agreement"], judge_validation=d.get("judge_validation"),
+                   episode_agreement=d["episode_agreement"],
+                   judge_validation=validation_from_json(d.get("judge_validation")),
                    vs_judged_simulator={e: JudgeHeldFixed.from_json(v)
                                         for e, v in (d.get("vs_judged_simulator") or {}).items()},
                    n_boot=int(d["n_boot"]), matched=d.get("matched") or {}, scatter=d.get("scatter"),

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simforcing.policy.closed_loop.results import WORLD_MODEL, AgreementResult, PolicyEvaluation, PolicyRow, Rate
+from simforcing.policy.closed_loop.results import (WORLD_MODEL, AgreementResult, JudgeValidation, PolicyEvaluation,
+                                                   PolicyRow, Rate)
 from simforcing.policy.judge.success_judge import OUTPUTS
 from simforcing.runs.folder import unfinished_note
 from simforcing.utils import fmt_num
@@ -57,17 +58,17 @@ def format_table(rows: dict[str, PolicyRow], tasks: list[str], labels: dict | No
     return "\n".join(lines)
 
 
-def judge_validation_md(jv: dict) -> list[str]:
+def judge_validation_md(jv: JudgeValidation) -> list[str]:
     """The judge's validation (``policy.judge.validation``) as a markdown table (``policy agreement``, and ``policy
     eval --judge`` in the simulator)."""
     lines = ["The judge on the simulator's own frames against MuJoCo's verdicts:", "",
              "| task | frames: precision | recall | κ | episodes: precision | recall | κ |",
              "|---|---|---|---|---|---|---|"]
     for t, v in jv.items():
-        f, e = v["frame"], v["episode"]
-        lines.append(f"| {t} | {fmt_num(f['precision'], 2)} | {fmt_num(f['recall'], 2)} | {fmt_num(f['kappa'], 2)} "
-                     f"| {fmt_num(e['precision'], 2)} | {fmt_num(e['recall'], 2)} | {fmt_num(e['kappa'], 2)} |")
-    med = {t: v["median_error_cm"] for t, v in jv.items() if "median_error_cm" in v}
+        f, e = v.frame, v.episode
+        lines.append(f"| {t} | {fmt_num(f.precision, 2)} | {fmt_num(f.recall, 2)} | {fmt_num(f.kappa, 2)} "
+                     f"| {fmt_num(e.precision, 2)} | {fmt_num(e.recall, 2)} | {fmt_num(e.kappa, 2)} |")
+    med = {t: v.median_error_cm for t, v in jv.items() if v.median_error_cm is not None}
     if med:
         lines += ["", "Its readings against the simulator's truth, median |error| over every frame (cm; r = hand − "
                   "object, d = object's displacement):", "",

@@ -143,7 +143,7 @@ def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player],
 
 def judge_name(judge: SuccessJudge) -> str:
     """The judge's folder (as loaded), or what it is when not loaded from one."""
-    return (judge.source or {}).get("path") or "the judge"
+    return judge.source.path if judge.source is not None else "the judge"
 
 
 def execute_count(execute: Optional[int], players: dict[str, Player], wm: Optional[LoadedWorldModel]) -> int:

@@ -43,6 +43,7 @@ from simforcing.data.format import (DataError, episode_file, is_dataset, load_np
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
 from simforcing.evaluate.probe import ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames
+from simforcing.policy.closed_loop.results import Confusion
 from simforcing.policy.data import FORMAT as POLICY_FORMAT, read_policy_info
 from simforcing.runs.folder import JUDGE_FILE, JUDGE_META, what_folder
 from simforcing.training.optim import warmup_cosine
@@ -114,7 +115,7 @@ class SuccessJudge:
     metres; ``judge.benchmark`` what it was fitted on."""
 
     def __init__(self, net: JudgeNet, benchmark: dict, report: Optional[dict] = None, consecutive: int = 2,
-                 source: Optional[dict] = None):
+                 source: Optional[JudgeSource] = None):
         self.net, self.benchmark, self.report = net.eval(), dict(benchmark), report or {}
         self.consecutive = int(consecutive)  # judged frames in a row that make an episode's success
         self.source = source  # which files it was loaded from (:func:`judge_identity`); None for one not loaded
@@ -174,14 +175,22 @@ def save_judge(judge: SuccessJudge, out: str | Path) -> Path:
     return out
 
 
-def judge_identity(folder: str | Path) -> dict:
-    """{"path": the folder resolved, "sha256": one digest over its two files}: which judge judged, exactly."""
+@dataclass(frozen=True)
+class JudgeSource:
+    """Which judge judged, exactly: the folder it was loaded from (resolved) and one digest over its two files."""
+
+    path: str
+    sha256: str
+
+
+def judge_identity(folder: str | Path) -> JudgeSource:
+    """The :class:`JudgeSource` of the judge in ``folder``."""
     folder = Path(folder)
     h = hashlib.sha256()
     for name in (JUDGE_META, JUDGE_FILE):
         h.update(name.encode())
         h.update((folder / name).read_bytes())
-    return {"path": str(folder.resolve()), "sha256": h.hexdigest()}
+    return JudgeSource(str(folder.resolve()), h.hexdigest())
 
 
 def load_judge(folder: str | Path, device: str | torch.device = "cpu") -> SuccessJudge:
@@ -414,7 +423,7 @@ def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeF
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def confusion(pred: Sequence[bool], true: Sequence[bool]) -> dict:
+def confusion(pred: Sequence[bool], true: Sequence[bool]) -> Confusion:
     """Precision, recall, accuracy and Cohen's κ of ``pred`` against ``true`` (None where undefined)."""
     p, t = np.asarray(pred, bool), np.asarray(true, bool)
     tp, fp = int((p & t).sum()), int((p & ~t).sum())
@@ -423,6 +432,5 @@ def confusion(pred: Sequence[bool], true: Sequence[bool]) -> dict:
     acc = (tp + tn) / n if n else None
     pe = ((tp + fp) * (tp + fn) + (fn + tn) * (fp + tn)) / (n * n) if n else None
     kappa = None if n == 0 or pe is None or pe >= 1 else (acc - pe) / (1 - pe)
-    return {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "n": n,
-            "precision": tp / (tp + fp) if tp + fp else None, "recall": tp / (tp + fn) if tp + fn else None,
-            "accuracy": acc, "kappa": kappa}
+    return Confusion(tp, fp, fn, tn, n, tp / (tp + fp) if tp + fp else None, tp / (tp + fn) if tp + fn else None,
+                     acc, kappa)

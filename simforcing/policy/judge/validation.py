@@ -9,13 +9,13 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.policy.closed_loop.results import Episodes
+from simforcing.policy.closed_loop.results import Episodes, JudgeValidation, TaskValidation
 from simforcing.policy.judge.success_judge import OUTPUTS, confusion
 
 
-def judge_validation(episodes: Episodes, tasks: list[str]) -> Optional[dict]:
-    """Per task and over "all": {"frame": confusion, "episode": confusion, "median_error_cm": {output: cm}} from the
-    outcomes of a simulator evaluation made with a judge (None without one)."""
+def judge_validation(episodes: Episodes, tasks: list[str]) -> Optional[JudgeValidation]:
+    """Per task and over "all" a :class:`TaskValidation` (frame and episode confusions, the median error per output in
+    cm) from the outcomes of a simulator evaluation made with a judge (None without one)."""
     out = {}
     for task in tasks + ["all"]:
         eps = [o for per in episodes.values() for t, os_ in per.items() if task in (t, "all") for o in os_]
@@ -23,10 +23,10 @@ def judge_validation(episodes: Episodes, tasks: list[str]) -> Optional[dict]:
             return None
         fj = [v for o in eps for v in o.frame_judged]
         ft = [v for o in eps for v in o.frame_true]
-        out[task] = {"frame": confusion(fj, ft), "episode": confusion([o.judged for o in eps],
-                                                                      [o.success for o in eps])}
         errors = [row for o in eps for row in (o.frame_error_mm or ())]
+        med = None
         if errors:  # the judge's readings against the simulator's truth: median |error| per output, every frame
-            med = np.median(np.asarray(errors, float), axis=0) / 10
-            out[task]["median_error_cm"] = {k: round(float(v), 2) for k, v in zip(OUTPUTS, med)}
+            med = {k: round(float(v), 2) for k, v in zip(OUTPUTS, np.median(np.asarray(errors, float), axis=0) / 10)}
+        out[task] = TaskValidation(confusion(fj, ft), confusion([o.judged for o in eps], [o.success for o in eps]),
+                                   med)
     return out
