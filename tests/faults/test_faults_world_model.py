@@ -406,5 +406,7 @@ def test_ctrl_c_while_a_command_is_still_importing_torch(tmp_path):
         out, _ = proc.communicate(timeout=120)
     finally:
         stop_process(proc)
-    assert proc.returncode == 130 and "Traceback" not in out, out
+    # 130, or death by SIGINT (-2) after the line when the signal lands inside torch's own import machinery on a
+    # loaded machine: a shell reports both as exit status 130 (128 + SIGINT), and neither leaves a traceback
+    assert proc.returncode in (130, -signal.SIGINT) and "Traceback" not in out, out
     assert "simforcing policy eval: interrupted" in out and not (tmp_path / "e").exists()
