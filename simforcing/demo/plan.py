@@ -37,13 +37,14 @@ class WorldModelEvalBudget:
     budgets: tuple = (500,)  # training steps of the one-camera policies (the default demo)
     budgets_full: tuple = (250, 500)  # with --full: two budgets
     expert_noise: tuple = (0.01, 0.02, 0.04)  # metres per step: the scripted expert degraded
-    judge_steps: int = 2000  # the default demo's judge (its accuracy caps the agreement: docs/WORLD_MODEL_EVAL.md)
+    # the success judge (its accuracy caps the agreement; both validated in docs/WORLD_MODEL_EVAL.md): fitting steps,
+    # simulator rollouts it is also fitted on (another scene seed), and the rendered frames of each rollout
+    # (``model fit-judge --sim-frames K``: only K frames rendered, so many more scenes for the time; None: every frame)
+    judge_steps: int = 5000
     judge_steps_full: int = 5000
-    judge_rollouts: int = 60  # simulator rollouts the judge is also fitted on (another scene seed)
-    judge_rollouts_full: int = 600  # the judge validated in docs/WORLD_MODEL_EVAL.md
-    # rendered frames of each rollout (``model fit-judge --sim-frames K``: cheaper rollouts, so more scenes for the
-    # same time); None renders every frame, as both judges were validated (docs/WORLD_MODEL_EVAL.md)
-    judge_frames: Optional[int] = None
+    judge_rollouts: int = 600
+    judge_rollouts_full: int = 600
+    judge_frames: Optional[int] = 8
     judge_frames_full: Optional[int] = None
 
 

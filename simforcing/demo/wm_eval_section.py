@@ -111,13 +111,12 @@ def collect_wm_eval(plan: Plan) -> Optional[WorldModelEvalSection]:
 
 def judge_budget_sentence(w, full: bool) -> str:
     """What the judge was fitted on, and what that means for the table (a judge below a κ near 1 caps it)."""
-    rollouts, steps = (w.judge_rollouts_full, w.judge_steps_full) if full else (w.judge_rollouts, w.judge_steps)
-    text = (f"The success judge was fitted on {rollouts} simulator rollouts for {steps} steps; its agreement with "
-            "MuJoCo (the last table) caps what any world model judged by it can show")
-    if not full:
-        text += (f" — this one is the 20-minute demo's; `demo --full` fits it on {w.judge_rollouts_full} rollouts "
-                 f"for {w.judge_steps_full} steps, which lifts the harness to the aim (docs/WORLD_MODEL_EVAL.md)")
-    return text + "."
+    rollouts, steps, frames = ((w.judge_rollouts_full, w.judge_steps_full, w.judge_frames_full) if full else
+                               (w.judge_rollouts, w.judge_steps, w.judge_frames))
+    rendered = "every frame rendered" if frames is None else f"{frames} frames of each rendered"
+    return (f"The success judge was fitted on {rollouts} simulator rollouts ({rendered}) for {steps} steps; its "
+            "agreement with MuJoCo (the harness row and the last table) caps what any world model judged by it can "
+            "show (docs/WORLD_MODEL_EVAL.md).")
 
 
 def wm_eval_lines(section: Optional[WorldModelEvalSection], plan: Plan) -> list[str]:
