@@ -15,9 +15,9 @@ rendered from these types by ``evaluate.tables``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from simforcing.result_files import ROLLOUT_DRIFT, SWEEP_CFG, SWEEP_STEPS, WINDOW_EVALUATION, read_result, tagged
 
@@ -300,8 +300,36 @@ SWEEP_METRICS = tuple(k for k in SweepRow.__dataclass_fields__ if k in WindowSco
                       or k in ACTION_KEYS)
 
 
+class _Sweep:
+    """What both sweeps' results share: their JSON is their fields with the configs' rows and the rendered table
+    (``table_md``, for people; ignored when read back), tagged as ``KIND``, in ``FILE`` of the sweep's folder."""
+
+    KIND: ClassVar[str]
+    FILE: ClassVar[str]
+
+    def markdown(self) -> str:
+        raise NotImplementedError
+
+    def to_json(self) -> dict:
+        body = {f.name: getattr(self, f.name) for f in fields(self)}
+        body["configs"] = [r.to_json() for r in self.configs]
+        return tagged(self.KIND, FORMAT_VERSION, {**body, "table_md": self.markdown()})
+
+    @classmethod
+    def from_json(cls, d: dict, version: int = FORMAT_VERSION):
+        """From ``to_json``'s dict or a version-1 file (the same keys, untagged)."""
+        return cls(**{**{f.name: d[f.name] for f in fields(cls)},
+                      "configs": [SweepRow.from_json(r) for r in d["configs"]]})
+
+    @classmethod
+    def read(cls, folder: str | Path, what: str):
+        """FOLDER/FILE, or a ConfigError naming ``what`` and what the file holds instead."""
+        obj, version = read_result(Path(folder) / cls.FILE, cls.KIND, FORMAT_VERSION, what)
+        return cls.from_json(obj, version)
+
+
 @dataclass
-class StepsSweep:
+class StepsSweep(_Sweep):
     """``sweep steps`` (paper Tab. A2–A4): one checkpoint (``run``, ``checkpoint``: ``runs.folder.scored_record``) at
     every (N_s, N_r, w) of ``n_sim`` × ``n_real`` × ``w`` on ``num_samples`` windows of ``split``; ``configs`` in that
     order, ``tables`` (metric -> rows (N_s, N_r) × columns w), the heatmap and the notes on reuse and latency."""
@@ -322,27 +350,17 @@ class StepsSweep:
     json: str
     notes: list[str]
 
-    def to_json(self) -> dict:
+    KIND: ClassVar[str] = SWEEP_STEPS
+    FILE: ClassVar[str] = "sweep_steps.json"
+
+    def markdown(self) -> str:
         from simforcing.evaluate.tables import steps_markdown
 
-        body = {k: getattr(self, k) for k in StepsSweep.__dataclass_fields__}
-        body["configs"] = [r.to_json() for r in self.configs]
-        return tagged(SWEEP_STEPS, FORMAT_VERSION, {**body, "table_md": steps_markdown(self)})
-
-    @classmethod
-    def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "StepsSweep":
-        """From ``to_json``'s dict or a version-1 sweep_steps.json (the same keys, untagged)."""
-        return cls(**{**{k: d[k] for k in StepsSweep.__dataclass_fields__},
-                      "configs": [SweepRow.from_json(r) for r in d["configs"]]})
-
-    @classmethod
-    def read(cls, folder: str | Path, what: str) -> "StepsSweep":
-        obj, version = read_result(Path(folder) / "sweep_steps.json", SWEEP_STEPS, FORMAT_VERSION, what)
-        return cls.from_json(obj, version)
+        return steps_markdown(self)
 
 
 @dataclass
-class CfgSweep:
+class CfgSweep(_Sweep):
     """``sweep cfg`` (paper Tab. A1): checkpoints trained with different p (``runs``, ``checkpoints``: each one's
     ``runs.folder.scored_record``) × guidance weights ``w`` on ``num_samples`` windows of ``split``; ``configs``,
     ``tables`` (metric -> rows p × columns w), the rows' labels and the heatmap."""
@@ -358,20 +376,10 @@ class CfgSweep:
     heatmap: str
     json: str
 
-    def to_json(self) -> dict:
+    KIND: ClassVar[str] = SWEEP_CFG
+    FILE: ClassVar[str] = "sweep_cfg.json"
+
+    def markdown(self) -> str:
         from simforcing.evaluate.tables import cfg_markdown
 
-        body = {k: getattr(self, k) for k in CfgSweep.__dataclass_fields__}
-        body["configs"] = [r.to_json() for r in self.configs]
-        return tagged(SWEEP_CFG, FORMAT_VERSION, {**body, "table_md": cfg_markdown(self)})
-
-    @classmethod
-    def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "CfgSweep":
-        """From ``to_json``'s dict or a version-1 sweep_cfg.json (the same keys, untagged)."""
-        return cls(**{**{k: d[k] for k in CfgSweep.__dataclass_fields__},
-                      "configs": [SweepRow.from_json(r) for r in d["configs"]]})
-
-    @classmethod
-    def read(cls, folder: str | Path, what: str) -> "CfgSweep":
-        obj, version = read_result(Path(folder) / "sweep_cfg.json", SWEEP_CFG, FORMAT_VERSION, what)
-        return cls.from_json(obj, version)
+        return cfg_markdown(self)
