@@ -56,12 +56,12 @@ def test_deferred_rendering_equals_rendering_at_the_time():
             env.close()
         env = SyntheticTaskEnv(7000, index, 12, 32, 48, LAYOUTS)
         try:
-            keep = chosen_steps(decision_margin(env.task, live["truth"]), 5, np.random.default_rng(3))
+            keep = chosen_steps(decision_margin(env.task, live.truth), 5, np.random.default_rng(3))
             frames, truth = rollout_frames(env, ExpertPlayer(0.02, 7000), 12, 5, np.random.default_rng(3))
         finally:
             env.close()
         assert frames.shape == (5, 32, 48, 3) and frames.dtype == np.uint8
-        assert np.array_equal(frames, live["frames"][keep]) and np.array_equal(truth, live["truth"][keep])
+        assert np.array_equal(frames, live.frames[keep]) and np.array_equal(truth, live.truth[keep])
 
 
 def test_simulated_frames_renders_the_chosen_frames_of_more_rollouts():

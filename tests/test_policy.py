@@ -365,8 +365,8 @@ def test_a_short_closed_loop_episode_end_to_end(tiny, tmp_path):
                           runner.cfg.policy.execute)
     finally:
         env.close()
-    assert out["steps"] == 6 or out["success"]
-    assert runner.counts["chunks"] == out["chunks"] >= 1
+    assert out.steps == 6 or out.success
+    assert runner.counts["chunks"] == out.chunks >= 1
     ev = evaluate_synthetic({}, per_task=1, max_steps=20, progress=lambda s: None)
     assert ev.rows["scripted expert (ceiling)"].average.rate == 1.0
     assert ev.rows["do nothing (floor)"].average.rate == 0.0

@@ -71,15 +71,15 @@ def test_the_judges_terms_give_the_simulators_verdicts_on_scripted_episodes():
                 env = SyntheticTaskEnv(9000, idx, 30, 32, 48, LAYOUTS)
                 try:
                     o = run_episode(env, player.env_chunk(scene_of(env)), 30, 1, record=True, tail=3)
-                    verdicts = frame_verdicts(env.task, o["truth"])
+                    verdicts = frame_verdicts(env.task, o.truth)
                 finally:
                     env.close()
                 hit = first_success(verdicts)
-                assert (hit is not None) == o["success"]
-                if o["success"]:
-                    assert hit == o["steps"]  # frame k is the state after step k
-                assert len(o["frames"]) == len(o["truth"]) == o["steps"] + 1 + (3 if o["success"] else 0) or \
-                    len(o["frames"]) == 31
+                assert (hit is not None) == o.success
+                if o.success:
+                    assert hit == o.steps  # frame k is the state after step k
+                assert len(o.frames) == len(o.truth) == o.steps + 1 + (3 if o.success else 0) or \
+                    len(o.frames) == 31
                 checked += 1
     assert checked == 12
 

@@ -24,7 +24,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -43,16 +43,29 @@ EVAL_SEED = 9000  # dataset seed of the held-out evaluation scenes (synth-policy
 EXPERT, FLOOR = "scripted expert (ceiling)", "do nothing (floor)"
 
 
+@dataclass
+class ClosedLoopRun:
+    """One episode as :func:`run_episode` ran it: the simulator's verdict, the actions taken (``steps``) and chunks
+    planned; recorded, the external camera's frames uint8 (T, H, W, 3) and the truth in the success judge's terms
+    (T, 6) from the first frame on."""
+
+    success: bool
+    steps: int
+    chunks: int
+    frames: Optional[np.ndarray] = None
+    truth: Optional[np.ndarray] = None
+
+
 def run_episode(env: SyntheticTaskEnv, chunk_fn: Callable[[SyntheticTaskEnv, int], np.ndarray], max_steps: int,
-                execute: int, record: bool = False, tail: int = 0) -> dict:
+                execute: int, record: bool = False, tail: int = 0) -> ClosedLoopRun:
     """Act until success or ``max_steps`` actions; ``chunk_fn(env, chunk_index)`` gives the next chunk (k, 7).
-    ``record``: also keep the external camera's frames uint8 (T, H, W, 3) and the truth in the success judge's terms
-    (T, 6) (``policy.judge.success_judge.true_readings``) from the first frame on, and act ``tail`` more steps after a
-    success (the verdict stays the first success) — what the judge is validated on."""
-    steps, chunk_i, success = 0, 0, False
+    ``record``: also keep the frames and the truth (:class:`ClosedLoopRun`; ``policy.judge.success_judge.
+    true_readings``) and act ``tail`` more steps after a success (the verdict stays the first success) — what the
+    judge is validated on."""
+    steps, chunk_i, done = 0, 0, None
     frames, truth = ([env.image(1)], [env.truth()]) if record else (None, None)
     after = 0
-    while steps < max_steps and (not success or after < tail):
+    while steps < max_steps and (done is None or after < tail):
         chunk = np.asarray(chunk_fn(env, chunk_i))[:execute]
         chunk_i += 1
         for a in chunk:
@@ -61,17 +74,17 @@ def run_episode(env: SyntheticTaskEnv, chunk_fn: Callable[[SyntheticTaskEnv, int
             if record:
                 frames.append(env.image(1))
                 truth.append(env.truth())
-            if success:
+            if done is not None:
                 after += 1
             elif hit:
-                success, done = True, {"success": True, "steps": steps, "chunks": chunk_i}
+                done = ClosedLoopRun(True, steps, chunk_i)
                 if not record:
                     return done
-            if steps >= max_steps or (success and after >= tail):
+            if steps >= max_steps or (done is not None and after >= tail):
                 break
-    out = done if success else {"success": False, "steps": steps, "chunks": chunk_i}
+    out = done or ClosedLoopRun(False, steps, chunk_i)
     if record:
-        out = dict(out, frames=np.stack(frames), truth=np.stack(truth))
+        out.frames, out.truth = np.stack(frames), np.stack(truth)
     return out
 
 
@@ -236,18 +249,18 @@ def judge_record(judge) -> JudgeRecord:
 
 
 
-def judge_episode(judge, outcome: dict, task, q0: np.ndarray, scene: int) -> EpisodeOutcome:
+def judge_episode(judge, outcome: ClosedLoopRun, task, q0: np.ndarray, scene: int) -> EpisodeOutcome:
     """The judge's verdicts on a recorded simulator episode (``q0``: the hand's initial position): per frame
     (against the simulator's own predicate on its state) and for the episode (its first success within its
     steps)."""
-    frames = to_unit_range(torch.from_numpy(outcome["frames"]).permute(3, 0, 1, 2)[None])
+    frames = to_unit_range(torch.from_numpy(outcome.frames).permute(3, 0, 1, 2)[None])
     readings = judge.read_video(frames, torch.as_tensor(q0)[None])[0].numpy()  # (T, 6)
-    truth = outcome["truth"]
+    truth = outcome.truth
     judged, true = frame_verdicts(task, readings), frame_verdicts(task, truth)
-    limit = outcome["steps"] + 1 if not outcome["success"] else len(judged)
+    limit = outcome.steps + 1 if not outcome.success else len(judged)
     hit = first_success(judged[:limit], judge.consecutive)
     error_mm = np.rint(1000 * np.abs(readings - truth)).astype(int)  # (T, 6): |judge − truth| per output, millimetres
-    return EpisodeOutcome(scene, outcome["success"], outcome["steps"], outcome["chunks"], hit is not None, hit,
+    return EpisodeOutcome(scene, outcome.success, outcome.steps, outcome.chunks, hit is not None, hit,
                           judged.tolist(), true.tolist(), error_mm.tolist())
 
 
@@ -267,10 +280,10 @@ def simulate_player(player: Player, scenes: dict[str, list[int]], seed: int, max
                 o = run_episode(env, player.env_chunk(scene_of(env)), max_steps, player.execute,
                                 record=judge is not None, tail=judge_tail)
                 if judge is None:
-                    outcomes.append(EpisodeOutcome(idx, o["success"], o["steps"], o["chunks"]))
+                    outcomes.append(EpisodeOutcome(idx, o.success, o.steps, o.chunks))
                     continue
                 if j == 0:
-                    kept[f"{player.name}|{task}|{idx}"] = o["frames"]
+                    kept[f"{player.name}|{task}|{idx}"] = o.frames
                 outcomes.append(judge_episode(judge, o, env.task, q0, idx))
             finally:
                 env.close()

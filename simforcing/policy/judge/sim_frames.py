@@ -103,11 +103,11 @@ def rollout_frames(env: SyntheticTaskEnv, player: ExpertPlayer, max_steps: int, 
     truth (K, 6)): every frame (``frames`` None) or the :func:`chosen_steps` of them."""
     if frames is None:
         o = run_episode(env, player.env_chunk(scene_of(env)), max_steps, 1, record=True, tail=max_steps)
-        return o["frames"], o["truth"]
+        return o.frames, o.truth
     lazy = _Unrendered(env)
     o = run_episode(lazy, player.env_chunk(scene_of(env)), max_steps, 1, record=True, tail=max_steps)
-    keep = chosen_steps(decision_margin(env.task, o["truth"]), frames, rng)
-    return np.stack([lazy.render(int(t)) for t in keep]), o["truth"][keep]
+    keep = chosen_steps(decision_margin(env.task, o.truth), frames, rng)
+    return np.stack([lazy.render(int(t)) for t in keep]), o.truth[keep]
 
 
 def simulated_frames(episodes: int, height: int, width: int, layouts: int, jitter: float = 0.03,
