@@ -97,3 +97,17 @@ def test_the_demo_graph_distils_a_student_and_scores_it_beside_its_teacher(tmp_p
     wm = plan.commands[f"wm-eval world model {STUDENT}"]
     assert f"--wm {plan.student}" in wm and "distill simforcing" in jobs[f"wm-eval world model {STUDENT}"].deps
     assert f"{STUDENT}=" in plan.commands["wm-eval agreement"]
+
+
+def test_the_judge_runs_beside_stage_1_not_after_it(tmp_path):
+    """The demo's two longest jobs share the machine: stage 1 holds one slot at one fixed thread (its floats summed in
+    one order whatever else runs), and the success judge waits only for the demo's and the policy benchmark's data,
+    which is made right after the demo's — so on two slots the judge starts while stage 1 trains."""
+    from simforcing.demo.plan import build_plan, demo_budget
+
+    plan = build_plan(tmp_path / "demo", None, demo_budget(), jobs=2)
+    jobs = {j.name: j for j in plan.jobs}
+    assert jobs["stage1"].slots == jobs["stage1"].threads == 1
+    assert "--train.threads=1" in plan.commands["stage1"]
+    assert jobs["policy data"].deps == ("data",) and set(jobs["judge"].deps) == {"data", "policy data"}
+    assert jobs["policy data"].priority > jobs["stage1"].priority  # made first: vae is 8 s, the data a minute

@@ -28,12 +28,13 @@ def wm_digests(wm_runs: dict, wm_records: Optional[dict]) -> dict[str, str]:
 
 
 def policy_data_job(data: Path, budget, seed: int, after: tuple) -> tuple[Job, dict]:
-    """``data synth-policy`` into ``data`` (after the jobs ``after``); the job and its provenance record."""
+    """``data synth-policy`` into ``data`` (after the jobs ``after``; early: the judge needs it); the job and its
+    provenance record."""
     argv = ["data", "synth-policy", str(data), "--per-task", str(budget.per_task), "--num-val", "0",
             "--max-steps", str(budget.max_steps), "--layouts", str(budget.layouts), "--jitter", str(budget.jitter),
             "--workers", "1"]
     rec = provenance_record("simforcing " + " ".join(argv), None, seed)
-    job = Job("policy data", argv + ["--overwrite", "--no-progress"], deps=tuple(after), priority=30,
+    job = Job("policy data", argv + ["--overwrite", "--no-progress"], deps=tuple(after), priority=85,
               skip=lambda: not stale_fields(data, rec) and (data / "meta" / "info.json").exists(),
               on_done=lambda: write_provenance(data, rec))
     return job, rec
