@@ -42,7 +42,8 @@ from simforcing.media import to_uint8_frames
 from simforcing.policy.closed_loop.results import PolicyEvaluation
 from simforcing.policy.infer import PolicyRunner
 from simforcing.rollout import RolloutResult, WorldModelRollout, chunk_sizes
-from simforcing.runs.folder import WORLD_MODELS, require_kind, scored_record, unfinished_note
+from simforcing.runs.folder import WORLD_MODELS, require_kind
+from simforcing.runs.scored import ScoredRun
 from simforcing.runs.loaded import CheckpointId, LoadedWorldModel, load_world_model
 from simforcing.sample import SampleResult, model_device, sampler_for
 from simforcing.sampler_batch import SamplerBatch
@@ -84,7 +85,7 @@ class WorldModelPipeline:
             apply_overrides(cfg, parse_overrides(list(overrides)))
             cfg.validate()
         wm = load_world_model(run, cfg, resolve_device(device), step, flag="run")
-        note = unfinished_note(f"run {run}", scored_record(run, wm.checkpoint.path, wm.checkpoint.step))
+        note = ScoredRun.of(run, wm.checkpoint.path, wm.checkpoint.step).unfinished_note(f"run {run}")
         if note:
             warnings.warn(note + "; its predictions are those of a model still (or no longer) in training",
                           stacklevel=2)

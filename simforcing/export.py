@@ -148,11 +148,11 @@ def read_one_window_eval(folder: str | Path, checkpoint: CheckpointId) -> Window
     path = Path(folder) / "eval.json"
     res = WindowEvaluation.read(folder, "--eval")
     rec = res.checkpoint
-    if not isinstance(rec, dict):
+    if rec is None:
         raise ConfigError(f"--eval: {path} is not an evaluation of a world-model checkpoint (`simforcing evaluate "
                           "--ckpt RUN`: a baseline records none)")
-    if Path(str(rec.get("path"))).resolve() != Path(checkpoint.path).resolve():
-        raise ConfigError(f"--eval: {path} scored {rec.get('path')}; the exported checkpoint is {checkpoint.path} — "
+    if Path(str(rec.path)).resolve() != Path(checkpoint.path).resolve():
+        raise ConfigError(f"--eval: {path} scored {rec.path}; the exported checkpoint is {checkpoint.path} — "
                           "give evaluations of this checkpoint only")
     return res
 

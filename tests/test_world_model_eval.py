@@ -20,6 +20,7 @@ from simforcing.policy.infer import PolicyRunner
 from simforcing.policy.judge.success_judge import (JudgeFitOptions, SuccessJudge, confusion, fit_judge, first_success,
                                                    frame_verdicts, load_judge, save_judge, true_readings)
 from simforcing.policy.train import policy_train_run
+from simforcing.runs.scored import ScoredRun
 from test_policy import _FakeText, pcfg, tiny, world_model_run  # noqa: F401  (fixtures)
 
 LAYOUTS = 2
@@ -270,8 +271,7 @@ def _eval(rates: dict, tasks=("reach", "push"), n=4, learned=(), env="synthetic"
     return PolicyEvaluation(env=env, seed=0, per_task=n, max_steps=5, tasks=list(tasks), layouts=2, jitter=0.03,
                             resolution=(32, 48), scenes=scenes,
                             rows={p: PolicyRow.of(e, tasks) for p, e in eps.items()},
-                            episodes=eps, runs={p: {"run": f"/runs/{p}", "checkpoint": "ckpt", "step": 1}
-                                                for p in learned},
+                            episodes=eps, runs={p: ScoredRun(f"/runs/{p}", "ckpt", 1, True) for p in learned},
                             learned=list(learned), executed={p: 4 for p in rates}, seconds=1.0,
                             judge=judge if judge is not None else (JudgeRecord({}, 2, "j") if env != "synthetic"
                                                                    else None))

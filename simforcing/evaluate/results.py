@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from simforcing.result_files import ROLLOUT_DRIFT, SWEEP_CFG, SWEEP_STEPS, WINDOW_EVALUATION, read_result, tagged
+from simforcing.runs.scored import ScoredRun
 
 FORMAT_VERSION = 2
 METRIC_KEYS = ("psnr", "ssim", "psnr_arm", "lpips", "fid", "fvd")
@@ -115,7 +116,7 @@ SAMPLER_KEYS = ("n_sim", "n_real", "w", "mask_mode", "seed")  # a world model's 
 @dataclass
 class WindowEvaluation:
     """``simforcing evaluate``: the scores of a checkpoint (``checkpoint``: its run, path, step and whether the run
-    finished, ``runs.folder.scored_record``) or of a ``baseline`` on ``scores.num_samples`` windows of ``split`` of
+    finished, ``runs.scored.ScoredRun``) or of a ``baseline`` on ``scores.num_samples`` windows of ``split`` of
     dataset ``data`` (``requested_samples`` asked for), in ``domain`` "real" or "sim", with the ``sampler``'s
     settings, on ``device``; ``include_first_frame``: whether the given first frame was scored."""
 
@@ -128,12 +129,13 @@ class WindowEvaluation:
     device: str
     include_first_frame: bool
     baseline: Optional[str] = None
-    checkpoint: Optional[dict] = None
+    checkpoint: Optional[ScoredRun] = None
 
     def to_json(self) -> dict:
         body = {**self.scores.to_json(), "split": self.split, "domain": self.domain, "data": self.data,
                 "requested_samples": self.requested_samples, "baseline": self.baseline, "sampler": self.sampler,
-                "device": self.device, "include_first_frame": self.include_first_frame, "checkpoint": self.checkpoint}
+                "device": self.device, "include_first_frame": self.include_first_frame,
+                "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json()}
         if self.baseline is None:
             body.update({k: self.sampler[k] for k in SAMPLER_KEYS})
         return tagged(WINDOW_EVALUATION, FORMAT_VERSION, body)
@@ -144,7 +146,8 @@ class WindowEvaluation:
         return cls(scores=WindowScores.from_json(d), split=d["split"], domain=d.get("domain", "real"), data=d["data"],
                    requested_samples=int(d.get("requested_samples", d["num_samples"])), sampler=dict(d["sampler"]),
                    device=d.get("device", "cpu"), include_first_frame=bool(d.get("include_first_frame")),
-                   baseline=d.get("baseline"), checkpoint=d.get("checkpoint"))
+                   baseline=d.get("baseline"),
+                   checkpoint=ScoredRun.from_json(d["checkpoint"]) if d.get("checkpoint") else None)
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "WindowEvaluation":
@@ -313,13 +316,21 @@ class _Sweep:
     def to_json(self) -> dict:
         body = {f.name: getattr(self, f.name) for f in fields(self)}
         body["configs"] = [r.to_json() for r in self.configs]
+        if "checkpoint" in body:  # the scored runs (runs.scored.ScoredRun)
+            body["checkpoint"] = body["checkpoint"].to_json()
+        if "checkpoints" in body:
+            body["checkpoints"] = {r: v.to_json() for r, v in body["checkpoints"].items()}
         return tagged(self.KIND, FORMAT_VERSION, {**body, "table_md": self.markdown()})
 
     @classmethod
     def from_json(cls, d: dict, version: int = FORMAT_VERSION):
         """From ``to_json``'s dict or a version-1 file (the same keys, untagged)."""
-        return cls(**{**{f.name: d[f.name] for f in fields(cls)},
-                      "configs": [SweepRow.from_json(r) for r in d["configs"]]})
+        body = {f.name: d[f.name] for f in fields(cls)}
+        if "checkpoint" in body:
+            body["checkpoint"] = ScoredRun.from_json(body["checkpoint"])
+        if "checkpoints" in body:
+            body["checkpoints"] = {r: ScoredRun.from_json(v) for r, v in body["checkpoints"].items()}
+        return cls(**{**body, "configs": [SweepRow.from_json(r) for r in d["configs"]]})
 
     @classmethod
     def read(cls, folder: str | Path, what: str):
@@ -330,13 +341,13 @@ class _Sweep:
 
 @dataclass
 class StepsSweep(_Sweep):
-    """``sweep steps`` (paper Tab. A2–A4): one checkpoint (``run``, ``checkpoint``: ``runs.folder.scored_record``) at
+    """``sweep steps`` (paper Tab. A2–A4): one checkpoint (``run``, ``checkpoint``: ``runs.scored.ScoredRun``) at
     every (N_s, N_r, w) of ``n_sim`` × ``n_real`` × ``w`` on ``num_samples`` windows of ``split``; ``configs`` in that
     order, ``tables`` (metric -> rows (N_s, N_r) × columns w), the heatmap and the notes on reuse and latency."""
 
     run: str
     checkpoint_step: int
-    checkpoint: dict
+    checkpoint: ScoredRun
     split: str
     num_samples: int
     n_sim: list[int]
@@ -362,11 +373,11 @@ class StepsSweep(_Sweep):
 @dataclass
 class CfgSweep(_Sweep):
     """``sweep cfg`` (paper Tab. A1): checkpoints trained with different p (``runs``, ``checkpoints``: each one's
-    ``runs.folder.scored_record``) × guidance weights ``w`` on ``num_samples`` windows of ``split``; ``configs``,
+    ``runs.scored.ScoredRun``) × guidance weights ``w`` on ``num_samples`` windows of ``split``; ``configs``,
     ``tables`` (metric -> rows p × columns w), the rows' labels and the heatmap."""
 
     runs: list[str]
-    checkpoints: dict[str, dict]
+    checkpoints: dict[str, ScoredRun]
     split: str
     num_samples: int
     w: list[float]

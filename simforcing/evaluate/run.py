@@ -26,7 +26,8 @@ from simforcing.evaluate.metrics import MetricAccumulator, psnr_per_sample
 from simforcing.evaluate.probe import ProbeAccumulator, StateProbe, load_probe, mean_or_none
 from simforcing.evaluate.results import METRIC_KEYS, ActionFollowing, WindowEvaluation, WindowScores
 from simforcing.models.vae import load_vae
-from simforcing.runs.folder import WORLD_MODELS, run_config, scored_record
+from simforcing.runs.folder import WORLD_MODELS, run_config
+from simforcing.runs.scored import ScoredRun
 from simforcing.runs.loaded import (LoadedWorldModel, collate_one, eval_dataset, load_world_model, merge_run_config,
                                     sample_generator, with_dataset_settings)
 from simforcing.sample import BASELINES, CopyFirstSampler, GuidedSampler, VaeReconSampler, sampler_for
@@ -244,7 +245,7 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
                            sampler=sampler.settings(), device=str(dev),
                            include_first_frame=cfg.eval.include_first_frame, baseline=baseline,
                            checkpoint=None if wm is None else
-                           {**scored_record(run_dir, str(wm.checkpoint.path), wm.checkpoint.step), "run": str(run_dir),
-                            "path": str(wm.checkpoint.path)})
+                           replace(ScoredRun.of(run_dir, str(wm.checkpoint.path), wm.checkpoint.step),
+                                               run=str(run_dir), path=str(wm.checkpoint.path)))
     res.write(out_dir, run_dir)
     return res

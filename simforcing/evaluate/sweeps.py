@@ -30,7 +30,7 @@ from simforcing.config import Config, ConfigError
 from simforcing.evaluate.results import CfgSweep, StepsSweep, SweepRow
 from simforcing.evaluate.run import evaluate_sampler, sweep_probe
 from simforcing.evaluate.tables import cfg_markdown, has_values, steps_markdown
-from simforcing.runs.folder import scored_record, unfinished_note
+from simforcing.runs.scored import ScoredRun
 from simforcing.runs.loaded import eval_dataset, load_world_model
 from simforcing.sample import sampler_for
 from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, resolve_device
@@ -80,12 +80,12 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
     keys = [(ns, nr) for ns in n_sim for nr in n_real]
     tables = {metric: _grid(rows, keys, ws, lambda r: (r.n_sim, r.n_real), metric)
               for metric in ("psnr", "ssim", "latency_s", "af_pos")}
-    scored = scored_record(run_dir, str(wm.checkpoint.path), wm.checkpoint.step)
+    scored = ScoredRun.of(run_dir, str(wm.checkpoint.path), wm.checkpoint.step)
     result = StepsSweep(run=str(run_dir), checkpoint_step=wm.checkpoint.step, checkpoint=scored, split=split,
                         num_samples=k, n_sim=list(n_sim), n_real=list(n_real), w=[float(w) for w in ws],
                         mask_mode=cfg.sample.mask_mode, seed=cfg.sample.seed, configs=rows, tables=tables,
                         heatmap=str(out / "sweep_steps.png"), json=str(out / "sweep_steps.json"),
-                        notes=[*NOTES, *[n for n in [unfinished_note(str(run_dir), scored)] if n]])
+                        notes=[*NOTES, *[n for n in [scored.unfinished_note(str(run_dir))] if n]])
     heatmap(result.heatmap, tables, [f"({a},{b})" for a, b in keys], [f"{w:g}" for w in ws], "(N_s, N_r)",
             {"psnr": "PSNR (dB)", "ssim": "SSIM", "latency_s": "latency (s)",
              **({"af_pos": "action error"} if has_values(tables["af_pos"]) else {})})
@@ -108,11 +108,11 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
     rows: list[SweepRow] = []
     keys: list[tuple] = []
     k = None
-    scored: dict[str, dict] = {}
+    scored: dict[str, ScoredRun] = {}
     for run_dir in run_dirs:
         wm = load_world_model(run_dir, copy.deepcopy(cfg) if cfg is not None else None, dev, data_root=data_root)
         c = wm.cfg
-        scored[str(run_dir)] = scored_record(run_dir, str(wm.checkpoint.path), wm.checkpoint.step)
+        scored[str(run_dir)] = ScoredRun.of(run_dir, str(wm.checkpoint.path), wm.checkpoint.step)
         p = float(c.conditioning.p)  # the run's own (merge_run_config keeps its conditioning section)
         key = (p, Path(run_dir).name)
         keys.append(key)

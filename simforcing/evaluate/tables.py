@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from simforcing.evaluate.results import METRIC_KEYS, CfgSweep, ChunkSeries, RolloutDrift, StepsSweep, WindowEvaluation
-from simforcing.runs.folder import unfinished_note
 from simforcing.utils import fmt_num
 
 
@@ -23,7 +22,7 @@ def eval_markdown(res: WindowEvaluation, run_dir=None) -> str:
     """A short report: one metrics row, the reasons of metrics not computed, settings and latency."""
     s, af = res.scores, res.scores.action
     name = res.baseline or (str(run_dir) if run_dir else "?")
-    unfinished = unfinished_note(name, res.checkpoint) if res.checkpoint else None
+    unfinished = res.checkpoint.unfinished_note(name) if res.checkpoint else None
     lines = [f"# Evaluation: {name}" + (" (unfinished run)" if unfinished else ""), "",
              f"{s.num_samples} windows of split `{res.split}` ({res.data}), first frame "
              f"{'included' if res.include_first_frame else 'excluded'}.", "",
@@ -53,7 +52,7 @@ def eval_markdown(res: WindowEvaluation, run_dir=None) -> str:
               f"({lat['warmup_excluded']} warm-up excluded{'; ' + lat['note'] if lat.get('note') else ''}); "
               "phases: " + ", ".join(f"{k} {v:.4f} s" for k, v in s.latency_phases_s.items()), ""]
     if res.checkpoint:
-        lines += [f"Checkpoint: {res.checkpoint}", ""]
+        lines += [f"Checkpoint: {res.checkpoint.to_json()}", ""]
     return "\n".join(lines)
 
 
@@ -115,7 +114,7 @@ def cfg_markdown(sweep: CfgSweep) -> str:
     if has_values(t["af_pos"]):
         md += "\n\n" + _table_md("Tab. A1 — action-following error (state probe, state units) ↓", ("p",), rows,
                                   sweep.w, t["af_pos"], 4)
-    return md + "".join(f"\n\nNote: {n}" for n in (unfinished_note(r, rec) for r, rec in sweep.checkpoints.items())
+    return md + "".join(f"\n\nNote: {n}" for n in (rec.unfinished_note(r) for r, rec in sweep.checkpoints.items())
                         if n)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -30,7 +30,8 @@ from simforcing.inputs import check_image, check_instruction, check_vector
 from simforcing.models.text import load_text_encoder
 from simforcing.models.vae import load_vae
 from simforcing.policy.settings import ATTENTION_MODE
-from simforcing.runs.folder import open_run, scored_record
+from simforcing.runs.folder import open_run
+from simforcing.runs.scored import ScoredRun
 
 
 class PolicyRunner:
@@ -40,7 +41,7 @@ class PolicyRunner:
         self.counts: Counter = Counter()
         self._text_encoder = text_encoder
         self._text: dict[str, torch.Tensor] = {}
-        self.scored: dict | None = None  # the run folder, checkpoint and step it acts with (``load``)
+        self.scored: Optional[ScoredRun] = None  # the run folder, checkpoint and step it acts with (``load``)
 
     @classmethod
     def load(cls, run_dir: str | Path, device="cpu", flag: str = "--runs") -> "PolicyRunner":
@@ -52,7 +53,7 @@ class PolicyRunner:
                               "(model.action_head false), not a policy")
         model = run.model(attention_mode=ATTENTION_MODE[run.cfg.policy.setting])
         runner = cls(run.cfg, model.to(device), load_vae(run.cfg, device), run.stats, device)
-        runner.scored = scored_record(run_dir, run.checkpoint.path, run.step)
+        runner.scored = ScoredRun.of(run_dir, run.checkpoint.path, run.step)
         return runner
 
     # -- inputs ---------------------------------------------------------------------------------------------------------
@@ -154,7 +155,7 @@ class PolicyRunner:
         checkpoint — so that no environment executes them."""
         bad = ~np.isfinite(actions).reshape(len(actions), -1).all(axis=1)
         if bad.any():
-            what = (f"{self.scored['run']} ({self.scored['checkpoint']}, step {self.scored['step']})"
+            what = (f"{self.scored.run} ({self.scored.checkpoint}, step {self.scored.step})"
                     if self.scored else "this policy")
             raise CheckpointError(f"{what} produced non-finite actions for sample(s) {np.flatnonzero(bad).tolist()} "
                                   "of its batch: the checkpoint is diverged or corrupted; act with an earlier one "

@@ -435,23 +435,3 @@ def read_status(run_dir: str | Path) -> dict:
         return {}
     return st if isinstance(st, dict) else {}
 
-
-def scored_record(run_dir: str | Path, checkpoint: str | Path, step: int) -> dict:
-    """What an evaluation records about the run it scored: the folder, checkpoint and step, and whether the run was
-    finished (status.json "finished"; a run whose status says "running" while nobody holds its lock was killed)."""
-    st = read_status(run_dir)
-    state = st.get("state", "unknown")
-    if state == "running" and not is_locked(run_dir):
-        state = "interrupted"
-    total = st.get("total_steps")
-    return {"run": str(Path(run_dir).resolve()), "checkpoint": str(checkpoint), "step": int(step),
-            "run_state": state, "total_steps": total, "finished": state == "finished"}
-
-
-def unfinished_note(name: str, rec: dict) -> Optional[str]:
-    """One line saying that ``name`` scored an unfinished run (None for a finished one)."""
-    if rec.get("finished"):
-        return None
-    total = f" of {rec['total_steps']}" if rec.get("total_steps") else ""
-    return (f"{name}: the run was not finished ({rec.get('run_state')}) — scored its checkpoint at step "
-            f"{rec.get('step')}{total} ({rec.get('checkpoint')})")

@@ -114,7 +114,7 @@ def test_policy_runs_are_opened_with_their_checkpoints_own_config(policy_run, re
     with pytest.warns(UserWarning, match="differs from the config"):
         runner = PolicyRunner.load(run)
     assert runner.cfg.model.ffn_dim == 64 and runner.cfg.policy.setting == "action_only"
-    assert runner.scored["step"] == 2 and runner.scored["checkpoint"].endswith("step_000002")
+    assert runner.scored.step == 2 and runner.scored.checkpoint.endswith("step_000002")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         run_cfg, state, _ = run_state(run)

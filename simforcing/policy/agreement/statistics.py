@@ -35,6 +35,7 @@ from simforcing.policy.closed_loop.results import (ENV_NAMES, SIMULATOR, WORLD_M
                                                    JudgeHeldFixed, JudgeRecord, PolicyEvaluation, RankingStats, Rate,
                                                    same_judge)
 from simforcing.policy.closed_loop.tables import agreement_markdown
+from simforcing.runs.scored import ScoredRun
 from simforcing.utils import atomic_write_json, atomic_write_text
 
 JUDGE_ON_SIM = "simulator frames through the judge"
@@ -91,9 +92,9 @@ def read_eval(folder: str | Path, what: str, env: str) -> PolicyEvaluation:
     return ev
 
 
-def _identity(rec: Optional[dict]) -> Optional[tuple]:
+def _identity(rec: Optional[ScoredRun]) -> Optional[tuple]:
     """What a learned player evaluated: its run folder, checkpoint and step."""
-    return None if not rec else (rec.get("run"), rec.get("checkpoint"), rec.get("step"))
+    return None if rec is None else (rec.run, rec.checkpoint, rec.step)
 
 
 def scene_differences(a: PolicyEvaluation, b: PolicyEvaluation) -> list[str]:

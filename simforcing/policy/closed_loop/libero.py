@@ -158,6 +158,7 @@ def evaluate_libero(run: str | Path, suite: str, trials: int = 50, task_ids: Opt
     row = PolicyRow.of_rates(rates, time.perf_counter() - t0)
     scored = {suite: runner.scored} if runner.scored else {}
     table = table_with_notes({suite: row}, list(rates), scored)
-    return {"suite": suite, "run": str(run), "scored": runner.scored, "trials": trials, "max_steps": limit,
+    return {"suite": suite, "run": str(run), "scored": runner.scored and runner.scored.to_json(), "trials": trials,
+            "max_steps": limit,
             "noop_steps": noop_steps, "tasks": {t: dict(r.to_json(), language=languages[t]) for t, r in rates.items()},
             "average": row.average.to_json(), "seconds": row.seconds, "table_md": table}

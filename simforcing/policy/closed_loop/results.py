@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from simforcing.result_files import AGREEMENT, POLICY_EVALUATION, read_result, tagged
+from simforcing.runs.scored import ScoredRun
 
 FORMAT_VERSION = 2
 SIMULATOR, WORLD_MODEL = "synthetic", "world-model"  # PolicyEvaluation.env
@@ -224,7 +225,7 @@ class PolicyEvaluation:
     """A closed-loop evaluation of players on held-out scenes, in the simulator (``env`` "synthetic") or inside a world
     model ("world-model"). ``scenes``: task -> scene indices of dataset ``seed`` (drawn with ``layouts``/``jitter``,
     at most ``max_steps`` actions each, frames ``resolution`` (H, W)); ``runs``: what each learned player scored (its
-    run folder, checkpoint and step, ``runs.folder.scored_record``); ``executed``: actions executed per chunk by each
+    run folder, checkpoint and step, ``runs.scored.ScoredRun``); ``executed``: actions executed per chunk by each
     player; ``judge``: the success judge's record where one judged (world model) or was validated (simulator), and
     ``judge_validation`` its agreement with MuJoCo on the simulator's frames. World-model evaluations also record the
     world model (``wm``), its sampler settings and timings. ``frames`` (player|task|scene -> uint8 (T, H, W, 3), the
@@ -241,14 +242,14 @@ class PolicyEvaluation:
     scenes: dict[str, list[int]]
     rows: dict[str, PolicyRow]
     episodes: Episodes
-    runs: dict[str, Optional[dict]]
+    runs: dict[str, Optional[ScoredRun]]
     learned: list[str]
     executed: dict[str, int]
     seconds: float
     judge: Optional[JudgeRecord] = None
     judge_validation: Optional[JudgeValidation] = None
     wm: Optional[str] = None
-    world_model: Optional[dict] = None  # the world model's run, checkpoint, step and whether it was finished
+    world_model: Optional[ScoredRun] = None  # the world model's run, checkpoint, step and whether it was finished
     sampler: Optional[dict] = None
     timing: Optional[dict] = None
     episodes_per_minute: Optional[float] = None
@@ -258,9 +259,9 @@ class PolicyEvaluation:
         body = {"env": self.env, "seed": self.seed, "per_task": self.per_task, "max_steps": self.max_steps,
                 "tasks": list(self.tasks), "layouts": self.layouts, "jitter": self.jitter,
                 "resolution": list(self.resolution), "scenes": self.scenes, "learned": list(self.learned),
-                "executed": self.executed, "runs": self.runs,
+                "executed": self.executed, "runs": {n: r and r.to_json() for n, r in self.runs.items()},
                 "judge": None if self.judge is None else self.judge.to_json(), "wm": self.wm,
-                "world_model": self.world_model,
+                "world_model": self.world_model and self.world_model.to_json(),
                 "sampler": self.sampler, "seconds": self.seconds, "timing": self.timing,
                 "episodes_per_minute": self.episodes_per_minute,
                 "rows": {n: r.to_json() for n, r in self.rows.items()},
@@ -283,10 +284,13 @@ class PolicyEvaluation:
                    rows={n: PolicyRow.from_json(r) for n, r in d["rows"].items()},
                    episodes={p: {t: [EpisodeOutcome.from_json(o) for o in os_] for t, os_ in per.items()}
                              for p, per in d["episodes"].items()},
-                   runs=dict(d.get("runs") or {}), learned=learned, executed=dict(executed),
+                   runs={n: r and ScoredRun.from_json(r) for n, r in (d.get("runs") or {}).items()}, learned=learned,
+                   executed=dict(executed),
                    seconds=float(d["seconds"]), judge=JudgeRecord.from_json(d.get("judge")),
                    judge_validation=validation_from_json(d.get("judge_validation")),
-                   wm=d.get("wm"), world_model=d.get("world_model"), sampler=d.get("sampler"), timing=d.get("timing"),
+                   wm=d.get("wm"),
+                   world_model=d.get("world_model") and ScoredRun.from_json(d["world_model"]),
+                   sampler=d.get("sampler"), timing=d.get("timing"),
                    episodes_per_minute=d.get("episodes_per_minute"))
 
     @classmethod

@@ -9,7 +9,6 @@ import numpy as np
 from simforcing.policy.closed_loop.results import (WORLD_MODEL, AgreementResult, JudgeValidation, PolicyEvaluation,
                                                    PolicyRow, Rate)
 from simforcing.policy.judge.success_judge import OUTPUTS
-from simforcing.runs.folder import unfinished_note
 from simforcing.utils import fmt_num
 
 
@@ -25,13 +24,13 @@ def evaluation_markdown(ev: PolicyEvaluation) -> str:
 
 
 def scored_labels(scored: dict) -> tuple[dict, list[str]]:
-    """For the runs an evaluation scored (name -> ``runs.folder.scored_record``): table labels that mark an unfinished
-    run, and one note line for each."""
+    """For the runs an evaluation scored (name -> ``runs.scored.ScoredRun``, or None): table labels that mark an
+    unfinished run, and one note line for each."""
     labels, notes = {}, []
     for name, rec in scored.items():
-        note = unfinished_note(name, rec or {"finished": True})
+        note = rec.unfinished_note(name) if rec is not None else None
         if note is not None:
-            labels[name] = f"{name} (unfinished run, step {rec['step']})"
+            labels[name] = f"{name} (unfinished run, step {rec.step})"
             notes.append(f"Note: {note}")
     return labels, notes
 

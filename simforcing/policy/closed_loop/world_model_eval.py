@@ -47,8 +47,8 @@ from simforcing.policy.closed_loop.synthetic import TASKS, CommandedTarget, Synt
 from simforcing.policy.judge.success_judge import SuccessJudge, first_success, frame_verdicts
 from simforcing.policy.settings import check_episode_counts
 from simforcing.rollout import WorldModelRollout
-from simforcing.runs.folder import scored_record, unfinished_note
 from simforcing.runs.loaded import LoadedWorldModel, load_world_model, sample_generator
+from simforcing.runs.scored import ScoredRun
 from simforcing.twin import TwinEpisode, TwinLoop
 
 COPY_FIRST = "copy-first"
@@ -107,13 +107,13 @@ def load_environment(wm_run: str, device="cpu", condition: Optional[str] = None)
     return wm
 
 
-def world_model_record(wm: Optional[LoadedWorldModel], wm_run: str, progress: Callable[[str], None]) -> dict:
+def world_model_record(wm: Optional[LoadedWorldModel], wm_run: str, progress: Callable[[str], None]) -> ScoredRun:
     """What the evaluation records about the world model it ran in: the run folder, checkpoint, step and whether the
-    run was finished (``runs.folder.scored_record``); an unfinished one is evaluated with a warning line."""
+    run was finished (``runs.scored.ScoredRun``); an unfinished one is evaluated with a warning line."""
     if wm is None:
-        return {"run": COPY_FIRST, "checkpoint": None, "step": None, "finished": True}
-    rec = scored_record(wm.checkpoint.run, wm.checkpoint.path, wm.checkpoint.step)
-    note = unfinished_note(f"--wm {wm_run}", rec)
+        return ScoredRun(COPY_FIRST, None, None, True)
+    rec = ScoredRun.of(wm.checkpoint.run, wm.checkpoint.path, wm.checkpoint.step)
+    note = rec.unfinished_note(f"--wm {wm_run}")
     if note:
         progress(f"warning: {note}; the evaluation records it")
     return rec
