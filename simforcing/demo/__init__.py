@@ -1,6 +1,6 @@
 """`simforcing demo`: the whole paper on the embedded synthetic benchmark, on a laptop CPU.
 
-    synthetic MuJoCo benchmark -> demo VAE -> stage 1 (the simulation world model, both cores)
+    synthetic MuJoCo benchmark -> demo VAE -> stage 1 (the simulation world model) | the success judge beside it
     -> state probe | stage 2: sft and simforcing (+ the ablations of --full, × --seeds) side by side
     -> evaluation at the paper's sampler (1, 10, 0.6) with the action-following error, the baselines, the
        decomposition of where the gain is lost, the N_r × w sweep, videos

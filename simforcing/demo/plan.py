@@ -288,6 +288,11 @@ class _Builder:
                  self.data_dep, inputs=("data",), priority=90)
         return self.data_dep
 
+    def long_threads(self) -> str:
+        """The threads flag of the long pre-training jobs (stage 1, the video base): one fixed thread on one slot, or
+        the governor (``train.threads=auto``) when they hold more (``Budget.stage1_threads``)."""
+        return f"--train.threads={'auto' if self.b.stage1_threads > 1 else 1}"
+
     def stage1_and_probe(self) -> None:
         """2. stage 1, the simulation world model (``Budget.stage1_threads`` cores; the judge beside it); 3. the state
         probe (after stage 1: it would hold the core the judge and stage 1 want)."""
@@ -295,8 +300,8 @@ class _Builder:
         base = ("video base",) if self.video_base_dir else ()  # --full: from the video base (video_base_section)
         s1 = ["pretrain", *(["--init", str(self.video_base_dir)] if base else []), "--preset", "demo", "--data",
               str(self.data), "--out", str(self.stage1), f"--model.vae.path={self.vae}",
-              f"--train.max_steps={b.stage1_steps}", f"--train.batch_size={b.stage1_batch}",
-              f"--train.threads={'auto' if b.stage1_threads > 1 else 1}", *self.ov]
+              f"--train.max_steps={b.stage1_steps}", f"--train.batch_size={b.stage1_batch}", self.long_threads(),
+              *self.ov]
         self.add("stage1", s1, self.stage1, None, ("vae",) + base, sizes={"stage1_steps": b.stage1_steps}, seed=SEED,
                  inputs=("data", "vae") + base, priority=80, slots=b.stage1_threads, threads=b.stage1_threads,
                  run_steps=b.stage1_steps)
@@ -501,13 +506,13 @@ class _Builder:
                 "evals": {k: v[0] for k, v in evals.items()}}
 
     def video_base_section(self) -> None:
-        """--full, 2a. stage 0: the video base (``pretrain --method video_prior``, both cores), a plain video model of
-        the same network (no actions) that stands in for Wan2.2; stage 1 starts from it (``pretrain --init``)."""
+        """--full, 2a. stage 0: the video base (``pretrain --method video_prior``, on stage 1's slots), a plain video
+        model of the same network (no actions) that stands in for Wan2.2; stage 1 starts from it (``pretrain --init``)."""
         t = self.b.transfer
         self.video_base_dir = folder = self.out / "video_base"
         argv = ["pretrain", "--method", "video_prior", "--preset", "demo", "--data", str(self.data), "--out",
                 str(folder), f"--model.vae.path={self.vae}", f"--train.max_steps={t.video_base_steps}",
-                f"--train.batch_size={t.video_base_batch}", "--train.threads=auto", *self.ov]
+                f"--train.batch_size={t.video_base_batch}", self.long_threads(), *self.ov]
         self.add("video base", argv, folder, None, ("vae",), sizes={"video_base_steps": t.video_base_steps},
                  seed=SEED, inputs=("data", "vae"), priority=85, slots=self.b.stage1_threads,
                  threads=self.b.stage1_threads, run_steps=t.video_base_steps)
