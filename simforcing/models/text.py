@@ -25,9 +25,7 @@ import re
 from pathlib import Path
 
 import torch
-import transformers
 from torch import nn
-from transformers import AutoConfig, AutoTokenizer, ByT5Tokenizer, T5Config, T5EncoderModel, UMT5EncoderModel
 
 from simforcing.config import Config, ConfigError
 
@@ -92,6 +90,8 @@ class TextEncoder:
 def demo_text_encoder(dim: int, max_tokens: int, seed: int = DEMO_SEED,
                       device: str | torch.device = "cpu") -> TextEncoder:
     """A 2-layer T5 encoder of width ``dim`` with weights drawn from ``seed`` (same text -> same embedding)."""
+    from transformers import ByT5Tokenizer, T5Config, T5EncoderModel  # transformers: only where an encoder is built
+
     tokenizer = ByT5Tokenizer()
     heads = 4 if dim % 4 == 0 else 1
     config = T5Config(vocab_size=len(tokenizer), d_model=dim, d_kv=dim // heads, d_ff=2 * dim, num_layers=2,
@@ -117,8 +117,10 @@ def _resolve_folders(path: Path) -> tuple[Path, Path]:
 def _load_tokenizer(tok_dir: Path):
     """AutoTokenizer; else the class named by tokenizer_config.json (transformers 5 maps model_type umt5 to a
     tokenizer.json backend even when the folder declares e.g. a slow ByT5Tokenizer)."""
+    import transformers
+
     try:
-        return AutoTokenizer.from_pretrained(str(tok_dir), local_files_only=True)
+        return transformers.AutoTokenizer.from_pretrained(str(tok_dir), local_files_only=True)
     except (OSError, ValueError):
         p = tok_dir / "tokenizer_config.json"
         declared = json.loads(p.read_text()).get("tokenizer_class") if p.is_file() else None
@@ -138,6 +140,8 @@ def pretrained_text_encoder(path: str | Path, max_tokens: int, device: str | tor
     model_dir, tok_dir = _resolve_folders(path)
     if dtype is None:
         dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    from transformers import AutoConfig, T5EncoderModel, UMT5EncoderModel
+
     try:
         config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
         classes = {"umt5": UMT5EncoderModel, "t5": T5EncoderModel}
