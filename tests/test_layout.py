@@ -123,3 +123,20 @@ def test_the_directions_the_layout_promises():
     # only the command line reaches the commands (by name, from its table); the library imports neither
     assert [n for n, deps in graph.items() if "commands" in deps] == []
     assert [n for n, deps in graph.items() if "cli" in deps] == ["__main__"]
+
+
+def test_no_source_file_is_hidden_by_the_ignore_rules():
+    """Every file of the package is one git would commit: an ignore pattern meant for output folders (``runs/``) once
+    matched ``simforcing/runs/`` and kept a new module out of every clone. Skipped outside a git checkout."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    root = PACKAGE.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--", "simforcing",
+                          "tests", "docs"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    hidden = [p for p in out if p.endswith((".py", ".md", ".json", ".yaml"))]
+    assert not hidden, f"ignored by .gitignore, so absent from every clone: {hidden}"
