@@ -75,8 +75,8 @@ class Budget:
     stage1_steps: int = 2000
     stage1_batch: int = 16
     # stage 1's threads and slots: one, so that the success judge (its simulator rollouts and fit, the longest job
-    # after it) runs on the other core beside it rather than after it; 2: both cores to itself (stage 1 about 1.35×
-    # faster, the judge later). One fixed thread also sums its floats in one order on every machine
+    # after it) runs on the other core beside it rather than after it; 2: both cores to itself (stage 1 faster, the
+    # judge after it; docs/RESULTS.md, "Wall time"). One fixed thread also sums its floats in one order whatever runs
     stage1_threads: int = 1
     stage2_steps: int = 600
     stage2_batch: int = 8
