@@ -40,7 +40,7 @@ def test_demo_quick_writes_a_complete_report(tmp_path):
     assert set(summary["beats_copy"]) == {"sft", "simforcing"}
     assert {"stage1", "sweep steps", "train simforcing", "eval simforcing", "total"} <= set(res["wall_time_s"])
     cmds = res["commands"]
-    assert cmds["stage1"].startswith("simforcing pretrain ") and "--train.threads=auto" in cmds["stage1"]
+    assert cmds["stage1"].startswith("simforcing pretrain ") and "--train.threads=1" in cmds["stage1"]  # beside the judge
     assert all(c.startswith("simforcing ") for c in cmds.values())
     assert res["sweep_steps"]["table_md"] and "Action-following error" in res["sweep_steps"]["table_md"]
     md = (out / "report.md").read_text()
