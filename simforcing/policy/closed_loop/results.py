@@ -66,7 +66,10 @@ class EpisodeOutcome:
     """One episode of one player on one scene (``scene``: its index in the evaluation's dataset seed). The simulator
     records ``chunks``; with a success judge the simulator also records the judge's episode verdict (``judged``, its
     step) and per frame the judge's and MuJoCo's verdicts and the judge's |error| (mm, (T, 6)); inside a world model
-    ``success`` is the judge's and ``frame_judged`` its verdict on each predicted frame."""
+    ``success`` is the judge's and ``frame_judged`` its verdict on each predicted frame, ``frame_margin`` the task
+    predicate's signed margin on the judge's readings (metres, > 0 where it holds) and ``frame_arm_mm`` how far the
+    hand the judge reads is from where the executed actions put it (mm): what an episode's trust score is computed
+    from (``policy.estimate.trust``)."""
 
     scene: int
     success: bool
@@ -77,10 +80,13 @@ class EpisodeOutcome:
     frame_judged: Optional[list] = None
     frame_true: Optional[list] = None
     frame_error_mm: Optional[list] = None
+    frame_margin: Optional[list] = None
+    frame_arm_mm: Optional[list] = None
 
     def to_json(self) -> dict:
         out = {"scene": self.scene, "success": self.success, "steps": self.steps}
-        for key in ("chunks", "judged", "judged_step", "frame_judged", "frame_true", "frame_error_mm"):
+        for key in ("chunks", "judged", "judged_step", "frame_judged", "frame_true", "frame_error_mm", "frame_margin",
+                    "frame_arm_mm"):
             value = getattr(self, key)
             if value is not None or (key == "judged_step" and self.judged is not None):
                 out[key] = value
@@ -89,7 +95,8 @@ class EpisodeOutcome:
     @classmethod
     def from_json(cls, d: dict) -> "EpisodeOutcome":
         return cls(int(d["scene"]), bool(d["success"]), int(d["steps"]), d.get("chunks"), d.get("judged"),
-                   d.get("judged_step"), d.get("frame_judged"), d.get("frame_true"), d.get("frame_error_mm"))
+                   d.get("judged_step"), d.get("frame_judged"), d.get("frame_true"), d.get("frame_error_mm"),
+                   d.get("frame_margin"), d.get("frame_arm_mm"))
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from simforcing.policy.closed_loop.evaluate import (EVAL_SEED, Player, RunPlayer
                                                     scene_mode, scene_of)
 from simforcing.policy.closed_loop.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
 from simforcing.policy.closed_loop.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.judge.sim_frames import decision_margin
 from simforcing.policy.judge.success_judge import SuccessJudge, first_success, frame_verdicts
 from simforcing.policy.settings import check_episode_counts
 from simforcing.rollout import WorldModelRollout
@@ -186,6 +187,7 @@ class Episodes:
         self.first = to_unit_range(frames_to_target(imgs, h, w)).permute(1, 0, 2, 3)  # (B, 3, H, W)
         self.targets = [CommandedTarget(*s.target) for _, s in self.rows]
         self.frames: list[torch.Tensor] = []  # each step's new frames (B, 3, n, H, W)
+        self.commanded: list[np.ndarray] = []  # each step's hand displacement the actions command (B, n, 3), metres
         self.ro = None
         if wm is not None:
             scene_no = {id(s): i for i, s in enumerate(starts)}
@@ -226,6 +228,8 @@ class Episodes:
     def step(self, actions: np.ndarray, n: int) -> torch.Tensor:
         """Execute the first ``n`` actions of every episode's chunk -> the new frames (B, 3, n, H, W)."""
         eff = effective(self.targets, actions[:, :n])
+        done = self.commanded[-1][:, -1:] if self.commanded else np.zeros((len(self.rows), 1, 3))
+        self.commanded.append(done + np.cumsum(eff[:, :, :3], axis=1))
         self.states[:, :6] += eff[:, :, :6].sum(axis=1)
         self.states[:, 6] = eff[:, -1, 6]
         if self.ro is None:  # copy-first: the first frame, again
@@ -271,6 +275,8 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     starts = start_frames(scenes, seed, max_steps, height, width, layouts, jitter)
     ep = Episodes(wm, players, starts)
     seconds = {"start": time.perf_counter() - t0, "world_model": 0.0, "players": 0.0, "judge": 0.0}
+    q0 = torch.from_numpy(np.stack([s.state[:3] for _, s in ep.rows])).float()  # (B, 3) given at the start
+    reading0 = judge.read(ep.first, ep.first, q0).numpy()  # the first frame against itself: r̂_0 (and d̂_0 ≈ 0)
     readings = []
     t, chunk = 0, 0
     try:  # the twin's renderer (with --wm-condition render) is released however the loop ends
@@ -284,7 +290,6 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
             t3 = time.perf_counter()
             first = ep.first[:, :, None].expand(-1, -1, n, -1, -1)
             b, _, k, h, w = new.shape
-            q0 = torch.from_numpy(np.stack([s.state[:3] for _, s in ep.rows])).float()  # (B, 3) given at the start
             r = judge.read(first.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
                            new.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
                            q0[:, None].expand(b, k, 3).reshape(b * k, 3)).view(b, k, -1)
@@ -297,7 +302,8 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
                      f"{len(ep.rows)} episodes ({time.perf_counter() - t0:.0f} s)")
     finally:
         ep.close()
-    episodes = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps, judge.consecutive)
+    episodes = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps, judge.consecutive,
+                                reading0)
     total = time.perf_counter() - t0
     return PolicyEvaluation(
         env=WORLD_MODEL, seed=seed, per_task=per_task, max_steps=max_steps, tasks=list(tasks), layouts=layouts,
@@ -321,15 +327,29 @@ def first_scene_frames(ep: Episodes) -> dict[str, np.ndarray]:
     return out
 
 
-def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, consecutive: int = 1
-                     ) -> dict[str, dict[str, list[EpisodeOutcome]]]:
+def arm_offsets_mm(readings: np.ndarray, reading0: np.ndarray, commanded: np.ndarray) -> np.ndarray:
+    """How far the hand the judge reads is from where the executed actions put it, per frame (mm): the judge's hand
+    displacement since the first frame, r̂_t − r̂_0 + d̂_t (ee_t − ee_0 = (r̂_t + obj_t) − (r̂_0 + obj_0)), against
+    the commanded displacement (the executed position deltas summed). readings (T, 6), reading0 (6,), commanded (T, 3)."""
+    seen = readings[:, :3] - reading0[None, :3] + readings[:, 3:6]
+    return 1000.0 * np.linalg.norm(seen - commanded, axis=1)
+
+
+def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, consecutive: int = 1,
+                     reading0: Optional[np.ndarray] = None) -> dict[str, dict[str, list[EpisodeOutcome]]]:
     """Per player and task the outcomes: success at the first run of ``consecutive`` judged frames, its step, the
-    per-frame verdicts."""
+    per-frame verdicts and, for the episode's trust score, the predicate's margins and (with ``reading0``, the
+    judge's reading of each first frame) the arm's offsets from the commanded actions."""
     out: dict = {name: {task: [] for task in tasks} for name in ep.players}
+    commanded = np.concatenate(ep.commanded, axis=1) if ep.commanded else None
     for i, (name, s) in enumerate(ep.rows):
         verdicts = frame_verdicts(s.task, readings[i])  # frames 1 … T
         hit = first_success(verdicts, consecutive)
+        margin = np.round(decision_margin(s.task, readings[i]), 4).tolist()
+        arm = (np.round(arm_offsets_mm(readings[i], reading0[i], commanded[i]), 1).tolist()
+               if reading0 is not None and commanded is not None else None)
         out[name][s.scene.task].append(EpisodeOutcome(s.scene.index, hit is not None,
                                                       hit + 1 if hit is not None else max_steps,
-                                                      frame_judged=verdicts.tolist()))
+                                                      frame_judged=verdicts.tolist(), frame_margin=margin,
+                                                      frame_arm_mm=arm))
     return out
