@@ -120,6 +120,10 @@ class FlowConfig:
     loss_weighting: str = "gaussian_bump"  # "uniform", "gaussian_bump" (authors' code) or "tau_squared" (x0 demo)
 
 
+# where the simulation condition enters the real branch (conditioning.path; WorldModel)
+CONDITION_PATHS = ("blocks", "concat", "both")
+
+
 @dataclass
 class ConditioningConfig:
     p: float = 0.7  # condition-retention probability of the gate g ~ Bernoulli(p)
@@ -132,6 +136,10 @@ class ConditioningConfig:
     # what P_j reads (beyond the paper): "latent" — c itself (the paper) — or "motion" — (c_0, c_ℓ − c_0): each
     # future token's patch then shows where the simulated arm is and where it was (WorldModel._condition_patches)
     representation: str = "latent"
+    # where the condition enters the real branch: "blocks" — the paper's multi-block residuals h_j += g·P_j(c) —,
+    # "concat" (beyond the paper) — c's patches beside the noisy latent's at the input, as an extra zero-initialised
+    # patch embedding of the condition channels (WorldModel.cond_embed), the P_j frozen at zero —, or "both"
+    path: str = "blocks"
 
 
 @dataclass
@@ -377,6 +385,8 @@ class Config:
                "0 <= sigma_min <= sigma_max")
         _check(c.representation in ("latent", "motion"), "conditioning.representation", c.representation,
                "'latent' (the paper) or 'motion'")
+        _check(c.path in CONDITION_PATHS, "conditioning.path", c.path,
+               "'blocks' (the paper's P_j), 'concat' (at the input, channel-concatenated) or 'both'")
         for f in dataclasses.fields(self.loss):
             _check(getattr(self.loss, f.name) >= 0, f"loss.{f.name}", getattr(self.loss, f.name), ">= 0")
 

@@ -29,7 +29,7 @@ from simforcing.data.latent_cache import LatentWindowDataset
 from simforcing.data.paired import PairedWindowDataset
 from simforcing.methods import METHODS, method_preset, needs_previous_chunk, needs_teacher, rollout_windows
 from simforcing.models.weights import frozen_copy
-from simforcing.models.world_model import build_world_model
+from simforcing.models.world_model import build_world_model, new_condition_tensor
 from simforcing.runs.checkpoint import load_model_state
 from simforcing.runs.folder import INIT_FILE, recorded_init
 from simforcing.training.checks import resolve_teacher
@@ -88,6 +88,15 @@ def _latents(domains: tuple[str, ...], batch: dict, cfg: Config, device: torch.d
 
 def _method_step(cfg: Config):
     return METHODS[cfg.train.method]
+
+
+def _same_condition_path(theirs: Config, cfg: Config, run_dir: Path) -> None:
+    """``conditioning.path`` decides the network's tensors (the input's condition channels), so a resume keeps it
+    (both stages; a stage-2 run may choose another than its teacher's)."""
+    if theirs.conditioning.path != cfg.conditioning.path:
+        raise ConfigError(f"conditioning.path: {run_dir} was trained with {theirs.conditioning.path!r}, the resumed "
+                          f"config asks {cfg.conditioning.path!r}; it decides the network's tensors, so it cannot "
+                          "change on --resume (start a new run)")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -151,7 +160,7 @@ SIM_PRETRAIN = Stage(
     name="pretrain", command="simforcing pretrain", describe=lambda cfg: f"pretrain {cfg.train.method}",
     check=_check_stage1, dataset=partial(_windows, ("train", "sim_pool"), ("sim",)), encodes=_pixels_encoded,
     models=_stage1_models, step=_method_step, latents=partial(_latents, ("sim",)), latent_keys=("z_sim",),
-    rollout_domain="sim", start=_stage1_start)
+    rollout_domain="sim", start=_stage1_start, resume_check=_same_condition_path)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -176,10 +185,11 @@ def _stage2_start(cfg: Config, folder: RunFolder, start: Start) -> Start:
 
 def _stage2_models(cfg: Config, start: Start, meta: bool, fresh: bool) -> Models:
     """The student from the teacher's checkpoint (also on resume: the teacher is a frozen copy of those weights,
-    built only when the method has a distillation term)."""
+    built only when the method has a distillation term). The input's condition channels (``conditioning.path``
+    concat/both), which a stage-1 run does not have, start at zero, as the P_j do."""
     student = build_world_model(cfg, device="cpu", meta=meta)
     if not meta:
-        load_model_state(start.teacher, student)
+        load_model_state(start.teacher, student, new=new_condition_tensor)
     return Models(student, frozen_copy(student) if needs_teacher(cfg) else None)
 
 
@@ -187,7 +197,7 @@ STAGE2 = Stage(
     name="train", command="simforcing train", describe=lambda cfg: f"train {cfg.train.method}", check=_check_stage2,
     dataset=partial(_windows, ("train",), ("sim", "real")), encodes=_pixels_encoded, models=_stage2_models,
     step=_method_step, latents=partial(_latents, ("sim", "real")), latent_keys=("z_sim", "z_real"),
-    rollout_domain="real", start=_stage2_start)
+    rollout_domain="real", start=_stage2_start, resume_check=_same_condition_path)
 
 STAGES = {"pretrain": SIM_PRETRAIN, "train": STAGE2}
 

@@ -10,7 +10,7 @@ video base (``simforcing.prior``, ``pretrain --method video_prior``, run kind ``
 ``pretrain --init RUN0`` (only a video-base run is accepted: ``runs.folder.INIT_STAGE1``). A run hands on only what it
 trained. A video base never saw an action or a state, so its action expert (``action.*``, ``layers.N.action.*``), its
 proprio-state projection (``state_embed.*``) and its simulation-condition projections (``layers.N.cond_proj.*``,
-zero) were never trained: they are *new* in the report and keep the model's own initialisation (:func:`untrained_by`).
+zero; ``cond_embed.*`` too with ``conditioning.path`` concat/both) were never trained: they are *new* in the report and keep the model's own initialisation (:func:`untrained_by`).
 Every other tensor of the model must be in the run with the same shape; architecture fields
 (``runs.loaded.architecture_fields``) must match: otherwise a ConfigError names the field or the tensors. The report
 (``RUN/init.json``) has the layout of ``policy train --init``'s (``policy.init``, which uses the same rule).
@@ -28,6 +28,7 @@ import torch
 from simforcing.config import VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.errors import CheckpointError
 from simforcing.models.weights import load_configured_weights
+from simforcing.models.world_model import new_condition_tensor
 from simforcing.runs.checkpoint import list_checkpoints
 from simforcing.runs.folder import CHECKPOINTS_DIR, INIT_STAGE1, open_run, run_config
 from simforcing.runs.loaded import architecture_fields, differing_fields
@@ -60,8 +61,10 @@ def _short(names: list[str], n: int = 6) -> str:
 
 
 def is_action_side(name: str) -> bool:
-    """What a video prior never trains: the action expert, the state projection, the condition projections."""
-    return (name.startswith(("action.", "state_embed.")) or ".action." in name or ".cond_proj." in name)
+    """What a video prior never trains: the action expert, the state projection, the condition projections (P_j and
+    the input's condition channels)."""
+    return (name.startswith(("action.", "state_embed.", "cond_embed.")) or ".action." in name
+            or ".cond_proj." in name)
 
 
 def untrained_by(run_cfg: Config) -> Callable[[str], bool]:
@@ -108,7 +111,9 @@ def init_from_run(model: torch.nn.Module, cfg: Config, run_dir: str | Path, flag
     own = model.state_dict()
     for name, t in own.items():
         s = src.get(name)
-        if s is None or tuple(s.shape) != tuple(t.shape):
+        if s is None and new_condition_tensor(name):  # the input's condition channels: fresh (zero), like the P_j
+            rep.new.append(name)
+        elif s is None or tuple(s.shape) != tuple(t.shape):
             bad.append(f"{name}: model {tuple(t.shape)}, run {tuple(s.shape) if s is not None else 'absent'}")
         elif untrained(name):
             rep.new.append(name)

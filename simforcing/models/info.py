@@ -35,7 +35,7 @@ def parameter_counts(cfg: Config) -> dict[str, int]:
     model = build_world_model(cfg, meta=True)
     counts = {"video_expert": 0, "action_expert": 0, "condition_projections": 0, "state_token": 0}
     for name, p in model.named_parameters():
-        if ".cond_proj." in name:
+        if ".cond_proj." in name or name.startswith("cond_embed."):
             counts["condition_projections"] += p.numel()
         elif name.startswith("action.") or ".action." in name:
             counts["action_expert"] += p.numel()

@@ -113,6 +113,14 @@ def gated_add(h: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -> torch.Ten
     return (h.float() + (_grouped(y.float(), gate.shape[1]) * gate).flatten(1, 2)).type_as(h)
 
 
+def add_gated_condition(h: torch.Tensor, feat: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """h + gate·feat for h, feat (B, N, d) and gate (B,) float, in h's dtype: how every path of the simulation
+    condition (``h_j += g·P_j(c)`` in a block, the input's ``g·E(c)``) enters a stream. A gate-0 sample adds exact
+    zeros — ``torch.where``, not a bare product — even where the feature is inf/NaN."""
+    g = gate.to(torch.float32).view(-1, 1, 1)  # (B, 1, 1)
+    return h + torch.where(g != 0, g * feat.float(), 0.0).to(h.dtype)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Attention parameters (diffusers WanAttention names), computation split for the joint attention
 # ----------------------------------------------------------------------------------------------------------------------
@@ -218,9 +226,7 @@ class DiTBlock(nn.Module):
         x = self.norm2(h.float()).type_as(h)
         h = h + self.attn2.cross(x, context, context_mask, cross_kv)
         if cond_feat is not None and gate is not None:
-            g = gate.to(torch.float32).view(-1, 1, 1)  # (B, 1, 1)
-            # torch.where, not a bare product: a gate-0 sample adds exact zeros even if P_j(c) is inf/NaN
-            h = h + torch.where(g != 0, g * cond_feat.float(), 0.0).to(h.dtype)
+            h = add_gated_condition(h, cond_feat, gate)
         x = modulate(self.norm3(h.float()), mod[3], mod[4]).type_as(h)
         return gated_add(h, self.ffn(x), mod[5])
 

@@ -11,7 +11,9 @@ Two Wan2.2-TI2V-5B layouts load into the video expert, detected by their KEYS (n
 
 diffusers names map to ours by a prefix rename: ``blocks.{i}.X`` → ``layers.{i}.video.X``, anything else → ``video.X``.
 Keys that Wan cannot provide are *expected missing*: ``action.*``, ``layers.*.action.*``, ``layers.*.cond_proj.*``
-(the P_j convolutions), ``state_embed.*``. Other missing keys and unexpected keys are reported by name (and raise
+(the P_j convolutions), ``cond_embed.*`` (the input's condition channels, ``conditioning.path`` concat/both),
+``state_embed.*``; they keep the model's initialisation (the P_j and ``cond_embed`` zero: the pretrained start is
+exact). Other missing keys and unexpected keys are reported by name (and raise
 with ``strict=True``, before anything is copied).
 
 :func:`write_action_expert` (``simforcing model init-action-expert --preset P --weights WAN_PATH --out FILE``) writes
@@ -40,7 +42,7 @@ from simforcing.utils import atomic_write
 
 _ORIGINAL_PREFIX = "model.diffusion_model."
 _IGNORED_UNEXPECTED = ("norm_added_q",)  # diffusers ignores these too (_keys_to_ignore_on_load_unexpected)
-_EXPECTED_MISSING = re.compile(r"^(action\.|state_embed\.|layers\.\d+\.(action|cond_proj)\.)")
+_EXPECTED_MISSING = re.compile(r"^(action\.|state_embed\.|cond_embed\.|layers\.\d+\.(action|cond_proj)\.)")
 _ACTION_KEY = re.compile(r"^(action\.|layers\.\d+\.action\.)")
 
 
@@ -52,7 +54,7 @@ class LoadReport:
     layout: str  # "diffusers", "original" or "simforcing-action-expert"
     loaded: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # wanted but absent
-    expected_missing: list[str] = field(default_factory=list)  # absent by design (action expert, P_j, state token)
+    expected_missing: list[str] = field(default_factory=list)  # absent by design (action expert, P_j, E, state token)
     unexpected: list[str] = field(default_factory=list)  # in the file, not in the model (file naming)
 
     def summary(self) -> str:

@@ -15,7 +15,15 @@ given, cross-attention ignores padding tokens (Wan itself attends its zero paddi
 Parameter layout (FSDP2 shards each entry of ``model.layers``, then the root):
 ``video.*`` (patch embedding, time/text embedding, head), ``action.*`` (action input, its time/text embedding),
 ``state_embed.*``, ``layers.{i}.video.*`` (a Wan block, diffusers names), ``layers.{i}.action.*``,
-``layers.{i}.cond_proj.*`` (P_i, a Conv3d with kernel = stride = patch, zero at init).
+``layers.{i}.cond_proj.*`` (P_i, a Conv3d with kernel = stride = patch, zero at init); with ``conditioning.path``
+"concat" or "both", ``cond_embed.*`` (E, the condition's channels of the input's patch embedding: a bias-free Conv3d
+with kernel = stride = patch, zero at init).
+
+Where the simulation condition c enters (``conditioning.path``): "blocks" (the paper) adds ``g·P_j(c)`` to the video
+stream of every block; "concat" adds ``g·E(c)`` to the patch-embedded input, which is the patch embedding of the
+channel concatenation [x; g·c] with kernel [W_x | E] (Wan2.2's ``patch_embedding`` keeps its shape and keys, so its
+weights and a stage-1 checkpoint load unchanged, E zero) — the P_j then stay zero and frozen; "both" does both. The
+gate g (B,) in {0, 1} drops every path alike: a gate-0 sample adds exact zeros, so it equals the unconditioned model.
 
 Attention modes (``model.attention_mode``, see ``mot.py``): "world_model" (default), "bidirectional" (plain Wan2.2,
 no mask — for parity checks), "policy_unconditional", "policy_video_action".
@@ -40,7 +48,8 @@ from simforcing import flow
 from simforcing.config import Config, ConfigError
 from simforcing.models import mot
 from simforcing.models.action_expert import ActionStem, KVBlock, action_block
-from simforcing.models.video_dit import DiTBlock, Rope, VideoStem, sequence_rope, video_rope
+from simforcing.models.video_dit import (DiTBlock, Rope, VideoStem, add_gated_condition, sequence_rope,
+                                         video_rope)
 
 
 def patchify(x: torch.Tensor, patch: tuple) -> torch.Tensor:
@@ -81,6 +90,13 @@ class ContextParts:
 
 
 POLICY_MODES = ("policy_unconditional", "policy_video_action")
+
+
+def new_condition_tensor(name: str) -> bool:
+    """Whether a tensor may be absent from a checkpoint the model starts from: the input's condition channels
+    (``cond_embed.*``, ``conditioning.path`` concat/both) — a stage-2 run that turns them on starts from a stage-1
+    run (or a video base, or Wan2.2) without them, and they start at zero, as the P_j do."""
+    return name.startswith("cond_embed.")
 
 
 @dataclass
@@ -204,6 +220,8 @@ class WorldModel(nn.Module):
         self.latent_channels = m.vae.latent_channels
         self.use_action_expert = bool(m.use_action_expert)
         self.cond_motion = cfg.conditioning.representation == "motion"
+        self.cond_blocks = cfg.conditioning.path in ("blocks", "both")  # h_j += g·P_j(c) in every block
+        self.cond_concat = cfg.conditioning.path in ("concat", "both")  # g·c beside the noisy latent at the input
         dim = m.dim
         self.video = VideoStem(m.vae.latent_channels, dim, self.patch_size, m.freq_dim, m.text_dim, m.eps)
         if m.action_head and not m.use_action_expert:
@@ -220,6 +238,19 @@ class WorldModel(nn.Module):
                      action_block(m, last=i == m.num_layers - 1) if m.use_action_expert else None,
                      nn.Conv3d(m.vae.latent_channels, dim, kernel_size=self.patch_size, stride=self.patch_size))
             for i in range(m.num_layers)])
+        # the condition's channels of the input patch embedding (conditioning.path concat/both); no bias, so g = 0
+        # (zero channels) adds exactly nothing, as in a channel concatenation. Zero, built without a random draw: one
+        # seed gives every other tensor alike whatever the path
+        self.cond_embed = None
+        if self.cond_concat:
+            embed = nn.Conv3d(m.vae.latent_channels, dim, kernel_size=self.patch_size, stride=self.patch_size,
+                              bias=False, device="meta")
+            self.cond_embed = embed.to_empty(device=self.video.patch_embedding.weight.device)
+            with torch.no_grad():
+                self.cond_embed.weight.zero_()
+        if not self.cond_blocks:  # the P_j stay in the state dict (a stage-1 checkpoint loads as is), zero and frozen
+            for layer in self.layers:
+                layer.cond_proj.requires_grad_(False)
         self._rope_cache: dict = {}
 
     # -- initialisation ------------------------------------------------------------------------------------------------
@@ -231,7 +262,8 @@ class WorldModel(nn.Module):
         embedders: normal(0, 0.02); adaLN tables: randn / sqrt(width); norms: ones/zeros; the output head
         ``video.proj_out``: zero (so ``x0`` + ``first_frame_skip`` starts as "copy the first latent frame"); with
         ``model.action_head`` the action head ``action.proj_out``: zero (the policy starts at velocity 0); every
-        P_j (``layers.*.cond_proj``): weight and bias zero, so at init the condition changes nothing.
+        P_j (``layers.*.cond_proj``): weight and bias zero, and so the input's condition channels ``cond_embed``
+        (``conditioning.path`` concat/both): at init the condition changes nothing.
         """
         for mod in self.modules():
             if isinstance(mod, nn.Linear):
@@ -240,8 +272,8 @@ class WorldModel(nn.Module):
                     nn.init.zeros_(mod.bias)
             elif isinstance(mod, (nn.LayerNorm, nn.RMSNorm)):
                 mod.reset_parameters()
-            elif isinstance(mod, nn.Conv3d):
-                mod.reset_parameters()
+            elif isinstance(mod, nn.Conv3d) and mod is not self.cond_embed:  # E: zero below, no random draw, so
+                mod.reset_parameters()  # one seed gives every other tensor of every conditioning.path alike
                 nn.init.xavier_uniform_(mod.weight.view(mod.weight.shape[0], -1))
             elif isinstance(mod, (DiTBlock, KVBlock)):
                 mod.scale_shift_table.copy_(torch.randn_like(mod.scale_shift_table) / mod.dim**0.5)
@@ -259,16 +291,33 @@ class WorldModel(nn.Module):
         for layer in self.layers:
             nn.init.zeros_(layer.cond_proj.weight)
             nn.init.zeros_(layer.cond_proj.bias)
+        if self.cond_embed is not None:
+            nn.init.zeros_(self.cond_embed.weight)
         return self
 
     # -- conditioning --------------------------------------------------------------------------------------------
-    def condition_features(self, cond: torch.Tensor) -> list[torch.Tensor]:
-        """All P_j(c) once: cond (B, C, L+1, h, w) -> list of (B, N_video, dim), one per layer.
+    @property
+    def num_condition_features(self) -> int:
+        """How many tensors :meth:`condition_features` returns: one per layer (P_j) and/or one for the input (E)."""
+        return len(self.layers) * self.cond_blocks + self.cond_concat
 
-        For a sampler that reuses them across steps; call it on an unsharded model (FSDP shards P_j with its layer).
+    def condition_features(self, cond: torch.Tensor) -> list[torch.Tensor]:
+        """Every feature of the condition once: cond (B, C, L+1, h, w) -> list of (B, N_video, dim): P_j(c), one per
+        layer (``conditioning.path`` blocks/both), then E(c), the input's (concat/both).
+
+        For a sampler that reuses them across steps (``cond_feats=``); each entry is used as ``gate·feature``, so a
+        batch's unconditioned rows may carry zeros. Call it on an unsharded model (FSDP shards P_j with its layer).
         """
         patches = self._condition_patches(cond)
-        return [layer.condition_feature(patches) for layer in self.layers]
+        feats = [layer.condition_feature(patches) for layer in self.layers] if self.cond_blocks else []
+        return feats + ([self.input_condition_feature(patches)] if self.cond_concat else [])
+
+    def input_condition_feature(self, patches: torch.Tensor) -> torch.Tensor:
+        """E(c) from the condition's patches (:meth:`_condition_patches`) -> (B, N_video, dim): the condition
+        channels' share of the input patch embedding (one matrix product per token, like
+        :meth:`MoTLayer.condition_feature`; the parameter stays the Conv3d ``cond_embed``)."""
+        w = self.cond_embed.weight
+        return F.linear(patches.to(w.dtype), w.flatten(1))
 
     def _condition_patches(self, cond: torch.Tensor) -> torch.Tensor:
         """The condition's patches (B, N_video, C·pt·ph·pw), of c itself (the paper) or, with
@@ -349,16 +398,21 @@ class WorldModel(nn.Module):
         if cond is not None and cond.shape != x.shape:
             raise ValueError(f"cond: expected shape {tuple(x.shape)} (B, C, L+1, h, w) like the full latent; "
                              f"got {tuple(cond.shape)}")
-        if cond_feats is not None and len(cond_feats) != len(self.layers):
-            raise ValueError(f"cond_feats: expected {len(self.layers)} tensors (one per layer); got {len(cond_feats)}")
+        if cond_feats is not None and len(cond_feats) != self.num_condition_features:
+            raise ValueError(f"cond_feats: expected {self.num_condition_features} tensors (model.condition_features: "
+                             f"one per layer and/or the input's); got {len(cond_feats)}")
         use_cond = gate is not None and (cond is not None or cond_feats is not None)
         patches = self._condition_patches(cond) if use_cond and cond_feats is None else None
+        if use_cond and self.cond_concat:  # the patch embedding of [x; g·c]: + g·E(c)
+            e = cond_feats[-1] if cond_feats is not None else self.input_condition_feature(patches)
+            hv = add_gated_condition(hv, e, gate)
+        in_blocks = use_cond and self.cond_blocks
         inp = LayerInputs(tproj_v, parts.ctx_v, rope_v, attn_mask, parts.ctx_mask, parts.tproj_a, parts.ctx_a,
-                          parts.rope_a, patches, gate if use_cond else None)
+                          parts.rope_a, patches if in_blocks else None, gate if in_blocks else None)
         action_kv = static.action_kv if static is not None else None
         ha = parts.ha if action_kv is None else None
         for j, layer in enumerate(self.layers):
-            feat = cond_feats[j] if use_cond and cond_feats is not None else None
+            feat = cond_feats[j] if in_blocks and cond_feats is not None else None
             kv = static.cross_kv[j] if static is not None else None
             akv = action_kv[j] if action_kv is not None else None
             if self.gradient_checkpointing and torch.is_grad_enabled():

@@ -376,8 +376,11 @@ def find_resumable(run_dir: str | Path, weights: bool = True, train_state: bool 
     return None
 
 
-def load_model_state(ckpt: Checkpoint, model: torch.nn.Module) -> None:
-    """Copy a checkpoint's weights into an (unsharded) model, strictly; sharded checkpoints are read through DCP."""
+def load_model_state(ckpt: Checkpoint, model: torch.nn.Module,
+                     new: Callable[[str], bool] | None = None) -> list[str]:
+    """Copy a checkpoint's weights into an (unsharded) model, strictly; sharded checkpoints are read through DCP.
+    ``new``: the names the checkpoint may lack (they keep the model's initialisation; e.g. stage 2's input condition
+    channels, ``models.world_model.new_condition_tensor``). Returns the names it lacked."""
     state = ckpt.model_state
     if state is None:
         state = parallel.load_sharded_model_offline(ckpt.path / SHARDED_DIR, model)
@@ -385,6 +388,9 @@ def load_model_state(ckpt: Checkpoint, model: torch.nn.Module) -> None:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as e:  # shape mismatches
         raise CheckpointError(f"weights do not fit the model built from the config ({e})", ckpt.path) from e
+    fresh = sorted(k for k in missing if new is not None and new(k))
+    missing = [k for k in missing if k not in fresh]
     if missing or unexpected:
         raise CheckpointError(f"weights do not match the model: missing {sorted(missing)[:8]}, unexpected "
                               f"{sorted(unexpected)[:8]} (was the config changed?)", ckpt.path)
+    return fresh
