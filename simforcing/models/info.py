@@ -31,7 +31,8 @@ GIB = 1024 ** 3
 
 
 def parameter_counts(cfg: Config) -> dict[str, int]:
-    """Parameters per part of the world model: video expert, action expert, conditioning P_j, state token."""
+    """Parameters per part of the world model: video expert, action expert, conditioning (the P_j, and the input's
+    condition channels E with ``conditioning.path`` concat/both), state token."""
     model = build_world_model(cfg, meta=True)
     counts = {"video_expert": 0, "action_expert": 0, "condition_projections": 0, "state_token": 0}
     for name, p in model.named_parameters():
@@ -74,7 +75,8 @@ def forward_flops(cfg: Config) -> dict[str, float]:
     out = {"video_layers": layers * block(nv, d, f),
            "action_layers": (layers - 1) * block(na, ha, fa) + kv_only if na else 0.0,
            "joint_attention": (layers - 1) * 2 * 2 * n * n * inner + 2 * 2 * nv * n * inner,
-           "condition_projections": layers * 2 * nv * cp * d,
+           "condition_projections": (layers * (cfg.conditioning.path != "concat")  # P_j, and/or the input's E
+                                     + (cfg.conditioning.path != "blocks")) * 2 * nv * cp * d,
            "stems": (2 * nv * cp * d * 2 + 2 * nt * (m.text_dim * d + d * d)
                      + 2 * cfg.latent_frames * (m.freq_dim * d + d * d + 6 * d * d)
                      + 2 * cfg.data.state_dim * m.text_dim
