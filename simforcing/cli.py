@@ -80,6 +80,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
      "closed-loop success (synthetic benchmark, inside a world model, or LIBERO)"),
     (("policy", "agreement"), "simforcing.commands.policy:AGREEMENT",
      "does a world model rank policies as the simulator does? correlations, MMRV, per-episode agreement"),
+    (("policy", "estimate"), "simforcing.commands.policy:ESTIMATE",
+     "success with valid intervals from a few ground-truth trials and many world-model episodes (PPI++)"),
     (("policy", "probe"), "simforcing.commands.policy:PROBE",
      "linear probe: what action-only policies read from their frozen video expert (hand and object positions)"),
     (("bench",), "simforcing.commands.bench:BENCH", "latency, training-step cost, data throughput and scaling -> JSON"),

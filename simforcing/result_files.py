@@ -23,6 +23,7 @@ WINDOW_EVALUATION = "simforcing.window-evaluation"
 ROLLOUT_DRIFT = "simforcing.rollout-drift"
 SWEEP_STEPS, SWEEP_CFG = "simforcing.sweep-steps", "simforcing.sweep-cfg"
 POLICY_PROBE = "simforcing.policy-probe"
+POLICY_ESTIMATE = "simforcing.policy-estimate"
 
 # What a kind is called in messages, and the command that writes it.
 KIND_NAMES = {POLICY_EVALUATION: ("a policy evaluation", "simforcing policy eval"),
@@ -32,7 +33,8 @@ KIND_NAMES = {POLICY_EVALUATION: ("a policy evaluation", "simforcing policy eval
               ROLLOUT_DRIFT: ("a rollout-drift result", "simforcing rollout"),
               SWEEP_STEPS: ("a sweep of the sampler's steps", "simforcing sweep steps"),
               SWEEP_CFG: ("a sweep of the training p and the guidance w", "simforcing sweep cfg"),
-              POLICY_PROBE: ("a linear probe of policies' video experts", "simforcing policy probe")}
+              POLICY_PROBE: ("a linear probe of policies' video experts", "simforcing policy probe"),
+              POLICY_ESTIMATE: ("a prediction-powered estimate of policies' success", "simforcing policy estimate")}
 
 # Files written before the tags: the keys that identify each kind (checked in this order).
 _LEGACY = ((AGREEMENT, ("ranking", "envs", "players")),
@@ -51,6 +53,7 @@ _OTHER_FORMATS = {"simforcing-success-judge": "a success judge (`simforcing mode
 # What a folder holds when the expected file is not in it: a marker file and its description.
 _FOLDER_MARKERS = (("eval.json", "an evaluation (eval.json)"), ("agreement.json", "an agreement of policy evaluations "
                    "(`simforcing policy agreement`)"), ("judge.json", "a success judge (`simforcing model fit-judge`)"),
+                   ("estimate.json", "a prediction-powered estimate (`simforcing policy estimate`)"),
                    ("rollout.json", "a rollout-drift result (`simforcing rollout`)"),
                    ("sweep_steps.json", "a sweep of the sampler's steps (`simforcing sweep steps`)"),
                    ("sweep_cfg.json", "a sweep of the training p and the guidance w (`simforcing sweep cfg`)"),

@@ -5,6 +5,8 @@
     simforcing policy eval --env libero --suite libero_spatial --runs RUN --out DIR                 (needs the extra)
     simforcing policy eval --env world-model --wm RUN --judge J --runs ... --out DIR         (inside a world model)
     simforcing policy agreement --sim SIM_EVAL --wm NAME=WM_EVAL ... --out DIR             (world model vs simulator)
+    simforcing policy estimate --ground-truth TRIALS.csv|SIM_EVAL --wm-eval WM_EVAL --out DIR  (a few real trials
+                                        correct many world-model episodes: valid intervals, ``policy.estimate``)
     simforcing policy probe --runs NAME=RUN ... --out DIR      (what action-only policies read from their frozen video
                                                                 expert: a linear probe, ``policy.probe``)
 
@@ -286,6 +288,41 @@ def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     return 0
 
 
+# -- policy estimate -------------------------------------------------------------------------------------------------------
+def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ground-truth", required=True, help="a trial file (CSV or JSONL: policy,task,scene,success "
+                        "— real-robot trials of scenes the world-model evaluation ran) or a simulator `policy eval` "
+                        "folder of the same scenes (then --n scenes are drawn as the labelled ones)")
+    parser.add_argument("--wm-eval", required=True, help="the `policy eval --env world-model` folder")
+    parser.add_argument("--out", required=True, help="folder for estimate.json, estimate.md, episodes.csv, "
+                        "estimates.png (and coverage.png)")
+    parser.add_argument("--n", type=int, default=10, help="with a simulator evaluation: ground-truth scenes drawn "
+                        "per policy (the same scenes for every policy)")
+    parser.add_argument("--draws", type=int, default=0, help="with a simulator evaluation: repeat the estimate over "
+                        "this many draws of the labelled scenes and measure coverage (0: none)")
+    parser.add_argument("--study-n", type=int, nargs="+", default=None, help="the coverage study's n values "
+                        "(default 5 10 20 40, those the pool allows)")
+    parser.add_argument("--predictor", default="learned", help="learned (cross-fitted from each episode's "
+                        "features, default) | verdict (the world model's own verdict)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="1 − the intervals' level")
+    parser.add_argument("--seed", type=int, default=0, help="the draw of the labelled scenes and of the folds")
+
+
+def estimate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    from simforcing.policy.estimate import STUDY_NS, run_estimate
+
+    check_output_path(args.out, "--out")
+    for flag, value in (("--n", args.n), *(("--study-n", v) for v in (args.study_n or ()))):
+        if value < 2:
+            raise ConfigError(f"{flag}: got {value}; expected at least 2 ground-truth scenes")
+    res, study = run_estimate(args.ground_truth, args.wm_eval, args.out, args.n, args.draws,
+                              tuple(args.study_n or STUDY_NS), args.predictor, args.alpha, args.seed)
+    print((Path(args.out) / "estimate.md").read_text().rstrip())
+    print(f"wrote {Path(args.out) / 'estimate.json'}, estimate.md, episodes.csv, estimates.png"
+          + (", coverage.png" if study else ""))
+    return 0
+
+
 # -- policy probe ----------------------------------------------------------------------------------------------------------
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", nargs="+", required=True, metavar="NAME=RUN",
@@ -318,3 +355,4 @@ TRAIN = Subcommand(add_train_arguments, train, train_config,
 EVAL = Subcommand(add_eval_arguments, evaluate, interrupted="nothing was written; run the same command again")
 AGREEMENT = Subcommand(add_agreement_arguments, agreement)
 PROBE = Subcommand(add_probe_arguments, probe)
+ESTIMATE = Subcommand(add_estimate_arguments, estimate)

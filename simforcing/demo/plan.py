@@ -46,6 +46,15 @@ class WorldModelEvalBudget:
     judge_rollouts_full: int = 600
     judge_frames: Optional[int] = 8
     judge_frames_full: Optional[int] = None
+    # the prediction-powered estimate (``policy estimate``, docs/REAL_TRIALS.md): a pool of scenes per task evaluated
+    # in the simulator (the truth) and inside the world models (the few-step student by default: 2 network
+    # evaluations per chunk; --full also SimForcing, sft and the twin), n ground-truth scenes per policy drawn
+    # ``estimate_draws`` times for the coverage study over ``estimate_study_n``
+    pool_per_task: int = 20
+    pool_per_task_full: int = 30
+    estimate_n: int = 10
+    estimate_draws: int = 200
+    estimate_study_n: tuple = (5, 10, 20, 40)
 
 
 @dataclass
@@ -61,7 +70,9 @@ class FewStepBudget:
 
 
 WM_EVAL_QUICK = WorldModelEvalBudget(per_task=1, per_task_full=1, budgets=(3,), budgets_full=(3,), expert_noise=(0.02,),
-                                     judge_steps=20, judge_steps_full=20, judge_rollouts=2, judge_rollouts_full=2)
+                                     judge_steps=20, judge_steps_full=20, judge_rollouts=2, judge_rollouts_full=2,
+                                     pool_per_task=2, pool_per_task_full=2, estimate_n=2, estimate_draws=3,
+                                     estimate_study_n=(2, 3))
 
 
 @dataclass
@@ -502,8 +513,40 @@ class _Builder:
                 *(f"{w}={out / f'wm_{w}'}" for w in order), "--out", str(agree)]
         deps = tuple(f"wm-eval {n}" for n in evals)
         self.add("wm-eval agreement", argv, agree, "agreement.json", deps, inputs=deps, priority=30)
+        pool_wms = {STUDENT: wms[STUDENT]}
+        if full:
+            pool_wms.update((k, wms[k]) for k in (run_tag("simforcing", SEED), "simforcing-twin", run_tag("sft", SEED)))
+        estimates = self.estimate_pool(out, pool_wms, learned, noise, tuple(f"wm-eval policy {n}" for n in policies),
+                                       judge, full)
         return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
-                "evals": {k: v[0] for k, v in evals.items()}}
+                "evals": {k: v[0] for k, v in evals.items()}, "estimate": estimates}
+
+    def estimate_pool(self, out: Path, wms: dict, learned: list[str], noise: list[str], policy_jobs: tuple,
+                      judge: Path, full: bool) -> dict[str, Path]:
+        """9b. the prediction-powered estimate (``policy estimate``): the eight policies on a pool of scenes in the
+        simulator (every episode's truth) and inside each world model of ``wms``, then n ground-truth scenes per
+        policy correcting the rest — one estimate and the coverage study over many draws per world model."""
+        b, w = self.b, self.b.wm_eval
+        pool = ["--per-task", str(w.pool_per_task_full if full else w.pool_per_task), "--max-steps",
+                str(b.policy.max_steps), "--layouts", str(b.policy.layouts), "--jitter", str(b.policy.jitter),
+                "--runs", *learned, *noise]
+        sim = out / "pool_sim"
+        self.add("estimate sim pool", ["policy", "eval", *pool, "--out", str(sim)], sim, "eval.json", policy_jobs,
+                 inputs=policy_jobs, priority=30)
+        folders = {}
+        for wm, (run, train_job, extra) in wms.items():
+            ev, est = out / f"pool_wm_{wm}", out / f"estimate_{wm}"
+            deps = ("judge",) + policy_jobs + (train_job,)
+            self.add(f"estimate wm pool {wm}", ["policy", "eval", "--env", "world-model", "--wm", str(run), *extra,
+                                                "--judge", str(judge), *pool, "--out", str(ev)], ev, "eval.json", deps,
+                     inputs=deps, priority=30)
+            deps = ("estimate sim pool", f"estimate wm pool {wm}")
+            self.add(f"estimate {wm}", ["policy", "estimate", "--ground-truth", str(sim), "--wm-eval", str(ev),
+                                        "--n", str(w.estimate_n), "--draws", str(w.estimate_draws), "--study-n",
+                                        *(str(n) for n in w.estimate_study_n), "--out", str(est)],
+                     est, "estimate.json", deps, inputs=deps, priority=30)
+            folders[wm] = est
+        return folders
 
     def video_base_section(self) -> None:
         """--full, 2a. stage 0: the video base (``pretrain --method video_prior``, on stage 1's slots), a plain video

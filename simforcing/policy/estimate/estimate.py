@@ -1,0 +1,283 @@
+"""Policies' success estimated from a few ground-truth trials and many world-model episodes (prediction-powered).
+
+    simforcing policy estimate --ground-truth TRIALS.csv|SIM_EVAL --wm-eval WM_EVAL --out OUT [--n 10 --draws 200]
+
+One estimate (:func:`estimate_policies`): the labelled episodes are those with ground truth (a trial file's trials;
+from a simulator evaluation, ``n`` scenes drawn at random, the same scenes for every policy — a paired design), the
+unlabelled ones every other world-model episode of the same policy. The predictor (``predictor``):
+
+- ``verdict``: the world model's own verdict (the judge's success), no fitting;
+- ``learned`` (default): P(success | the episode's features), a logistic regression pooled over policies and
+  cross-fitted by scene (``policy.estimate.trust``) — its prediction on a labelled episode never saw that scene.
+
+Per policy and per task: the world model's raw rate (what ``policy eval --env world-model`` prints), the
+ground-truth-only estimate (Wilson / Clopper–Pearson) and the prediction-powered one (PPI++ CLT / finite-sample);
+the differences between every two policies and each policy's rank interval; every episode's trust score and its
+AUROC for the world model's verdict being wrong (out-of-fold on the labelled episodes; with a simulator ground truth
+also on every unlabelled one). With a simulator evaluation as ground truth the truth of every episode is known:
+:func:`coverage_study` repeats the estimate over many draws and measures what the intervals promise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from simforcing.errors import ConfigError
+from simforcing.policy.agreement.statistics import pearson
+from simforcing.policy.estimate.ppi import (Estimate, PolicyTerms, classical, difference, ppi_mean, ppi_terms,
+                                            rank_intervals)
+from simforcing.policy.estimate.trials import Key, WorldModelEpisodes
+from simforcing.policy.estimate.trust import FEATURES, auroc, crossfit, trust_scores
+
+PREDICTORS = ("learned", "verdict")
+
+
+@dataclass(frozen=True)
+class RateEstimates:
+    """One policy's (or one policy-task's) estimates: the world model's raw rate over its episodes, ground truth only
+    (CLT: Wilson; finite: Clopper–Pearson), prediction-powered (PPI++ CLT; finite: λ = 1 with the raw verdict,
+    empirical Bernstein) and, where known, the truth (the simulator's rate over every episode of the pool)."""
+
+    world_model: float
+    episodes: int
+    ground_truth_only: Estimate
+    ppi: Estimate
+    ground_truth_only_finite: Estimate
+    ppi_finite: Estimate
+    truth: Optional[float] = None
+
+    def to_json(self) -> dict:
+        return {"world_model": self.world_model, "episodes": self.episodes,
+                "ground_truth_only": self.ground_truth_only.to_json(), "ppi": self.ppi.to_json(),
+                "ground_truth_only_finite": self.ground_truth_only_finite.to_json(),
+                "ppi_finite": self.ppi_finite.to_json(), "truth": self.truth}
+
+
+@dataclass
+class PolicyEstimate:
+    """A policy's estimates over all its episodes (``average``) and per task, and its rank interval (1 = best)."""
+
+    average: RateEstimates
+    tasks: dict[str, RateEstimates]
+    rank: tuple[int, int]
+
+    def to_json(self) -> dict:
+        return {"average": self.average.to_json(), "tasks": {t: r.to_json() for t, r in self.tasks.items()},
+                "rank": list(self.rank)}
+
+
+@dataclass
+class EstimateResult:
+    """What ``policy estimate`` reports (module docstring); ``episodes``: one row per world-model episode with its
+    success probability, trust score, whether it was labelled, and its ground truth where known."""
+
+    predictor: str
+    alpha: float
+    labelled: int
+    unlabelled: int
+    policies: dict[str, PolicyEstimate]
+    differences: dict[str, Estimate]
+    trust_auroc: Optional[float]
+    trust_auroc_unlabelled: Optional[float]
+    feature_auroc: dict[str, Optional[float]]
+    episodes: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"predictor": self.predictor, "alpha": self.alpha, "labelled": self.labelled,
+                "unlabelled": self.unlabelled, "policies": {p: e.to_json() for p, e in self.policies.items()},
+                "differences": {k: d.to_json() for k, d in self.differences.items()},
+                "trust": {"auroc_labelled_out_of_fold": self.trust_auroc,
+                          "auroc_unlabelled": self.trust_auroc_unlabelled, "single_features": self.feature_auroc}}
+
+
+def _check_predictor(predictor: str, wm: WorldModelEpisodes) -> None:
+    if predictor not in PREDICTORS:
+        raise ConfigError(f"--predictor: got {predictor!r}; expected one of {', '.join(PREDICTORS)}")
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Every world-model episode's predicted success probability (cross-fitted where the predictor is learned: a
+    labelled episode's from the models without its scene's fold, an unlabelled one's the fold models' average)."""
+
+    p: np.ndarray  # (E,)
+
+
+def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequence[int], predictor: str = "learned",
+                folds: int = 5, seed: int = 0) -> Predictions:
+    """P(success) of every episode of ``wm`` (indices ``labelled`` carry ground truth in ``truth``)."""
+    if predictor == "verdict":
+        return Predictions(wm.verdicts.astype(float))
+    lab = np.asarray(labelled, int)
+    unl = np.setdiff1d(np.arange(len(wm.keys)), lab)
+    y = np.array([truth[wm.keys[i]] for i in lab], float)
+    groups = [wm.keys[i][1:] for i in lab]  # (task, scene): one scene's episodes of every policy in one fold
+    cf = crossfit(wm.features[lab], y, groups, wm.features[unl], folds, seed=seed)
+    p = np.empty(len(wm.keys))
+    p[lab], p[unl] = cf.lab, cf.unl
+    return Predictions(p)
+
+
+def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha) -> RateEstimates:
+    return RateEstimates(
+        world_model=float(np.mean(wm_all)), episodes=len(wm_all),
+        ground_truth_only=classical(y_lab, alpha, "clt"), ppi=ppi_mean(y_lab, f_lab, f_unl, alpha, "clt"),
+        ground_truth_only_finite=classical(y_lab, alpha, "finite"),
+        ppi_finite=ppi_mean(y_lab, v_lab, v_unl, alpha, "finite"),
+        truth=None if truth_all is None else float(np.mean(truth_all)))
+
+
+def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_keys: Sequence[Key],
+                      predictor: str = "learned", alpha: float = 0.05, folds: int = 5, seed: int = 0,
+                      truth_known: bool = False, differences: bool = True) -> EstimateResult:
+    """The estimate with the episodes ``labelled_keys`` labelled (their ground truth in ``truth``); ``truth_known``:
+    ``truth`` holds every episode's truth (a simulator evaluation), so the truth and the unlabelled AUROC are
+    reported too."""
+    _check_predictor(predictor, wm)
+    index = wm.index()
+    lab_idx = [index[k] for k in labelled_keys]
+    lab_set = set(lab_idx)
+    pred = predictions(wm, truth, lab_idx, predictor, folds, seed).p
+    verdicts = wm.verdicts.astype(float)
+    trust = trust_scores(pred, wm.verdicts)
+    tasks = list(dict.fromkeys(k[1] for k in wm.keys))
+    policies: dict[str, PolicyEstimate] = {}
+    terms: dict[str, PolicyTerms] = {}
+    for policy in wm.policies:
+        def rates(task: Optional[str]) -> Optional[RateEstimates]:
+            idx = [i for i, k in enumerate(wm.keys) if k[0] == policy and (task is None or k[1] == task)]
+            lab = [i for i in idx if i in lab_set]
+            unl = [i for i in idx if i not in lab_set]
+            if not lab:
+                return None
+            y = np.array([truth[wm.keys[i]] for i in lab], float)
+            all_truth = [truth[wm.keys[i]] for i in idx] if truth_known else None
+            return _rates(y, pred[lab], pred[unl], verdicts[lab], verdicts[unl], verdicts[idx], all_truth, alpha)
+
+        average = rates(None)
+        if average is None:
+            raise ConfigError(f"--ground-truth: no trial of policy {policy!r}; every policy of the world-model "
+                              "evaluation needs at least two ground-truth trials (or leave it out with --policies)")
+        per_task = {t: r for t in tasks if (r := rates(t)) is not None}
+        policies[policy] = PolicyEstimate(average, per_task, (0, 0))
+        idx = [i for i, k in enumerate(wm.keys) if k[0] == policy]
+        lab = [i for i in idx if i in lab_set]
+        unl = [i for i in idx if i not in lab_set]
+        y = np.array([truth[wm.keys[i]] for i in lab], float)
+        terms[policy] = PolicyTerms(ppi_terms(y, pred[lab], pred[unl]), tuple(wm.keys[i][1:] for i in lab),
+                                    tuple(wm.keys[i][1:] for i in unl))
+    ranks = rank_intervals(terms, alpha)
+    for policy, est in policies.items():
+        est.rank = ranks[policy]
+    diffs = {}
+    if differences:
+        names = list(policies)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                diffs[f"{a} − {b}"] = difference(terms[a], terms[b], alpha)
+    wrong = ~(np.array([truth.get(k, v) for k, v in zip(wm.keys, wm.verdicts)], bool) == wm.verdicts)
+    lab_arr = np.array(sorted(lab_set), int)
+    unl_arr = np.setdiff1d(np.arange(len(wm.keys)), lab_arr)
+    trust_auroc = auroc(1 - trust[lab_arr], wrong[lab_arr]) if predictor == "learned" else None
+    trust_unl = auroc(1 - trust[unl_arr], wrong[unl_arr]) if truth_known and len(unl_arr) else None
+    feature_auroc = {}
+    if truth_known:  # each feature alone, as a trust signal with no fitting: |margin| and the arm's offset
+        sel = np.arange(len(wm.keys))
+        margin = np.abs(wm.features[:, FEATURES.index("margin")])
+        arm = wm.features[:, FEATURES.index("arm_mean")]
+        feature_auroc = {"|margin| (low: doubt)": auroc(-margin[sel], wrong[sel]),
+                         "arm offset (high: doubt)": auroc(arm[sel], wrong[sel])}
+    rows = [{"policy": k[0], "task": k[1], "scene": k[2], "world_model_success": bool(wm.verdicts[i]),
+             "p_success": round(float(pred[i]), 4), "trust": round(float(trust[i]), 4), "labelled": i in lab_set,
+             "ground_truth": truth.get(k) if (i in lab_set or truth_known) else None}
+            for i, k in enumerate(wm.keys)]
+    return EstimateResult(predictor, alpha, len(lab_set), len(wm.keys) - len(lab_set), policies, diffs, trust_auroc,
+                          trust_unl, feature_auroc, rows)
+
+
+def draw_labelled(wm: WorldModelEpisodes, n: int, rng: np.random.Generator) -> list[Key]:
+    """``n`` scenes drawn at random without replacement (each a (task, scene) the evaluation ran), labelled for every
+    policy: the paired design a user runs (each policy from the same start states)."""
+    scenes = list(dict.fromkeys(k[1:] for k in wm.keys))
+    if n < 2 or n >= len(scenes):
+        raise ConfigError(f"--n: got {n}; expected at least 2 and fewer than the {len(scenes)} scenes of the "
+                          "world-model evaluation (the rest are its unlabelled episodes)")
+    chosen = {scenes[i] for i in rng.choice(len(scenes), n, replace=False)}
+    return [k for k in wm.keys if k[1:] in chosen]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Validity measured: many draws of the labelled scenes from a pool whose truth is known
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudyPoint:
+    """Over ``draws`` draws of ``n`` labelled scenes: per policy the coverage of the 95 % intervals (PPI++ CLT,
+    ground truth only (Wilson), and their finite-sample versions) of the pool's truth and the mean widths; pooled:
+    the ground-truth trials saved at equal width (1 − (w_ppi / w_gt)², the mean over policies of the squared width
+    ratio), the ranking's Pearson with the truth (PPI estimates and ground-truth-only), the trust AUROC."""
+
+    n: int
+    draws: int
+    coverage: dict[str, dict[str, float]]
+    width: dict[str, dict[str, float]]
+    saved: float
+    pearson_ppi: float
+    pearson_ground_truth_only: float
+    pearson_world_model: float
+    trust_auroc: Optional[float]
+
+    def to_json(self) -> dict:
+        return {"n": self.n, "draws": self.draws, "coverage": self.coverage, "width": self.width,
+                "saved": self.saved, "pearson_ppi": self.pearson_ppi,
+                "pearson_ground_truth_only": self.pearson_ground_truth_only,
+                "pearson_world_model": self.pearson_world_model, "trust_auroc": self.trust_auroc}
+
+
+KINDS = ("ppi", "ground_truth_only", "ppi_finite", "ground_truth_only_finite")
+
+
+def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: int, predictor: str = "learned",
+                alpha: float = 0.05, seed: int = 0, progress: Callable[[str], None] = lambda s: None) -> StudyPoint:
+    """:func:`estimate_policies` over ``draws`` random draws of ``n`` labelled scenes (module docstring)."""
+    rng = np.random.default_rng(seed)
+    hits = {p: {k: 0 for k in KINDS} for p in wm.policies}
+    widths = {p: {k: [] for k in KINDS} for p in wm.policies}
+    r_ppi, r_gt, aurocs = [], [], []
+    truths = raw = None
+    for d in range(draws):
+        res = estimate_policies(wm, truth, draw_labelled(wm, n, rng), predictor, alpha, seed=d, truth_known=True,
+                                differences=False)
+        if truths is None:
+            truths = np.array([res.policies[p].average.truth for p in wm.policies])
+            raw = np.array([res.policies[p].average.world_model for p in wm.policies])
+        for p in wm.policies:
+            avg = res.policies[p].average
+            for k in KINDS:
+                est: Estimate = getattr(avg, k)
+                hits[p][k] += est.covers(avg.truth)
+                widths[p][k].append(est.width)
+        r_ppi.append(pearson(truths, [res.policies[p].average.ppi.estimate for p in wm.policies]))
+        r_gt.append(pearson(truths, [res.policies[p].average.ground_truth_only.estimate for p in wm.policies]))
+        if res.trust_auroc_unlabelled is not None:
+            aurocs.append(res.trust_auroc_unlabelled)
+        if (d + 1) % 50 == 0:
+            progress(f"n = {n}: {d + 1}/{draws} draws")
+    width = {p: {k: float(np.mean(v)) for k, v in w.items()} for p, w in widths.items()}
+    ratios = [(width[p]["ppi"] / width[p]["ground_truth_only"]) ** 2 for p in wm.policies
+              if width[p]["ground_truth_only"] > 0]
+    return StudyPoint(n, draws, {p: {k: h / draws for k, h in c.items()} for p, c in hits.items()}, width,
+                      float(1 - np.mean(ratios)), float(np.nanmean(r_ppi)), float(np.nanmean(r_gt)),
+                      pearson(truths, raw), float(np.mean(aurocs)) if aurocs else None)
+
+
+def coverage_study(wm: WorldModelEpisodes, truth: dict[Key, bool], ns: Sequence[int], draws: int = 200,
+                   predictor: str = "learned", alpha: float = 0.05, seed: int = 0,
+                   progress: Callable[[str], None] = print) -> list[StudyPoint]:
+    """:func:`study_point` for every n of ``ns`` (those the pool allows: fewer than its scenes)."""
+    scenes = len({k[1:] for k in wm.keys})
+    return [study_point(wm, truth, n, draws, predictor, alpha, seed + n, progress) for n in ns if 2 <= n < scenes]

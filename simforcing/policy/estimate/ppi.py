@@ -1,0 +1,254 @@
+"""Prediction-powered estimates of a success rate: a few ground-truth outcomes correct many world-model predictions.
+
+For one policy, ``y`` (n,) are ground-truth outcomes in {0, 1} (real-robot trials; in the synthetic benchmark the
+simulator's verdicts), ``f_lab`` (n,) the predictor's values on the same episodes inside the world model and
+``f_unl`` (N,) its values on N further world-model episodes (other scenes, no ground truth). Predictions lie in [0, 1]
+(a verdict, or a probability of success learned from the episode's features: ``policy.estimate.trust``).
+
+- **Ground truth only** (:func:`classical`): the mean of ``y`` with a Wilson interval (``clt``) or the exact
+  Clopper–Pearson interval (``finite``).
+- **PPI++** (:func:`ppi_mean`; Angelopoulos et al. 2023, *Prediction-powered inference*; Angelopoulos, Duchi & Zrnic
+  2024, *PPI++*): θ̂_λ = mean(y − λ f_lab) + λ mean(f_unl). For every fixed λ it is unbiased — the labelled term
+  removes the predictor's bias — and its variance is Var(y − λf)/n + λ² Var(f)/N. Power tuning takes the λ that
+  minimises it, λ* = Cov(y, f) / ((1 + n/N) Var(f)), clipped to [0, 1]: λ = 0 is the ground-truth-only mean, so a
+  useless predictor costs (asymptotically) nothing and a good one narrows the interval.
+  ``clt``: θ̂ ± t_{n−1, 1−α/2} · √(Var(y − λf)/n + λ² Var(f)/N) (Student's quantile on the labelled term's degrees
+  of freedom: the labelled sample is small). ``finite``: λ fixed (1, classical PPI, unless given) and two
+  empirical-Bernstein bounds (Maurer & Pontil 2009), one per term at α/2 each, valid at every n for bounded outcomes
+  — the predictor must then not be fitted on the labelled episodes (use the raw verdict).
+
+Differences between two policies (:func:`difference`) keep the covariance of episodes the two share (the same scenes
+labelled for both: a paired design); a ranking (:func:`rank_intervals`) reads its rank intervals off simultaneous
+(Bonferroni) intervals of every difference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+from scipy import stats
+
+METHODS = ("clt", "finite")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its (1 − α) interval; ``lam`` the power-tuning weight where the estimate is
+    prediction-powered (None: ground truth only), ``n`` / ``N`` the labelled and unlabelled episodes."""
+
+    estimate: float
+    lo: float
+    hi: float
+    n: int
+    N: int = 0
+    lam: Optional[float] = None
+
+    @property
+    def width(self) -> float:
+        return self.hi - self.lo
+
+    def covers(self, value: float) -> bool:
+        return self.lo <= value <= self.hi
+
+    def to_json(self) -> dict:
+        return {"estimate": self.estimate, "ci": [self.lo, self.hi], "n": self.n, "N": self.N, "lam": self.lam}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Estimate":
+        lo, hi = d["ci"]
+        return cls(float(d["estimate"]), float(lo), float(hi), int(d["n"]), int(d.get("N", 0)), d.get("lam"))
+
+
+def _check_method(method: str) -> None:
+    if method not in METHODS:
+        raise ValueError(f"interval method: got {method!r}; expected one of {', '.join(METHODS)}")
+
+
+def _as_unit(x, what: str) -> np.ndarray:
+    a = np.asarray(x, np.float64).reshape(-1)
+    if a.size and (not np.isfinite(a).all() or a.min() < 0 or a.max() > 1):
+        raise ValueError(f"{what}: values must lie in [0, 1] (outcomes or predicted probabilities)")
+    return a
+
+
+def wilson(k: float, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval of a rate k/n at level 1 − α ((0, 1) for n = 0)."""
+    if n == 0:
+        return 0.0, 1.0
+    z = stats.norm.ppf(1 - alpha / 2)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """The exact (Clopper–Pearson) interval of a binomial rate k/n."""
+    if n == 0:
+        return 0.0, 1.0
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return lo, hi
+
+
+def classical(y, alpha: float = 0.05, method: str = "clt") -> Estimate:
+    """Ground truth only: the mean of binary outcomes ``y`` with its Wilson (``clt``) or Clopper–Pearson
+    (``finite``) interval."""
+    _check_method(method)
+    y = _as_unit(y, "ground-truth outcomes")
+    n, k = len(y), float(y.sum())
+    lo, hi = wilson(k, n, alpha) if method == "clt" else clopper_pearson(int(round(k)), n, alpha)
+    return Estimate(k / n if n else float("nan"), lo, hi, n)
+
+
+def tuned_lambda(y: np.ndarray, f_lab: np.ndarray, f_unl: np.ndarray) -> float:
+    """PPI++'s power-tuning weight for the mean: Cov(y, f) / ((1 + n/N) Var(f)), Var(f) over every prediction,
+    clipped to [0, 1] (0 where the predictions do not vary)."""
+    n, N = len(y), len(f_unl)
+    f_all = np.concatenate([f_lab, f_unl])
+    var_f = f_all.var(ddof=1) if len(f_all) > 1 else 0.0
+    if n < 2 or N == 0 or var_f <= 1e-12:
+        return 0.0
+    cov = np.cov(y, f_lab, ddof=1)[0, 1]
+    return float(np.clip(cov / ((1 + n / N) * var_f), 0.0, 1.0))
+
+
+@dataclass(frozen=True)
+class Terms:
+    """θ̂ = mean(a) + mean(b): the labelled term's values ``a`` = y − λ f_lab and the unlabelled term's ``b`` =
+    λ f_unl, per episode (what differences between policies need: :func:`difference`)."""
+
+    a: np.ndarray
+    b: np.ndarray
+    lam: float
+
+    @property
+    def estimate(self) -> float:
+        return float(self.a.mean() + (self.b.mean() if len(self.b) else 0.0))
+
+    @property
+    def variance(self) -> float:
+        var_a = self.a.var(ddof=1) / len(self.a) if len(self.a) > 1 else 0.0
+        var_b = self.b.var(ddof=1) / len(self.b) if len(self.b) > 1 else 0.0
+        return float(var_a + var_b)
+
+
+def ppi_terms(y, f_lab, f_unl, lam: Optional[float] = None) -> Terms:
+    y, f_lab, f_unl = (_as_unit(y, "ground-truth outcomes"), _as_unit(f_lab, "predictions on labelled episodes"),
+                       _as_unit(f_unl, "predictions on unlabelled episodes"))
+    if len(y) != len(f_lab):
+        raise ValueError(f"{len(y)} ground-truth outcomes but {len(f_lab)} predictions on them")
+    if len(y) == 0:
+        raise ValueError("no ground-truth outcomes: a prediction-powered estimate needs at least one")
+    lam = tuned_lambda(y, f_lab, f_unl) if lam is None else float(lam)
+    if not len(f_unl):
+        lam = 0.0
+    return Terms(y - lam * f_lab, lam * f_unl, lam)
+
+
+def empirical_bernstein(x: np.ndarray, delta: float, value_range: float) -> float:
+    """Half-width of the two-sided empirical-Bernstein bound (Maurer & Pontil 2009, Thm 4, each side at δ/2) on the
+    mean of i.i.d. ``x`` whose values span at most ``value_range``: √(2 V ln(4/δ) / n) + 7 R ln(4/δ) / (3 (n − 1)),
+    V the unbiased sample variance (infinite for n < 2)."""
+    n = len(x)
+    if n < 2:
+        return math.inf
+    log = math.log(4 / delta)
+    return math.sqrt(2 * x.var(ddof=1) * log / n) + 7 * value_range * log / (3 * (n - 1))
+
+
+def score_interval(y: np.ndarray, f_lab: np.ndarray, t: Terms, q: float, grid: int = 20001) -> tuple[float, float]:
+    """The CLT interval of θ as the set of θ ∈ [0, 1] a score test keeps: (θ̂ − θ)² ≤ q² V(θ), with the binary
+    outcome's standard deviation taken at θ, σ_y(θ) = √(θ(1 − θ)), in V(θ) = (σ_y² − 2λρ σ_y σ_f + λ² σ_f²) / n +
+    λ² Var(f_unl) / N (ρ the labelled episodes' correlation of y and f, σ_f the predictions' deviation there) — the
+    Wilson interval's device (exactly Wilson's at λ = 0), which keeps coverage near 0 and 1 where the plug-in
+    variance of a small labelled sample is often 0."""
+    n, N, lam = len(y), len(t.b), t.lam
+    sd_f = f_lab.std() if n > 1 else 0.0
+    rho = 0.0
+    if n > 1 and y.std() > 0 and sd_f > 0:
+        rho = float(np.corrcoef(y, f_lab)[0, 1])
+    theta = np.linspace(0.0, 1.0, grid)
+    sd_y = np.sqrt(theta * (1 - theta))
+    var = ((sd_y * sd_y - 2 * lam * rho * sd_y * sd_f + lam * lam * sd_f * sd_f) / n
+           + (t.b.var(ddof=1) / N if N > 1 else 0.0))
+    keep = (t.estimate - theta) ** 2 <= q * q * np.maximum(var, 0.0)
+    if not keep.any():  # no θ passes (a degenerate sample): the point estimate alone
+        est = float(np.clip(t.estimate, 0, 1))
+        return est, est
+    return float(theta[keep].min()), float(theta[keep].max())
+
+
+def ppi_mean(y, f_lab, f_unl, alpha: float = 0.05, method: str = "clt", lam: Optional[float] = None) -> Estimate:
+    """The prediction-powered estimate of E[y] (module docstring): PPI++ with power tuning (``lam`` None) and a CLT
+    (score) interval, or with ``method="finite"`` a fixed λ (default 1) and empirical-Bernstein bounds."""
+    _check_method(method)
+    if method == "finite" and lam is None:
+        lam = 1.0
+    t = ppi_terms(y, f_lab, f_unl, lam)
+    n, N = len(t.a), len(t.b)
+    est = t.estimate
+    if method == "clt":
+        lo, hi = score_interval(np.asarray(y, float), np.asarray(f_lab, float), t, stats.norm.ppf(1 - alpha / 2))
+        return Estimate(est, min(lo, max(est, 0.0)), max(hi, min(est, 1.0)), n, N, t.lam)
+    half = empirical_bernstein(t.a, alpha / 2, 1 + t.lam) + (empirical_bernstein(t.b, alpha / 2, t.lam) if N else 0.0)
+    return Estimate(est, max(0.0, est - half), min(1.0, est + half), n, N, t.lam)
+
+
+def _shared_cov(x: np.ndarray, x_ids: Sequence, z: np.ndarray, z_ids: Sequence) -> float:
+    """Cov(mean(x), mean(z)) for two samples whose entries with equal ids are the same draw (a scene both saw):
+    (m / (n_x n_z)) · Cov over the m shared ids."""
+    pos = {k: i for i, k in enumerate(z_ids)}
+    shared = [(i, pos[k]) for i, k in enumerate(x_ids) if k in pos]
+    m = len(shared)
+    if m < 2:
+        return 0.0
+    xi = x[[i for i, _ in shared]]
+    zi = z[[j for _, j in shared]]
+    return float(np.cov(xi, zi, ddof=1)[0, 1] * m / (len(x) * len(z)))
+
+
+@dataclass(frozen=True)
+class PolicyTerms:
+    """One policy's :class:`Terms` with the ids of the episodes behind each value (scene ids: equal ids across two
+    policies mean the same scene, a paired draw)."""
+
+    terms: Terms
+    lab_ids: tuple
+    unl_ids: tuple
+
+
+def difference(p: PolicyTerms, q: PolicyTerms, alpha: float = 0.05) -> Estimate:
+    """θ_p − θ_q with a CLT interval: Var(θ̂_p) + Var(θ̂_q) − 2 Cov, the covariance from the scenes both share
+    (labelled with labelled, unlabelled with unlabelled)."""
+    cov = (_shared_cov(p.terms.a, p.lab_ids, q.terms.a, q.lab_ids)
+           + _shared_cov(p.terms.b, p.unl_ids, q.terms.b, q.unl_ids))
+    var = max(p.terms.variance + q.terms.variance - 2 * cov, 0.0)
+    n = min(len(p.terms.a), len(q.terms.a))
+    est = p.terms.estimate - q.terms.estimate
+    half = stats.t.ppf(1 - alpha / 2, max(n - 1, 1)) * math.sqrt(var)
+    return Estimate(est, max(-1.0, est - half), min(1.0, est + half), n, min(len(p.terms.b), len(q.terms.b)))
+
+
+def rank_intervals(terms: dict[str, PolicyTerms], alpha: float = 0.05) -> dict[str, tuple[int, int]]:
+    """Each policy's rank (1 = the highest success) with a simultaneous (1 − α) interval: from Bonferroni intervals of
+    all K(K − 1)/2 differences, a policy ranks below every policy surely better than it and above every policy surely
+    worse."""
+    names = list(terms)
+    k = len(names)
+    pairs = max(k * (k - 1) // 2, 1)
+    better = {n: 0 for n in names}
+    worse = {n: 0 for n in names}
+    for i in range(k):
+        for j in range(i + 1, k):
+            d = difference(terms[names[i]], terms[names[j]], alpha / pairs)
+            if d.lo > 0:
+                worse[names[i]] += 1
+                better[names[j]] += 1
+            elif d.hi < 0:
+                better[names[i]] += 1
+                worse[names[j]] += 1
+    return {n: (1 + better[n], k - worse[n]) for n in names}
