@@ -12,7 +12,7 @@ def __getattr__(name: str):
     """``from simforcing import WorldModelPipeline`` (and the other names of ``simforcing.api``) without importing
     torch at ``import simforcing``."""
     if name in ("WorldModelPipeline", "Prediction", "Episode", "read_episode", "load_policy", "evaluate_policies",
-                "evaluate", "rollout_drift"):
+                "evaluate", "rollout_drift", "estimate_success"):
         from simforcing import api
 
         return getattr(api, name)

@@ -15,8 +15,8 @@ any number for a rollout. The first frame is masked for the simulation branch as
 settings (``n_sim``, ``n_real``, ``w``) and the noise (``seed``) are arguments. The same objects the command line uses
 stay reachable: ``pipe.world_model`` (``runs.loaded.LoadedWorldModel``: ``pipe.model``, ``pipe.vae``, ``pipe.cfg``,
 ``pipe.normalizer``, ``pipe.checkpoint``), and :func:`evaluate` /
-:func:`rollout_drift` / :func:`evaluate_policies` / :func:`load_policy` are the functions behind ``simforcing
-evaluate``, ``rollout`` and ``policy eval``.
+:func:`rollout_drift` / :func:`evaluate_policies` / :func:`load_policy` / :func:`estimate_success` are the functions
+behind ``simforcing evaluate``, ``rollout``, ``policy eval`` and ``policy estimate``.
 """
 
 from __future__ import annotations
@@ -289,6 +289,18 @@ def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:
     """A trained policy: ``policy.act(image uint8 (H, cameras·W, 3), state, instruction, generator)`` -> actions
     (A, action_dim) in the dataset's units (``simforcing.policy.infer``)."""
     return PolicyRunner.load(run, device)
+
+
+def estimate_success(ground_truth: str | Path, wm_eval: str | Path, out: Optional[str | Path] = None, **kwargs):
+    """Each policy's success from a few ground-truth trials and many world-model episodes, with valid intervals
+    (``simforcing policy estimate``; docs/REAL_TRIALS.md): ``ground_truth`` a trial file (CSV/JSONL: policy, task,
+    scene, success) or a simulator evaluation folder, ``wm_eval`` a world-model evaluation folder (a
+    ``policy eval --env world-model`` output, or :func:`evaluate_policies`' result written with ``.write(folder)``).
+    Returns ``(EstimateResult, coverage study)`` (``policy.estimate``); ``kwargs``: n, draws, study_ns, predictor,
+    alpha, seed."""
+    from simforcing.policy.estimate import run_estimate
+
+    return run_estimate(ground_truth, wm_eval, out, **kwargs)
 
 
 def evaluate_policies(runs: dict[str, str | Path], world_model: Optional[str | Path] = None,

@@ -17,8 +17,9 @@ from simforcing.errors import ConfigError, DataError
 from simforcing.policy.closed_loop.results import SIMULATOR, WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
 from simforcing.policy.estimate import run_estimate
 from simforcing.policy.estimate import trust as trust_mod
-from simforcing.policy.estimate.ppi import (PolicyTerms, classical, clopper_pearson, difference, empirical_bernstein,
-                                            ppi_mean, ppi_terms, rank_intervals, tuned_lambda, wilson)
+from simforcing.policy.estimate.ppi import (PolicyTerms, active_mean, classical, clopper_pearson, difference, empirical_bernstein,
+                                            ppi_mean, ppi_terms, rank_intervals, sampling_probabilities,
+                                            tuned_lambda, wilson)
 from simforcing.policy.estimate.trials import read_trials, world_model_episodes
 from simforcing.policy.estimate.trust import Logistic, auroc, crossfit, episode_features
 
@@ -94,6 +95,32 @@ def test_coverage_on_bernoulli_data_with_known_truth(p, noise):
     assert hits["finite"] / draws >= 0.95
     if noise <= 0.3:
         assert np.mean(widths["clt"]) < 0.9 * np.mean(widths["gt"])
+
+
+def test_active_sampling_is_unbiased_and_covers_with_doubt_weighted_probabilities():
+    """Trials placed with probabilities π (more where the doubt is high): π sums to the budget within (0, 1]; the
+    inverse-probability estimate covers the finite population's mean at the nominal rate over 800 draws, and where
+    the doubt marks the predictor's errors it is narrower than uniform placement."""
+    rng = np.random.default_rng(5)
+    N, budget = 300, 40
+    y = (rng.random(N) < 0.5).astype(float)
+    wrong = rng.random(N) < 0.25
+    f = np.where(wrong, 1 - y, y)
+    doubt = np.where(wrong, 1.0, 0.2) + rng.random(N) * 0.1
+    pi = sampling_probabilities(doubt, budget, mix=0.8)
+    assert pi.sum() == pytest.approx(budget) and pi.min() > 0 and pi.max() <= 1
+    assert pi[wrong].mean() > pi[~wrong].mean()
+    uniform = sampling_probabilities(doubt, budget, mix=0.0)
+    assert uniform == pytest.approx(np.full(N, budget / N))
+    hits, widths = {"doubt": 0, "uniform": 0}, {"doubt": [], "uniform": []}
+    for _ in range(800):
+        for kind, p in (("doubt", pi), ("uniform", uniform)):
+            e = active_mean(f, y, rng.random(N) < p, p)
+            hits[kind] += e.covers(y.mean())
+            widths[kind].append(e.width)
+    se = math.sqrt(0.95 * 0.05 / 800)
+    assert hits["doubt"] / 800 >= 0.95 - 3 * se and hits["uniform"] / 800 >= 0.95 - 3 * se
+    assert np.mean(widths["doubt"]) < np.mean(widths["uniform"])
 
 
 def test_paired_difference_variance_and_rank_intervals():
@@ -287,6 +314,11 @@ def test_estimate_from_a_simulator_evaluation_and_from_trials(known_pool, tmp_pa
                  "--out", str(tmp_path / "est2")]) == 0
     body = json.loads((tmp_path / "est2" / "estimate.json").read_text())
     assert body["labelled"] == 32 and body["policies"]["good"]["average"]["truth"] is None
+    from simforcing import estimate_success  # the Python API: the same estimate
+
+    res3, _ = estimate_success(tmp_path / "trials.csv", root / "wm")
+    want = body["policies"]["good"]["average"]["ppi"]["estimate"]
+    assert res3.policies["good"].average.ppi.estimate == pytest.approx(want)
     with pytest.raises(ConfigError, match="a coverage study needs every episode's truth"):
         run_estimate(tmp_path / "trials.csv", root / "wm", draws=5)
     with pytest.raises(ConfigError, match="a world-model evaluation"):

@@ -27,10 +27,10 @@ import numpy as np
 
 from simforcing.errors import ConfigError
 from simforcing.policy.agreement.statistics import pearson
-from simforcing.policy.estimate.ppi import (Estimate, PolicyTerms, classical, difference, ppi_mean, ppi_terms,
-                                            rank_intervals)
+from simforcing.policy.estimate.ppi import (Estimate, PolicyTerms, active_mean, classical, difference, ppi_mean,
+                                            ppi_terms, rank_intervals, sampling_probabilities)
 from simforcing.policy.estimate.trials import Key, WorldModelEpisodes
-from simforcing.policy.estimate.trust import FEATURES, auroc, crossfit, trust_scores
+from simforcing.policy.estimate.trust import FEATURES, auroc, crossfit, trust_scores, unsupervised_doubt
 
 PREDICTORS = ("learned", "verdict")
 
@@ -239,14 +239,34 @@ class StudyPoint:
 
 
 KINDS = ("ppi", "ground_truth_only", "ppi_finite", "ground_truth_only_finite")
+SAMPLING = ("sampled_uniform", "sampled_by_doubt")  # active inference with the raw verdict: where the trials go
+
+
+def sampled_estimates(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, rng: np.random.Generator,
+                      alpha: float, mix: float = 0.8) -> dict[str, dict[str, Estimate]]:
+    """Per policy, ``n`` expected ground-truth trials placed by Poisson sampling among its episodes — uniformly, or
+    where the unsupervised doubt (``trust.unsupervised_doubt``) is high — each estimate by active inference with the
+    raw verdict as the predictor (``ppi.active_mean``): does trust-guided placement narrow the interval?"""
+    doubt = unsupervised_doubt(wm.features)
+    out: dict[str, dict[str, Estimate]] = {}
+    for policy in wm.policies:
+        idx = np.array([i for i, k in enumerate(wm.keys) if k[0] == policy])
+        f = wm.verdicts[idx].astype(float)
+        y = np.array([truth[wm.keys[i]] for i in idx], float)
+        out[policy] = {}
+        for kind, m in zip(SAMPLING, (0.0, mix)):
+            pi = sampling_probabilities(doubt[idx], n, m)
+            out[policy][kind] = active_mean(f, y, rng.random(len(idx)) < pi, pi, alpha)
+    return out
 
 
 def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: int, predictor: str = "learned",
                 alpha: float = 0.05, seed: int = 0, progress: Callable[[str], None] = lambda s: None) -> StudyPoint:
     """:func:`estimate_policies` over ``draws`` random draws of ``n`` labelled scenes (module docstring)."""
     rng = np.random.default_rng(seed)
-    hits = {p: {k: 0 for k in KINDS} for p in wm.policies}
-    widths = {p: {k: [] for k in KINDS} for p in wm.policies}
+    kinds = KINDS + SAMPLING
+    hits = {p: {k: 0 for k in kinds} for p in wm.policies}
+    widths = {p: {k: [] for k in kinds} for p in wm.policies}
     r_ppi, r_gt, aurocs = [], [], []
     truths = raw = None
     for d in range(draws):
@@ -255,10 +275,11 @@ def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: i
         if truths is None:
             truths = np.array([res.policies[p].average.truth for p in wm.policies])
             raw = np.array([res.policies[p].average.world_model for p in wm.policies])
+        sampled = sampled_estimates(wm, truth, n, rng, alpha)
         for p in wm.policies:
             avg = res.policies[p].average
-            for k in KINDS:
-                est: Estimate = getattr(avg, k)
+            for k in kinds:
+                est: Estimate = getattr(avg, k) if k in KINDS else sampled[p][k]
                 hits[p][k] += est.covers(avg.truth)
                 widths[p][k].append(est.width)
         r_ppi.append(pearson(truths, [res.policies[p].average.ppi.estimate for p in wm.policies]))

@@ -198,6 +198,36 @@ def ppi_mean(y, f_lab, f_unl, alpha: float = 0.05, method: str = "clt", lam: Opt
     return Estimate(est, max(0.0, est - half), min(1.0, est + half), n, N, t.lam)
 
 
+def sampling_probabilities(doubt: np.ndarray, budget: float, mix: float = 0.5, floor: float = 0.05) -> np.ndarray:
+    """Where to spend ``budget`` ground-truth trials among N episodes (expected count = budget): π_i ∝ (1 − mix) +
+    mix · doubt_i / mean(doubt) — uniform at ``mix`` 0, more trials where the doubt is high — each at least ``floor``
+    · budget / N (no episode is left out: the weights 1/π_i stay bounded) and at most 1."""
+    d = np.clip(np.asarray(doubt, np.float64), 0, None)
+    n_all = len(d)
+    w = (1 - mix) + mix * (d / d.mean() if d.mean() > 0 else np.ones(n_all))
+    pi = budget * w / w.sum()
+    pi = np.maximum(pi, floor * budget / n_all)
+    for _ in range(20):  # rescale to the budget under the cap at 1
+        pi = np.minimum(pi * budget / pi.sum(), 1.0)
+        if abs(pi.sum() - budget) < 1e-9:
+            break
+    return pi
+
+
+def active_mean(f: np.ndarray, y: np.ndarray, labelled: np.ndarray, pi: np.ndarray, alpha: float = 0.05) -> Estimate:
+    """Active inference (Zrnic & Candès 2024, *Active statistical inference*): every episode's prediction ``f``
+    (N,), its ground truth ``y`` where ``labelled`` (drawn independently with probability ``pi``; y elsewhere is
+    ignored) -> θ̂ = mean(f_i + ξ_i/π_i (y_i − f_i)), unbiased for any π > 0, with the CLT interval of that mean.
+    The predictor must not be fitted on the labelled episodes (the raw verdict, or a model from other data)."""
+    f, pi = np.asarray(f, np.float64), np.asarray(pi, np.float64)
+    xi = np.asarray(labelled, bool)
+    yv = np.where(xi, np.asarray(y, np.float64), 0.0)
+    z = f + np.where(xi, (yv - f) / pi, 0.0)
+    est = float(z.mean())
+    half = stats.norm.ppf(1 - alpha / 2) * float(z.std(ddof=1)) / math.sqrt(len(z))
+    return Estimate(est, max(0.0, est - half), min(1.0, est + half), int(xi.sum()), len(z) - int(xi.sum()), 1.0)
+
+
 def _shared_cov(x: np.ndarray, x_ids: Sequence, z: np.ndarray, z_ids: Sequence) -> float:
     """Cov(mean(x), mean(z)) for two samples whose entries with equal ids are the same draw (a scene both saw):
     (m / (n_x n_z)) · Cov over the m shared ids."""

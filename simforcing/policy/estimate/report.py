@@ -74,6 +74,16 @@ def study_markdown(study: Sequence[StudyPoint]) -> str:
                      f"{100 * w_gt:.1f} | {100 * s.saved:.0f} % | {s.pearson_ppi:.2f} / "
                      f"{s.pearson_ground_truth_only:.2f} / {s.pearson_world_model:.2f} | "
                      f"{'–' if s.trust_auroc is None else f'{s.trust_auroc:.2f}'} |")
+    if all("sampled_by_doubt" in next(iter(s.coverage.values())) for s in study):
+        lines += ["", "Where the trials go (the raw verdict as predictor, active inference): n expected trials per "
+                  "policy placed uniformly or where the unsupervised doubt (the arm's offset from the actions, a small "
+                  "judge margin) is high.", "",
+                  "| n | coverage uniform / by doubt (min) | width uniform / by doubt |", "|---|---|---|"]
+        for s in study:
+            cov = [min(c[k] for c in s.coverage.values()) for k in ("sampled_uniform", "sampled_by_doubt")]
+            wid = [np.mean([w[k] for w in s.width.values()]) for k in ("sampled_uniform", "sampled_by_doubt")]
+            lines.append(f"| {s.n} | {100 * cov[0]:.1f} % / {100 * cov[1]:.1f} % | {100 * wid[0]:.1f} / "
+                         f"{100 * wid[1]:.1f} |")
     return "\n".join(lines)
 
 

@@ -116,6 +116,21 @@ def crossfit(x_lab: np.ndarray, y_lab: np.ndarray, groups: Sequence, x_unl: np.n
     return CrossFit(lab, unl, k)
 
 
+def _ranks(v: np.ndarray) -> np.ndarray:
+    order = np.argsort(v, kind="mergesort")
+    r = np.empty(len(v))
+    r[order] = np.arange(len(v))
+    return r / max(len(v) - 1, 1)
+
+
+def unsupervised_doubt(features: np.ndarray) -> np.ndarray:
+    """A doubt score from the episode alone, with nothing fitted (what a user has before any trial): the mean of the
+    episode's rank in the arm's offset from the actions (high: doubt) and in the margin's size (small: doubt), in
+    [0, 1]."""
+    x = np.asarray(features, np.float64)
+    return 0.5 * (_ranks(x[:, FEATURES.index("arm_mean")]) + _ranks(-np.abs(x[:, FEATURES.index("margin")])))
+
+
 def trust_scores(p_success: np.ndarray, verdicts: np.ndarray) -> np.ndarray:
     """P(the world model's verdict is right): p̂ where it said success, 1 − p̂ where it said failure."""
     p, v = np.asarray(p_success, float), np.asarray(verdicts, bool)
