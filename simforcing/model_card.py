@@ -52,11 +52,23 @@ def _data_lines(cfg) -> list[str]:
 def _budget_lines(cfg, run: Path, source: dict) -> list[str]:
     t, status = cfg.train, _json(run / STATUS_FILE) or {}
     limit = f"max_steps {t.max_steps}" if t.max_steps else f"{t.epochs} epochs"
-    return [f"- trained {source['step']} optimiser steps ({limit}; run state: {status.get('state', 'unknown')}"
-            + (f", {status['total_steps']} planned" if status.get("total_steps") else "") + ")",
+    state = source.get("run_state") or status.get("state", "unknown")  # "interrupted": killed while "running"
+    total = source.get("total_steps") or status.get("total_steps")
+    return [f"- trained {source['step']} optimiser steps ({limit}; run state: {state}"
+            + (f", {total} planned" if total else "") + ")",
             f"- batch size {t.batch_size} per device, learning rate {t.lr:g} (warm-up {t.warmup_frac:g} of the steps, "
             f"then cosine), weight decay {t.weight_decay:g}, seed {t.seed}, mixed precision {t.mixed_precision}",
             f"- last logged training loss: {fmt_num(_last_loss(run), 4)}"]
+
+
+def _unfinished_lines(source: dict) -> list[str]:
+    """A warning at the top of the card when the run was not finished (exported with ``--allow-unfinished``)."""
+    if source.get("finished") is not False:
+        return []
+    total = f" of {source['total_steps']} planned" if source.get("total_steps") else ""
+    return [f"**Unfinished model.** The run was not finished when it was exported (run state "
+            f"{source.get('run_state')}; step {source['step']}{total}; `simforcing export --allow-unfinished`): these "
+            "weights are those of a model still in training, not a result.", ""]
 
 
 def _eval_lines(scores: list[WindowEvaluation]) -> list[str]:
@@ -90,7 +102,7 @@ def model_card(wm: LoadedWorldModel, run: Path, source: dict, vae: dict, text: d
     return "\n".join([
         f"# SimForcing world model — {run.name}", "",
         f"An action-conditioned robot video world model exported by simforcing {source['simforcing']} from the run "
-        f"`{source['run']}` (checkpoint step {source['step']}).", "",
+        f"`{source['run']}` (checkpoint step {source['step']}).", "", *_unfinished_lines(source),
         "## Method", "",
         f"- {KIND_TEXT.get(source['kind'], source['kind'] or 'world model')}",
         f"- training method `{cfg.train.method}`: {METHOD_TEXT.get(cfg.train.method, 'see docs/DESIGN.md')}",

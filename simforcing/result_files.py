@@ -105,6 +105,59 @@ def read_result(path: str | Path, kind: str, version: int, what: str) -> tuple[d
     return obj, got_version
 
 
+class MalformedResult(ValueError):
+    """A field of a result file is missing or of the wrong type (raised by a result's ``from_json`` through
+    :func:`typed`; :func:`read_typed` names the file and the flag)."""
+
+
+_TYPES = {"int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+          "number": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+          "str": ("a string", lambda v: isinstance(v, str)),
+          "bool": ("true or false", lambda v: isinstance(v, bool)),
+          "dict": ("an object", lambda v: isinstance(v, dict)),
+          "list": ("a list", lambda v: isinstance(v, list)),
+          "null": ("null", lambda v: v is None)}
+_REQUIRED = object()
+
+
+def typed(d: object, key: str, *types: str, default: object = _REQUIRED):
+    """``d[key]`` when it is of one of ``types`` (names of ``_TYPES``: int, number, str, bool, dict, list, null);
+    ``default`` when the key is absent and a default is given; MalformedResult naming the field otherwise."""
+    if not isinstance(d, dict):
+        raise MalformedResult(f"expected an object holding {key!r}; got a JSON {type(d).__name__}")
+    if key not in d:
+        if default is _REQUIRED:
+            raise MalformedResult(f"field {key!r} is missing")
+        return default
+    value = d[key]
+    if not any(_TYPES[t][1](value) for t in types):
+        want = " or ".join(_TYPES[t][0] for t in types)
+        raise MalformedResult(f"field {key!r} must be {want}; got {value!r:.80}")
+    return value
+
+
+def nested(prefix: str, parse, value):
+    """``parse(value)`` with a malformed field named under ``prefix`` ("checkpoint: field 'step' ...")."""
+    try:
+        return parse(value)
+    except MalformedResult as e:
+        raise MalformedResult(f"{prefix}: {e}") from None
+
+
+def read_typed(path: str | Path, kind: str, version: int, what: str, parse):
+    """``parse(obj, version)`` of the result file at ``path`` (:func:`read_result`), a malformed field — missing, of
+    the wrong type (a ``typed`` check) or unusable — a ConfigError naming ``what``, the file and the field, never a
+    traceback."""
+    obj, got = read_result(path, kind, version, what)
+    try:
+        return parse(obj, got)
+    except (MalformedResult, KeyError, TypeError, ValueError, AttributeError) as e:
+        why = f"field {e.args[0]!r} is missing" if isinstance(e, KeyError) else str(e)
+        want, command = KIND_NAMES[kind]
+        raise ConfigError(f"{what}: {path} is {want} with a malformed field ({why}); it was not written by "
+                          f"`{command}` as it is — restore it or run `{command}` again") from None
+
+
 def folder_contents(folder: Path) -> str:
     """What ``folder`` holds, by the files that mark each kind of output ("nothing simforcing wrote" otherwise)."""
     found = [name for marker, name in _FOLDER_MARKERS if (folder / marker).is_file()]

@@ -20,6 +20,7 @@ def exported(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("export")
     data = make_data(tmp / "data", num_val=2)
     make_run(tmp / "run", data, tmp / "vae")
+    (tmp / "run" / "status.json").write_text(json.dumps({"state": "finished", "step": 1}))  # as the loop ends a run
     ev = tmp / "eval"
     assert main(["evaluate", "--ckpt", str(tmp / "run"), "--data", str(data), "--out", str(ev), "--num-samples", "1",
                  "--device", "cpu"]) == 0

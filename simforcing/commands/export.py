@@ -17,12 +17,16 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval", nargs="+", default=[], metavar="EVAL_DIR",
                         help="`simforcing evaluate` folders of this checkpoint: their numbers go on the model card")
     parser.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard (e.g. 2GB, 500MB)")
+    parser.add_argument("--allow-unfinished", action="store_true", help="export the checkpoint of a run that was "
+                        "not finished (still training, stopped, killed, failed); config.json and the model card say "
+                        "so. Without it such a run is refused")
 
 
 def export(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     from simforcing.export import export_run, parse_size
 
-    out = export_run(args.ckpt, args.out, args.step, tuple(args.eval), parse_size(args.max_shard_size))
+    out = export_run(args.ckpt, args.out, args.step, tuple(args.eval), parse_size(args.max_shard_size),
+                     allow_unfinished=args.allow_unfinished)
     shards = len(list(out.glob("model-*-of-*.safetensors")))
     print(f"wrote {out}: config.json, {shards} safetensors shard{'s' * (shards > 1)}, README.md (the model card); "
           f"load it with WorldModelPipeline.from_pretrained({str(out)!r})")

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from simforcing.result_files import ROLLOUT_DRIFT, SWEEP_CFG, SWEEP_STEPS, WINDOW_EVALUATION, read_result, tagged
+from simforcing.result_files import (ROLLOUT_DRIFT, SWEEP_CFG, SWEEP_STEPS, WINDOW_EVALUATION, MalformedResult, nested,
+                                     read_typed, tagged, typed)
 from simforcing.runs.scored import ScoredRun
 
 FORMAT_VERSION = 2
@@ -99,15 +100,29 @@ class WindowScores:
     @classmethod
     def from_json(cls, d: dict) -> "WindowScores":
         """From ``to_json``'s keys (a file of any version: keys it lacks are None)."""
-        return cls(psnr=d["psnr"], ssim=d["ssim"], psnr_arm=d.get("psnr_arm"), lpips=d.get("lpips"),
-                   fid=d.get("fid"), fvd=d.get("fvd"),
-                   reasons={k: d[f"{k}_reason"] for k in REASON_KEYS if d.get(f"{k}_reason")},
-                   action=ActionFollowing.from_json(d), fid_num_images=d.get("fid_num_images"),
-                   fvd_num_videos=d.get("fvd_num_videos"), num_samples=int(d["num_samples"]),
-                   num_frames_compared=d.get("num_frames_compared"), protocol=d.get("protocol") or {},
-                   per_sample=dict(d.get("per_sample") or {}), latency=dict(d["latency"]), latency_s=d["latency_s"],
-                   latency_phases_s=dict(d.get("latency_phases_s") or {}),
-                   forwards_per_sample=int(d.get("forwards_per_sample") or 0))
+        num, opt = ("number", "null"), {"default": None}
+        return cls(psnr=typed(d, "psnr", *num), ssim=typed(d, "ssim", *num),
+                   psnr_arm=typed(d, "psnr_arm", *num, **opt), lpips=typed(d, "lpips", *num, **opt),
+                   fid=typed(d, "fid", *num, **opt), fvd=typed(d, "fvd", *num, **opt),
+                   reasons={k: str(d[f"{k}_reason"]) for k in REASON_KEYS if d.get(f"{k}_reason")},
+                   action=ActionFollowing(**{k: typed(d, k, *num, **opt) for k in ACTION_KEYS}),
+                   fid_num_images=typed(d, "fid_num_images", "int", "null", **opt),
+                   fvd_num_videos=typed(d, "fvd_num_videos", "int", "null", **opt),
+                   num_samples=_count(d, "num_samples"),
+                   num_frames_compared=typed(d, "num_frames_compared", "int", "null", **opt),
+                   protocol=typed(d, "protocol", "dict", "null", **opt) or {},
+                   per_sample=dict(typed(d, "per_sample", "dict", "null", **opt) or {}),
+                   latency=dict(typed(d, "latency", "dict")), latency_s=typed(d, "latency_s", *num),
+                   latency_phases_s=dict(typed(d, "latency_phases_s", "dict", "null", **opt) or {}),
+                   forwards_per_sample=typed(d, "forwards_per_sample", "int", "null", default=0) or 0)
+
+
+def _count(d: dict, key: str, low: int = 0) -> int:
+    """``d[key]``, an integer >= ``low`` (a result file's count), else a MalformedResult naming it."""
+    n = typed(d, key, "int")
+    if n < low:
+        raise MalformedResult(f"field {key!r} must be an integer >= {low}; got {n}")
+    return n
 
 
 SAMPLER_KEYS = ("n_sim", "n_real", "w", "mask_mode", "seed")  # a world model's sampler settings, also at the top
@@ -143,17 +158,22 @@ class WindowEvaluation:
     @classmethod
     def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "WindowEvaluation":
         """From ``to_json``'s dict or a version-1 eval.json (the same keys, untagged; older ones lack the domain)."""
-        return cls(scores=WindowScores.from_json(d), split=d["split"], domain=d.get("domain", "real"), data=d["data"],
-                   requested_samples=int(d.get("requested_samples", d["num_samples"])), sampler=dict(d["sampler"]),
-                   device=d.get("device", "cpu"), include_first_frame=bool(d.get("include_first_frame")),
-                   baseline=d.get("baseline"),
-                   checkpoint=ScoredRun.from_json(d["checkpoint"]) if d.get("checkpoint") else None)
+        scores = WindowScores.from_json(d)
+        checkpoint = typed(d, "checkpoint", "dict", "null", default=None)
+        return cls(scores=scores, split=typed(d, "split", "str"), domain=typed(d, "domain", "str", default="real"),
+                   data=typed(d, "data", "str"),
+                   requested_samples=_count(d, "requested_samples") if "requested_samples" in d else
+                   scores.num_samples, sampler=dict(typed(d, "sampler", "dict")),
+                   device=typed(d, "device", "str", default="cpu"),
+                   include_first_frame=typed(d, "include_first_frame", "bool", default=False),
+                   baseline=typed(d, "baseline", "str", "null", default=None),
+                   checkpoint=nested("checkpoint", ScoredRun.from_json, checkpoint) if checkpoint else None)
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "WindowEvaluation":
-        """FOLDER/eval.json, or a ConfigError naming ``what`` (the flag) and what the file holds instead."""
-        obj, version = read_result(Path(folder) / "eval.json", WINDOW_EVALUATION, FORMAT_VERSION, what)
-        return cls.from_json(obj, version)
+        """FOLDER/eval.json, or a ConfigError naming ``what`` (the flag) and what the file holds instead, or the field
+        that is missing or of the wrong type (``result_files.read_typed``)."""
+        return read_typed(Path(folder) / "eval.json", WINDOW_EVALUATION, FORMAT_VERSION, what, cls.from_json)
 
     def write(self, folder: str | Path, run_dir=None) -> None:
         """FOLDER/eval.json (this result, tagged) and FOLDER/eval.md (its report), each written atomically."""
@@ -236,9 +256,12 @@ class RolloutDrift:
     @classmethod
     def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "RolloutDrift":
         """From ``to_json``'s dict or a version-1 rollout.json (the same keys, untagged)."""
-        return cls(run=d["run"], checkpoint=dict(d["checkpoint"]), data=d["data"], split=d["split"],
-                   horizon=int(d["horizon"]), chunk_frames=[int(n) for n in d["chunk_frames"]],
-                   num_episodes=int(d["num_episodes"]), episode_ids=list(d["episode_ids"]), sampler=dict(d["sampler"]),
+        return cls(run=typed(d, "run", "str"), checkpoint=dict(typed(d, "checkpoint", "dict")),
+                   data=typed(d, "data", "str"), split=typed(d, "split", "str"), horizon=_count(d, "horizon", 1),
+                   chunk_frames=[typed({"chunk_frames": n}, "chunk_frames", "int")
+                                 for n in typed(d, "chunk_frames", "list")],
+                   num_episodes=_count(d, "num_episodes", 1), episode_ids=list(typed(d, "episode_ids", "list")),
+                   sampler=dict(typed(d, "sampler", "dict")),
                    state_input=d["state_input"], sim_chain=d["sim_chain"], probe=d.get("probe"), units=d["units"],
                    forwards_per_episode=int(d["forwards_per_episode"]),
                    rows={name: ChunkSeries.from_json(r) for name, r in d["rows"].items()}, seconds=dict(d["seconds"]))
@@ -246,8 +269,7 @@ class RolloutDrift:
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "RolloutDrift":
         """FOLDER/rollout.json, or a ConfigError naming ``what`` and what the file holds instead."""
-        obj, version = read_result(Path(folder) / "rollout.json", ROLLOUT_DRIFT, FORMAT_VERSION, what)
-        return cls.from_json(obj, version)
+        return read_typed(Path(folder) / "rollout.json", ROLLOUT_DRIFT, FORMAT_VERSION, what, cls.from_json)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -335,8 +357,7 @@ class _Sweep:
     @classmethod
     def read(cls, folder: str | Path, what: str):
         """FOLDER/FILE, or a ConfigError naming ``what`` and what the file holds instead."""
-        obj, version = read_result(Path(folder) / cls.FILE, cls.KIND, FORMAT_VERSION, what)
-        return cls.from_json(obj, version)
+        return read_typed(Path(folder) / cls.FILE, cls.KIND, FORMAT_VERSION, what, cls.from_json)
 
 
 @dataclass

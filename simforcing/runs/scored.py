@@ -31,11 +31,12 @@ class ScoredRun:
         from simforcing.runs.folder import read_status  # not at the top: that module loads the model stack
 
         st = read_status(run_dir)
-        state = st.get("state", "unknown")
+        state = st.get("state") if isinstance(st.get("state"), str) else "unknown"  # status.json is data too
         if state == "running" and not is_locked(run_dir):
             state = "interrupted"
-        return cls(str(Path(run_dir).resolve()), str(checkpoint), int(step), state == "finished", state,
-                   st.get("total_steps"))
+        total = st.get("total_steps")
+        total = total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
+        return cls(str(Path(run_dir).resolve()), str(checkpoint), int(step), state == "finished", state, total)
 
     def to_json(self) -> dict:
         out = {"run": self.run, "checkpoint": self.checkpoint, "step": self.step}
@@ -47,9 +48,15 @@ class ScoredRun:
     @classmethod
     def from_json(cls, d: dict) -> "ScoredRun":
         """From ``to_json``'s dict; what an older record lacks reads as unknown (None) and unfinished (nothing said it
-        finished)."""
-        return cls(d.get("run"), d.get("checkpoint"), d.get("step"), bool(d.get("finished")), d.get("run_state"),
-                   d.get("total_steps"), d.get("path"))
+        finished). A field of the wrong type (a list for the checkpoint, "true" for finished) is a
+        ``result_files.MalformedResult`` naming it."""
+        from simforcing.result_files import typed
+
+        opt = {"default": None}
+        return cls(typed(d, "run", "str", "null", **opt), typed(d, "checkpoint", "str", "null", **opt),
+                   typed(d, "step", "int", "null", **opt), typed(d, "finished", "bool", default=False),
+                   typed(d, "run_state", "str", "null", **opt), typed(d, "total_steps", "int", "null", **opt),
+                   typed(d, "path", "str", "null", **opt))
 
     def unfinished_note(self, name: str) -> Optional[str]:
         """One line saying that ``name`` scored an unfinished run (None for a finished one)."""
