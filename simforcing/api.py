@@ -47,7 +47,7 @@ from simforcing.runs.scored import ScoredRun
 from simforcing.runs.loaded import CheckpointId, LoadedWorldModel, load_world_model
 from simforcing.sample import SampleResult, model_device, sampler_for
 from simforcing.sampler_batch import SamplerBatch
-from simforcing.twin import TwinEpisode, TwinLoop
+from simforcing.twin import TwinEpisode, TwinLoop, check_record, check_twin_can_act, check_twin_episode
 from simforcing.utils import resolve_device
 
 
@@ -207,11 +207,10 @@ class WorldModelPipeline:
         if twin is None and self.cfg.sample.condition == "render":
             raise ConfigError("twin: the run samples with sample.condition=render; pass the episode's start for the "
                               "digital twin (twin=simforcing.twin.TwinEpisode(state, {'camera': ...}))")
-        if twin is not None and not isinstance(twin, TwinEpisode):
-            raise ValueError(f"twin: expected a simforcing.twin.TwinEpisode (the episode's start for the digital "
-                             f"twin); got {type(twin).__name__}")
         x, instruction, s, arm, sim, seed = self._inputs(frame, instruction, state, arm_mask, sim_frame, seed,
                                                          masked=twin is None)
+        if twin is not None:
+            self._check_twin(twin, s)
         text, mask = self.text(instruction)
         loop = None if twin is None else TwinLoop.from_config(self.cfg, [twin], self.cfg.data.height,
                                                                 self.cfg.data.width)
@@ -222,6 +221,29 @@ class WorldModelPipeline:
         finally:
             if loop is not None:
                 loop.close()
+
+    def _check_twin(self, twin: TwinEpisode, state: np.ndarray) -> None:
+        """The twin given to :meth:`rollout`, before anything renders: a TwinEpisode whose state and target are
+        finite and whose record the configured twin can use (``twin.check_record``: every number finite, the camera
+        of the right shape) — a ValueError naming what is wrong; it starts where this rollout starts (its state is
+        ``state``: the twin of another episode would render another arm); and the world model reads its rendering
+        (``twin.check_twin_can_act``: a ConfigError for a model trained without the condition, or w = 0)."""
+        check_twin_episode(twin, self.cfg.data.state_dim)
+        try:
+            check_record(str(self.cfg.sample.twin), twin.record)
+        except ValueError as e:
+            raise ValueError(f"twin.record: {e}") from None
+        start = np.asarray(twin.state, dtype=np.float64)
+        if not np.allclose(start, state, rtol=1e-5, atol=1e-6):
+            raise ValueError(f"twin.state: the twin starts at {np.round(start, 4).tolist()}, the rollout at state "
+                             f"{np.round(state, 4).tolist()}; pass the twin of this episode (read_episode(...).twin, "
+                             "or TwinEpisode(state, its twin record))")
+        check_twin_can_act(self.cfg, self.name)
+
+    @property
+    def name(self) -> str:
+        """What the world model was loaded from (its run or exported folder)."""
+        return self.world_model.name
 
     def _prediction(self, res: SampleResult | RolloutResult) -> Prediction:
         """The first (only) sample of a sampler call or rollout as a Prediction; a video that is not finite (the

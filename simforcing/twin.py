@@ -43,7 +43,9 @@ import numpy as np
 import torch
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.twin_episode import TwinEpisode, window_frame_steps  # noqa: F401  (the twin's vocabulary)
+from simforcing.data.twin_episode import (TwinEpisode, check_synthetic_camera, check_twin_episode, check_twin_record,
+                                          window_frame_steps)  # noqa: F401  (the twin's vocabulary)
+from simforcing.errors import DataError
 
 SYNTHETIC = "synthetic"
 
@@ -93,6 +95,58 @@ def _factory(name: str) -> Callable[[int, int], SimRenderer]:
     return found[0].load()
 
 
+def check_record(name: str, record: dict, episode_id: Optional[str] = None) -> dict:
+    """A twin record as twin ``name`` needs it, else a ValueError saying what is wrong: the checks every renderer
+    needs (``data.twin_episode.check_twin_record``: an object holding a camera object, every number finite, the
+    episode it names ``episode_id``), then the renderer's own — the synthetic twin's camera
+    (``check_synthetic_camera``: lookat three numbers, a distance > 0, azimuth, elevation), a registered factory's
+    ``check_record(record)`` when it has one. Nothing is rendered or loaded (the synthetic twin's MuJoCo neither)."""
+    check_twin_record(record, episode_id)
+    if name == SYNTHETIC:
+        check_synthetic_camera(record)
+        return record
+    check = getattr(_factory(name), "check_record", None)
+    if callable(check):
+        check(record)
+    return record
+
+
+def read_dataset_records(cfg: Config, root, episode_ids: Sequence[str]) -> list[dict]:
+    """The twin records of the episodes ``episode_ids`` of dataset ``root``, each checked for ``cfg.sample.twin``
+    (:func:`check_record`) before anything is rendered: DataError ``missing_file`` / ``bad_twin`` naming the episode
+    and its twin.json."""
+    from simforcing.data.format import TWIN_FILE, episode_file, read_twin_record
+
+    records = []
+    for eid in episode_ids:
+        record = read_twin_record(root, eid)
+        try:
+            check_record(str(cfg.sample.twin), record, eid)
+        except ValueError as e:
+            raise DataError(f"{TWIN_FILE}: {e} (twin {cfg.sample.twin!r})", eid, episode_file(root, eid, TWIN_FILE),
+                            kind="bad_twin") from None
+        records.append(record)
+    return records
+
+
+def check_twin_can_act(cfg: Config, where: str) -> None:
+    """ConfigError when the twin's rendering would be read by nothing: a world model trained without a simulation
+    condition (``conditioning.p`` 0: sft, joint_fm, the distillation baselines) samples as w = 0
+    (``sample.effective_w``), as does ``sample.w`` 0 — the twin would render frames its sampler never looks at."""
+    from simforcing.sample import effective_w
+
+    if effective_w(cfg, cfg.sample.w) != 0.0:
+        return
+    if cfg.conditioning.p == 0.0:
+        why = (f"was trained without a simulation condition (train.method {cfg.train.method!r}, conditioning.p 0): "
+               "its sampler runs as w = 0 and never reads the condition")
+    else:
+        why = "samples with sample.w = 0: the conditional branch, the only one that reads the condition, is off"
+    raise ConfigError(f"sample.condition=render: the world model {where} {why}, so the digital twin cannot act on "
+                      "it; roll it out without the twin (sample.condition=rollout), or use a world model trained "
+                      "with the condition (train.method simforcing) at w > 0")
+
+
 def make_renderer(cfg: Config, height: int, width: int) -> SimRenderer:
     """The renderer ``cfg.sample.twin`` names (:func:`_factory`), rendering ``height × width`` frames — the size the
     dataset's simulation videos were recorded at (its info.json); the sampler transforms them as training transforms
@@ -115,6 +169,12 @@ class TwinLoop:
     execute, window after window (raw (B, keep, A) each)."""
 
     def __init__(self, renderer: SimRenderer, episodes: Sequence[TwinEpisode], cfg: Config):
+        for i, e in enumerate(episodes):  # every reader's twin checked before the renderer sees it (ValueError)
+            check_twin_episode(e, cfg.data.state_dim, f"twin episode {i}")
+            try:
+                check_record(str(cfg.sample.twin), e.record)
+            except ValueError as err:
+                raise ValueError(f"twin episode {i}.record: {err}") from None
         self.renderer, self.episodes = renderer, list(episodes)
         self.stride, self.height, self.width = cfg.data.frame_stride, cfg.data.height, cfg.data.width
         self.started = False
@@ -123,8 +183,13 @@ class TwinLoop:
     @classmethod
     def from_config(cls, cfg: Config, episodes: Sequence[TwinEpisode], height: int, width: int) -> "TwinLoop":
         """The loop of ``cfg.sample.twin``'s renderer rendering ``height × width`` frames (the size the paired
-        simulation videos were recorded at; :func:`make_renderer`)."""
-        return cls(make_renderer(cfg, height, width), episodes, cfg)
+        simulation videos were recorded at; :func:`make_renderer`); the episodes are checked first."""
+        renderer = make_renderer(cfg, height, width)
+        try:
+            return cls(renderer, episodes, cfg)
+        except BaseException:
+            renderer.close()
+            raise
 
     def window(self, actions: np.ndarray, keep: int) -> torch.Tensor:
         """(B, A_w, A) raw actions -> the window's simulation video (B, 3, F, H, W) in [-1, 1]."""
@@ -190,14 +255,20 @@ def frame_psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def check_twin(cfg: Config, root, split: str = "val", num_episodes: Optional[int] = None) -> TwinCheck:
     """Render the first ``num_episodes`` episodes of ``split`` from their recorded first state and actions with the
     twin ``cfg.sample.twin`` and compare with their recorded simulation videos (:class:`TwinCheck`)."""
-    from simforcing.data.format import (read_episode_videos, read_episodes, read_info, read_lowdim, read_splits,
-                                        read_twin_record)
+    from pathlib import Path
+
+    from simforcing.data.format import read_episode_videos, read_episodes, read_info, read_lowdim, read_splits
 
     info, index = read_info(root), read_episodes(root)
     ids = read_splits(root).get(split) or []
     if not ids:
         raise ConfigError(f"--split {split}: {root} holds no episode in that split")
     ids = ids[:num_episodes] if num_episodes else ids
+    missing = [eid for eid in ids if eid not in index]
+    if missing:
+        raise DataError(f"split {split!r} names episode {missing[0]!r}, which episodes.jsonl does not list",
+                        missing[0], Path(root) / "meta" / "episodes.jsonl", kind="unknown_episode")
+    records = dict(zip(ids, read_dataset_records(cfg, root, ids)))  # every camera checked before any rendering
     renderer = make_renderer(cfg, info["height"], info["width"])
     rows = []
     try:
@@ -205,8 +276,11 @@ def check_twin(cfg: Config, root, split: str = "val", num_episodes: Optional[int
             ep = index[eid]
             sim, _ = read_episode_videos(root, info, ep)
             actions, states = read_lowdim(root, eid)
-            frames = render_actions(renderer, [TwinEpisode(states[0], read_twin_record(root, eid))],
-                                    actions[None].astype(np.float64))[0]
+            start, acts = states[0].astype(np.float64), actions.astype(np.float64)
+            if not (np.all(np.isfinite(start)) and np.all(np.isfinite(acts))):
+                raise DataError("lowdim.npz: the first state or the actions hold NaN or inf; the twin renders finite "
+                                "commands only", eid, Path(root) / "episodes" / eid / "lowdim.npz", kind="non_finite")
+            frames = render_actions(renderer, [TwinEpisode(start, records[eid])], acts[None])[0]
             p = frame_psnr(frames, sim[: len(frames)])
             rows.append({"episode_id": eid, "instruction": ep.instruction, "frames": int(len(p)),
                          "psnr_mean": float(p.mean()), "psnr_min": float(p.min())})

@@ -227,6 +227,20 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     return 0
 
 
+def _check_wm_condition(wm: str, condition: Optional[str]) -> None:
+    """With the twin's rendering as the world model's condition (``--wm-condition render``, or the run's own
+    sample.condition): a world model that never reads the condition (trained without it, or w = 0) is refused by
+    name before any episode (``twin.check_twin_can_act``)."""
+    from simforcing.runs.folder import WORLD_MODELS, run_config
+    from simforcing.twin import check_twin_can_act
+
+    if wm == "copy-first" or not Path(wm).is_dir():
+        return  # the baseline, or a folder the environment names itself
+    cfg = run_config(wm, WORLD_MODELS, "--wm", "sample")
+    if (condition or cfg.sample.condition) == "render":
+        check_twin_can_act(cfg, wm)
+
+
 def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device):
     """The synthetic benchmark's evaluation (``policy.closed_loop.results.PolicyEvaluation``) in the simulator or a
     world model."""
@@ -238,6 +252,7 @@ def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device):
     if args.env == "world-model":
         from simforcing.policy.closed_loop.world_model_eval import evaluate_world_model
 
+        _check_wm_condition(args.wm, args.wm_condition)
         return evaluate_world_model(args.wm, judge, runs, condition=args.wm_condition, **common)
     from simforcing.policy.closed_loop.evaluate import evaluate_synthetic
 

@@ -17,6 +17,7 @@ Every problem is a DataError with a distinct ``kind`` naming the episode, the fi
                                     bad_layout, missing_file, unreadable_file, missing_field (npz column),
                                     bad_action_shape (not (T-1, action_dim)), bad_state_shape (not (T, state_dim)),
                                     video_shorter_than_actions, non_finite (NaN/inf), bad_arm_mask (not (T, H, W)),
+                                    bad_twin (twin.json: `data check` only, ``data.format.read_twin_record``),
                                     missing_text_embedding, bad_text_embedding; policy episodes: missing_states,
                                     camera_mismatch (the video is not info.json's cameras × width wide)
 
@@ -39,9 +40,9 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from simforcing.config import PRESETS, Config
-from simforcing.data.format import (DataError, EpisodeInfo, episode_dir, episode_file, episode_id_counts, is_plain_id,
-                                    meta_dir, read_episode_videos, read_episodes, read_info, read_lowdim, read_splits,
-                                    read_stats, read_video)
+from simforcing.data.format import (TWIN_FILE, DataError, EpisodeInfo, episode_dir, episode_file, episode_id_counts,
+                                    is_plain_id, meta_dir, read_episode_videos, read_episodes, read_info, read_lowdim,
+                                    read_splits, read_stats, read_twin_record, read_video)
 from simforcing.data.policy_format import VIDEO as POLICY_VIDEO
 from simforcing.data.policy_format import is_policy_dataset, read_policy_info, read_policy_lowdim
 from simforcing.data.stats import Normalizer
@@ -272,6 +273,8 @@ def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config,
             raise DataError(f"field mask has shape {shape}; expected ({n}, {h}, {w}) (T, H, W of the real video)", eid,
                             mask_path, kind="bad_arm_mask")
     _check_text(root, ep, cfg, decode, text_cache)
+    if decode and episode_file(root, eid, TWIN_FILE).exists():  # `data check` only: training never reads it
+        read_twin_record(root, eid)  # bad_twin: not an object with a camera, a number not finite, another episode's
     return _summary(ep, h, w, ep.has_real, has_mask, actions, states)
 
 

@@ -44,7 +44,7 @@ import torch
 from torch.utils.data import default_collate
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.format import read_episodes, read_info, read_lowdim, read_splits, read_twin_record
+from simforcing.data.format import read_episodes, read_info, read_lowdim, read_splits
 from simforcing.data.paired import PairedWindowDataset
 from simforcing.evaluate.metrics import MetricProtocol, masked_psnr_per_sample, psnr_per_sample, ssim_per_sample
 from simforcing.evaluate.probe import StateProbe
@@ -55,7 +55,7 @@ from simforcing.rollout import Recorded, WorldModelRollout, chunk_sizes, episode
 from simforcing.runs.loaded import load_world_model
 from simforcing.sample import Sampler, sampler_for
 from simforcing.sampler_batch import SamplerBatch
-from simforcing.twin import TwinEpisode, TwinLoop
+from simforcing.twin import TwinEpisode, TwinLoop, check_twin_can_act, read_dataset_records
 from simforcing.utils import atomic_write_json, atomic_write_text, resolve_device
 
 METRICS = ("psnr", "ssim", "psnr_arm", "af_pos")
@@ -101,8 +101,19 @@ def dataset_twin(cfg: Config, root: str | Path, episode_ids: Sequence[str],
     if cfg.sample.condition != "render":
         return None
     info = read_info(root)
-    episodes = [TwinEpisode(states[i].numpy(), read_twin_record(root, eid)) for i, eid in enumerate(episode_ids)]
+    records = read_dataset_records(cfg, root, list(episode_ids))
+    episodes = [TwinEpisode(states[i].numpy(), rec) for i, rec in enumerate(records)]
     return TwinLoop.from_config(cfg, episodes, info["height"], info["width"])
+
+
+def check_render_condition(cfg: Config, run_dir, root: str | Path, episode_ids: Sequence[str]) -> None:
+    """With ``sample.condition = render``, before any episode is rolled out: the world model reads the twin's
+    rendering (``twin.check_twin_can_act``: not a model trained without the condition, not w = 0) and every episode's
+    twin record is there and sound (``twin.read_dataset_records``: DataError naming the episode and its twin.json)."""
+    if cfg.sample.condition != "render":
+        return
+    check_twin_can_act(cfg, str(run_dir))
+    read_dataset_records(cfg, root, list(episode_ids))
 
 
 def load_episodes(ds: PairedWindowDataset, indices: Sequence[int], horizon: int) -> dict:
@@ -350,6 +361,7 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
     sizes = chunk_sizes(horizon, cfg.data.actions_per_window, cfg.data.frame_stride)
     ds = horizon_dataset(cfg, data_root, split, horizon, wm.stats)
     n, bsz = episode_counts(len(ds), num_episodes, batch_size, split, horizon)
+    check_render_condition(cfg, run_dir, data_root, [ds.episodes[i].info.episode_id for i in range(n)])
     probe = load_configured_probe(cfg, dev)
     sampler = sampler_for(wm, decode_sim=True)
     bounds = chunk_bounds(horizon, cfg)

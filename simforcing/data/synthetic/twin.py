@@ -25,21 +25,19 @@ from simforcing.config import ConfigError
 from simforcing.data.synthetic.generate import servo_frame
 from simforcing.data.synthetic.motions import ArmController, CommandedTarget
 from simforcing.data.synthetic.scene import ARM_JOINTS, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, CameraPose, sim_xml
-from simforcing.data.twin_episode import TwinEpisode, window_frame_steps
+from simforcing.data.twin_episode import TwinEpisode, check_synthetic_camera, window_frame_steps
 
 ACTION_DIM = 7  # target ee position delta (3), target roll-pitch-yaw delta (3), gripper opening command (1)
 INITIAL_IK_ITERS = 300  # as EpisodePhysics places the arm at an episode's start
 
 
 def camera_of(record: dict) -> CameraPose:
-    """The episode's camera from its twin record; ConfigError naming the missing field."""
-    cam = record.get("camera") if isinstance(record, dict) else None
-    fields = ("lookat", "distance", "azimuth", "elevation")
-    if not isinstance(cam, dict) or any(f not in cam for f in fields):
-        raise ConfigError(f"twin record: expected {{\"camera\": {{{', '.join(fields)}}}}} (the synthetic benchmark's "
-                          f"camera); got {record!r}")
-    return CameraPose(tuple(float(v) for v in cam["lookat"]), float(cam["distance"]), float(cam["azimuth"]),
-                      float(cam["elevation"]))
+    """The episode's camera from its twin record (``data.twin_episode.check_synthetic_camera``); ConfigError naming
+    the field that is missing, of the wrong shape or not finite."""
+    try:
+        return CameraPose(*check_synthetic_camera(record))
+    except ValueError as e:
+        raise ConfigError(f"twin record: {e}; got {record!r}") from None
 
 
 class _Arm:

@@ -1,0 +1,200 @@
+"""The robot's digital twin (issue 45) believes no camera it is given: twin records are validated wherever they are
+read — `data check`, `data check-twin`, `rollout --sample.condition=render`, ``read_episode`` and
+``WorldModelPipeline.rollout(..., twin=)`` — (an object, every number finite, the synthetic camera's shapes, the
+episode the record names), before anything is rendered or written; asking for the twin where it cannot act (a world
+model trained without the simulation condition) is refused by name; the API's twin must start where the rollout
+starts. Every refusal has its control: the same call on good input works."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simforcing.cli import main
+from simforcing.config import ConfigError
+from simforcing.errors import DataError
+
+pytestmark = pytest.mark.faults
+
+CAMERA = {"lookat": [0.27, 0.0, 0.23], "distance": 1.05, "azimuth": 215.0, "elevation": -32.0}
+
+
+def _refused(words: list, capsys, *needles: str, code: int = 2) -> str:
+    """The command exits ``code`` with one named error holding ``needles`` (no traceback)."""
+    rc = main([str(w) for w in words])
+    err = capsys.readouterr().err
+    assert rc == code and "Traceback" not in err, f"{words}: exit {rc}\n{err}"
+    assert all(n in err for n in needles), f"{words}:\n{err}"
+    return err
+
+
+@pytest.fixture(scope="module")
+def twin_data(tiny, tmp_path_factory) -> Path:
+    """The tiny dataset with a synthetic twin record per episode (the benchmark's nominal camera)."""
+    from simforcing.data.format import read_episodes, write_twin_record
+
+    root = Path(shutil.copytree(tiny[0], tmp_path_factory.mktemp("faults_twin") / "data"))
+    for eid in read_episodes(root):
+        write_twin_record(root, eid, {"camera": dict(CAMERA)})
+    return root
+
+
+def _damaged(root: Path, dst: Path, edit, episode: str = "val_000") -> Path:
+    """A copy of the dataset whose episode's twin.json is ``edit(record)``."""
+    out = Path(shutil.copytree(root, dst))
+    path = out / "episodes" / episode / "twin.json"
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    return out
+
+
+def _camera(**fields):
+    return lambda rec: {**rec, "camera": {**rec["camera"], **fields}}
+
+
+BAD_RECORDS = [  # (what, edit, what the refusal names)
+    ("lookat text", _camera(lookat="abc"), "camera.lookat"),
+    ("lookat of two", _camera(lookat=[0.1, 0.2]), "camera.lookat"),
+    ("lookat of words", _camera(lookat=["a", "b", "c"]), "camera.lookat"),
+    ("distance nan", _camera(distance=math.nan), "camera.distance is nan"),
+    ("distance inf", _camera(distance=math.inf), "camera.distance is inf"),
+    ("elevation -inf", _camera(elevation=-math.inf), "camera.elevation is -inf"),
+    ("distance 0", _camera(distance=0.0), "camera.distance"),
+    ("azimuth text", _camera(azimuth="north"), "camera.azimuth"),
+    ("no camera", lambda rec: {"episode_id": rec["episode_id"]}, "camera"),
+    ("camera a list", lambda rec: {**rec, "camera": [1, 2, 3]}, "'camera' must be an object"),
+    ("a list", lambda rec: [rec], "a JSON list"),
+    ("another episode's", lambda rec: {**rec, "episode_id": "train_000"}, "record of episode 'train_000'"),
+]
+IDS = [w for w, _, _ in BAD_RECORDS]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# data check-twin and data check
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _check_twin(data: Path, *extra) -> list:
+    return ["data", "check-twin", "--data", data, "--preset", "demo", "--split", "val", *extra]
+
+
+@pytest.mark.parametrize("what,edit,needle", BAD_RECORDS, ids=IDS)
+def test_check_twin_names_a_bad_record_before_rendering(twin_data, what, edit, needle, tmp_path, capsys):
+    bad = _damaged(twin_data, tmp_path / "data", edit)
+    out = tmp_path / "twin.json"
+    _refused(_check_twin(bad, "--out", out), capsys, "data error", "val_000", "twin.json", needle, code=1)
+    assert not out.exists()
+
+
+def test_check_twin_control_renders_good_records(twin_data, tmp_path, capsys):
+    out = tmp_path / "twin.json"
+    assert main([str(w) for w in _check_twin(twin_data, "--out", out)]) == 0
+    res = json.loads(out.read_text())
+    assert len(res["episodes"]) == 1 and math.isfinite(res["psnr_mean"])
+    assert "mean" in capsys.readouterr().out
+
+
+def test_data_check_names_a_bad_record(twin_data, tmp_path, capsys):
+    bad = _damaged(twin_data, tmp_path / "data", _camera(distance=math.nan))
+    _refused(["data", "check", bad, "--preset", "demo"], capsys, "bad_twin", "val_000", "camera.distance", code=1)
+    assert main(["data", "check", str(twin_data), "--preset", "demo"]) == 0  # control
+    capsys.readouterr()
+
+
+def test_a_record_written_for_one_episode_names_it(twin_data):
+    from simforcing.data.format import read_twin_record
+
+    rec = read_twin_record(twin_data, "val_000")
+    assert rec["episode_id"] == "val_000" and rec["camera"] == CAMERA
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# rollout --sample.condition=render
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _rollout(run, data, out, *extra) -> list:
+    return ["rollout", "--ckpt", run, "--data", data, "--horizon", "4", "--rows", "rollout", "--videos", "0",
+            "--out", out, "--device", "cpu", "--sample.condition=render", "--sample.n_real=2", *extra]
+
+
+@pytest.mark.parametrize("what,edit,needle", [BAD_RECORDS[0], BAD_RECORDS[1], BAD_RECORDS[3], BAD_RECORDS[11]],
+                         ids=[IDS[0], IDS[1], IDS[3], IDS[11]])
+def test_rollout_with_the_twin_names_a_bad_record_and_writes_nothing(ref, twin_data, what, edit, needle, tmp_path,
+                                                                    capsys):
+    bad = _damaged(twin_data, tmp_path / "data", edit)
+    out = tmp_path / "rollout"
+    _refused(_rollout(ref, bad, out), capsys, "data error", "val_000", "twin.json", needle, code=1)
+    assert not out.exists()
+
+
+def test_rollout_with_the_twin_control(ref, twin_data, tmp_path, capsys):
+    out = tmp_path / "rollout"
+    assert main([str(w) for w in _rollout(ref, twin_data, out)]) == 0, capsys.readouterr().err
+    res = json.loads((out / "rollout.json").read_text())
+    assert res["sampler"]["condition"] == "render" and math.isfinite(res["rows"]["rollout"]["mean"]["psnr"])
+
+
+def test_the_twin_is_refused_where_it_cannot_act(stage2, twin_data, tmp_path, capsys):
+    from simforcing.commands.policy import _check_wm_condition
+
+    out = tmp_path / "rollout"
+    _refused(_rollout(stage2, twin_data, out), capsys, "sample.condition=render", "trained without a simulation "
+             "condition", "'sft'")
+    assert not out.exists()
+    _refused(_rollout(stage2, twin_data, out, "--sample.w=0"), capsys, "sample.condition=render")
+    with pytest.raises(ConfigError, match="trained without a simulation condition"):
+        _check_wm_condition(str(stage2), "render")  # policy eval --env world-model --wm-condition render
+    _check_wm_condition(str(stage2), "rollout")  # controls: the own chain, and a model that reads the condition
+    _check_wm_condition("copy-first", "render")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The Python API
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pipe(ref):
+    from simforcing import WorldModelPipeline
+
+    return WorldModelPipeline.from_run(ref, device="cpu", overrides=["--sample.n_real=2"])
+
+
+def test_the_api_rollout_refuses_a_twin_of_another_episode_or_camera(pipe, stage2, twin_data):
+    from simforcing import WorldModelPipeline, read_episode
+    from simforcing.twin import TwinEpisode
+
+    ep = read_episode(twin_data, "val_000")
+    other = read_episode(twin_data, "train_000")
+    frame, text, state, actions = ep.real[0], ep.instruction, ep.states[0], ep.actions[:4]
+    for twin, error, needle in (
+            (other.twin, ValueError, "twin.state"),  # another episode's start pose
+            (TwinEpisode(state, {"camera": {**CAMERA, "distance": math.nan}}), ValueError, "camera.distance is nan"),
+            (TwinEpisode(state, {"camera": {**CAMERA, "lookat": [1.0]}}), ValueError, "camera.lookat"),
+            (TwinEpisode(state, "front"), ValueError, "twin.record"),
+            (TwinEpisode(state[:3], ep.twin.record), ValueError, "twin.state"),
+            (TwinEpisode(np.full_like(state, np.nan), ep.twin.record), ValueError, "NaN"),
+            (TwinEpisode(state, ep.twin.record, target=(np.zeros(3), np.full(3, np.inf), 0.0)), ValueError,
+             "twin.target"),
+            ({"state": state, "camera": CAMERA}, ValueError, "TwinEpisode")):
+        with pytest.raises(error, match=needle):
+            pipe.rollout(frame, text, state, actions, twin=twin)
+    sft = WorldModelPipeline.from_run(stage2, device="cpu")
+    with pytest.raises(ConfigError, match="trained without a simulation condition"):
+        sft.rollout(frame, text, state, actions, twin=ep.twin)
+    out = pipe.rollout(frame, text, state, actions, twin=ep.twin)  # control: the episode's own twin
+    assert out.video.shape[0] == 1 + 4 // pipe.cfg.data.frame_stride and out.video.dtype == np.uint8
+
+
+def test_read_episode_refuses_a_bad_record(twin_data, tmp_path):
+    from simforcing import read_episode
+
+    bad = _damaged(twin_data, tmp_path / "data", _camera(elevation=math.inf))
+    with pytest.raises(DataError, match="camera.elevation is inf"):
+        read_episode(bad, "val_000")
+    assert read_episode(twin_data, "val_000").twin.record["camera"] == CAMERA  # control
