@@ -31,7 +31,7 @@ from simforcing.methods import METHODS, method_preset, needs_previous_chunk, nee
 from simforcing.models.weights import frozen_copy
 from simforcing.models.world_model import build_world_model, new_condition_tensor
 from simforcing.runs.checkpoint import load_model_state
-from simforcing.runs.folder import INIT_FILE, recorded_init
+from simforcing.runs.folder import INIT_FILE, check_same_teacher, recorded_init
 from simforcing.training.checks import resolve_teacher
 from simforcing.training.folder import RunFolder
 from simforcing.training.loop import Trainer
@@ -175,7 +175,10 @@ def _check_stage2(cfg: Config) -> None:
 
 
 def _stage2_start(cfg: Config, folder: RunFolder, start: Start) -> Start:
-    """The stage-1 run and its checkpoint (``checks.resolve_teacher``; on --resume the one teacher.json records)."""
+    """The stage-1 run and its checkpoint (``checks.resolve_teacher``; on --resume the one teacher.json records:
+    another --teacher is refused by name, ``runs.folder.check_same_teacher``)."""
+    if folder.resume:
+        check_same_teacher(folder.path, start.teacher_run)
     teacher_run, teacher = resolve_teacher(folder.path, start.teacher_run, folder.resume, cfg)
     if start.init is not None:
         raise ConfigError("--init: train does not start from another run's weights (stage 1 does: "

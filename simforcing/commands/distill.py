@@ -19,9 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(optional with --resume: teacher.json records it)")
     parser.add_argument("--steps", type=int, default=None, help="K, the student's network evaluations per chunk "
                         "(1, 2 or 4; at most the teacher's N_r)")
-    parser.add_argument("--objective", default="trajectory", choices=FEWSTEP_OBJECTIVES,
-                        help="trajectory: regress the teacher's ODE states from the same noise; progressive: the "
-                        "teacher's steps over each jump, from the data noised to its start")
+    parser.add_argument("--objective", default=None, choices=FEWSTEP_OBJECTIVES,
+                        help="trajectory (default): regress the teacher's ODE states from the same noise; progressive: "
+                        "the teacher's steps over each jump, from the data noised to its start")
     parser.add_argument("--w", type=float, default=None, help="the guidance weight baked in (default: the "
                         "teacher's sample.w)")
     parser.add_argument("--data", default=None, help="dataset folder (default: the teacher's data.root)")
@@ -40,11 +40,25 @@ def config(args: argparse.Namespace) -> Config:
         if args.steps is None:
             raise ConfigError("--steps: give K, the student's evaluations per chunk (1, 2 or 4)")
         base = distill_config(run_config(args.teacher, TEACHER_KINDS, "--teacher", "distill_teacher"), args.steps,
-                              args.objective, args.w)
-    elif args.steps is not None and args.steps != base.fewstep.steps:
-        raise ConfigError(f"--steps: {args.out} distils {base.fewstep.steps} steps, not {args.steps}; resume it "
-                          "without --steps, or start a new run in another --out")
+                              args.objective or "trajectory", args.w)
+    else:
+        check_resumed_student(args, base)
     return _with_data(config_from_args(args, base=base, validate=False), args)
+
+
+def check_resumed_student(args: argparse.Namespace, base: Config) -> None:
+    """On --resume: what the student distils is its own — another --steps, --objective, --w or --teacher than the run
+    records is refused by name (it would change what the resumed steps learn), before anything is written."""
+    from simforcing.runs.folder import check_same_teacher
+
+    f = base.fewstep
+    for flag, given, recorded, what in (("--steps", args.steps, f.steps, "distils {} steps"),
+                                        ("--objective", args.objective, f.objective, "distils with objective {!r}"),
+                                        ("--w", args.w, f.w, "distils the guidance weight w = {}")):
+        if given is not None and given != recorded:
+            raise ConfigError(f"{flag}: {args.out} {what.format(recorded)}, not {given!r}; resume it without {flag} "
+                              "(a student keeps what it distils), or start a new run in another --out")
+    check_same_teacher(args.out, args.teacher)
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:

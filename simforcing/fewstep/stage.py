@@ -23,7 +23,7 @@ from simforcing.errors import CheckpointError
 from simforcing.fewstep.objective import fewstep_step
 from simforcing.models.weights import frozen_copy
 from simforcing.models.world_model import build_world_model
-from simforcing.runs.folder import CHECKPOINTS_DIR, open_run
+from simforcing.runs.folder import CHECKPOINTS_DIR, check_same_teacher, open_run
 from simforcing.runs.loaded import check_teacher_architecture, differing_fields
 from simforcing.train import STAGE2
 from simforcing.training.checks import recorded_teacher
@@ -68,6 +68,7 @@ def _start(cfg: Config, folder: RunFolder, start: Start) -> Start:
     reused while it exists), a stage-2 run of the same architecture."""
     teacher_run, checkpoint = start.teacher_run, None
     if folder.resume:
+        check_same_teacher(folder.path, teacher_run)  # another --teacher is refused by name
         recorded_run, recorded_ckpt = recorded_teacher(folder.path)
         teacher_run = teacher_run if teacher_run is not None else recorded_run
         checkpoint = recorded_ckpt if recorded_ckpt is not None and recorded_ckpt.is_dir() else None

@@ -206,6 +206,25 @@ def _recorded_source(run_dir: Path, name: str, key: str) -> Optional[str]:
     return value if isinstance(value, str) and value != "base" else None
 
 
+def check_same_teacher(run_dir: str | Path, teacher_run: Optional[str | Path], flag: str = "--teacher") -> None:
+    """On ``--resume``: ConfigError when ``teacher_run`` is not the teacher RUN/teacher.json records (a student, stage
+    2 or a distillation, keeps the teacher it was started from: another one would be recorded beside the first
+    teacher's checkpoint, or train the rest of the run against other weights). None, or the same folder spelt another
+    way, passes; a recorded teacher that is no longer there lets the given one stand in, with a warning."""
+    if teacher_run is None:
+        return
+    recorded = _recorded_source(Path(run_dir), TEACHER_FILE, "run")
+    if recorded is None or Path(recorded).resolve() == Path(teacher_run).resolve():
+        return
+    if not Path(recorded).is_dir():
+        warnings.warn(f"{flag}: {run_dir} was started from {recorded} (its {TEACHER_FILE}), which is no longer there; "
+                      f"resuming with {teacher_run} in its place", stacklevel=2)
+        return
+    raise ConfigError(f"{flag}: {run_dir} was started from the teacher {recorded} ({TEACHER_FILE}), not "
+                      f"{teacher_run}; a resumed run keeps its teacher — resume without {flag} (or with the recorded "
+                      "one), or start a new run in another --out")
+
+
 def recorded_init(run_dir: str | Path) -> Optional[str]:
     """The run folder RUN/init.json records as the run's start (``pretrain --init RUN0``, ``policy train --init
     RUN``), or None (no init.json, or a start from the preset's own weights)."""
