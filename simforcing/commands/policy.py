@@ -32,17 +32,17 @@ from simforcing.utils import atomic_write_json, atomic_write_text, check_output_
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setting", required=True, choices=POLICY_SETTINGS,
                         help="what the policy predicts and sees (docs/POLICY_TRANSFER.md)")
-    parser.add_argument("--init", default="base", help="'base' (the preset's init + configured pretrained weights) "
-                        "or a run folder (every compatible tensor of both experts; its checkpoint's own config; a "
-                        "video base of `pretrain --method video_prior`: its video expert, the action expert new)")
+    parser.add_argument("--init", default=None, help="'base' (default: the preset's init + configured pretrained "
+                        "weights) or a run folder (every compatible tensor of both experts; its checkpoint's own "
+                        "config; a video base of `pretrain --method video_prior`: its video expert, the action expert new)")
     parser.add_argument("--data", default=None, help="policy dataset folder")
     parser.add_argument("--out", default=None, help="run folder to create (or continue with --resume)")
     parser.add_argument("--preset", default=None, action=Given, help="with --init base: demo | bridge | "
                         "interndata_a1 (default: demo)")
     parser.add_argument("--config", default=None, help="with --init base: start from this config.json instead of "
                         "the preset (e.g. a world-model run's: same architecture and VAE, weights not inherited)")
-    parser.add_argument("--resume", action="store_true", help="continue --out with its own config (--init, "
-                        "--preset and --config are not used then)")
+    parser.add_argument("--resume", action="store_true", help="continue --out with its own config and start "
+                        "(--preset and --config are not used then; an --init other than the recorded one is refused)")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--no-progress", action="store_true", help="print no progress lines")
 
@@ -54,6 +54,7 @@ def train_config(args: argparse.Namespace) -> Config:
     from simforcing.policy.configs import policy_run_config
 
     resume = args.out if args.resume and args.out else None
+    args.init = _resumed_init(args) if resume is not None else (args.init or "base")
     if resume is None and args.init != "base" and (args.preset or args.config):
         raise ConfigError(f"--{'config' if args.config else 'preset'}: not with --init {args.init} (the policy starts "
                           "from the config that run's checkpoint was trained with); leave it out and give changes as "
@@ -64,6 +65,14 @@ def train_config(args: argparse.Namespace) -> Config:
     if resume is not None and (Path(resume) / CONFIG_FILE).is_file():
         note_unused_config(args, cfg, resume)
     return cfg
+
+
+def _resumed_init(args: argparse.Namespace) -> str:
+    """The start of a resumed policy run: the one its init.json records (another --init is refused by name,
+    ``runs.folder.check_same_init``), else --init, else base."""
+    from simforcing.runs.folder import check_same_init
+
+    return check_same_init(args.out, args.init) or args.init or "base"
 
 
 def train(args: argparse.Namespace, cfg: Config) -> int:

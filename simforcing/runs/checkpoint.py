@@ -316,7 +316,25 @@ def read_meta(path: str | Path) -> dict:
         raise CheckpointError(f"cannot read ({e})", p) from e
     if not isinstance(meta, dict) or "files" not in meta or "step" not in meta:
         raise CheckpointError("expected a JSON object with 'step' and 'files'", p)
+    step, files = meta["step"], meta["files"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"'step' must be an integer >= 0; got {step!r}", p)
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise CheckpointError(f"'files' must map each file to its sha256; got {type(files).__name__} "
+                              f"{str(files)[:60]}", p)
+    outside = [rel for rel in files if not _inside(Path(path), rel)]
+    if outside:  # meta.json is data: no path it names may lead out of the checkpoint folder
+        raise CheckpointError(f"'files' names {outside[0]!r}, which is not a file of this checkpoint folder (an "
+                              "absolute path or one leading out of it)", p)
     return meta
+
+
+def _inside(folder: Path, rel: str) -> bool:
+    """Whether ``rel`` is a relative path that stays inside ``folder`` (no ``..`` out of it, not absolute)."""
+    if not rel or Path(rel).is_absolute() or "\\" in rel:
+        return False
+    root = folder.resolve()
+    return root in (folder / rel).resolve().parents
 
 
 def verify_checkpoint(path: str | Path) -> dict:

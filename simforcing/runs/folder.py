@@ -225,6 +225,28 @@ def check_same_teacher(run_dir: str | Path, teacher_run: Optional[str | Path], f
                       "one), or start a new run in another --out")
 
 
+def check_same_init(run_dir: str | Path, init: Optional[str], flag: str = "--init") -> Optional[str]:
+    """On ``--resume``: the start RUN/init.json records ("base" or a run folder; None when the run recorded none
+    yet), and ConfigError when ``init`` (given: not None) names another one — a run stopped before its first
+    checkpoint would otherwise start again from what the resume names, not from what it started with."""
+    try:
+        source = json.loads((Path(run_dir) / INIT_FILE).read_text()).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(source, str):
+        return None
+    if init is None:
+        same = True
+    elif "base" in (init, source):
+        same = init == source
+    else:
+        same = Path(init).resolve() == Path(source).resolve()
+    if not same:
+        raise ConfigError(f"{flag}: {run_dir} started from {source} ({INIT_FILE}), not {init}; a resumed run keeps "
+                          f"its start — resume without {flag}, or start a new run in another --out")
+    return source
+
+
 def recorded_init(run_dir: str | Path) -> Optional[str]:
     """The run folder RUN/init.json records as the run's start (``pretrain --init RUN0``, ``policy train --init
     RUN``), or None (no init.json, or a start from the preset's own weights)."""
