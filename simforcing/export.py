@@ -337,8 +337,8 @@ def check_shapes(folder: Path, files: dict[str, list[str]], cfg: Config) -> None
             raise CheckpointError(f"the shard cannot be read ({e})", folder / file) from e
         if set(held) != set(names):
             odd = sorted(set(held) ^ set(names))[0]
-            raise CheckpointError(f"the shard holds other tensors than the index maps to it (e.g. {odd}); the index and "
-                                  "the shards are of different exports", folder / file)
+            raise CheckpointError(f"the shard holds other tensors than the index maps to it (e.g. {odd}); the index "
+                                  "and the shards are of different exports", folder / file)
         got.update(held)
     m = cfg.model
     arch = (f"model.num_layers {m.num_layers}, num_attention_heads {m.num_attention_heads}, attention_head_dim "

@@ -60,8 +60,8 @@ def _non_finite(value: Any, where: str) -> Optional[str]:
 def check_twin_record(record: Any, episode_id: Optional[str] = None) -> dict:
     """A twin record as every renderer needs it, else a ValueError saying what is wrong: a JSON object (its
     ``camera``, when present, an object), every number in it finite (no NaN, no infinity), and — when it names its
-    episode (``episode_id``, which records carry since ``data.format.write_twin_record`` writes it) — ``episode_id``'s.
-    What the camera holds beyond that is the renderer's own (:func:`check_synthetic_camera` for the synthetic
+    episode (``episode_id``, which records carry since ``data.format.write_twin_record`` writes it) —
+    ``episode_id``'s. What the camera holds beyond that is the renderer's own (:func:`check_synthetic_camera` for the synthetic
     twin)."""
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object {{\"camera\": {{...}}}}; got a {type(record).__name__}")

@@ -52,7 +52,7 @@ def test_a_resumed_student_refuses_another_setting_by_name(student, flag, value,
 
 
 def test_a_resumed_student_refuses_another_teacher(student, stage2, tmp_path, capsys):
-    other = copy_run(stage2, tmp_path / "other_teacher")  # another run folder (the same weights: only the record differs)
+    other = copy_run(stage2, tmp_path / "other_teacher")  # another run folder (same weights; only the record differs)
     before = digest(student)
     _refused(_distill_resume(student, "--teacher", other), capsys, "--teacher", "teacher.json", str(other))
     with pytest.raises(ConfigError, match="teacher.json"):  # the Python API: the stage's own start checks it
