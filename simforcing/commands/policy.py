@@ -34,7 +34,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what the policy predicts and sees (docs/POLICY_TRANSFER.md)")
     parser.add_argument("--init", default=None, help="'base' (default: the preset's init + configured pretrained "
                         "weights) or a run folder (every compatible tensor of both experts; its checkpoint's own "
-                        "config; a video base of `pretrain --method video_prior`: its video expert, the action expert new)")
+                        "config; a video base of `pretrain --method video_prior`: its video expert, the action expert "
+                        "new)")
     parser.add_argument("--data", default=None, help="policy dataset folder")
     parser.add_argument("--out", default=None, help="run folder to create (or continue with --resume)")
     parser.add_argument("--preset", default=None, action=Given, help="with --init base: demo | bridge | "
