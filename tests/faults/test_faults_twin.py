@@ -137,6 +137,9 @@ def test_rollout_with_the_twin_control(ref, twin_data, tmp_path, capsys):
     assert main([str(w) for w in _rollout(ref, twin_data, out)]) == 0, capsys.readouterr().err
     res = json.loads((out / "rollout.json").read_text())
     assert res["sampler"]["condition"] == "render" and math.isfinite(res["rows"]["rollout"]["mean"]["psnr"])
+    from simforcing.evaluate.results import RolloutDrift
+
+    assert RolloutDrift.read(out, "--x").horizon == 4  # the result reads back through its typed reader
 
 
 def test_the_twin_is_refused_where_it_cannot_act(stage2, twin_data, tmp_path, capsys):
