@@ -323,3 +323,20 @@ def test_estimate_from_a_simulator_evaluation_and_from_trials(known_pool, tmp_pa
         run_estimate(tmp_path / "trials.csv", root / "wm", draws=5)
     with pytest.raises(ConfigError, match="a world-model evaluation"):
         run_estimate(root / "sim", root / "sim")
+
+
+def test_malformed_world_model_episodes_are_named(known_pool, tmp_path):
+    """A world-model evaluation whose per-frame readings or scene ids were damaged is refused naming the file and the
+    field, before anything is estimated."""
+    root, _ = known_pool
+    body = json.loads((root / "wm" / "eval.json").read_text())
+    for field, value, want in (("frame_margin", "high", "frame_margin"), ("frame_arm_mm", [1.0, float("nan")],
+                                                                          "frame_arm_mm"), ("scene", "x", "x")):
+        bad = json.loads(json.dumps(body))
+        bad["episodes"]["good"]["push"][0][field] = value
+        folder = tmp_path / field
+        folder.mkdir()
+        (folder / "eval.json").write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match=f"--wm-eval: .*eval.json is a policy evaluation with a malformed field"
+                                              f".*{want}"):
+            run_estimate(root / "sim", folder)

@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.result_files import AGREEMENT, POLICY_EVALUATION, read_result, tagged
+from simforcing.result_files import AGREEMENT, POLICY_EVALUATION, MalformedResult, read_typed, tagged, typed
 from simforcing.runs.scored import ScoredRun
 
 FORMAT_VERSION = 2
@@ -94,9 +94,19 @@ class EpisodeOutcome:
 
     @classmethod
     def from_json(cls, d: dict) -> "EpisodeOutcome":
+        per_frame = {k: _numbers(d, k) for k in ("frame_margin", "frame_arm_mm")}
         return cls(int(d["scene"]), bool(d["success"]), int(d["steps"]), d.get("chunks"), d.get("judged"),
                    d.get("judged_step"), d.get("frame_judged"), d.get("frame_true"), d.get("frame_error_mm"),
-                   d.get("frame_margin"), d.get("frame_arm_mm"))
+                   per_frame["frame_margin"], per_frame["frame_arm_mm"])
+
+
+def _numbers(d: dict, key: str) -> Optional[list]:
+    """``d[key]``: None or a list of finite numbers (a per-frame reading), else MalformedResult naming it."""
+    value = typed(d, key, "list", "null", default=None)
+    if value is not None and not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                     for v in value):
+        raise MalformedResult(f"field {key!r} must be a list of finite numbers")
+    return value
 
 
 @dataclass(frozen=True)
@@ -302,9 +312,9 @@ class PolicyEvaluation:
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "PolicyEvaluation":
-        """FOLDER/eval.json, or a ConfigError naming ``what`` (the flag) and what the file holds instead."""
-        obj, version = read_result(Path(folder) / "eval.json", POLICY_EVALUATION, FORMAT_VERSION, what)
-        return cls.from_json(obj, version)
+        """FOLDER/eval.json, or a ConfigError naming ``what`` (the flag) and what the file holds instead, or the
+        field that is missing or malformed."""
+        return read_typed(Path(folder) / "eval.json", POLICY_EVALUATION, FORMAT_VERSION, what, cls.from_json)
 
     def write(self, folder: str | Path) -> None:
         """FOLDER/eval.json (this result, tagged) and FOLDER/eval.md (its table), each written atomically."""
@@ -417,6 +427,6 @@ class AgreementResult:
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "AgreementResult":
-        """FOLDER/agreement.json, or a ConfigError naming ``what`` and what the file holds instead."""
-        obj, version = read_result(Path(folder) / "agreement.json", AGREEMENT, FORMAT_VERSION, what)
-        return cls.from_json(obj, version)
+        """FOLDER/agreement.json, or a ConfigError naming ``what`` and what the file holds instead, or the field that
+        is missing or malformed."""
+        return read_typed(Path(folder) / "agreement.json", AGREEMENT, FORMAT_VERSION, what, cls.from_json)
