@@ -30,6 +30,18 @@ EPISODE_LENGTH = 13
 FAULT_ENV = "SIMFORCING_FAULT"
 
 
+def refused(words: list, capsys, *needles: str, code: int = 2) -> str:
+    """``simforcing WORDS`` in-process exits ``code`` with one named error holding ``needles`` (no traceback);
+    its stderr."""
+    from simforcing.cli import main
+
+    rc = main([str(w) for w in words])
+    err = capsys.readouterr().err
+    assert rc == code and "Traceback" not in err, f"{words}: exit {rc}\n{err}"
+    assert all(n in err for n in needles), f"{words}:\n{err}"
+    return err
+
+
 def pretrain_args(run: Path, tiny: tuple[Path, Path], *extra: str, resume: bool = False) -> list[str]:
     """Command-line words of ``simforcing pretrain`` on the tiny config (without the leading ``simforcing``)."""
     root, vae = tiny

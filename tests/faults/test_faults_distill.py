@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from faultkit import copy_run, digest
+from faultkit import copy_run, digest, refused
 
 from simforcing.cli import main
 from simforcing.config import ConfigError
@@ -17,14 +17,6 @@ from simforcing.fewstep.stage import distill_run
 from simforcing.runs.folder import run_config
 
 pytestmark = pytest.mark.faults
-
-
-def _refused(words: list, capsys, *needles: str, code: int = 2) -> str:
-    rc = main([str(w) for w in words])
-    err = capsys.readouterr().err
-    assert rc == code and "Traceback" not in err, f"{words}: exit {rc}\n{err}"
-    assert all(n in err for n in needles), f"{words}:\n{err}"
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +39,14 @@ def _distill_resume(run: Path, *extra) -> list:
 ])
 def test_a_resumed_student_refuses_another_setting_by_name(student, flag, value, needle, capsys):
     before = digest(student)
-    _refused(_distill_resume(student, flag, value), capsys, flag, needle)
+    refused(_distill_resume(student, flag, value), capsys, flag, needle)
     assert digest(student) == before  # config.json, status.json, teacher.json and checkpoints untouched
 
 
 def test_a_resumed_student_refuses_another_teacher(student, stage2, tmp_path, capsys):
     other = copy_run(stage2, tmp_path / "other_teacher")  # another run folder (same weights; only the record differs)
     before = digest(student)
-    _refused(_distill_resume(student, "--teacher", other), capsys, "--teacher", "teacher.json", str(other))
+    refused(_distill_resume(student, "--teacher", other), capsys, "--teacher", "teacher.json", str(other))
     with pytest.raises(ConfigError, match="teacher.json"):  # the Python API: the stage's own start checks it
         distill_run(run_config(student), student, other, resume=True, progress=False)
     assert digest(student) == before
@@ -74,7 +66,7 @@ def test_a_resumed_stage2_run_refuses_another_teacher(stage2, ref, tiny, tmp_pat
     other = copy_run(ref, tmp_path / "other_stage1")
     before = digest(run)
     words = ["train", "--method", "sft", "--resume", "--out", run, "--data", tiny[0], "--no-progress"]
-    _refused(words + ["--teacher", other], capsys, "--teacher", "teacher.json", str(ref.resolve()))
+    refused(words + ["--teacher", other], capsys, "--teacher", "teacher.json", str(ref.resolve()))
     assert digest(run) == before
     assert main([str(w) for w in words + ["--teacher", ref, "--train.max_steps=2"]]) == 0  # control
     assert json.loads((run / "teacher.json").read_text())["run"] == str(ref.resolve())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from faultkit import ckpt, copy_run, digest, disk_full
+from faultkit import ckpt, copy_run, digest, disk_full, refused
 from safetensors.torch import load_file, save_file
 
 from simforcing.cli import main
@@ -23,15 +23,6 @@ from simforcing.config import ConfigError
 from simforcing.errors import CheckpointError
 
 pytestmark = pytest.mark.faults
-
-
-def _refused(words: list, capsys, *needles: str, code: int = 2) -> str:
-    """The command exits ``code`` with one named error holding ``needles`` (no traceback)."""
-    rc = main([str(w) for w in words])
-    err = capsys.readouterr().err
-    assert rc == code and "Traceback" not in err, f"{words}: exit {rc}\n{err}"
-    assert all(n in err for n in needles), f"{words}:\n{err}"
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +54,7 @@ def test_an_unfinished_run_is_refused_unless_allowed_and_then_said(ref, exported
     status = json.loads((run / "status.json").read_text())
     (run / "status.json").write_text(json.dumps({**status, "state": "running", "step": 6}))
     out = tmp_path / "shared"
-    _refused(["export", "--ckpt", run, "--out", out], capsys, "not finished", "interrupted", "--allow-unfinished",
+    refused(["export", "--ckpt", run, "--out", out], capsys, "not finished", "interrupted", "--allow-unfinished",
              "pretrain --resume")
     assert not out.exists()
     assert main(["export", "--ckpt", str(run), "--out", str(out), "--allow-unfinished"]) == 0
@@ -96,7 +87,7 @@ def test_weights_holding_nan_are_refused_even_when_their_hashes_match(ref, tmp_p
     meta["files"]["model.safetensors"] = sha256_file(c / "model.safetensors")  # consistent: only NaN is wrong
     (c / "meta.json").write_text(json.dumps(meta))
     out = tmp_path / "shared"
-    _refused(["export", "--ckpt", run, "--out", out], capsys, "NaN or inf", name, "--step", code=1)
+    refused(["export", "--ckpt", run, "--out", out], capsys, "NaN or inf", name, "--step", code=1)
     assert not out.exists()
     assert main(["export", "--ckpt", str(run), "--out", str(out), "--step", "4"]) == 0  # control: the step before
     assert json.loads((out / "config.json").read_text())["source"]["step"] == 4
@@ -105,7 +96,7 @@ def test_weights_holding_nan_are_refused_even_when_their_hashes_match(ref, tmp_p
 @pytest.mark.parametrize("size", ["1e400GB", "nanGB", "infMB", "-1MB", "0", "2TB", "lots", "99999999GB"])
 def test_an_absurd_max_shard_size_is_a_config_error(ref, size, tmp_path, capsys):
     out = tmp_path / "shared"
-    _refused(["export", "--ckpt", ref, "--out", out, f"--max-shard-size={size}"], capsys, "--max-shard-size")
+    refused(["export", "--ckpt", ref, "--out", out, f"--max-shard-size={size}"], capsys, "--max-shard-size")
     assert not out.exists()
 
 
@@ -115,7 +106,7 @@ def test_an_export_appears_whole_or_not_at_all(ref, exported, tmp_path, monkeypa
     assert main(["export", "--ckpt", str(ref), "--out", str(again)]) == 0
     before = digest(again)
     failed = disk_full(monkeypatch, "README.md")  # the last file of an export
-    _refused(["export", "--ckpt", ref, "--out", again, "--max-shard-size", "64KB"], capsys, "No space left",
+    refused(["export", "--ckpt", ref, "--out", again, "--max-shard-size", "64KB"], capsys, "No space left",
              code=1)
     monkeypatch.undo()
     assert failed and digest(again) == before  # the earlier export is as it was: no new shards beside its config
@@ -288,7 +279,7 @@ def test_export_eval_refuses_an_evaluation_with_malformed_fields(ref, exported, 
     bad = Path(shutil.copytree(ev, tmp_path / "eval"))
     _edit_json(bad / "eval.json", lambda obj: _set(obj, field, value))
     out = tmp_path / "shared"
-    _refused(["export", "--ckpt", ref, "--out", out, "--eval", bad], capsys, "--eval", "malformed field", needle)
+    refused(["export", "--ckpt", ref, "--out", out, "--eval", bad], capsys, "--eval", "malformed field", needle)
     assert not out.exists()
 
 

@@ -10,20 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
-from faultkit import ckpt, copy_run, digest
+from faultkit import ckpt, copy_run, digest, refused
 
 from simforcing.cli import main
 from simforcing.errors import CheckpointError
 
 pytestmark = pytest.mark.faults
-
-
-def _refused(words: list, capsys, *needles: str, code: int = 2) -> str:
-    rc = main([str(w) for w in words])
-    err = capsys.readouterr().err
-    assert rc == code and "Traceback" not in err, f"{words}: exit {rc}\n{err}"
-    assert all(n in err for n in needles), f"{words}:\n{err}"
-    return err
 
 
 META_EDITS = [
@@ -66,7 +58,7 @@ def test_a_resumed_policy_keeps_its_recorded_start(policy_run, ref, tmp_path, ca
     run = copy_run(policy_run, tmp_path / "policy")  # started from base (init.json)
     before = digest(run)
     words = ["policy", "train", "--setting", "action_only", "--resume", "--out", run, "--no-progress"]
-    _refused(words + ["--init", ref], capsys, "--init", "started from base", "init.json")
+    refused(words + ["--init", ref], capsys, "--init", "started from base", "init.json")
     assert digest(run) == before
     assert main([str(w) for w in words + ["--init", "base"]]) == 0  # control: the recorded start (or none given)
     assert json.loads((run / "init.json").read_text())["source"] == "base"

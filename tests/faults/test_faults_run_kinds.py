@@ -11,20 +11,11 @@ import warnings
 from pathlib import Path
 
 import pytest
-from faultkit import copy_run, quiet_eval_args, status, steps
+from faultkit import copy_run, quiet_eval_args, status, steps, refused
 
 from simforcing.cli import main
 
 pytestmark = pytest.mark.faults
-
-
-def _refused(words: list, capsys, *needles: str) -> str:
-    """The command exits 2 with one config error holding ``needles`` (no traceback)."""
-    code = main([str(w) for w in words])
-    err = capsys.readouterr().err
-    assert code == 2 and "Traceback" not in err, f"{words}: exit {code}\n{err}"
-    assert all(n in err for n in needles), f"{words}:\n{err}"
-    return err
 
 
 def _suggested(err: str) -> list[str]:
@@ -44,10 +35,10 @@ def test_world_model_commands_refuse_a_policy_run_by_name(policy_run, ref, tiny,
                   ["generate", "--ckpt", policy_run, "--data", root, "--out", o],
                   ["sweep", "steps", "--ckpt", policy_run, "--data", root, "--out", o],
                   ["sweep", "cfg", "--ckpts", ref, policy_run, "--data", root, "--out", o]):
-        err = _refused(words, capsys, str(policy_run), "is a policy run", "policy.setting 'action_only'",
+        err = refused(words, capsys, str(policy_run), "is a policy run", "policy.setting 'action_only'",
                        "simforcing policy eval --runs")
     assert not o.exists()
-    err = _refused(["train", "--method", "sft", "--teacher", policy_run, "--data", root, "--out", o, "--no-progress"],
+    err = refused(["train", "--method", "sft", "--teacher", policy_run, "--data", root, "--out", o, "--no-progress"],
                    capsys, "--teacher", "is a policy run", "stage 2 starts from a stage-1 run")
     assert "stage-2 run" not in err and not o.exists()
 
@@ -56,10 +47,10 @@ def test_pretrain_resume_of_a_policy_run_names_it_and_the_suggestion_works(polic
     """The issue's case: called "a stage-2 run" and sent to `train --resume`, which refused it in turn."""
     run = copy_run(policy_run, tmp_path / "policy")
     before = (run / "config.json").read_text()
-    err = _refused(["pretrain", "--resume", "--out", run, "--no-progress"], capsys, "is a policy run",
+    err = refused(["pretrain", "--resume", "--out", run, "--no-progress"], capsys, "is a policy run",
                    "simforcing pretrain --resume cannot continue it")
     assert "stage-2" not in err and (run / "config.json").read_text() == before
-    err = _refused(["train", "--method", "sft", "--resume", "--out", run, "--no-progress"], capsys, "is a policy run")
+    err = refused(["train", "--method", "sft", "--resume", "--out", run, "--no-progress"], capsys, "is a policy run")
     [suggestion] = _suggested(err)
     assert suggestion[:2] == ["policy", "train"] and "--resume" in suggestion
     with pytest.warns(UserWarning, match="train.max_steps"):  # the command it names does continue it
@@ -68,16 +59,16 @@ def test_pretrain_resume_of_a_policy_run_names_it_and_the_suggestion_works(polic
 
 
 def test_policy_commands_refuse_world_model_runs_by_name(ref, stage2, policy_data, tiny, tmp_path, capsys):
-    _refused(quiet_eval_args(tmp_path / "e", str(ref)), capsys, "is a stage-1 run", "`policy eval` scores policy runs",
+    refused(quiet_eval_args(tmp_path / "e", str(ref)), capsys, "is a stage-1 run", "`policy eval` scores policy runs",
              f"simforcing evaluate --ckpt {ref}")
     run = copy_run(ref, tmp_path / "stage1")
-    err = _refused(["policy", "train", "--setting", "action_only", "--resume", "--out", run, "--data", policy_data,
+    err = refused(["policy", "train", "--setting", "action_only", "--resume", "--out", run, "--data", policy_data,
                     "--no-progress"], capsys, "is a stage-1 run", "simforcing policy train --resume cannot continue")
     assert _suggested(err) == [["pretrain", "--resume", "--out", str(run)]]
-    err = _refused(["train", "--method", "sft", "--resume", "--out", run, "--no-progress"], capsys,
+    err = refused(["train", "--method", "sft", "--resume", "--out", run, "--no-progress"], capsys,
                    "is a stage-1 run", "simforcing train --resume cannot continue it")
     assert _suggested(err) == [["pretrain", "--resume", "--out", str(run)]]
-    err = _refused(["train", "--method", "simforcing", "--teacher", stage2, "--out", tmp_path / "x", "--no-progress"],
+    err = refused(["train", "--method", "simforcing", "--teacher", stage2, "--out", tmp_path / "x", "--no-progress"],
                    capsys, "is a stage-2 run", "stage 2 starts from a stage-1 run")
     assert f"--teacher {ref}" in err  # the stage-1 run it started from
 
@@ -90,9 +81,9 @@ def test_runs_from_before_kinds_are_recognised(policy_run, ref, tiny, tmp_path, 
     (old_policy / "run.json").write_text(json.dumps(rec))
     old_wm = copy_run(ref, tmp_path / "old_wm")
     (old_wm / "run.json").unlink()
-    _refused(["evaluate", "--ckpt", old_policy, "--data", tiny[0], "--out", tmp_path / "o"], capsys,
+    refused(["evaluate", "--ckpt", old_policy, "--data", tiny[0], "--out", tmp_path / "o"], capsys,
              "is a policy run")
-    _refused(quiet_eval_args(tmp_path / "e", str(old_wm)), capsys, "is a stage-1 run")
+    refused(quiet_eval_args(tmp_path / "e", str(old_wm)), capsys, "is a stage-1 run")
     # a resume writes the kind into the older record
     with pytest.warns(UserWarning, match="train.max_steps"):
         assert main(["pretrain", "--resume", "--out", str(old_wm), "--no-progress", "--train.max_steps=7"]) == 0

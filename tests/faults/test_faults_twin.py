@@ -19,18 +19,11 @@ from simforcing.cli import main
 from simforcing.config import ConfigError
 from simforcing.errors import DataError
 
+from faultkit import refused
+
 pytestmark = pytest.mark.faults
 
 CAMERA = {"lookat": [0.27, 0.0, 0.23], "distance": 1.05, "azimuth": 215.0, "elevation": -32.0}
-
-
-def _refused(words: list, capsys, *needles: str, code: int = 2) -> str:
-    """The command exits ``code`` with one named error holding ``needles`` (no traceback)."""
-    rc = main([str(w) for w in words])
-    err = capsys.readouterr().err
-    assert rc == code and "Traceback" not in err, f"{words}: exit {rc}\n{err}"
-    assert all(n in err for n in needles), f"{words}:\n{err}"
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +79,7 @@ def _check_twin(data: Path, *extra) -> list:
 def test_check_twin_names_a_bad_record_before_rendering(twin_data, what, edit, needle, tmp_path, capsys):
     bad = _damaged(twin_data, tmp_path / "data", edit)
     out = tmp_path / "twin.json"
-    _refused(_check_twin(bad, "--out", out), capsys, "data error", "val_000", "twin.json", needle, code=1)
+    refused(_check_twin(bad, "--out", out), capsys, "data error", "val_000", "twin.json", needle, code=1)
     assert not out.exists()
 
 
@@ -100,7 +93,7 @@ def test_check_twin_control_renders_good_records(twin_data, tmp_path, capsys):
 
 def test_data_check_names_a_bad_record(twin_data, tmp_path, capsys):
     bad = _damaged(twin_data, tmp_path / "data", _camera(distance=math.nan))
-    _refused(["data", "check", bad, "--preset", "demo"], capsys, "bad_twin", "val_000", "camera.distance", code=1)
+    refused(["data", "check", bad, "--preset", "demo"], capsys, "bad_twin", "val_000", "camera.distance", code=1)
     assert main(["data", "check", str(twin_data), "--preset", "demo"]) == 0  # control
     capsys.readouterr()
 
@@ -128,7 +121,7 @@ def test_rollout_with_the_twin_names_a_bad_record_and_writes_nothing(ref, twin_d
                                                                     capsys):
     bad = _damaged(twin_data, tmp_path / "data", edit)
     out = tmp_path / "rollout"
-    _refused(_rollout(ref, bad, out), capsys, "data error", "val_000", "twin.json", needle, code=1)
+    refused(_rollout(ref, bad, out), capsys, "data error", "val_000", "twin.json", needle, code=1)
     assert not out.exists()
 
 
@@ -146,10 +139,10 @@ def test_the_twin_is_refused_where_it_cannot_act(stage2, twin_data, tmp_path, ca
     from simforcing.commands.policy import _check_wm_condition
 
     out = tmp_path / "rollout"
-    _refused(_rollout(stage2, twin_data, out), capsys, "sample.condition=render", "trained without a simulation "
+    refused(_rollout(stage2, twin_data, out), capsys, "sample.condition=render", "trained without a simulation "
              "condition", "'sft'")
     assert not out.exists()
-    _refused(_rollout(stage2, twin_data, out, "--sample.w=0"), capsys, "sample.condition=render")
+    refused(_rollout(stage2, twin_data, out, "--sample.w=0"), capsys, "sample.condition=render")
     with pytest.raises(ConfigError, match="trained without a simulation condition"):
         _check_wm_condition(str(stage2), "render")  # policy eval --env world-model --wm-condition render
     _check_wm_condition(str(stage2), "rollout")  # controls: the own chain, and a model that reads the condition

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultkit import digest, stop_process
+from faultkit import digest, stop_process, refused
 
 from simforcing.cli import main
 from simforcing.config import ConfigError
@@ -21,15 +21,6 @@ from test_policy import pcfg, tiny, world_model_run  # noqa: F401  (fixtures)
 from test_world_model_eval import LAYOUTS, judge_dir, one_camera_policy  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.faults
-
-
-def _refused(words: list, capsys, *needles: str, code: int = 2) -> str:
-    """The command exits ``code`` with one named error holding ``needles`` (no traceback)."""
-    rc = main([str(w) for w in words])
-    err = capsys.readouterr().err
-    assert rc == code and "Traceback" not in err, f"{words}: exit {rc}\n{err}"
-    assert all(n in err for n in needles), f"{words}:\n{err}"
-    return err
 
 
 def _data(tiny) -> Path:  # noqa: F811
@@ -168,17 +159,17 @@ def test_world_model_commands_refuse_the_wrong_kind_of_folder_by_name(world_mode
     data, o = _data(tiny), tmp_path / "out"
     for folder, words in ((judge_dir, "is a success judge"), (data, "is a dataset"),
                           (one_camera_policy, "is a policy run")):
-        _refused(_rollout_words(folder, tiny, o), capsys, "--ckpt", words, "samples a world model")
-        _refused(["generate", "--ckpt", folder, "--data", data, "--out", o], capsys, "--ckpt", words)
-        _refused(["evaluate", "--ckpt", folder, "--data", data, "--out", o], capsys, "--ckpt", words)
-        _refused(_wm_eval_words(folder, judge_dir, o), capsys, "--wm", words)
+        refused(_rollout_words(folder, tiny, o), capsys, "--ckpt", words, "samples a world model")
+        refused(["generate", "--ckpt", folder, "--data", data, "--out", o], capsys, "--ckpt", words)
+        refused(["evaluate", "--ckpt", folder, "--data", data, "--out", o], capsys, "--ckpt", words)
+        refused(_wm_eval_words(folder, judge_dir, o), capsys, "--wm", words)
     for folder, words in ((world_model_run, "is a stage-1 run"), (data, "is a dataset"),
                           (one_camera_policy, "is a policy run")):
-        err = _refused(_wm_eval_words(world_model_run, folder, o), capsys, "--judge", words, "not a success judge")
+        err = refused(_wm_eval_words(world_model_run, folder, o), capsys, "--judge", words, "not a success judge")
         assert f"--out {folder}" not in err  # never advised to write a judge into it
-    _refused(_wm_eval_words(world_model_run, judge_dir, o, "--runs", judge_dir), capsys, "--runs",
+    refused(_wm_eval_words(world_model_run, judge_dir, o, "--runs", judge_dir), capsys, "--runs",
              "is a success judge")
-    _refused(["policy", "eval", "--env", "world-model", "--wm", world_model_run, "--out", o], capsys, "--judge")
+    refused(["policy", "eval", "--env", "world-model", "--wm", world_model_run, "--out", o], capsys, "--judge")
     assert not o.exists()
 
 
@@ -188,7 +179,7 @@ def test_a_judge_is_never_written_into_a_run_folder(world_model_run, judge_dir, 
     before = digest(world_model_run)
     with pytest.raises(ConfigError, match="is a stage-1 run .*; a success judge is written to a folder of its own"):
         save_judge(load_judge(judge_dir), world_model_run)
-    _refused(["model", "fit-judge", "--data", judge_dir.parent / "data", "--out", world_model_run, "--steps", "1"],
+    refused(["model", "fit-judge", "--data", judge_dir.parent / "data", "--out", world_model_run, "--steps", "1"],
              capsys, "--out", "is a stage-1 run")
     assert digest(world_model_run) == before
     assert load_judge(save_judge(load_judge(judge_dir), tmp_path / "j")).source.path == str((tmp_path / "j").resolve())
@@ -286,14 +277,14 @@ def test_fit_judge_refuses_bad_data_before_writing_anything(judge_dir, world_mod
              (world_model_run, "not a dataset (it is a stage-1 run"), (tmp_path, "not a dataset (no meta/info.json")]
     for i, (root, *needles) in enumerate(cases):
         out = tmp_path / f"judge{i}"
-        _refused([*fit, "--data", root, "--out", out], capsys, *needles, code=1)
+        refused([*fit, "--data", root, "--out", out], capsys, *needles, code=1)
         assert not out.exists()
     # one class only: the hand never within the reach radius (the object moved far away from it)
     far = Path(shutil.copytree(src, tmp_path / "far"))
     for eid in [p.name for p in (far / "episodes").iterdir()]:
         _rewrite(far / "episodes" / eid / "objects.npz", xyz=lambda x: x + 1.0 + 0.05 * np.arange(len(x))[:, None,
                                                                                                          None])
-    _refused([*fit, "--data", far, "--out", tmp_path / "jfar"], capsys, "one class only", "beyond the reach radius",
+    refused([*fit, "--data", far, "--out", tmp_path / "jfar"], capsys, "one class only", "beyond the reach radius",
              code=1)
     # the control: the same data with simulator rollouts where objects move fits and loads
     out = tmp_path / "good"
@@ -316,7 +307,7 @@ def test_an_interrupted_fit_leaves_nothing_that_loads(judge_dir, tmp_path, monke
 
     monkeypatch.setattr(judge_mod, "atomic_write_json", interrupted)  # Ctrl-C between the two files
     for out in (tmp_path / "new", old):
-        err = _refused([*fit, "--out", out], capsys, "interrupted; nothing was written", code=130)
+        err = refused([*fit, "--out", out], capsys, "interrupted; nothing was written", code=130)
         assert [line for line in err.splitlines() if "simforcing" in line] == [err.strip().splitlines()[-1]]
     assert not (tmp_path / "new").exists() and digest(old) == before and load_judge(old).source
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
@@ -344,21 +335,21 @@ def test_out_is_checked_before_the_work_and_a_rollout_replaces_its_earlier_one(w
     for target, needle in ((tmp_path / "file", "is a file"), (mine, "holds files that are not a rollout (notes.txt)"),
                            (world_model_run, "is a stage-1 run")):
         before = digest(target) if target.is_dir() else target.read_text()
-        _refused(_rollout_words(world_model_run, tiny, target), capsys, "--out", needle)
-        _refused(["policy", "eval", "--no-baselines", "--expert-noise", "0.01", "--out", target], capsys, "--out")
+        refused(_rollout_words(world_model_run, tiny, target), capsys, "--out", needle)
+        refused(["policy", "eval", "--no-baselines", "--expert-noise", "0.01", "--out", target], capsys, "--out")
         assert (digest(target) if target.is_dir() else target.read_text()) == before
 
 
 def test_counts_out_of_range_are_config_errors(world_model_run, judge_dir, tiny, tmp_path, capsys):  # noqa: F811
     o = tmp_path / "o"
-    _refused(_rollout_words(world_model_run, tiny, o)[:-2] + ["--horizon", str(10 ** 15)], capsys,
+    refused(_rollout_words(world_model_run, tiny, o)[:-2] + ["--horizon", str(10 ** 15)], capsys,
              f"--horizon {10 ** 15}", "shorter than the horizon")
-    _refused(_rollout_words(world_model_run, tiny, o, "--num-episodes", "0"), capsys, "--num-episodes")
+    refused(_rollout_words(world_model_run, tiny, o, "--num-episodes", "0"), capsys, "--num-episodes")
     for flag in ("--max-steps", "--per-task"):
-        _refused(["policy", "eval", "--no-baselines", "--expert-noise", "0.01", flag, str(10 ** 12), "--out", o],
+        refused(["policy", "eval", "--no-baselines", "--expert-noise", "0.01", flag, str(10 ** 12), "--out", o],
                  capsys, flag, "expected an integer in [1, 10000]")
-    _refused(_wm_eval_words(world_model_run, judge_dir, o, "--execute", "64"), capsys, "--execute: got 64")
-    _refused(["model", "fit-judge", "--data", judge_dir.parent / "data", "--out", o, "--sim-episodes", str(10 ** 9)],
+    refused(_wm_eval_words(world_model_run, judge_dir, o, "--execute", "64"), capsys, "--execute: got 64")
+    refused(["model", "fit-judge", "--data", judge_dir.parent / "data", "--out", o, "--sim-episodes", str(10 ** 9)],
              capsys, "--sim-episodes")
     assert not o.exists()
 
@@ -375,17 +366,17 @@ def test_ctrl_c_in_the_world_model_commands_exits_130_with_one_line(world_model_
     assert main([str(w) for w in _rollout_words(world_model_run, tiny, earlier, "--videos", "0")]) == 0
     before = digest(earlier)
     monkeypatch.setattr(rollouts, "write_rollout_pictures", interrupted)  # after rollout.json, before the pictures
-    err = _refused(_rollout_words(world_model_run, tiny, earlier), capsys, "interrupted; nothing was written",
+    err = refused(_rollout_words(world_model_run, tiny, earlier), capsys, "interrupted; nothing was written",
                    code=130)
     assert err.strip().count("\n") == 0 and digest(earlier) == before
     monkeypatch.setattr(wme, "collect_episodes", interrupted)
-    _refused(_wm_eval_words(world_model_run, judge_dir, tmp_path / "e", "--no-baselines", "--expert-noise", "0.01"),
+    refused(_wm_eval_words(world_model_run, judge_dir, tmp_path / "e", "--no-baselines", "--expert-noise", "0.01"),
              capsys, "interrupted; nothing was written", code=130)
     assert not (tmp_path / "e").exists()
     import simforcing.cli as cli
 
     monkeypatch.setattr(cli.importlib, "import_module", interrupted)  # Ctrl-C while the command's module imports
-    _refused(["rollout", "--help"], capsys, "simforcing rollout: interrupted while starting", code=130)
+    refused(["rollout", "--help"], capsys, "simforcing rollout: interrupted while starting", code=130)
 
 
 def test_ctrl_c_while_a_command_is_still_importing_torch(tmp_path):
