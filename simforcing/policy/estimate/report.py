@@ -26,13 +26,22 @@ def _ci(e) -> str:
     return f"{100 * e.estimate:.0f} [{100 * e.lo:.0f}, {100 * e.hi:.0f}]"
 
 
-def estimate_markdown(res: EstimateResult, study: Sequence[StudyPoint] = ()) -> str:
+def inputs_line(inputs: dict) -> str:
+    """Where the numbers come from: the ground truth, the world-model evaluation and its world model, the draw."""
+    drawn = f", n = {inputs['n']} scenes drawn (seed {inputs['seed']})" if inputs.get("n") else ""
+    study = f", {inputs['draws']} draws for the coverage study" if inputs.get("draws") else ""
+    return (f"Ground truth `{inputs.get('ground_truth')}`, world-model evaluation `{inputs.get('wm_eval')}` (world "
+            f"model `{inputs.get('world_model')}`){drawn}{study}.")
+
+
+def estimate_markdown(res: EstimateResult, study: Sequence[StudyPoint] = (), inputs: Optional[dict] = None) -> str:
     truth = any(p.average.truth is not None for p in res.policies.values())
     head = ("| policy | world model's rate | ground truth only (n) | **prediction-powered** (N) | rank |"
             + (" truth |" if truth else ""))
     lines = [f"Success (%) per policy, {100 * (1 - res.alpha):.0f} % intervals: ground truth only (Wilson) and "
              f"prediction-powered (PPI++, predictor `{res.predictor}`); {res.labelled} labelled and {res.unlabelled} "
-             "unlabelled world-model episodes.", "", head, "|---" * (5 + truth) + "|"]
+             "unlabelled world-model episodes." + (" " + inputs_line(inputs) if inputs else ""), "", head,
+             "|---" * (5 + truth) + "|"]
     for name, p in res.policies.items():
         a = p.average
         row = (f"| {name} | {_pct(a.world_model)} | {_ci(a.ground_truth_only)} ({a.ground_truth_only.n}) | "
@@ -166,7 +175,7 @@ def write_estimate(res: EstimateResult, study: Sequence[StudyPoint], out: str | 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     body = result_json(res, study, inputs)
-    atomic_write_text(out / "estimate.md", estimate_markdown(res, study) + "\n")
+    atomic_write_text(out / "estimate.md", estimate_markdown(res, study, inputs) + "\n")
     atomic_write_text(out / "episodes.csv", episodes_csv(res))
     estimates_plot(res, out / "estimates.png")
     if study:
