@@ -174,6 +174,10 @@ class TrainConfig:
     log_every: int = 10
     device: str = "auto"  # "auto", "cpu", "cuda"
     threads: str = "auto"  # CPU threads: "auto" (all cores, fewer while other processes keep cores busy) or N
+    # the step's network calls through torch.compile (training.compiled; a failure: one warning, then eager). Off: at
+    # the demo's sizes on a 2-core CPU it makes a step ~1.2-1.35x faster but compiles for minutes from a cold cache,
+    # more than the demo's steps save (docs/BENCHMARK.md); same function to float rounding, same random numbers
+    compile: bool = False
     # training on the model's own rollouts (against the drift of long rollouts; the paper has none): with this
     # probability per sample, the window's first frame is the model's own prediction of it from the previous chunk
     # (methods.own_first_frames), as a long rollout hands a chunk over; 0 = always the recorded frame

@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from simforcing.bench.compile_step import bench_compile, compile_table
 from simforcing.bench.measure import STATS, machine_info
 from simforcing.bench.options import SCHEMA, SECTIONS, TARGETS, BenchOptions
 from simforcing.bench.policy import bench_policy, format_policy
@@ -132,6 +133,8 @@ def format_tables(results: dict) -> str:
         lines += format_policy(results["policy"])
     lines += format_rollout(results.get("rollout"), results.get("wm_policy"))
     lines += format_fewstep(results.get("fewstep"))
+    if results.get("compile", {}).get("rows"):
+        lines += compile_table(results["compile"])
     tg = results.get("targets", {})
     if tg:
         def verdict(v: dict) -> str:
@@ -262,6 +265,8 @@ def _run_sections(cfg: Config, opts: BenchOptions, out: Path, device: torch.devi
             results["wm_policy"] = bench_wm_policy(cfg, device, opts, log)
         elif name == "fewstep":
             results["fewstep"] = bench_fewstep(cfg, device, opts, log)
+        elif name == "compile":
+            results["compile"] = bench_compile(cfg, device, opts, log)
         section_times[name] = time.perf_counter() - s0
     results["targets"] = check_targets(results)
     results["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None

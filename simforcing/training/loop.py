@@ -175,7 +175,7 @@ class Trainer:
 
         return TrainStep(self.faults.around_latents(latents, stage.latent_keys), stage.step(cfg), models.student,
                          models.teacher, vae, cfg, device, dist.rank, optimizer, scheduler,
-                         self.faults.around_hooks(hooks, stop), stage.rollout_domain)
+                         self.faults.around_hooks(hooks, stop), stage.rollout_domain, stage.forward_methods)
 
     # -- the loop -------------------------------------------------------------------------------------------------------
     def _loop(self, run: Setup, stop: StopFlag) -> dict:

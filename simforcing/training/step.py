@@ -9,7 +9,9 @@ training-step section) and ``bench --gpu``.
 ``step_fn(student, teacher, batch, cfg, gen) -> (loss, logs)`` is a method's step function (``methods.METHODS`` or
 the policy's ``policy_step``). A NaN/inf loss term, total or gradient norm raises ``losses.NonFiniteLoss`` naming it,
 before anything is updated (the gradients are cleared). ``StepHooks`` lets the loop inject its faults and, under
-FSDP2, make every rank stop together.
+FSDP2, make every rank stop together. With ``train.compile`` the loop's step runs the network calls compiled
+(``training.compiled``: same function to float rounding, same random numbers; a compilation failure retries the step
+eagerly with one warning).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from simforcing import parallel
 from simforcing.config import Config
 from simforcing.losses import NonFiniteLoss
 from simforcing.methods import own_first_frames
+from simforcing.training.compiled import CompiledModels
 from simforcing.utils import autocast_context, derive_seed
 
 
@@ -116,21 +119,31 @@ class TrainStep:
     def __init__(self, latents: Callable[[dict, int], dict], step_fn: Callable, student: torch.nn.Module,
                  teacher: Optional[torch.nn.Module], vae: Any, cfg: Config, device: torch.device, rank: int,
                  optimizer: torch.optim.Optimizer, scheduler: Any, hooks: Callable[[int], StepHooks],
-                 rollout_domain: Optional[str]):
+                 rollout_domain: Optional[str], forward_methods: tuple[str, ...] = ()):
         self.latents, self.step_fn, self.student, self.teacher, self.vae = latents, step_fn, student, teacher, vae
         self.cfg, self.device, self.rank, self.optimizer, self.scheduler = cfg, device, rank, optimizer, scheduler
         self.hooks, self.rollout_domain = hooks, rollout_domain
         self.params = [p for p in student.parameters() if p.requires_grad]
         self.gen = torch.Generator(device=device)
+        # train.compile: the student's and the teacher's calls compiled (training.compiled; eager after a failure)
+        self.compiled = CompiledModels([student, teacher], "train.compile", bool(cfg.train.compile),
+                                       methods=forward_methods, passthrough=(NonFiniteLoss,))
 
     def __call__(self, batch: dict, step: int) -> tuple[dict, float]:
         z = self.latents(batch, step)
-        self.gen.manual_seed(derive_seed(self.cfg.train.seed, "step", step, self.rank))
-        if self.cfg.train.rollout_prob > 0 and self.rollout_domain is not None:
-            z = own_first_frames(self.student, self.vae, z, self.cfg, self.gen, self.rollout_domain)
+
+        def attempt() -> tuple[torch.Tensor, dict, float]:
+            self.gen.manual_seed(derive_seed(self.cfg.train.seed, "step", step, self.rank))
+            zz = z
+            if self.cfg.train.rollout_prob > 0 and self.rollout_domain is not None:
+                zz = own_first_frames(self.student, self.vae, z, self.cfg, self.gen, self.rollout_domain)
+            out = train_step(self.step_fn, self.student, self.teacher, zz, self.cfg, self.gen, self.device,
+                             self.params, self.optimizer, self.scheduler, self.hooks(step))
+            return out + (zz,)
+
         try:
-            _, logs, grad_norm = train_step(self.step_fn, self.student, self.teacher, z, self.cfg, self.gen,
-                                            self.device, self.params, self.optimizer, self.scheduler, self.hooks(step))
+            _, logs, grad_norm, z = self.compiled.run(attempt,
+                                                      reset=lambda: self.optimizer.zero_grad(set_to_none=True))
         except NonFiniteLoss as e:
             self.optimizer.zero_grad(set_to_none=True)
             raise Diverged(step, e.term, e.value) from None
