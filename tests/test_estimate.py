@@ -340,3 +340,15 @@ def test_malformed_world_model_episodes_are_named(known_pool, tmp_path):
         with pytest.raises(ConfigError, match=f"--wm-eval: .*eval.json is a policy evaluation with a malformed field"
                                               f".*{want}"):
             run_estimate(root / "sim", folder)
+
+
+def test_a_rectified_mean_outside_zero_one_is_clipped_into_its_interval(tmp_path):
+    """A policy that never succeeds, whose world-model episodes look worse on the unlabelled scenes than on the
+    trials: the rectified mean is below 0; the estimate is 0 and lies inside its interval (so its plot draws)."""
+    y = np.zeros(10)
+    f_lab = np.r_[np.ones(3), np.zeros(7)]
+    raw = ppi_terms(y, f_lab, np.zeros(50), lam=1.0).estimate
+    assert raw < 0
+    for method in ("clt", "finite"):
+        e = ppi_mean(y, f_lab, np.zeros(50), method=method, lam=1.0)
+        assert e.estimate == 0.0 and e.lo <= e.estimate <= e.hi and 0 <= e.lo and e.hi <= 1

@@ -193,9 +193,20 @@ def ppi_mean(y, f_lab, f_unl, alpha: float = 0.05, method: str = "clt", lam: Opt
     est = t.estimate
     if method == "clt":
         lo, hi = score_interval(np.asarray(y, float), np.asarray(f_lab, float), t, stats.norm.ppf(1 - alpha / 2))
-        return Estimate(est, min(lo, max(est, 0.0)), max(hi, min(est, 1.0)), n, N, t.lam)
-    half = empirical_bernstein(t.a, alpha / 2, 1 + t.lam) + (empirical_bernstein(t.b, alpha / 2, t.lam) if N else 0.0)
-    return Estimate(est, max(0.0, est - half), min(1.0, est + half), n, N, t.lam)
+    else:
+        half = (empirical_bernstein(t.a, alpha / 2, 1 + t.lam)
+                + (empirical_bernstein(t.b, alpha / 2, t.lam) if N else 0.0))
+        lo, hi = est - half, est + half
+    return _bounded(est, lo, hi, 0.0, 1.0, n, N, t.lam)
+
+
+def _bounded(est: float, lo: float, hi: float, low: float, high: float, n: int, N: int,
+             lam: Optional[float]) -> Estimate:
+    """An estimate and interval within what the quantity can be ([0, 1] for a rate, [−1, 1] for a difference): the
+    rectified mean can step outside (e.g. −0.02 for a policy that never succeeds); the point is clipped into its
+    range and the interval kept around it."""
+    est = float(np.clip(est, low, high))
+    return Estimate(est, max(low, min(lo, est)), min(high, max(hi, est)), n, N, lam)
 
 
 def sampling_probabilities(doubt: np.ndarray, budget: float, mix: float = 0.5, floor: float = 0.05) -> np.ndarray:
@@ -225,7 +236,7 @@ def active_mean(f: np.ndarray, y: np.ndarray, labelled: np.ndarray, pi: np.ndarr
     z = f + np.where(xi, (yv - f) / pi, 0.0)
     est = float(z.mean())
     half = stats.norm.ppf(1 - alpha / 2) * float(z.std(ddof=1)) / math.sqrt(len(z))
-    return Estimate(est, max(0.0, est - half), min(1.0, est + half), int(xi.sum()), len(z) - int(xi.sum()), 1.0)
+    return _bounded(est, est - half, est + half, 0.0, 1.0, int(xi.sum()), len(z) - int(xi.sum()), 1.0)
 
 
 def _shared_cov(x: np.ndarray, x_ids: Sequence, z: np.ndarray, z_ids: Sequence) -> float:
@@ -260,7 +271,7 @@ def difference(p: PolicyTerms, q: PolicyTerms, alpha: float = 0.05) -> Estimate:
     n = min(len(p.terms.a), len(q.terms.a))
     est = p.terms.estimate - q.terms.estimate
     half = stats.t.ppf(1 - alpha / 2, max(n - 1, 1)) * math.sqrt(var)
-    return Estimate(est, max(-1.0, est - half), min(1.0, est + half), n, min(len(p.terms.b), len(q.terms.b)))
+    return _bounded(est, est - half, est + half, -1.0, 1.0, n, min(len(p.terms.b), len(q.terms.b)), None)
 
 
 def rank_intervals(terms: dict[str, PolicyTerms], alpha: float = 0.05) -> dict[str, tuple[int, int]]:
