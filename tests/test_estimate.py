@@ -352,3 +352,10 @@ def test_a_rectified_mean_outside_zero_one_is_clipped_into_its_interval(tmp_path
     for method in ("clt", "finite"):
         e = ppi_mean(y, f_lab, np.zeros(50), method=method, lam=1.0)
         assert e.estimate == 0.0 and e.lo <= e.estimate <= e.hi and 0 <= e.lo and e.hi <= 1
+
+
+def test_every_rate_lies_inside_its_interval_at_the_ends():
+    """All trials succeeded (or none): the Wilson bound's rounding never leaves the rate outside its interval."""
+    for k, n in ((10, 10), (0, 10), (7, 7), (1, 3)):
+        e = classical(np.r_[np.ones(k), np.zeros(n - k)])
+        assert e.lo <= e.estimate <= e.hi

@@ -118,7 +118,7 @@ def estimates_plot(res: EstimateResult, png: Path) -> Path:
                                     (0.15, "ppi", "tab:blue", "prediction-powered")):
         est = [getattr(res.policies[n].average, key) for n in names]
         ax.errorbar([100 * e.estimate for e in est], y + off,
-                    xerr=[[100 * (e.estimate - e.lo) for e in est], [100 * (e.hi - e.estimate) for e in est]],
+                    xerr=[[100 * max(e.estimate - e.lo, 0) for e in est], [100 * max(e.hi - e.estimate, 0) for e in est]],
                     fmt="o", color=colour, capsize=3, label=label)
     ax.scatter([100 * res.policies[n].average.world_model for n in names], y, marker="x", color="tab:red",
                label="world model's raw rate", zorder=3)
