@@ -17,7 +17,8 @@ from simforcing.errors import ConfigError, DataError
 from simforcing.policy.closed_loop.results import SIMULATOR, WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
 from simforcing.policy.estimate import run_estimate
 from simforcing.policy.estimate import trust as trust_mod
-from simforcing.policy.estimate.ppi import (PolicyTerms, active_mean, classical, clopper_pearson, difference, empirical_bernstein,
+from simforcing.policy.estimate.ppi import (PolicyTerms, active_mean, classical, clopper_pearson, difference,
+                                            empirical_bernstein,
                                             ppi_mean, ppi_terms, rank_intervals, sampling_probabilities,
                                             tuned_lambda, wilson)
 from simforcing.policy.estimate.trials import read_trials, world_model_episodes

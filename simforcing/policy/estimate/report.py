@@ -71,7 +71,8 @@ def study_markdown(study: Sequence[StudyPoint]) -> str:
     lines = ["Coverage study: over the draws of n labelled scenes (the same for every policy), how often each "
              "policy's 95 % interval holds its truth (the simulator's rate over the whole pool), min over policies; "
              "mean widths; trials saved at equal width; Pearson of the estimates with the truth.", "",
-             "| n | draws | coverage PPI (min) | coverage ground truth only (min) | width PPI | width ground truth only "
+             "| n | draws | coverage PPI (min) | coverage ground truth only (min) | width PPI "
+             "| width ground truth only "
              "| trials saved | Pearson PPI / ground truth only / world model raw | trust AUROC |",
              "|---|---|---|---|---|---|---|---|---|"]
     for s in study:
@@ -118,7 +119,8 @@ def estimates_plot(res: EstimateResult, png: Path) -> Path:
                                     (0.15, "ppi", "tab:blue", "prediction-powered")):
         est = [getattr(res.policies[n].average, key) for n in names]
         ax.errorbar([100 * e.estimate for e in est], y + off,
-                    xerr=[[100 * max(e.estimate - e.lo, 0) for e in est], [100 * max(e.hi - e.estimate, 0) for e in est]],
+                    xerr=[[100 * max(e.estimate - e.lo, 0) for e in est],
+                          [100 * max(e.hi - e.estimate, 0) for e in est]],
                     fmt="o", color=colour, capsize=3, label=label)
     ax.scatter([100 * res.policies[n].average.world_model for n in names], y, marker="x", color="tab:red",
                label="world model's raw rate", zorder=3)
