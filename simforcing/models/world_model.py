@@ -329,7 +329,11 @@ class WorldModel(nn.Module):
         return patchify(cond, self.patch_size)
 
     # -- the network --------------------------------------------------------------------------------------------------
+    @torch.compiler.disable
     def _rope(self, key: tuple, make) -> Rope:
+        """The rotary tables of ``key``, made once (``make``) and cached. Outside any compiled graph
+        (``train.compile``): the graph of a model's first call is then the graph of every later call — a resumed run
+        compiles the same graph as the run it continues, so its steps round alike."""
         if key not in self._rope_cache:
             self._rope_cache[key] = make()
         return self._rope_cache[key]
