@@ -15,6 +15,7 @@ inductor's cache.
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -51,11 +52,16 @@ def _loss_and_grads(cfg, step_fn, student, teacher, batch) -> tuple[float, dict]
     return float(loss.detach()), {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}
 
 
-# inductor (the compiler train.compile uses) on stage 1, where the rounding gap is measured; AOT-autograd without
-# code generation on the other steps: the same capture of each step function (dynamo, its guards, the backward),
-# seconds instead of minutes from a cold cache (the compiled-resume test below runs inductor on a whole run)
-@pytest.mark.parametrize("method,backend", [("sim_pretrain", "inductor"), ("simforcing", "aot_eager"),
-                                            ("fewstep", "aot_eager")])
+# AOT autograd without code generation: the same capture of each step function as inductor's (dynamo, its guards,
+# the backward graph), in seconds instead of a minute per step function from a cold cache; inductor itself (the
+# compiler train.compile uses, whose rounding gap the tolerances above were measured on) runs a whole stage-1 run in
+# the compiled-resume test below (its losses against eager's, its exact resume). Measuring the gap on inductor again:
+# SIMFORCING_TEST_INDUCTOR=1.
+BACKEND = "inductor" if os.environ.get("SIMFORCING_TEST_INDUCTOR") == "1" else "aot_eager"
+
+
+@pytest.mark.parametrize("method,backend", [("sim_pretrain", BACKEND), ("simforcing", BACKEND),
+                                            ("fewstep", BACKEND)])
 def test_compiled_step_agrees_with_eager(method, backend, monkeypatch):
     monkeypatch.setitem(COMPILE_OPTIONS, "backend", backend)
     torch.set_num_threads(1)
