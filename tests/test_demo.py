@@ -35,9 +35,7 @@ def test_demo_quick_writes_a_complete_report(tmp_path):
     assert few["windows"]["psnr"]["paired"]["n"] == r["num_samples"]
     assert few["forwards_per_episode"]["student"] * 21 == few["forwards_per_episode"]["teacher"] * (1 + k)
     assert set(few["rollout"]["student"]) == {"rollout", "restart"}
-    est = res["estimate"]["simforcing-fewstep"]  # the prediction-powered estimate inside the student, its study
-    assert est["format"] == "simforcing.policy-estimate" and est["study"] and est["policies"]
-    assert "## Policies' success from a few ground-truth trials" in (out / "report.md").read_text()
+    assert res["estimate"] is None  # --no-policy: no policies, no estimate of their success
     summary = res["summary"]
     assert len(summary["paired"]) == 1 and summary["paired"][0]["seed"] == 42
     assert set(summary["beats_copy"]) == {"sft", "simforcing"}

@@ -360,3 +360,25 @@ def test_every_rate_lies_inside_its_interval_at_the_ends():
     for k, n in ((10, 10), (0, 10), (7, 7), (1, 3)):
         e = classical(np.r_[np.ones(k), np.zeros(n - k)])
         assert e.lo <= e.estimate <= e.hi
+
+
+def test_the_demo_report_section_reads_the_estimate(known_pool, tmp_path):
+    """The demo's section (``demo.estimate_section``): results.json's ``estimate`` entry is the written estimate.json
+    (its study included) and the report shows its table, pictures and the aims' line."""
+    from types import SimpleNamespace
+
+    from simforcing.demo.estimate_section import collect_estimate, estimate_lines
+    from simforcing.demo.plan import demo_budget
+
+    root, _ = known_pool
+    folder = tmp_path / "wm_eval" / "estimate_student"
+    run_estimate(root / "sim", root / "wm", folder, n=10, draws=5, study_ns=(10,))
+    plan = SimpleNamespace(wm_eval={"estimate": {"student": folder, "missing": tmp_path / "none"}}, out=tmp_path,
+                           budget=demo_budget(False), full=False)
+    section = collect_estimate(plan)
+    assert set(section) == {"student"} and section["student"]["format"] == "simforcing.policy-estimate"
+    assert section["student"]["study"][0]["n"] == 10
+    text = "\n".join(estimate_lines(section, plan))
+    assert "## Policies' success from a few ground-truth trials" in text and "| good |" in text
+    assert "](wm_eval/estimate_student/coverage.png)" in text and "At n = 10: the worst policy's coverage" in text
+    assert collect_estimate(SimpleNamespace(wm_eval=None)) is None and estimate_lines(None, plan) == []

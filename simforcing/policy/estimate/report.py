@@ -114,7 +114,7 @@ def estimates_plot(res: EstimateResult, png: Path) -> Path:
 
     names = list(res.policies)
     y = np.arange(len(names))
-    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(names) + 1.2))
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(names) + 1.9))
     for off, key, colour, label in ((-0.15, "ground_truth_only", "tab:grey", "ground truth only"),
                                     (0.15, "ppi", "tab:blue", "prediction-powered")):
         est = [getattr(res.policies[n].average, key) for n in names]
@@ -131,7 +131,7 @@ def estimates_plot(res: EstimateResult, png: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlim(-2, 102)
     ax.set_xlabel("success (%)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # below: no row hidden
     fig.tight_layout()
     fig.savefig(png, dpi=120)
     plt.close(fig)
