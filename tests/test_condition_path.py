@@ -22,6 +22,7 @@ from simforcing.sample import CountingModel, StepInputs, guided_velocity, rollou
 from simforcing.train import train_run
 from simforcing.warmstart import load_start_weights
 from test_train import make_tiny_data, tiny_cfg
+from test_world_model import _batch
 
 TINY = {"model.num_attention_heads": "2", "model.attention_head_dim": "16", "model.ffn_dim": "64",
         "model.freq_dim": "32", "model.text_dim": "32", "model.num_layers": "2", "model.action_hidden": "32",
@@ -53,17 +54,6 @@ def _perturb(model, seed=3):
             for layer in model.layers:
                 layer.cond_proj.weight.copy_(torch.randn(layer.cond_proj.weight.shape, generator=g) * 0.1)
     return model
-
-
-def _batch(cfg, b=2, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    c, (h, w), lat = cfg.model.vae.latent_channels, cfg.latent_hw, cfg.latent_frames
-    return dict(z_t=torch.randn(b, c, lat - 1, h, w, generator=g), tau=torch.rand(b, generator=g) * 0.8 + 0.1,
-                z0=torch.randn(b, c, 1, h, w, generator=g),
-                actions=torch.rand(b, cfg.data.actions_per_window, cfg.data.action_dim, generator=g) * 2 - 1,
-                state0=torch.randn(b, cfg.data.state_dim, generator=g),
-                text=torch.randn(b, 6, cfg.model.text_dim, generator=g),
-                text_mask=torch.tensor([[True] * 6, [True] * 3 + [False] * 3])[:b])
 
 
 def _cond(cfg, b=2, seed=2):
