@@ -93,24 +93,15 @@ class EstimateResult:
                           "auroc_unlabelled": self.trust_auroc_unlabelled, "single_features": self.feature_auroc}}
 
 
-def _check_predictor(predictor: str, wm: WorldModelEpisodes) -> None:
+def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequence[int], predictor: str = "learned",
+                folds: int = 5, seed: int = 0) -> np.ndarray:
+    """P(success) of every episode of ``wm`` (E,) — indices ``labelled`` carry ground truth in ``truth``: the raw
+    verdict, or cross-fitted (a labelled episode's from the models without its scene's fold, an unlabelled one's the
+    fold models' average)."""
     if predictor not in PREDICTORS:
         raise ConfigError(f"--predictor: got {predictor!r}; expected one of {', '.join(PREDICTORS)}")
-
-
-@dataclass(frozen=True)
-class Predictions:
-    """Every world-model episode's predicted success probability (cross-fitted where the predictor is learned: a
-    labelled episode's from the models without its scene's fold, an unlabelled one's the fold models' average)."""
-
-    p: np.ndarray  # (E,)
-
-
-def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequence[int], predictor: str = "learned",
-                folds: int = 5, seed: int = 0) -> Predictions:
-    """P(success) of every episode of ``wm`` (indices ``labelled`` carry ground truth in ``truth``)."""
     if predictor == "verdict":
-        return Predictions(wm.verdicts.astype(float))
+        return wm.verdicts.astype(float)
     lab = np.asarray(labelled, int)
     unl = np.setdiff1d(np.arange(len(wm.keys)), lab)
     y = np.array([truth[wm.keys[i]] for i in lab], float)
@@ -118,7 +109,7 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
     cf = crossfit(wm.features[lab], y, groups, wm.features[unl], folds, seed=seed)
     p = np.empty(len(wm.keys))
     p[lab], p[unl] = cf.lab, cf.unl
-    return Predictions(p)
+    return p
 
 
 def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha) -> RateEstimates:
@@ -136,11 +127,10 @@ def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_k
     """The estimate with the episodes ``labelled_keys`` labelled (their ground truth in ``truth``); ``truth_known``:
     ``truth`` holds every episode's truth (a simulator evaluation), so the truth and the unlabelled AUROC are
     reported too."""
-    _check_predictor(predictor, wm)
     index = wm.index()
     lab_idx = [index[k] for k in labelled_keys]
     lab_set = set(lab_idx)
-    pred = predictions(wm, truth, lab_idx, predictor, folds, seed).p
+    pred = predictions(wm, truth, lab_idx, predictor, folds, seed)
     verdicts = wm.verdicts.astype(float)
     trust = trust_scores(pred, wm.verdicts)
     tasks = list(dict.fromkeys(k[1] for k in wm.keys))
