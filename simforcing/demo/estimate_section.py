@@ -36,7 +36,7 @@ def estimate_lines(section: Optional[dict], plan: Plan) -> list[str]:
         return []
     w = plan.budget.wm_eval
     lines = ["", "## Policies' success from a few ground-truth trials (prediction-powered)", "",
-             f"The eight policies on a pool of {w.pool_per_task_full if plan.full else w.pool_per_task} scenes per "
+             f"The policies on a pool of {w.pool_per_task_full if plan.full else w.pool_per_task} scenes per "
              "task, in the simulator (the truth of every episode) and inside the world model. The world model's raw "
              f"rate is biased; {w.estimate_n} ground-truth scenes per policy (drawn at random, the same for every "
              "policy) correct it (PPI++ with power tuning; the predictor learned from each episode's features and "
