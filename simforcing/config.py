@@ -203,6 +203,11 @@ class SampleConfig:
     #                             robot's digital twin renders the commanded actions: simforcing.twin)
     twin: str = "synthetic"  # the SimRenderer of condition=render: "synthetic" (the embedded benchmark's arm twin) or
     #                          a registered name (your robot's: simforcing.twin.register_renderer)
+    # the sampler's network calls through torch.compile (simforcing.training.compiled: inductor, static shapes; a
+    # compilation failure: one named warning, the call again eagerly with the same noise). Off by default: on a
+    # 2-core CPU at the demo's sizes a compiled forward is faster but compiling each shape (a sample, the CFG pair,
+    # a smaller last batch) costs more than one evaluation's calls save (docs/BENCHMARK.md, "Compiled sampler")
+    compile: bool = False
 
 
 @dataclass

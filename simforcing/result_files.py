@@ -24,6 +24,7 @@ ROLLOUT_DRIFT = "simforcing.rollout-drift"
 SWEEP_STEPS, SWEEP_CFG = "simforcing.sweep-steps", "simforcing.sweep-cfg"
 POLICY_PROBE = "simforcing.policy-probe"
 POLICY_ESTIMATE = "simforcing.policy-estimate"
+FIDELITY, FIDELITY_CURVE = "simforcing.fidelity", "simforcing.fidelity-curve"
 
 # What a kind is called in messages, and the command that writes it.
 KIND_NAMES = {POLICY_EVALUATION: ("a policy evaluation", "simforcing policy eval"),
@@ -34,7 +35,9 @@ KIND_NAMES = {POLICY_EVALUATION: ("a policy evaluation", "simforcing policy eval
               SWEEP_STEPS: ("a sweep of the sampler's steps", "simforcing sweep steps"),
               SWEEP_CFG: ("a sweep of the training p and the guidance w", "simforcing sweep cfg"),
               POLICY_PROBE: ("a linear probe of policies' video experts", "simforcing policy probe"),
-              POLICY_ESTIMATE: ("a prediction-powered estimate of policies' success", "simforcing policy estimate")}
+              POLICY_ESTIMATE: ("a prediction-powered estimate of policies' success", "simforcing policy estimate"),
+              FIDELITY: ("a world model's fidelity", "simforcing fidelity point"),
+              FIDELITY_CURVE: ("a fidelity-compute curve", "simforcing fidelity curve")}
 
 # Files written before the tags: the keys that identify each kind (checked in this order).
 _LEGACY = ((AGREEMENT, ("ranking", "envs", "players")),
@@ -54,6 +57,7 @@ _OTHER_FORMATS = {"simforcing-success-judge": "a success judge (`simforcing mode
 _FOLDER_MARKERS = (("eval.json", "an evaluation (eval.json)"), ("agreement.json", "an agreement of policy evaluations "
                    "(`simforcing policy agreement`)"), ("judge.json", "a success judge (`simforcing model fit-judge`)"),
                    ("estimate.json", "a prediction-powered estimate (`simforcing policy estimate`)"),
+                   ("fidelity.json", "a world model's fidelity (`simforcing fidelity point`)"),
                    ("rollout.json", "a rollout-drift result (`simforcing rollout`)"),
                    ("sweep_steps.json", "a sweep of the sampler's steps (`simforcing sweep steps`)"),
                    ("sweep_cfg.json", "a sweep of the training p and the guidance w (`simforcing sweep cfg`)"),

@@ -46,6 +46,7 @@ from simforcing.models.world_model import StepContext
 from simforcing.runs.loaded import LoadedWorldModel, collate_one, eval_dataset, load_world_model, sample_generator
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.timing import Stopwatch
+from simforcing.training.compiled import CompiledModels
 from simforcing.utils import autocast_context
 
 BASELINES = ("copy-first", "vae-recon")
@@ -411,6 +412,24 @@ def sample_videos(model: torch.nn.Module, vae, batch: SamplerBatch, cfg: Config,
                         timings=dict(sw.times), sim=sim, sim_reused=reuse_sim is not None)
 
 
+def _generator_states(generator: Generators) -> list:
+    if generator is None:
+        return [torch.get_rng_state()] + ([torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [])
+    gens = [generator] if isinstance(generator, torch.Generator) else list(generator)
+    return [g.get_state() for g in gens]
+
+
+def _restore_generators(generator: Generators, states: list) -> None:
+    if generator is None:
+        torch.set_rng_state(states[0])
+        if len(states) > 1:
+            torch.cuda.set_rng_state_all(states[1])
+        return
+    gens = [generator] if isinstance(generator, torch.Generator) else list(generator)
+    for g, s in zip(gens, states):
+        g.set_state(s)
+
+
 def effective_w(cfg: Config, w: float) -> float:
     """A model trained with ``conditioning.p = 0`` (sft, joint_fm, value/motion distillation) never saw a condition:
     its zero-initialised ``cond_proj`` stayed zero, so its conditional branch equals the unconditional one and any w
@@ -434,11 +453,19 @@ class GuidedSampler:
         self.condition = condition or condition_source(cfg)
         # SAM3 is loaded once here, and only when a simulation rollout will run
         self.masker = masker or (FirstFrameMasker.from_config(cfg, model_device(model)) if self.w != 0 else None)
+        # sample.compile: the network's calls compiled in place (its weights and state_dict unchanged)
+        self.compiled = CompiledModels([model], "sample.compile", bool(cfg.sample.compile))
 
     def __call__(self, batch: SamplerBatch, generator: Generators = None,
                  reuse_sim: Optional[SimRollout] = None) -> SampleResult:
-        return sample_videos(self.model, self.vae, batch, self.cfg, self.n_sim, self.n_real, self.w, generator,
-                             self.masker, self.decode_sim, reuse_sim, self.condition)
+        def attempt() -> SampleResult:
+            return sample_videos(self.model, self.vae, batch, self.cfg, self.n_sim, self.n_real, self.w, generator,
+                                 self.masker, self.decode_sim, reuse_sim, self.condition)
+
+        if not self.compiled.active:
+            return attempt()
+        saved = _generator_states(generator)  # a compiled attempt that fails is run again eagerly on the same noise
+        return self.compiled.run(attempt, reset=lambda: _restore_generators(generator, saved))
 
     def settings(self) -> dict:
         out = {"sampler": self.name, "n_sim": self.n_sim, "n_real": self.n_real, "w": self.w,

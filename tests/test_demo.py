@@ -36,6 +36,9 @@ def test_demo_quick_writes_a_complete_report(tmp_path):
     assert few["forwards_per_episode"]["student"] * 21 == few["forwards_per_episode"]["teacher"] * (1 + k)
     assert set(few["rollout"]["student"]) == {"rollout", "restart"}
     assert res["estimate"] is None  # --no-policy: no policies, no estimate of their success
+    fid = res["fidelity"]  # the SimForcing world model's fidelity: oracle and twin; no policies, no ranking inside
+    assert fid["oracle"]["af_cm"] > 0 and set(fid["twin"]) >= {"drift_cm", "drift_db"} and fid["training"]["core_s"] > 0
+    assert "inside" not in fid and "still" not in fid and fid["aims"]["pearson"]["met"] is None
     summary = res["summary"]
     assert len(summary["paired"]) == 1 and summary["paired"][0]["seed"] == 42
     assert set(summary["beats_copy"]) == {"sft", "simforcing"}
@@ -47,7 +50,7 @@ def test_demo_quick_writes_a_complete_report(tmp_path):
     md = (out / "report.md").read_text()
     for needle in ("copy the first frame", "VAE reconstruction", "| sft (mean", "| simforcing (mean", "Checks",
                    "Where the gain is lost", "upper bound", "Loss curves", "Sweep", "Wall time", "```bash",
-                   "The few-step student"):
+                   "The few-step student", "How faithful the world model is"):
         assert needle in md, needle
     html = (out / "report.html").read_text()
     assert html.count("data:image/") >= 4  # loss curves, videos and the heatmap inline

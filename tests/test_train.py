@@ -138,8 +138,10 @@ def test_pretrain_writes_the_run_folder(stage1):
     rows = [json.loads(x) for x in (stage1 / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for r in rows:
-        assert {"step", "epoch", "lr", "loss", "fm_sim", "grad_norm", "samples_per_s", "time"} <= set(r)
+        assert {"step", "epoch", "lr", "loss", "fm_sim", "grad_norm", "samples_per_s", "time", "core_s"} <= set(r)
         assert math.isfinite(r["loss"]) and r["grad_norm"] > 0
+    core = [r["core_s"] for r in rows]  # the process's CPU seconds since the start: what the fidelity curve reads
+    assert core[0] > 0 and core == sorted(core)
     # lr of update i = base · factor(i), warm-up round(0.05 · 4) = 0 steps
     assert [r["lr"] for r in rows] == pytest.approx([cfg.train.lr * lr_factor(i, 4, 0) for i in range(4)])
     assert [r["epoch"] for r in rows] == [0, 0, 0, 0]  # 8 windows / batch 2 = 4 steps per epoch
@@ -257,6 +259,9 @@ def test_interrupted_and_resumed_run_logs_exactly_the_same_losses(tiny, tmp_path
     again = train_run(cfg, tmp_path / "part", "pretrain", resume=True, progress=False)
     assert again["state"] == "finished" and again["step"] == 6
     assert losses(tmp_path / "part") == losses(tmp_path / "full")  # exact, steps 1..6 (crossing an epoch)
+    rows = [json.loads(x) for x in (tmp_path / "part/metrics.jsonl").read_text().splitlines()]
+    core = {r["step"]: r["core_s"] for r in rows}  # core-seconds go on from the checkpoint's, not from zero
+    assert core[4] > core[3] > 0 and core == dict(sorted(core.items(), key=lambda kv: kv[1]))
     a = load_checkpoint(tmp_path / "full/checkpoints/step_000006").model_state
     b = load_checkpoint(tmp_path / "part/checkpoints/step_000006").model_state
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -220,6 +220,7 @@ class Plan:
     rollouts: dict = field(default_factory=dict)  # {"data": the long episodes, "folders": EvalKey -> rollout folder}
     wm_eval: Optional[dict] = None  # the world-model policy evaluation's folders (None without it)
     student: Optional[Path] = None  # the few-step student's run folder
+    fidelity: Optional[Path] = None  # the SimForcing world model's fidelity (``fidelity point``)
 
 
 class _Builder:
@@ -548,6 +549,23 @@ class _Builder:
             folders[wm] = est
         return folders
 
+    def fidelity(self, runs: dict[str, Path], evals: dict, rollouts: dict, wm_eval: Optional[dict]) -> Path:
+        """10. the SimForcing world model's fidelity as a simulator (``fidelity point``, docs/FAITHFUL.md), read from
+        results the graph already writes: the oracle condition on one window, the twin's rollout drift, the
+        do-nothing frame change and the ranking inside it with the twin (without the policy section: the first two),
+        and what its training cost in core-seconds."""
+        folder = self.out / "fidelity"
+        argv = ["fidelity", "point", "--label", "simforcing", "--oracle", str(evals[ORACLE_CONDITION]), "--twin",
+                str(rollouts["folders"][twin_condition("simforcing")]), "--runs", str(self.stage1),
+                str(runs["simforcing"])]
+        deps = (f"eval {ORACLE_CONDITION.name}", f"rollout {twin_condition('simforcing').name}", "train simforcing")
+        if wm_eval is not None:
+            argv += ["--wm-eval", str(wm_eval["evals"]["world model simforcing-twin"]), "--agreement",
+                     str(wm_eval["agreement"]), "--wm-name", "simforcing-twin"]
+            deps += ("wm-eval world model simforcing-twin", "wm-eval agreement")
+        self.add("fidelity", argv + ["--out", str(folder)], folder, "fidelity.json", deps, inputs=deps, priority=25)
+        return folder
+
     def video_base_section(self) -> None:
         """--full, 2a. stage 0: the video base (``pretrain --method video_prior``, on stage 1's slots), a plain video
         model of the same network (no actions) that stands in for Wan2.2; stage 1 starts from it (``pretrain --init``)."""
@@ -614,10 +632,11 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     rollouts = B.rollouts(runs, seed_list, full)
     pol = B.policy_section(runs, full) if policy else None
     wm_eval = B.world_model_eval(runs, pol, full, seed_list) if policy and budget.layout_train else None
+    fidelity = B.fidelity(runs, evals, rollouts, wm_eval)
     commands = {j.name: B.records[j.name]["command"] if "command" in B.records.get(j.name, {}) else j.cite()
                 for j in B.jobs}
     return Plan(out, data, budget, B.jobs, evals, runs, sweeps, videos, pol, tuple(names), seed_list, full, B.notes,
-                commands, rollouts, wm_eval, B.student)
+                commands, rollouts, wm_eval, B.student, fidelity)
 
 
 def budget_dict(b: Budget) -> dict:

@@ -58,6 +58,7 @@ class Setup:
     global_batch: int
     start_step: int = 0
     time_offset: float = 0.0  # the resumed run's logged time at its checkpoint
+    core_offset: float = 0.0  # and its logged core-seconds
 
 
 class Trainer:
@@ -144,7 +145,7 @@ class Trainer:
         if ckpt is None:
             log.reset()
         else:
-            setup.time_offset = log.truncate_after(setup.start_step)
+            setup.time_offset, setup.core_offset = log.truncate_after(setup.start_step)
         return setup
 
     def _models(self, dist: parallel.DistInfo, fresh: bool) -> Models:
@@ -186,6 +187,7 @@ class Trainer:
         bar = tqdm(total=run.total, initial=step, desc=self.stage.describe(cfg), dynamic_ncols=True,
                    disable=not (self.progress and run.dist.is_main))
         t_start = t_prev = time.perf_counter()
+        self._core_start = time.process_time()
         last_logs: dict = {}
         state, reason, code = "finished", "", EXIT_OK
         try:
@@ -239,10 +241,15 @@ class Trainer:
 
     def _log(self, run: Setup, step: int, lr: float, logs: dict, grad_norm: float, dt: float, t_start: float) -> dict:
         """One metrics row (the loss terms averaged over the ranks)."""
-        logs = parallel.all_reduce_mean({k: float(v) for k, v in logs.items()}, run.dist.device)
+        # core_s: the process CPU time of every rank since the start (kept across resumes): what training cost in
+        # core-seconds, whatever the thread count (docs/FAITHFUL.md's fidelity-compute curve reads it)
+        logs = parallel.all_reduce_mean({**{k: float(v) for k, v in logs.items()},
+                                         "core_s": time.process_time() - self._core_start}, run.dist.device)
+        core_s = logs.pop("core_s") * run.dist.world_size
         record = {"step": step, "epoch": (step - 1) // run.steps_per_epoch, "lr": lr, **logs, "grad_norm": grad_norm,
                   "samples_per_s": run.global_batch / max(dt, 1e-9), "threads": torch.get_num_threads(),
-                  "time": round(run.time_offset + time.perf_counter() - t_start, 4)}
+                  "time": round(run.time_offset + time.perf_counter() - t_start, 4),
+                  "core_s": round(run.core_offset + core_s, 3)}
         self.log.log(record)
         return record
 

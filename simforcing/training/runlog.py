@@ -52,13 +52,14 @@ class RunLog:
             except OSError as e2:
                 return f"status.json could not be written or removed ({os_cause(e2)})"
 
-    def truncate_after(self, step: int) -> float:
-        """Keep metrics of steps <= ``step`` (a resumed run re-logs later ones); returns the last kept ``time``."""
+    def truncate_after(self, step: int) -> tuple[float, float]:
+        """Keep metrics of steps <= ``step`` (a resumed run re-logs later ones); returns the last kept ``time`` and
+        ``core_s`` (0 where not recorded)."""
         if not self.active or not self.metrics.exists():
-            return 0.0
+            return 0.0, 0.0
         kept = [r for r in read_jsonl(self.metrics) if int(r.get("step", 0)) <= step]
         atomic_write_text(self.metrics, "".join(json.dumps(r) + "\n" for r in kept))
-        return float(kept[-1].get("time", 0.0)) if kept else 0.0
+        return (float(kept[-1].get("time", 0.0)), float(kept[-1].get("core_s", 0.0))) if kept else (0.0, 0.0)
 
     def reset(self) -> None:
         if self.active:
