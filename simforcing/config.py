@@ -205,8 +205,9 @@ class SampleConfig:
     #                          a registered name (your robot's: simforcing.twin.register_renderer)
     # the sampler's network calls through torch.compile (simforcing.training.compiled: inductor, static shapes; a
     # compilation failure: one named warning, the call again eagerly with the same noise). Off by default: on a
-    # 2-core CPU at the demo's sizes a compiled forward is faster but compiling each shape (a sample, the CFG pair,
-    # a smaller last batch) costs more than one evaluation's calls save (docs/BENCHMARK.md, "Compiled sampler")
+    # 2-core CPU at the demo's sizes a window of one shape samples 1.5x faster after ~35 s of compiling, but a
+    # rollout's calls come in several shapes and run slower than eager even from inductor's cache (docs/BENCHMARK.md,
+    # the `sample.compile` measurement)
     compile: bool = False
 
 
