@@ -138,8 +138,9 @@ class _Scheduler:
     """The state of one :func:`run_jobs` call: what is pending, running and done."""
 
     def __init__(self, jobs: Sequence[Job], slots: int, log_dir: Path, echo: Callable[[str], None],
-                 stop_timeout: float):
+                 stop_timeout: float, on_done: Optional[Callable[[str, dict], None]] = None):
         self.pending, self.slots, self.log_dir, self.echo = list(jobs), slots, log_dir, echo
+        self.on_done = on_done
         self.stop_timeout = stop_timeout
         self.results: dict[str, JobResult] = {j.name: JobResult(j.name, "not run") for j in jobs}
         self.running: dict[str, Running] = {}
@@ -196,6 +197,8 @@ class _Scheduler:
                     r.job.on_done()
                 self.results[name] = JobResult(name, "done", 0, secs, str(r.log))
                 self.echo(f"{self.stamp()} {name}: done in {secs:.0f} s")
+                if self.on_done is not None:
+                    self.on_done(name, self.results)
                 continue
             self.results[name] = JobResult(name, "failed", r.proc.returncode, secs, str(r.log))
             self.stop_all()
@@ -227,12 +230,14 @@ class _Scheduler:
 
 
 def run_jobs(jobs: Sequence[Job], slots: int, log_dir: str | Path, echo: Callable[[str], None] = print,
-             poll: float = 0.25, status_every: float = 30.0, stop_timeout: float = 120.0) -> dict[str, JobResult]:
-    """Run the graph (see the module docstring); returns every job's result, or raises JobFailed."""
+             poll: float = 0.25, status_every: float = 30.0, stop_timeout: float = 120.0,
+             on_done: Optional[Callable[[str, dict], None]] = None) -> dict[str, JobResult]:
+    """Run the graph (see the module docstring); returns every job's result, or raises JobFailed. ``on_done(name,
+    results)`` is called in this process after each job that ran succeeds (e.g. a report rewritten as jobs finish)."""
     check_graph(jobs, slots)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    s = _Scheduler(jobs, slots, log_dir, echo, stop_timeout)
+    s = _Scheduler(jobs, slots, log_dir, echo, stop_timeout, on_done)
     last_status = time.perf_counter()
     handlers = _terminate_like_ctrl_c()
     try:

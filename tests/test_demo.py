@@ -35,6 +35,7 @@ def test_demo_quick_writes_a_complete_report(tmp_path):
     assert few["windows"]["psnr"]["paired"]["n"] == r["num_samples"]
     assert few["forwards_per_episode"]["student"] * 21 == few["forwards_per_episode"]["teacher"] * (1 + k)
     assert set(few["rollout"]["student"]) == {"rollout", "restart"}
+    assert "in_progress" not in res  # the final report: the partial ones were rewritten as jobs finished
     assert res["estimate"] is None  # --no-policy: no policies, no estimate of their success
     fid = res["fidelity"]  # the SimForcing world model's fidelity: oracle and twin; no policies, no ranking inside
     assert fid["oracle"]["af_cm"] > 0 and set(fid["twin"]) >= {"drift_cm", "drift_db"} and fid["training"]["core_s"] > 0
@@ -115,3 +116,28 @@ def test_the_judge_runs_beside_stage_1_not_after_it(tmp_path):
     assert "--train.threads=1" in plan.commands["stage1"]
     assert jobs["policy data"].deps == ("data",) and set(jobs["judge"].deps) == {"data", "policy data"}
     assert jobs["policy data"].priority > jobs["stage1"].priority  # made first: vae is 8 s, the data a minute
+
+
+def test_the_report_is_rewritten_as_jobs_finish(tmp_path):
+    """Mid-run the demo writes what the finished jobs hold, marked in progress, keeps the earlier run's times of the
+    jobs it reuses, and never stops the demo when a partial report cannot be written."""
+    from simforcing.demo import PartialReport
+    from simforcing.demo.plan import build_plan, demo_budget
+    from simforcing.jobs import JobResult
+
+    plan = build_plan(tmp_path / "demo", None, demo_budget(True), policy=False)
+    names = [j.name for j in plan.jobs]
+    results = {n: JobResult(n, "not run") for n in names}
+    results[names[0]] = JobResult(names[0], "done", 0, 12.0)
+    results[names[1]] = JobResult(names[1], "skipped")
+    said = []
+    PartialReport(plan, {names[1]: 7.5, "total": 99.0}, said.append)(names[0], results)
+    res = json.loads((plan.out / "results.json").read_text())
+    assert res["in_progress"] == {"done": 2, "jobs": len(names), "last": names[0]}
+    assert res["wall_time_s"] == {names[1]: 7.5, names[0]: 12.0} and res["wall_time_reused"] == [names[1]]
+    assert f"In progress: 2 of {len(names)} jobs done" in (plan.out / "report.md").read_text() and not said
+    broken = PartialReport(plan, {}, said.append)
+    broken.plan = None  # whatever goes wrong: one line, the demo goes on
+    broken(names[0], results)
+    broken(names[0], results)
+    assert len(said) == 1 and "the report could not be written" in said[0]

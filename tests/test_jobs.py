@@ -128,3 +128,13 @@ def test_sigterm_stops_every_job_and_what_it_started(tmp_path):
     while any(alive(p) for p in started) and time.time() < deadline:
         time.sleep(0.05)
     assert not [p for p in started if alive(p)]
+
+
+def test_on_done_follows_each_job_that_ran_with_the_results_so_far(tmp_path):
+    out = tmp_path / "events.jsonl"
+    seen = []
+    run_jobs([Job("reused", _writer(out, "reused"), raw=True, skip=lambda: True),
+              Job("a", _writer(out, "a"), raw=True, deps=("reused",)),
+              Job("b", _writer(out, "b"), raw=True, deps=("a",))], 2, tmp_path, echo=lambda s: None, poll=0.02,
+             on_done=lambda name, res: seen.append((name, sorted(n for n, r in res.items() if r.state != "not run"))))
+    assert seen == [("a", ["a", "reused"]), ("b", ["a", "b", "reused"])]  # a reused job is not reported

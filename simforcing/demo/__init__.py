@@ -94,14 +94,17 @@ def _run_locked(out: Path, data: Optional[Path], budget: Budget, overrides, seed
     plan = build_plan(out, data, budget, list(overrides), seeds, full, jobs, policy)
     for note in plan.notes:
         echo(note)
-    echo(f"demo: {len(plan.jobs)} jobs on {jobs} slot(s); logs in {out / 'logs'}")
+    echo(f"demo: {len(plan.jobs)} jobs on {jobs} slot(s); logs in {out / 'logs'}; {out / 'report.md'} is rewritten "
+         "as jobs finish")
     t0 = time.perf_counter()
+    before = earlier_timings(out / "results.json")  # read before the partial reports rewrite it
+    partial = PartialReport(plan, before, echo)
     try:
-        results = run_jobs(plan.jobs, jobs, out / "logs", echo=echo)
+        results = run_jobs(plan.jobs, jobs, out / "logs", echo=echo, on_done=partial)
     except JobFailed as e:
         echo(f"simforcing demo: {e}\nrun the same command again to continue (finished jobs are reused)")
         return e.exit_code if e.exit_code in (3, 75) else 1
-    wall, reused = with_reused_timings(timings(results), results, out / "results.json")
+    wall, reused = with_reused_timings(timings(results), results, before)
     wall["total"] = round(time.perf_counter() - t0, 1)
     pol = collect_policy(plan.policy, {k: v for k, v in wall.items() if k.startswith("policy")}) \
         if plan.policy else None
@@ -112,17 +115,48 @@ def _run_locked(out: Path, data: Optional[Path], budget: Budget, overrides, seed
     return 0
 
 
-def with_reused_timings(wall: dict, results: dict, earlier: Path) -> tuple[dict, list[str]]:
-    """This run's job times plus, for each job it reused (skipped: finished in an earlier run, e.g. before a Ctrl-C),
-    the seconds the earlier run's ``results.json`` recorded for it — so a resumed demo's report still gives every
-    job's time. Returns (times by job, the reused jobs' names)."""
+def earlier_timings(earlier: Path) -> dict:
+    """The job times an earlier run's ``results.json`` recorded (none when it is missing or unreadable)."""
     try:
         before = json.loads(earlier.read_text()).get("wall_time_s") or {}
     except (OSError, ValueError, AttributeError):
-        before = {}
+        return {}
+    return before if isinstance(before, dict) else {}
+
+
+def with_reused_timings(wall: dict, results: dict, earlier: Path | dict) -> tuple[dict, list[str]]:
+    """This run's job times plus, for each job it reused (skipped: finished in an earlier run, e.g. before a Ctrl-C),
+    the seconds the earlier run's ``results.json`` recorded for it (``earlier``: the file, or its times read before
+    this run rewrote it) — so a resumed demo's report still gives every job's time. Returns (times by job, the
+    reused jobs' names)."""
+    before = earlier_timings(earlier) if isinstance(earlier, Path) else earlier
     reused = {n: before[n] for n, r in results.items()
               if r.state == "skipped" and isinstance(before.get(n), (int, float))}
     return {**reused, **wall}, sorted(reused)
+
+
+class PartialReport:
+    """After each job: the report as far as the finished jobs go (``report.md``, ``report.html``, ``results.json``
+    marked ``in_progress``), so the one-window table is there as soon as its evaluations are, hours before the last
+    job of a long demo. A report that cannot be written yet is skipped with one line, never an error."""
+
+    def __init__(self, plan: Plan, before: dict, echo):
+        self.plan, self.before, self.echo, self.failed = plan, before, echo, False
+
+    def __call__(self, name: str, results: dict) -> None:
+        done = sum(r.state in ("done", "skipped") for r in results.values())
+        if done == len(results):
+            return  # the final report follows
+        try:
+            wall, reused = with_reused_timings(timings(results), results, self.before)
+            res = collect(self.plan, wall, None, reused, budget_dict(self.plan.budget))
+            res.progress = {"done": done, "jobs": len(results), "last": name}
+            write_report(self.plan, res, self.plan.commands)
+        except Exception as e:  # noqa: BLE001 - a partial report must never stop the demo
+            if not self.failed:
+                self.echo(f"demo: the report could not be written after {name} ({type(e).__name__}: {e}); it will be "
+                          "at the end")
+            self.failed = True
 
 
 __all__ = ["BASE_METHODS", "Budget", "Plan", "QUICK", "build_plan", "demo_budget", "demo_config", "run_demo"]

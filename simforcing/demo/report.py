@@ -146,6 +146,7 @@ class DemoResults:
     fewstep: Optional[FewStepSection] = None
     estimate: Optional[dict] = None  # world model -> its prediction-powered estimate (``demo.estimate_section``)
     fidelity: Optional[dict] = None  # the SimForcing world model's fidelity (``demo.fidelity_section``)
+    progress: Optional[dict] = None  # a report written while jobs run: {"done", "jobs", "last"} (None: the final one)
 
     def row(self, key: EvalKey) -> Optional[ScoreRow]:
         return self.evals.get(key)
@@ -166,7 +167,7 @@ class DemoResults:
                 "wm_eval": self.wm_eval, "policy": self.policy, "wall_time_s": self.wall_time_s,
                 "summary": self.summary.to_json(), "wall_time_reused": self.wall_time_reused,
                 "commands": self.commands, "fewstep": self.fewstep, "estimate": self.estimate,
-                "fidelity": self.fidelity}
+                "fidelity": self.fidelity, **({"in_progress": self.progress} if self.progress else {})}
 
 
 def collect(plan: Plan, wall: dict, policy: Optional[PolicySectionResult], reused: Optional[list] = None,
@@ -277,16 +278,23 @@ def report_markdown(res: DemoResults, plan: Plan, commands: dict) -> str:
     return "\n".join(line for section in sections for line in section)
 
 
+def _progress_lines(progress: Optional[dict]) -> list[str]:
+    if not progress:
+        return []
+    return [f"> **In progress: {progress['done']} of {progress['jobs']} jobs done** (the last: {progress['last']}). "
+            "This report is rewritten as each job finishes; a dash is a number whose job has not run yet.", ""]
+
+
 def _windows_section(res: DemoResults, plan: Plan) -> list[str]:
     """The paper's protocol: held-out windows at its sampler, floor and ceiling, the one-step rows, the checks."""
     s, copy_r = res.summary, res.row(EvalKey("copy-first"))
     n = None if copy_r is None else copy_r.num_samples
     train, pool = _split_sizes(plan)
-    lines = ["# SimForcing demo report", "",
+    lines = ["# SimForcing demo report", "", *_progress_lines(res.progress),
              f"Embedded synthetic MuJoCo benchmark: plentiful simulation ({pool} sim-only episodes), scarce real data "
              f"({train} paired training episodes), one arm, a real appearance gap. All stage-2 methods start from the "
              "same stage-1 checkpoint and see the same real data for the same steps.", "",
-             f"## Held-out real validation windows ({n} windows), the paper's sampler (N_s, N_r, w) = (1, 10, 0.6)", "",
+             f"## Held-out real validation windows ({'—' if n is None else n} windows), the paper's sampler (N_s, N_r, w) = (1, 10, 0.6)", "",
              *_HEAD,
              _row("copy the first frame (floor)", copy_r),
              _row("VAE reconstruction (ceiling)", res.row(EvalKey("vae-recon")))]
