@@ -278,27 +278,32 @@ def curve_md(points: Mapping[str, Mapping]) -> str:
 
 
 def plot_curve(points: Mapping[str, Mapping], path: str | Path) -> Path:
-    """Each fidelity number against training core-seconds (log x), one panel each, the aim drawn as a line."""
+    """Each fidelity number against training core-seconds (log x), one panel each, the aim drawn as a line; one
+    colour and marker per point, named in the legend below the panels."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 7.5))
+    fig = Figure(figsize=(11, 8.5))
     axes = fig.subplots(2, 2).ravel()
     aims = {a.key: a for a in AIMS}
+    markers = "osD^vP*Xh<>"
+    handles = {}
     for ax, (key, title) in zip(axes, CURVE_PANELS):
-        for name, p in points.items():
+        for k, (name, p) in enumerate(points.items()):
             v = flat(p)
             if v["core_s"] is None or v[key] is None:
                 continue
-            ax.scatter([v["core_s"]], [v[key]], s=36)
-            ax.annotate(name, (v["core_s"], v[key]), fontsize=7, xytext=(4, 3), textcoords="offset points")
+            handles[name] = ax.scatter([v["core_s"]], [v[key]], s=46, color=f"C{k % 10}",
+                                       marker=markers[k % len(markers)])
         if key in aims:
-            ax.axhline(aims[key].bound, color="0.5", ls="--", lw=1, label=f"aim {aims[key].bound:g}")
-            ax.legend(loc="best", fontsize=7)
+            ax.axhline(aims[key].bound, color="0.5", ls="--", lw=1)
+            ax.annotate(f"aim {aims[key].bound:g}", (0.01, aims[key].bound), xycoords=("axes fraction", "data"),
+                        fontsize=7, color="0.4", xytext=(0, 2), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_xlabel("training core-seconds (stage 1 + stage 2)")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     path = Path(path)
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
     return path
