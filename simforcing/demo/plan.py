@@ -361,8 +361,8 @@ class _Builder:
                      "eval.json", deps + ("probe",), inputs=deps + ("probe",), priority=priority)
 
         vae = f"--model.vae.path={self.vae}"
-        for base in ("copy-first", "vae-recon"):
-            evaluate(EvalKey(base), ["--baseline", base, "--preset", "demo", vae], ("vae",))
+        for base in ("copy-first", "vae-recon"):  # the one-window table's floor and ceiling: as soon as the probe is
+            evaluate(EvalKey(base), ["--baseline", base, "--preset", "demo", vae], ("vae",), priority=56)
             evaluate(EvalKey(base, "sim"), ["--baseline", base, "--preset", "demo", vae, "--domain", "sim"], ("vae",))
         for tag, run in runs.items():
             evaluate(EvalKey(tag), ["--ckpt", str(run)], (f"train {tag}",), priority=55)
