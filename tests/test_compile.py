@@ -218,6 +218,7 @@ def test_a_sampler_compile_failure_samples_eagerly_on_the_same_noise(monkeypatch
         raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
 
     monkeypatch.setitem(COMPILE_OPTIONS, "backend", broken)
+    torch._dynamo.reset()  # graphs compiled by earlier tests in this process would be reused, never reaching `broken`
     cfg.sample.compile = True
     sampler = GuidedSampler(model, vae, cfg, n_sim=1, n_real=2, w=0.6)
     out = sampler(batch, torch.Generator().manual_seed(9))  # the failed attempt drew noise: restored, drawn again

@@ -67,7 +67,7 @@ def _finish(plan) -> None:
                 (folder / "status.json").write_text(json.dumps({"state": "finished",
                                                                 "step": int(steps[0].split("=")[1])}))
             for name in ("config.json", "probe.json", "eval.json", "sweep_steps.json", "rollout.json", "judge.json",
-                         "agreement.json", "estimate.json"):
+                         "agreement.json", "estimate.json", "fidelity.json"):
                 (folder / name).write_text("{}")
         if job.on_done:
             job.on_done()
