@@ -1,5 +1,5 @@
 #!/bin/bash
-# The record of the curve in docs/FAITHFUL.md: the points made by scripts/fidelity_point.sh (then named point.sh, run
+# The record of the curve in docs/FAITHFUL.md: the points made by docs/fidelity_curve/point.sh (run
 # from /work/democlone, a finished demo at 094e495) and the earlier measurements of FAITHFUL.md, assembled here.
 # The fidelity-compute curve from the measured points (docs/FAITHFUL.md). Core-seconds: user + sys of /usr/bin/time
 # around each training command (one thread); the full-budget 2x2 stage 1 (2,000 steps, the demo's) is 2x the measured

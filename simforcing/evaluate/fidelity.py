@@ -73,15 +73,23 @@ def _folder_file(path: str | Path, name: str) -> Path:
     return path / name if path.is_dir() else path
 
 
+def _read_made_with(path: str | Path, name: str, kind: str, what: str, condition: str,
+                    made: str, command: str) -> tuple[Path, dict]:
+    """The result file ``name`` at ``path`` (a folder or the file) of ``kind``, refused by name unless its sampler
+    used ``condition``."""
+    f = _folder_file(path, name)
+    body, _ = read_result(f, kind, 2, what)
+    cond = (body.get("sampler") or {}).get("condition")
+    if cond != condition:
+        raise ConfigError(f"{what}: {f} was {made} with the condition {cond!r}; give {command}")
+    return f, body
+
+
 def oracle_window(path: str | Path) -> dict:
     """The one-window evaluation at ``path`` (a folder of ``evaluate``, or its eval.json), which must have used the
     oracle condition: action error and its floor in cm, PSNR, arm PSNR, the guidance w and seconds per window."""
-    f = _folder_file(path, "eval.json")
-    e, _ = read_result(f, WINDOW_EVALUATION, 2, "oracle")
-    cond = (e.get("sampler") or {}).get("condition")
-    if cond != "oracle":
-        raise ConfigError(f"oracle: {f} was evaluated with the condition {cond!r}; give an evaluation made with "
-                          "`simforcing evaluate ... --sample.condition=oracle`")
+    f, e = _read_made_with(path, "eval.json", WINDOW_EVALUATION, "oracle", "oracle", "evaluated",
+                           "an evaluation made with `simforcing evaluate ... --sample.condition=oracle`")
     if e.get("af_pos") is None:
         raise ConfigError(f"oracle: {f} has no action error (af_pos); evaluate with --eval.probe=PROBE")
     return {"af_cm": 100 * e["af_pos"], "floor_cm": _cm(e.get("af_floor_pos")), "psnr": e["psnr"],
@@ -92,12 +100,9 @@ def oracle_window(path: str | Path) -> dict:
 def twin_drift(path: str | Path) -> dict:
     """The rollout at ``path`` (``rollout``'s folder or rollout.json), made with the twin as every chunk's
     condition and with the rollout and restart rows: the mean over chunks of each, and the drift between them."""
-    f = _folder_file(path, "rollout.json")
-    r, _ = read_result(f, ROLLOUT_DRIFT, 2, "twin")
-    cond = (r.get("sampler") or {}).get("condition")
-    if cond != "render":
-        raise ConfigError(f"twin: {f} was rolled out with the condition {cond!r}; give a rollout made with "
-                          "`simforcing rollout ... --sample.condition=render --rows rollout restart`")
+    f, r = _read_made_with(path, "rollout.json", ROLLOUT_DRIFT, "twin", "render", "rolled out",
+                           "a rollout made with `simforcing rollout ... --sample.condition=render --rows rollout "
+                           "restart`")
     rows = r.get("rows") or {}
     missing = [k for k in ("rollout", "restart") if k not in rows]
     if missing:

@@ -2,7 +2,7 @@
 # One point of the fidelity-compute curve (docs/FAITHFUL.md): [stage 1] + stage 2 of SimForcing, then the four
 # fidelity measurements, each a simforcing command; training core-seconds from /usr/bin/time (user + sys).
 #
-#   DEMO=runs/demo OUT=runs/curve scripts/fidelity_point.sh NAME STAGE1_STEPS STAGE2_STEPS [--section.field=value ...]
+#   DEMO=runs/demo OUT=runs/curve docs/fidelity_curve/point.sh NAME STAGE1_STEPS STAGE2_STEPS [--section.field=value ...]
 #
 # STAGE1_STEPS 0 reuses the demo's stage 1. DEMO is a finished `make demo` folder (its data, VAE, probe, long
 # episodes, judge, policies and simulator evaluations are reused); then `simforcing fidelity point ... --core-s` and
