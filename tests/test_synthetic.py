@@ -271,3 +271,45 @@ def test_pauses_apply_to_the_named_splits_and_are_recorded(dataset, tmp_path):
         with pytest.raises(ConfigError, match="pause"):
             generate_dataset(tmp_path / "bad", seed=3, progress=False, pauses=bad, pause_splits=splits, **SIZES)
     assert not (tmp_path / "bad").exists()
+
+
+def test_shared_context_renderers_give_mujocos_pixels_and_masks():
+    """Renderers of several episodes share one OpenGL context (data.synthetic.offscreen): interleaved, each gives
+    what its own mujoco.Renderer gives, bit for bit — colour and segmentation — and closing one leaves the rest (and
+    a new one) working."""
+    import mujoco
+
+    from simforcing.data.synthetic.generate import RealRenderer
+    from simforcing.data.synthetic.offscreen import shared_context
+    from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv
+
+    envs = [SyntheticTaskEnv(7000, i, 30, 32, 48, 2, 0.03) for i in range(3)]
+    own = [mujoco.Renderer(e.ep.model, 32, 48) for e in envs]
+    try:
+        real = [RealRenderer(e.ep.model, 32, 48) for e in envs]
+        assert shared_context() is not None
+        for step in range(3):
+            for e, ref, rr in zip(envs, own, real):
+                e.step(e.expert_action())
+                ref.update_scene(e.ep.data, camera=e._camera)
+                want = ref.render().copy()
+                ref.enable_segmentation_rendering()
+                ref.update_scene(e.ep.data, camera=e._camera)
+                seg = ref.render()
+                ref.disable_segmentation_rendering()
+                want_mask = (seg[..., 1] == mujoco.mjtObj.mjOBJ_GEOM) & np.isin(seg[..., 0], rr.arm_geoms)
+                assert np.array_equal(e.image(1), want)
+                rgb, mask = rr.render(e.ep.data, e._camera)
+                assert np.array_equal(rgb, want) and np.array_equal(mask, want_mask.astype(np.uint8))
+                assert want_mask.any()  # the arm is in view: the masks compared are not empty
+        real[0].close()
+        envs[0].close()
+        again = SyntheticTaskEnv(7000, 0, 30, 32, 48, 2, 0.03)
+        own[0].update_scene(again.ep.data, camera=again._camera)
+        assert np.array_equal(again.image(1), own[0].render())
+        own[1].update_scene(envs[1].ep.data, camera=envs[1]._camera)
+        assert np.array_equal(envs[1].image(1), own[1].render())
+        again.close()
+    finally:
+        for r in own:
+            r.close()

@@ -29,6 +29,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco  # noqa: E402  (after MUJOCO_GL is set)
 
+from simforcing.data.synthetic.offscreen import SharedContextRenderer  # noqa: E402
+
 from simforcing.config import ConfigError  # noqa: E402
 from simforcing.utils import atomic_write, staged_folder  # noqa: E402
 from simforcing.data.format import (EpisodeInfo, episode_file, is_dataset, read_arm_mask,  # noqa: E402
@@ -69,7 +71,7 @@ class TwinRenderer:
     def __init__(self, height: int, width: int):
         self.model = mujoco.MjModel.from_xml_string(sim_xml())
         self.data = mujoco.MjData(self.model)
-        self.renderer = mujoco.Renderer(self.model, height, width)
+        self.renderer = SharedContextRenderer(self.model, height, width)
         self.qadr = np.array([int(self.model.joint(j).qposadr[0]) for j in ARM_JOINTS + FINGER_JOINTS])
 
     def render(self, q: np.ndarray, camera) -> np.ndarray:
@@ -87,7 +89,7 @@ class RealRenderer:
     """Colour + arm-mask renders of one episode's real model (its textures are uploaded on construction)."""
 
     def __init__(self, model, height: int, width: int):
-        self.renderer = mujoco.Renderer(model, height, width)
+        self.renderer = SharedContextRenderer(model, height, width)
         names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) or "" for g in range(model.ngeom)]
         self.arm_geoms = np.array([g for g, n in enumerate(names) if n.startswith(ARM_GEOM_PREFIX)])
 

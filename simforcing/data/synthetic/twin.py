@@ -24,6 +24,7 @@ import numpy as np
 from simforcing.config import ConfigError
 from simforcing.data.synthetic.generate import servo_frame
 from simforcing.data.synthetic.motions import ArmController, CommandedTarget
+from simforcing.data.synthetic.offscreen import SharedContextRenderer
 from simforcing.data.synthetic.scene import ARM_JOINTS, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, CameraPose, sim_xml
 from simforcing.data.twin_episode import TwinEpisode, check_synthetic_camera, window_frame_steps
 
@@ -70,7 +71,7 @@ class ArmTwin:
         self.mj = mujoco
         self.height, self.width = int(height), int(width)
         self.model = mujoco.MjModel.from_xml_string(sim_xml())
-        self.renderer = mujoco.Renderer(self.model, self.height, self.width)
+        self.renderer = SharedContextRenderer(self.model, self.height, self.width)
         self.ctl = ArmController(self.model)
         self.arm_adr = np.array([int(self.model.joint(j).qposadr[0]) for j in ARM_JOINTS])
         self.finger_adr = np.array([int(self.model.joint(j).qposadr[0]) for j in FINGER_JOINTS])

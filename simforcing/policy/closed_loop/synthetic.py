@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simforcing.data.synthetic.generate import EpisodePhysics, mujoco
+from simforcing.data.synthetic.generate import EpisodePhysics
+from simforcing.data.synthetic.offscreen import SharedContextRenderer
 from simforcing.data.synthetic.motions import CommandedTarget  # noqa: F401  (the env's controller target)
 from simforcing.data.synthetic.scene import WRIST_CAMERA
 from simforcing.data.synthetic.tasks import (LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, TASKS, Task,  # noqa: F401
@@ -54,7 +55,7 @@ class SyntheticTaskEnv:
         self.ep = EpisodePhysics(seed, index, max_steps + 1, layouts, jitter)
         self.object_names = [f"{o.colour} {o.shape}" if o.colour else "distractor" for o in self.ep.objects]
         self.task = parse_task(self.ep.motion.kind, self.ep.motion.instruction, self.object_names)
-        self._renderer = mujoco.Renderer(self.ep.model, height, width)
+        self._renderer = SharedContextRenderer(self.ep.model, height, width)
         self._camera = self.ep.camera.to_mjv()
         mo = self.ep.motion
         self.target = CommandedTarget(mo.pos[0], mo.rpy[0], float(mo.grip[0]))
