@@ -169,6 +169,9 @@ class TrainConfig:
     batch_size: int = 1  # per GPU
     seed: int = 42
     mixed_precision: str = "bf16"  # "bf16" (autocast where the device supports it) or "no"
+    # single-process bf16 training stores the frozen teacher's linear/conv weights in bf16 once (the casts autocast
+    # made on every teacher call; bit-identical outputs, half its memory: models.weights.store_autocast_weights)
+    teacher_autocast_weights: bool = True
     ckpt_every: int = 500
     keep_last: int = 3
     log_every: int = 10

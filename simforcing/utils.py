@@ -238,10 +238,17 @@ def autocast_context(cfg, device: torch.device | str, cuda_only: bool = False):
     keeps full precision off CUDA; training autocasts wherever it is asked to.
     """
     device = torch.device(device)
+    dtype = autocast_dtype(cfg, device)
+    if dtype is None or (cuda_only and device.type != "cuda"):
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def autocast_dtype(cfg, device: torch.device | str) -> Optional[torch.dtype]:
+    """The dtype training autocasts to on ``device`` (:func:`autocast_context`), or None where it does not."""
+    device = torch.device(device)
     if cfg.train.mixed_precision != "bf16":
-        return nullcontext()
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16) if torch.cuda.is_bf16_supported() else nullcontext()
-    if cuda_only:
-        return nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return None
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return None
+    return torch.bfloat16

@@ -226,3 +226,42 @@ def test_a_sampler_compile_failure_samples_eagerly_on_the_same_noise(monkeypatch
     assert torch.equal(out.real_latents, eager.real_latents) and not sampler.compiled.active
     assert err.count("simforcing: sample.compile: compilation failed") == 1 and "Traceback" not in err
     assert model._compiled_call_impl is None
+
+
+@pytest.mark.parametrize("method", ["simforcing", "fewstep"])
+def test_a_teacher_stored_in_autocast_dtype_gives_the_same_step_with_fewer_casts(method):
+    """train.teacher_autocast_weights (models.weights.store_autocast_weights): under bf16 autocast the frozen
+    teacher's linear/conv weights stored in bf16 once give the step's loss and every gradient bit for bit, with fewer
+    dtype casts (autocast re-cast the frozen weights on every call)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from simforcing.models.weights import frozen_copy, store_autocast_weights
+
+    class Casts(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket is torch.ops.aten._to_copy:
+                Casts.n += 1
+            return func(*args, **(kwargs or {}))
+
+    cfg = _cfg(method, "--train.mixed_precision=bf16")
+    step_fn = fewstep_step if method == "fewstep" else METHODS[cfg.train.method]
+    student = bench_model(cfg, torch.device("cpu")).train()
+    batch = latent_batch(cfg, 2, torch.device("cpu"))
+    teacher = frozen_copy(student)
+    cast = frozen_copy(student)
+    assert store_autocast_weights(cast, torch.bfloat16) > 0
+    assert {p.dtype for m in cast.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters()} == \
+        {torch.bfloat16}
+    results = []
+    for t in (teacher, cast):
+        Casts.n = 0
+        with Casts():
+            results.append(_loss_and_grads(cfg, step_fn, student, t, batch) + (Casts.n,))
+    (loss_a, grads_a, casts_a), (loss_b, grads_b, casts_b) = results
+    assert loss_a == loss_b and grads_a.keys() == grads_b.keys()
+    assert all(torch.equal(grads_a[k], grads_b[k]) for k in grads_a)
+    assert casts_b < casts_a
+    with pytest.raises(ValueError, match="frozen"):
+        store_autocast_weights(student, torch.bfloat16)
