@@ -322,6 +322,39 @@ def test_agreement_holds_the_judge_fixed_and_splits_by_task():
     assert "world model alone" in agreement_markdown(res)
 
 
+def test_agreement_against_a_reference_world_model_pairs_the_scene_draws(tmp_path):
+    """--reference: every other world model against the named one on the same episodes — its ranking against the
+    reference's success, the share of episodes with the reference's verdict, and its change in Pearson / MMRV
+    against the simulator, whose bootstrap draws are the reference's (a copy of the reference differs by exactly 0
+    in every draw; by hand on the points)."""
+    from simforcing.policy.agreement.statistics import average_success, outcome_matrix
+    from simforcing.policy.closed_loop.results import AgreementResult
+
+    sim = _eval({"a": 4, "b": 2, "c": 1, "d": 0}, learned=("a", "b"))
+    teacher = _wm({"a": 3, "b": 2, "c": 1, "d": 0})
+    student = _wm({"a": 2, "b": 3, "c": 1, "d": 0})
+    copy = _wm({"a": 3, "b": 2, "c": 1, "d": 0})
+    res = agreement(sim, {"teacher": teacher, "student": student, "copy": copy}, n_boot=200, reference="teacher")
+    assert set(res.vs_reference) == {"student", "copy"}
+    c, s = res.vs_reference["copy"], res.vs_reference["student"]
+    assert c.pearson_diff == 0.0 and c.pearson_diff_ci95 == (0.0, 0.0) and c.mmrv_diff_ci95 == (0.0, 0.0)
+    assert c.episodes_agreeing == 1.0 and c.to_reference.pearson == pytest.approx(1.0)
+    players, tasks = list(sim.rows), list(sim.tasks)
+    sim_m, scenes = outcome_matrix(sim, players, tasks)
+    r = average_success(sim_m, scenes, tasks)
+    a = average_success(outcome_matrix(student, players, tasks)[0], scenes, tasks)
+    b = average_success(outcome_matrix(teacher, players, tasks)[0], scenes, tasks)
+    assert s.pearson_diff == pytest.approx(np.corrcoef(r, a)[0, 1] - np.corrcoef(r, b)[0, 1])
+    assert s.mmrv_diff == pytest.approx(mmrv(r, a) - mmrv(r, b))
+    assert s.pearson_diff_ci95[0] <= s.pearson_diff <= s.pearson_diff_ci95[1]
+    assert s.episodes_agreeing == pytest.approx(1 - 4 / 32)  # a: one scene per task moved off, b: one on
+    assert s.to_reference.pearson == pytest.approx(np.corrcoef(a, b)[0, 1])
+    assert AgreementResult.from_json(json.loads(json.dumps(res.to_json()))).vs_reference == res.vs_reference
+    assert "Against the reference world model `teacher`" in agreement_markdown(res)
+    with pytest.raises(ConfigError, match="--reference: 'nobody' is not one of the world models"):
+        agreement(sim, {"teacher": teacher}, reference="nobody")
+
+
 def test_evaluations_round_trip_and_older_files_load(tmp_path):
     """eval.json is written and read through PolicyEvaluation: the same object back; a file written before the tags
     (rows with the average and the seconds beside the task names, one ``execute``) loads through the same reader."""
@@ -343,3 +376,17 @@ def test_evaluations_round_trip_and_older_files_load(tmp_path):
     from dataclasses import replace
 
     assert PolicyEvaluation.read(tmp_path / "old", "here") == replace(ev, executed={p: 4 for p in ev.learned})
+
+
+def test_scatter_plot_draws_a_rate_at_the_edge_of_its_interval(tmp_path):
+    """A Wilson bound a rounding error inside a 100 % rate (matplotlib refuses a negative error bar) is drawn as 0."""
+    from dataclasses import replace
+
+    from simforcing.policy.agreement.media import scatter_plot
+    from simforcing.policy.closed_loop.results import Rate
+
+    sim = _eval({"a": 4, "b": 2, "c": 0}, learned=("a", "b"))
+    res = agreement(sim, {"wm": _wm({"a": 4, "b": 2, "c": 0})}, n_boot=20)
+    res.sim["a"] = Rate(60, 60, 1.0, (0.94, 0.9999999999999999))
+    res.envs["wm"]["c"] = replace(res.envs["wm"]["c"], ci95=(1e-17, 0.3))
+    assert scatter_plot(res, tmp_path / "s.png").stat().st_size > 0

@@ -293,6 +293,9 @@ def add_agreement_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the scenes")
     parser.add_argument("--video-policy", default=None, help="the policy shown in the side-by-side videos "
                         "(default: the first learned one)")
+    parser.add_argument("--reference", default=None, metavar="NAME",
+                        help="one of the --wm names (e.g. a few-step student's teacher): every other world model "
+                        "against it on the same episodes, and its change in agreement with the simulator, paired")
 
 
 def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
@@ -307,7 +310,7 @@ def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         if not name or not path:
             raise ConfigError(f"--wm: {spec!r}: expected NAME=EVAL_FOLDER")
         _add_row(wms, name, path, spec)
-    res = write_agreement(args.sim, wms, args.out, args.bootstrap, args.video_policy)
+    res = write_agreement(args.sim, wms, args.out, args.bootstrap, args.video_policy, args.reference)
     print((Path(args.out) / "agreement.md").read_text().rstrip())
     print(f"wrote {Path(args.out) / 'agreement.json'}, agreement.md, scatter.png, {len(res.videos)} videos")
     return 0

@@ -86,6 +86,9 @@ def collect_fewstep(plan: Plan) -> Optional[FewStepSection]:
             agreement = None
         section.wm = {who: row for who, name in (("teacher", TEACHER), ("student", STUDENT))
                       if (row := _wm_row(plan, agreement, name)) is not None}
+        ref = agreement.vs_reference.get(STUDENT) if agreement is not None else None
+        if ref is not None and "student" in section.wm:
+            section.wm["student"]["vs_teacher"] = ref.to_json()
     return section
 
 
@@ -143,6 +146,15 @@ def _wm_lines(s: FewStepSection) -> list[str]:
         if r:
             lines.append(f"| {who} | {_num(r.get('pearson'))} | {_num(r.get('mmrv'))} | {r['episodes']} | "
                          f"{_num(r['seconds'], 1, 0)} | {_num(r['episodes_per_minute'], 1, 0)} |")
+    ref = (st or {}).get("vs_teacher")
+    if ref:
+        lo, hi = ref["pearson_diff_ci95"]
+        lines += ["", f"Paired with its teacher on the same episodes: the same verdict in "
+                      f"{100 * ref['episodes_agreeing']:.0f} % of them, Pearson with the teacher's success per policy "
+                      f"{_num(ref['to_reference']['pearson'])}, Pearson vs the simulator minus the teacher's "
+                      f"{_num(ref['pearson_diff'], signed=True)} [{_num(lo, signed=True)}, {_num(hi, signed=True)}] "
+                      "(95 %, the same scene draws; the aim: within 0.05 — docs/FEWSTEP.md measures it on 60 scenes "
+                      "per policy)."]
     if t and st and t.get("episodes_per_minute") and st.get("episodes_per_minute"):
         lines += ["", f"The student runs {st['episodes_per_minute'] / t['episodes_per_minute']:.1f}× the teacher's "
                       "episodes per minute in this run (jobs ran side by side: `simforcing bench --sections fewstep` "

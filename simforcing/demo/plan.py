@@ -510,8 +510,10 @@ class _Builder:
                      priority=30)
         agree = out / "agreement"
         order = [w for w in wms if w != "copy-first"] + ["copy-first"]
+        # the teacher as the reference: the student (and the twin, the other seeds) against it, paired on the scenes
         argv = ["policy", "agreement", "--sim", str(out / "sim_experts"), str(out / "sim_policies"), "--wm",
-                *(f"{w}={out / f'wm_{w}'}" for w in order), "--out", str(agree)]
+                *(f"{w}={out / f'wm_{w}'}" for w in order), "--reference", run_tag("simforcing", SEED),
+                "--out", str(agree)]
         deps = tuple(f"wm-eval {n}" for n in evals)
         self.add("wm-eval agreement", argv, agree, "agreement.json", deps, inputs=deps, priority=30)
         pool_wms = {STUDENT: wms[STUDENT]}

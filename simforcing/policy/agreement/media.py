@@ -18,6 +18,12 @@ from simforcing.utils import atomic_write  # noqa: E402
 MARKERS = "osD^v<>Ph*X"
 
 
+def _bar(r) -> list[list[float]]:
+    """A rate's error bar [[below], [above]]: a Wilson bound at 0 % or 100 % may sit a rounding error past the rate
+    (1.0 against 0.9999999999999999), which matplotlib refuses as a negative length."""
+    return [[max(0.0, r.rate - r.ci95[0])], [max(0.0, r.ci95[1] - r.rate)]]
+
+
 def scatter_plot(res: AgreementResult, png: str | Path) -> Path:
     """World-model success against simulator success, one marker per policy, a colour per world model, the 95 %
     intervals as error bars and the y = x line."""
@@ -27,8 +33,7 @@ def scatter_plot(res: AgreementResult, png: str | Path) -> Path:
     for ci, (env, rows) in enumerate(res.envs.items()):
         for pi, p in enumerate(res.players):
             x, y = res.sim[p], rows[p]
-            ax.errorbar(x.rate, y.rate, xerr=[[x.rate - x.ci95[0]], [x.ci95[1] - x.rate]],
-                        yerr=[[y.rate - y.ci95[0]], [y.ci95[1] - y.rate]], fmt=MARKERS[pi % len(MARKERS)],
+            ax.errorbar(x.rate, y.rate, xerr=_bar(x), yerr=_bar(y), fmt=MARKERS[pi % len(MARKERS)],
                         color=colours[ci % len(colours)], ms=6, alpha=0.85, capsize=2, lw=0.8,
                         label=env if pi == 0 else None)
     ax.set_xlim(-0.03, 1.03)

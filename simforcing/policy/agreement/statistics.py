@@ -20,7 +20,12 @@ and the same judge; anything else is refused with the difference named. Reported
 - the judge: on the simulator's own frames, precision / recall / Cohen's κ against MuJoCo's verdict per task, per
   frame and per episode (the harness check: near perfect, or the rest means little);
 - each world model against the simulator's frames through the same judge (``vs_judged_simulator``): the judge's
-  errors held fixed, what remains is the world model's own disagreement.
+  errors held fixed, what remains is the world model's own disagreement;
+- with ``--reference NAME`` (one of the world models, e.g. a few-step student's teacher), every other world model
+  against it on the same episodes (``vs_reference``): Pearson / Spearman / MMRV of its success against the
+  reference's, the share of episodes with the reference's verdict, and the paired differences of its agreement with
+  the simulator (Pearson and MMRV minus the reference's) with 95 % intervals over the same scene draws — whether a
+  cheaper world model ranks policies as well as the one it replaces, with the scene noise they share cancelled.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import numpy as np
 from simforcing.config import ConfigError
 from simforcing.policy.closed_loop.results import (ENV_NAMES, SIMULATOR, WORLD_MODEL, AgreementResult, EpisodeOutcome,
                                                    JudgeHeldFixed, JudgeRecord, PolicyEvaluation, RankingStats, Rate,
-                                                   same_judge)
+                                                   ReferenceComparison, same_judge)
 from simforcing.policy.closed_loop.tables import agreement_markdown
 from simforcing.runs.scored import ScoredRun
 from simforcing.utils import atomic_write_json, atomic_write_text
@@ -246,24 +251,49 @@ def ranking_stats(sim: np.ndarray, wm: np.ndarray, scenes, tasks, idx: list[int]
         return pearson(r, s), spearman(r, s), mmrv(r, s)
 
     point = stats()
+    boot = np.array([stats(cols) for cols in scene_draws(scenes, tasks, n_boot, seed)])
+    return RankingStats(len(idx), point[0], _ci95(boot[:, 0]), point[1], _ci95(boot[:, 1]), point[2],
+                        _ci95(boot[:, 2]))
+
+
+def scene_draws(scenes: list[tuple[str, int]], tasks: list[str], n_boot: int, seed: int = 0) -> list[np.ndarray]:
+    """``n_boot`` bootstrap draws of the scene columns, resampled with replacement within each task (the same draws
+    for every statistic computed with the same seed)."""
     rng = np.random.default_rng(seed)
     by_task = [np.array([j for j, (t, _) in enumerate(scenes) if t == task]) for task in tasks]
-    boot = np.array([stats(np.concatenate([rng.choice(c, len(c)) for c in by_task])) for _ in range(n_boot)])
+    return [np.concatenate([rng.choice(c, len(c)) for c in by_task]) for _ in range(n_boot)]
 
-    def ci(k: int) -> tuple:
-        v = boot[:, k][~np.isnan(boot[:, k])]
-        return (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) if len(v) else (None, None)
 
-    return RankingStats(len(idx), point[0], ci(0), point[1], ci(1), point[2], ci(2))
+def _ci95(values: np.ndarray) -> tuple:
+    v = values[~np.isnan(values)]
+    return (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) if len(v) else (None, None)
+
+
+def paired_differences(sim: np.ndarray, wm: np.ndarray, ref: np.ndarray, scenes, tasks, idx: list[int],
+                       n_boot: int = 2000, seed: int = 0) -> tuple[tuple[float, tuple], tuple[float, tuple]]:
+    """(Pearson, MMRV) of ``wm`` against the simulator minus those of ``ref``, for the players ``idx``: the point
+    difference and its 95 % interval, both models' statistics computed on the same bootstrap draws of the scenes."""
+    def diff(cols=None) -> tuple[float, float]:
+        r = average_success(sim[idx], scenes, tasks, cols)
+        a, b = average_success(wm[idx], scenes, tasks, cols), average_success(ref[idx], scenes, tasks, cols)
+        return pearson(r, a) - pearson(r, b), mmrv(r, a) - mmrv(r, b)
+
+    point = diff()
+    boot = np.array([diff(cols) for cols in scene_draws(scenes, tasks, n_boot, seed)])
+    return (point[0], _ci95(boot[:, 0])), (point[1], _ci95(boot[:, 1]))
 
 
 def _rate(row: np.ndarray) -> Rate:
     return Rate.of(int(row.sum()), len(row))
 
 
-def agreement(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], n_boot: int = 2000) -> AgreementResult:
+def agreement(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], n_boot: int = 2000,
+              reference: Optional[str] = None) -> AgreementResult:
     """Everything the module docstring lists, from a simulator evaluation and world-model evaluations by name that
-    match (:func:`check_matching`)."""
+    match (:func:`check_matching`); with ``reference`` (one of ``wms``) every other world model against it."""
+    if reference is not None and reference not in wms:
+        raise ConfigError(f"--reference: {reference!r} is not one of the world models given with --wm "
+                          f"({', '.join(wms)}); name one of them")
     check_matching(sim, wms)
     tasks, players = list(sim.tasks), list(sim.rows)
     if len(players) < 2:
@@ -293,17 +323,28 @@ def agreement(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], n_boot: i
         alone = {name: JudgeHeldFixed(ranking(judged_m, matrices[name], everyone),
                                       ranking(judged_m, matrices[name], learned),
                                       float((matrices[name] == judged_m).mean())) for name in wms}
+    vs_ref = {}
+    if reference is not None:
+        ref_m = matrices[reference]
+        for name in wms:
+            if name == reference:
+                continue
+            (dp, dp_ci), (dm, dm_ci) = paired_differences(sim_m, matrices[name], ref_m, scenes, tasks, everyone,
+                                                          n_boot)
+            vs_ref[name] = ReferenceComparison(reference, ranking(ref_m, matrices[name], everyone),
+                                               float((matrices[name] == ref_m).mean()), dp, dp_ci, dm, dm_ci)
     return AgreementResult(
         players=players, learned=[players[i] for i in learned], tasks=tasks, scenes=len(scenes),
         sim={p: _rate(sim_m[i]) for i, p in enumerate(players)},
         envs={name: {p: _rate(m[i]) for i, p in enumerate(players)} for name, m in matrices.items()},
         ranking=rank, episode_agreement=per_episode, judge_validation=sim.judge_validation,
-        vs_judged_simulator=alone, n_boot=n_boot,
+        vs_judged_simulator=alone, n_boot=n_boot, vs_reference=vs_ref,
         matched={**{k: getattr(sim, k) for k in SCENE_SETTINGS}, "judge": _judge_json(next(iter(wms.values())).judge)})
 
 
 def write_agreement(sim_dirs: list[str | Path], wm_dirs: dict[str, str | Path], out: str | Path,
-                    n_boot: int = 2000, video_policy: Optional[str] = None) -> AgreementResult:
+                    n_boot: int = 2000, video_policy: Optional[str] = None,
+                    reference: Optional[str] = None) -> AgreementResult:
     """Read the evaluations (the simulator's may be several folders of disjoint players), compute
     :func:`agreement`, write agreement.json / .md, scatter.png and the side-by-side videos of ``video_policy``
     (default: the first learned policy) on the first scene of each task."""
@@ -311,7 +352,7 @@ def write_agreement(sim_dirs: list[str | Path], wm_dirs: dict[str, str | Path], 
 
     sim = merge_evals([read_eval(d, "--sim", SIMULATOR) for d in sim_dirs])
     wms = {name: read_eval(d, f"--wm {name}", WORLD_MODEL) for name, d in wm_dirs.items()}
-    res = agreement(sim, wms, n_boot)
+    res = agreement(sim, wms, n_boot, reference)
     player = video_policy or (res.learned or res.players)[0]
     if player not in res.players:
         raise ConfigError(f"--video-policy: {player!r} is not one of the evaluated policies {res.players}")

@@ -376,6 +376,33 @@ class JudgeHeldFixed:
                    float(d["episodes_agreeing"]))
 
 
+@dataclass(frozen=True)
+class ReferenceComparison:
+    """A world model against a reference world model on the same episodes (``policy agreement --reference``, e.g. a
+    few-step student against its teacher): its ranking against the reference's success (``to_reference``), the share
+    of episodes with the reference's verdict, and the paired differences of its agreement with the simulator (all
+    policies): Pearson and MMRV minus the reference's, each with a 95 % bootstrap interval on the same scene draws."""
+
+    reference: str
+    to_reference: RankingStats
+    episodes_agreeing: float
+    pearson_diff: float
+    pearson_diff_ci95: tuple
+    mmrv_diff: float
+    mmrv_diff_ci95: tuple
+
+    def to_json(self) -> dict:
+        return {"reference": self.reference, "to_reference": self.to_reference.to_json(),
+                "episodes_agreeing": self.episodes_agreeing, "pearson_diff": self.pearson_diff,
+                "pearson_diff_ci95": list(self.pearson_diff_ci95), "mmrv_diff": self.mmrv_diff,
+                "mmrv_diff_ci95": list(self.mmrv_diff_ci95)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ReferenceComparison":
+        return cls(d["reference"], RankingStats.from_json(d["to_reference"]), float(d["episodes_agreeing"]),
+                   d["pearson_diff"], tuple(d["pearson_diff_ci95"]), d["mmrv_diff"], tuple(d["mmrv_diff_ci95"]))
+
+
 @dataclass
 class AgreementResult:
     """``policy agreement``: per policy its success in the simulator (``sim``) and in each environment (``envs``: the
@@ -399,6 +426,7 @@ class AgreementResult:
     matched: dict = field(default_factory=dict)
     scatter: Optional[str] = None
     videos: list[str] = field(default_factory=list)
+    vs_reference: dict[str, ReferenceComparison] = field(default_factory=dict)  # --reference: the others against it
 
     def to_json(self) -> dict:
         body = {"players": self.players, "learned": self.learned, "tasks": self.tasks, "scenes": self.scenes,
@@ -409,7 +437,8 @@ class AgreementResult:
                 "episode_agreement": self.episode_agreement,
                 "judge_validation": validation_json(self.judge_validation),
                 "vs_judged_simulator": {e: v.to_json() for e, v in self.vs_judged_simulator.items()},
-                "n_boot": self.n_boot, "scatter": self.scatter, "videos": self.videos}
+                "n_boot": self.n_boot, "scatter": self.scatter, "videos": self.videos,
+                "vs_reference": {e: v.to_json() for e, v in self.vs_reference.items()}}
         return tagged(AGREEMENT, FORMAT_VERSION, body)
 
     @classmethod
@@ -423,7 +452,9 @@ class AgreementResult:
                    vs_judged_simulator={e: JudgeHeldFixed.from_json(v)
                                         for e, v in (d.get("vs_judged_simulator") or {}).items()},
                    n_boot=int(d["n_boot"]), matched=d.get("matched") or {}, scatter=d.get("scatter"),
-                   videos=list(d.get("videos") or []))
+                   videos=list(d.get("videos") or []),
+                   vs_reference={e: ReferenceComparison.from_json(v)
+                                 for e, v in (d.get("vs_reference") or {}).items()})
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "AgreementResult":

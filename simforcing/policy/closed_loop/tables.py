@@ -76,10 +76,13 @@ def judge_validation_md(jv: JudgeValidation) -> list[str]:
     return lines
 
 
-def _stat(v, ci, nd=2) -> str:
+def _stat(v, ci, nd=2, signed: bool = False) -> str:
     if v is None or (isinstance(v, float) and np.isnan(v)):
         return "—"
     lo, hi = ci
+    if signed:
+        sign = lambda x: "—" if x is None else f"{x:+.{nd}f}"  # noqa: E731
+        return f"{sign(v)} [{sign(lo)}, {sign(hi)}]"
     return f"{v:.{nd}f} [{fmt_num(lo, nd)}, {fmt_num(hi, nd)}]"
 
 
@@ -116,6 +119,17 @@ def agreement_markdown(res: AgreementResult) -> str:
             lines.append(_ranking_line(e, "all", v.all, f"{100 * v.episodes_agreeing:.0f} %"))
             if v.learned:
                 lines.append(_ranking_line(e, "learned", v.learned, ""))
+    if res.vs_reference:
+        ref = next(iter(res.vs_reference.values())).reference
+        lines += ["", f"Against the reference world model `{ref}` on the same episodes: agreement with its success "
+                      "per policy, episodes with its verdict, and the change in agreement with the simulator (this "
+                      "world model's minus the reference's, 95 % bootstrap interval on the same scene draws):", "",
+                  f"| world model | Pearson with {ref} | episodes agreeing with {ref} | Pearson vs simulator − "
+                  f"{ref}'s | MMRV − {ref}'s |", "|---|---|---|---|---|"]
+        for e, v in res.vs_reference.items():
+            lines.append(f"| {e} | {_stat(v.to_reference.pearson, v.to_reference.pearson_ci95)} | "
+                         f"{100 * v.episodes_agreeing:.0f} % | {_stat(v.pearson_diff, v.pearson_diff_ci95, signed=True)}"
+                         f" | {_stat(v.mmrv_diff, v.mmrv_diff_ci95, 3, signed=True)} |")
     if res.judge_validation:
         lines += ["", *judge_validation_md(res.judge_validation)]
     return "\n".join(lines)
