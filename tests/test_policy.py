@@ -373,6 +373,21 @@ def test_a_short_closed_loop_episode_end_to_end(tiny, tmp_path):
     assert res["state"] == "finished"
 
 
+def test_the_scripted_players_make_the_simulator_render_nothing(monkeypatch):
+    """The scripted expert and do-nothing do not look at images (Player.looks): the simulator renders none for them
+    (a frame costs several physics steps on a CPU), and the verdicts are the expert's and the floor's as before."""
+    from simforcing.policy.closed_loop.evaluate import evaluate_synthetic
+    from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv
+
+    calls = []
+    image = SyntheticTaskEnv.image
+    monkeypatch.setattr(SyntheticTaskEnv, "image", lambda self, cameras=2: calls.append(cameras) or image(self, cameras))
+    ev = evaluate_synthetic({}, per_task=1, max_steps=20, progress=lambda s: None, expert_noise=(0.01,))
+    assert calls == []
+    assert ev.rows["scripted expert (ceiling)"].average.rate == 1.0
+    assert ev.rows["do nothing (floor)"].average.rate == 0.0
+
+
 def test_libero_loop_drives_a_real_env_for_a_few_steps(tiny, tmp_path):
     if os.environ.get("SIMFORCING_TEST_LIBERO"):  # set by `make test-libero`: there a missing extra is a failure
         import libero.libero  # noqa: F401

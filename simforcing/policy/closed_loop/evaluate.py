@@ -124,18 +124,26 @@ class Player:
     cameras: int = 1
     learned: bool = False
     span: int = 8  # actions per chunk
+    looks: bool = True  # reads its images; the scripted players do not, so the simulator renders none for them
 
     def chunk(self, images, states: np.ndarray, scenes: list[Scene], steps: list[int], chunk_index: int) -> np.ndarray:
         raise NotImplementedError
 
     def env_chunk(self, scene: Scene) -> Callable[[SyntheticTaskEnv, int], np.ndarray]:
         """The simulator's chunk function (:func:`run_episode`) for one episode of ``scene``."""
-        return lambda env, i: self.chunk([env.image(self.cameras)], env.state()[None], [scene], [env.t], i)[0]
+        def chunk(env: SyntheticTaskEnv, i: int) -> np.ndarray:
+            # a frame costs ~18 ms on a CPU (the physics of a step ~3): none for a player that does not look
+            images = [env.image(self.cameras) if self.looks else None]
+            return self.chunk(images, env.state()[None], [scene], [env.t], i)[0]
+
+        return chunk
 
 
 class ExpertPlayer(Player):
     """The scripted expert, replayed open loop; with ``noise`` σ > 0 every action's position delta gets N(0, σ²)
     per axis (metres), drawn from (seed, scene, step): the same noise wherever the episode runs."""
+
+    looks = False
 
     def __init__(self, noise: float = 0.0, seed: int = EVAL_SEED):
         self.noise, self.seed = float(noise), seed
@@ -157,6 +165,7 @@ class IdlePlayer(Player):
     """Do nothing: the target stays, the gripper as it started."""
 
     name = FLOOR
+    looks = False
 
     def chunk(self, images, states, scenes, steps, chunk_index):
         out = np.zeros((len(scenes), self.span, 7))
