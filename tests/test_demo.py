@@ -116,6 +116,9 @@ def test_the_judge_runs_beside_stage_1_not_after_it(tmp_path):
     assert "--train.threads=1" in plan.commands["stage1"]
     assert jobs["policy data"].deps == ("data",) and set(jobs["judge"].deps) == {"data", "policy data"}
     assert jobs["policy data"].priority > jobs["stage1"].priority  # made first: vae is 8 s, the data a minute
+    # every one-window score needs the probe: after SimForcing's stage 2, before sft's and the student's
+    assert jobs["train simforcing"].priority > jobs["probe"].priority > max(jobs["train sft"].priority,
+                                                                             jobs["distill simforcing"].priority)
 
 
 def test_the_report_is_rewritten_as_jobs_finish(tmp_path):

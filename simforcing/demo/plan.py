@@ -307,7 +307,9 @@ class _Builder:
 
     def stage1_and_probe(self) -> None:
         """2. stage 1, the simulation world model (``Budget.stage1_threads`` cores; the judge beside it); 3. the state
-        probe (after stage 1: it would hold the core the judge and stage 1 want)."""
+        probe (after stage 1: it would hold the core the judge and stage 1 want). Every one-window score needs the
+        probe, so it starts before the `sft` run and the few-step student (priority 73: SimForcing 75, the student
+        72, `sft` 70): the one-window table 0.6 min earlier, the demo as long (replayed on a run's job times)."""
         b = self.b
         base = ("video base",) if self.video_base_dir else ()  # --full: from the video base (video_base_section)
         s1 = ["pretrain", *(["--init", str(self.video_base_dir)] if base else []), "--preset", "demo", "--data",
@@ -318,7 +320,7 @@ class _Builder:
                  inputs=("data", "vae") + base, priority=80, slots=b.stage1_threads, threads=b.stage1_threads,
                  run_steps=b.stage1_steps)
         self.add("probe", ["model", "fit-probe", "--data", str(self.data), "--out", str(self.probe), "--steps",
-                           str(b.probe_steps)], self.probe, "probe.json", ("stage1",), inputs=("data",), priority=60)
+                           str(b.probe_steps)], self.probe, "probe.json", ("stage1",), inputs=("data",), priority=73)
 
     def stage2(self, names: list[str], seed_list: list[int]) -> dict[str, Path]:
         """4. stage 2 per method and seed, from the one stage-1 checkpoint."""
