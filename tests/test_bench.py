@@ -208,3 +208,17 @@ def test_policy_table_in_the_markdown(tiny_run):
     _, res = tiny_run
     md = format_tables(res)
     assert "| action_only |" in md and "| video_action |" in md and "latency per chunk" in md
+
+
+def test_precision_section_times_fp32_against_bf16_at_one_and_two_threads(tmp_path):
+    """`--sections precision`: both training steps in fp32 and under bf16 autocast, at 1 and 2 threads, in the JSON
+    and the markdown (no timing asserted)."""
+    out = tmp_path / "p.json"
+    assert main(TINY_ARGS + ["--sections", "precision", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["precision"]["rows"]
+    assert [(r["what"], r["threads"]) for r in rows] == [("train sim_pretrain", 1), ("train sim_pretrain", 2),
+                                                        ("train simforcing", 1), ("train simforcing", 2)]
+    for r in rows:
+        assert r["fp32_s"] > 0 and r["bf16_s"] > 0
+        assert r["bf16_speedup"] == pytest.approx(r["fp32_s"] / r["bf16_s"])
+    assert "bf16 autocast (ms)" in out.with_suffix(".md").read_text()

@@ -34,6 +34,9 @@ dataset are needed. Sections (``--sections``, all by default):
    network work per chunk counted (observation encodes, action-expert steps, joint forwards), against a plain loop
    that recomputes the observation at every denoising step (``bench/policy.py``).
 
+Opt-in sections (``bench/compile_step.py``): ``compile`` (compiled training steps and sampler calls against eager)
+and ``precision`` (the training steps in fp32 against bf16 autocast, 1 and 2 threads).
+
 GPU readiness is its own mode, ``simforcing bench --gpu`` (``gpu``): the 5B ``bridge`` preset on one CUDA GPU in bf16
 with activation checkpointing — training step (tokens/s, MFU, peak memory), the sampler against the paper's latencies
 and FSDP2 on one process; without CUDA a named message and exit code 69.

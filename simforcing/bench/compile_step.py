@@ -8,6 +8,10 @@ the first compiled step's wall time (compiling its forward and backward, from in
 a fresh machine), and the steps after which compiling has paid for itself. The sampler's network call (one forward
 of one sample under no_grad, and the batched CFG pair) eager against compiled likewise. Not in the default sections:
 compiling takes minutes on a CPU.
+
+Section ``precision`` (opt-in: ``--sections precision``, seconds): the same two training steps (the preset's model)
+in fp32 against bf16 autocast (``train.mixed_precision``), at 1 and 2 threads, each on its own model copy with the
+same weights, timed in turns — whether a CPU's bf16 units (AVX512-BF16, AMX) pay at the demo's sizes.
 """
 
 from __future__ import annotations
@@ -127,6 +131,61 @@ def bench_compile(cfg: Config, device: torch.device, opts: BenchOptions, log: Ca
     finally:
         torch.set_num_threads(threads_before)
     return {"rows": rows, "repeats": repeats, "torch": torch.__version__}
+
+
+def _timed_in_turns(fns: dict[str, Callable], repeats: int) -> dict[str, float]:
+    """Median seconds of each call, the calls made in turns (the order reversed every round: a drifting load
+    cancels), after two warm-up calls each."""
+    for fn in fns.values():
+        fn()
+        fn()
+    times = {k: [] for k in fns}
+    order = list(fns)
+    for r in range(repeats):
+        for k in (order if r % 2 == 0 else order[::-1]):
+            s = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - s)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def bench_precision(cfg: Config, device: torch.device, opts: BenchOptions, log: Callable[[str], None]) -> dict:
+    """fp32 against bf16 autocast for the stage-1 and SimForcing steps, 1 and 2 threads (module docstring)."""
+    threads_before = torch.get_num_threads()
+    repeats = max(2, opts.train_repeats)
+    rows = []
+    try:
+        for method, batch, _ in STEPS:
+            b = batch if opts.mode != "tiny" else 2
+            steps = {}
+            for precision in ("no", "bf16"):
+                pcfg = copy.deepcopy(cfg)
+                pcfg.train.mixed_precision = precision
+                steps[precision] = _trainer(pcfg, method, b, device)[0]
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                t = _timed_in_turns(steps, repeats)
+                rows.append({"what": f"train {method}", "threads": threads, "batch": b, "fp32_s": t["no"],
+                             "bf16_s": t["bf16"], "bf16_speedup": t["no"] / t["bf16"]})
+                log(f"precision: {threads} thread(s), {method} batch {b}: fp32 {t['no'] * 1e3:.1f} ms, "
+                    f"bf16 autocast {t['bf16'] * 1e3:.1f} ms")
+    finally:
+        torch.set_num_threads(threads_before)
+    for r in rows:  # two threads against one, per precision
+        one = next(o for o in rows if o["what"] == r["what"] and o["threads"] == 1)
+        r["fp32_vs_one_thread"] = one["fp32_s"] / r["fp32_s"]
+    return {"rows": rows, "repeats": repeats, "torch": torch.__version__}
+
+
+def precision_table(p: dict) -> list[str]:
+    lines = [f"Training step precision on this CPU (fp32 against bf16 autocast, timed in turns, medians of "
+             f"{p['repeats']}):", "",
+             "| step | threads | batch | fp32 (ms) | bf16 autocast (ms) | bf16 speed-up | fp32 against 1 thread |",
+             "|---|---|---|---|---|---|---|"]
+    for r in p["rows"]:
+        lines.append(f"| {r['what']} | {r['threads']} | {r['batch']} | {r['fp32_s'] * 1e3:.1f} | "
+                     f"{r['bf16_s'] * 1e3:.1f} | {r['bf16_speedup']:.2f}x | {r['fp32_vs_one_thread']:.2f}x |")
+    return lines + [""]
 
 
 def _line(r: dict) -> str:

@@ -7,8 +7,9 @@ from typing import Optional
 
 SCHEMA = "simforcing-bench/1"
 SECTIONS = ("sampler", "train", "data", "scaling", "policy", "rollout", "wm_policy", "fewstep")  # the GPU benchmark is its own mode: bench --gpu (gpu.py)
-# asked for by name only (--sections compile): compiling takes minutes on a CPU
-OPT_IN_SECTIONS = ("compile",)
+# asked for by name only: compiling takes minutes on a CPU (--sections compile); fp32 against bf16 autocast of the
+# training steps (--sections precision) answers one question about a CPU
+OPT_IN_SECTIONS = ("compile", "precision")
 FULL_GRID = [(ns, nr, w) for ns in (1, 5, 10, 20) for nr in (1, 5, 10, 20) for w in (0.0, 0.3, 0.6, 1.0)]
 QUICK_GRID = [(1, 10, 0.0), (1, 10, 0.3), (1, 10, 0.6), (1, 10, 1.0), (5, 20, 0.6), (1, 1, 0.6), (20, 1, 1.0)]
 TINY_GRID = [(2, 3, 0.0), (2, 3, 0.6), (2, 3, 1.0)]

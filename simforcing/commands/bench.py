@@ -29,8 +29,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads (1: the demo model's ops are too small to gain from more)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated subset of " +
-                        ", ".join(SECTIONS) + f" (the default: all), or {', '.join(OPT_IN_SECTIONS)} (compiled "
-                        "training steps and sampler calls against eager; minutes on a CPU)")
+                        ", ".join(SECTIONS) + f" (the default: all), or {', '.join(OPT_IN_SECTIONS)} (opt-in: "
+                        "compiled training steps and sampler calls against eager, minutes on a CPU; the training steps "
+                        "in fp32 against bf16 autocast at 1 and 2 threads)")
     parser.add_argument("--gpu", action="store_true",
                         help="GPU readiness instead: the bridge preset (5B, random weights) on one CUDA GPU in bf16 "
                              "with activation checkpointing: training step (peak memory, tokens/s, MFU), sampler "
