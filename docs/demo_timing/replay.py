@@ -12,9 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from record import TABLE_JOBS  # this folder's record.py (the script's folder is on sys.path)
 from simforcing.demo.plan import build_plan, demo_budget
-
-TABLE_JOBS = ("eval copy-first", "eval sft", "eval simforcing")
 
 
 def replay(wall: dict, changes: list[str], slots: int = 2) -> dict:
