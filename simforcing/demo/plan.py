@@ -309,7 +309,7 @@ class _Builder:
         """2. stage 1, the simulation world model (``Budget.stage1_threads`` cores; the judge beside it); 3. the state
         probe (after stage 1: it would hold the core the judge and stage 1 want). Every one-window score needs the
         probe, so it starts before the `sft` run and the few-step student (priority 73: SimForcing 75, the student
-        72, `sft` 70): the one-window table 0.6 min earlier, the demo as long (replayed on a run's job times)."""
+        72, `sft` 70): the one-window table half a minute earlier, the demo as long (docs/demo_timing/replay.py)."""
         b = self.b
         base = ("video base",) if self.video_base_dir else ()  # --full: from the video base (video_base_section)
         s1 = ["pretrain", *(["--init", str(self.video_base_dir)] if base else []), "--preset", "demo", "--data",
