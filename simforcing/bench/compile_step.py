@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 
 from simforcing.bench.inputs import bench_model, latent_batch
+from simforcing.bench.measure import time_round_robin
 from simforcing.bench.options import BenchOptions
 from simforcing.config import Config
 from simforcing.methods import METHODS, ModelInputs, method_preset
@@ -133,22 +134,6 @@ def bench_compile(cfg: Config, device: torch.device, opts: BenchOptions, log: Ca
     return {"rows": rows, "repeats": repeats, "torch": torch.__version__}
 
 
-def _timed_in_turns(fns: dict[str, Callable], repeats: int) -> dict[str, float]:
-    """Median seconds of each call, the calls made in turns (the order reversed every round: a drifting load
-    cancels), after two warm-up calls each."""
-    for fn in fns.values():
-        fn()
-        fn()
-    times = {k: [] for k in fns}
-    order = list(fns)
-    for r in range(repeats):
-        for k in (order if r % 2 == 0 else order[::-1]):
-            s = time.perf_counter()
-            fns[k]()
-            times[k].append(time.perf_counter() - s)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
 def bench_precision(cfg: Config, device: torch.device, opts: BenchOptions, log: Callable[[str], None]) -> dict:
     """fp32 against bf16 autocast for the stage-1 and SimForcing steps, 1 and 2 threads (module docstring)."""
     threads_before = torch.get_num_threads()
@@ -164,7 +149,7 @@ def bench_precision(cfg: Config, device: torch.device, opts: BenchOptions, log: 
                 steps[precision] = _trainer(pcfg, method, b, device)[0]
             for threads in (1, 2):
                 torch.set_num_threads(threads)
-                t = _timed_in_turns(steps, repeats)
+                t = {k: v.median for k, v in time_round_robin(steps, repeats, 2, device).items()}
                 rows.append({"what": f"train {method}", "threads": threads, "batch": b, "fp32_s": t["no"],
                              "bf16_s": t["bf16"], "bf16_speedup": t["no"] / t["bf16"]})
                 log(f"precision: {threads} thread(s), {method} batch {b}: fp32 {t['no'] * 1e3:.1f} ms, "

@@ -32,7 +32,8 @@ the recomputation of every checkpointed student forward (SimForcing 9, SFT 4). M
 
 Memory plan: one step of the plain path holds fp32 student weights, gradients and AdamW moments (16 bytes/param), the
 fp32 teacher (4; 2 where its linear weights are stored in bf16, kept at 4 in the plan as a margin) and, during the
-optimizer update, the foreach AdamW's temporary (4): 24 bytes/param, more than the activations with checkpointing. If that does not fit in the device's memory less a reserve (5 %, at least 4 GiB:
+optimizer update, the foreach AdamW's temporary (4): 24 bytes/param, more than the activations with checkpointing.
+If that does not fit in the device's memory less a reserve (5 %, at least 4 GiB:
 ``memory_budget``), the plan keeps fewer layers (the largest count that fits; on an 80 GB H100, 16 of 30) and the
 report says so; an out-of-memory error in a row is recorded in that row and the run goes on.
 
@@ -61,13 +62,13 @@ from simforcing.bench.measure import machine_info, peak_flops, time_calls
 from simforcing.config import Config, ConfigError
 from simforcing.methods import METHODS, method_preset
 from simforcing.models.info import activation_bytes, forward_flops, parameter_counts, token_counts
-from simforcing.models.weights import frozen_copy, store_autocast_weights
+from simforcing.models.weights import frozen_copy, store_teacher_for_autocast
 from simforcing.runs.loaded import LoadedWorldModel
 from simforcing.sample import sampler_for
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.training.optim import build_optimizer
 from simforcing.training.step import apply_update, clip_gradients, forward_backward
-from simforcing.utils import atomic_write_json, autocast_dtype
+from simforcing.utils import atomic_write_json
 
 SCHEMA = "simforcing-bench-gpu/1"
 TIME_LIMIT_S = 480.0  # the whole command on one GPU (issue: under 8 minutes)
@@ -465,16 +466,14 @@ def _build_models(cfg: Config, device: torch.device, log: Callable[[str], None])
     _reset_peak(device)
     student = bench_model(cfg, device).train()
     teacher = frozen_copy(student)
-    dtype = autocast_dtype(cfg, device)
-    cast = dtype is not None and cfg.train.teacher_autocast_weights
-    if cast:  # as `simforcing train` stores it (training.loop): its linear weights in bf16, no per-call casts
-        store_autocast_weights(teacher, dtype)
+    cast = store_teacher_for_autocast(teacher, cfg, device)  # as `simforcing train` stores it (training.loop)
     build_s = time.perf_counter() - s0
     params = sum(p.numel() for p in student.parameters())
     model = {"preset": cfg.preset, "num_layers": cfg.model.num_layers, "parameters": params,
              "tokens_per_sample": tokens, "forward_flops_per_sample": fwd_flops,
              "dtype": "fp32 weights, bf16 autocast", "gradient_checkpointing": True,
-             "teacher": "frozen copy, linear/conv weights in bf16" if cast else "frozen fp32 copy", "build_s": build_s, **_memory(device)}
+             "teacher": "frozen copy, linear/conv weights in bf16" if cast else "frozen fp32 copy", "build_s": build_s,
+             **_memory(device)}
     log(f"gpu: {cfg.preset} with {cfg.model.num_layers} layers, {params / 1e9:.3f} B parameters, {tokens} tokens per "
         f"sample, {fwd_flops / 1e12:.3f} TFLOP per forward; built in {build_s:.1f} s")
     return student, teacher, fwd_flops, tokens, model

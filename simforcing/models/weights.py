@@ -38,7 +38,7 @@ from safetensors.torch import save_file
 
 from simforcing.config import Config, ConfigError
 from simforcing.models.world_model import build_world_model
-from simforcing.utils import atomic_write
+from simforcing.utils import atomic_write, autocast_dtype
 
 _ORIGINAL_PREFIX = "model.diffusion_model."
 _IGNORED_UNEXPECTED = ("norm_added_q",)  # diffusers ignores these too (_keys_to_ignore_on_load_unexpected)
@@ -324,6 +324,17 @@ def store_autocast_weights(frozen: nn.Module, dtype: torch.dtype) -> int:
                     p.data = p.data.to(dtype)
                     n += 1
     return n
+
+
+def store_teacher_for_autocast(teacher: nn.Module, cfg: Config, device: torch.device) -> bool:
+    """:func:`store_autocast_weights` on a single-process frozen teacher where training autocasts on ``device`` and
+    ``train.teacher_autocast_weights`` is on (a sharded teacher gets bf16 from FSDP2's policy instead). Returns
+    whether it stored them."""
+    dtype = autocast_dtype(cfg, device)
+    if dtype is None or not cfg.train.teacher_autocast_weights:
+        return False
+    store_autocast_weights(teacher, dtype)
+    return True
 
 
 # ----------------------------------------------------------------------------------------------------------------------

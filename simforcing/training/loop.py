@@ -39,8 +39,8 @@ from simforcing.training.resume import find_checkpoint, restore
 from simforcing.training.runlog import RunLog
 from simforcing.training.stage import Models, Stage, Start
 from simforcing.training.step import Diverged, StepHooks, TrainStep
-from simforcing.models.weights import store_autocast_weights
-from simforcing.utils import autocast_dtype, check_output_path, derive_seed, resolve_device, seed_everything
+from simforcing.models.weights import store_teacher_for_autocast
+from simforcing.utils import check_output_path, derive_seed, resolve_device, seed_everything
 
 
 @dataclass
@@ -161,9 +161,8 @@ class Trainer:
                                             forward_methods=self.stage.forward_methods).train()
         teacher = None if built.teacher is None else \
             parallel.shard_from_rank0(built.teacher, self.cfg, dist.mesh, dist.device)
-        dtype = autocast_dtype(self.cfg, dist.device)
-        if teacher is not None and dist.mesh is None and dtype is not None and self.cfg.train.teacher_autocast_weights:
-            store_autocast_weights(teacher, dtype)  # a sharded teacher gets bf16 from FSDP2's policy instead
+        if teacher is not None and dist.mesh is None:
+            store_teacher_for_autocast(teacher, self.cfg, dist.device)
         return Models(student, teacher, built.report)
 
     def _step(self, models: Models, vae: Any, dist: parallel.DistInfo, optimizer: torch.optim.Optimizer,
