@@ -5,7 +5,8 @@ import torch
 from diffusers import WanTransformer3DModel
 
 from simforcing.config import load_config
-from simforcing.models.video_dit import _grouped, modulate, sequence_rope, video_rope
+from simforcing.models.video_dit import (_grouped, _RMSNorm, _rms_fp32, apply_rope, modulate, sequence_rope,
+                                         video_rope)
 from simforcing.models.weights import load_video_expert_weights
 from simforcing.models.world_model import WorldModel
 
@@ -97,6 +98,54 @@ def test_rope_tables():
     assert c1.shape == (1, 20, 1, 64)
     with pytest.raises(ValueError, match="rope_max_seq_len"):
         video_rope(3, 40, 6, 128, 32, "cpu")
+
+
+def test_apply_rope_rotates_each_pair():
+    """apply_rope against an independent computation (each interleaved pair a complex number times e^{iθ}, in
+    float64), and against the halves' form it replaced: the same values and gradients bit for bit."""
+    rope = video_rope(3, 4, 6, 32, 1024, "cpu")
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 72, 3, 32, generator=g, requires_grad=True)
+    theta = torch.atan2(rope.sin.double(), rope.cos.double())  # (1, N, 1, D/2)
+    want = torch.view_as_real(torch.view_as_complex(x.detach().double().unflatten(-1, (-1, 2)).contiguous())
+                              * torch.polar(torch.ones_like(theta), theta)).flatten(-2)
+    out = apply_rope(x, rope)
+    assert (out.double() - want).abs().max() < 1e-5
+
+    def halves(x):  # the previous form: strided halves, four products and a stack
+        x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+        return torch.stack((x1 * rope.cos - x2 * rope.sin, x1 * rope.sin + x2 * rope.cos), dim=-1).flatten(-2)
+
+    grad = torch.randn(out.shape, generator=g)
+    (ours,) = torch.autograd.grad(out, x, grad)
+    ref_out = halves(x)
+    (ref,) = torch.autograd.grad(ref_out, x, grad)
+    assert torch.equal(out, ref_out) and torch.equal(ours, ref)
+    assert apply_rope(x.detach().to(torch.bfloat16), rope).dtype == torch.bfloat16
+
+
+def test_rms_norm_closed_form_backward():
+    """_RMSNorm: F.rms_norm's values bit for bit, the gradients of autograd through F.rms_norm to float32 rounding,
+    and torch's finite-difference check in float64."""
+    norm = torch.nn.RMSNorm(32, eps=1e-6)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.3, generator=g)
+    x = torch.randn(4, 9, 32, generator=g, requires_grad=True)
+    grad = torch.randn(4, 9, 32, generator=g)
+    ours = _rms_fp32(norm, x)
+    ref = torch.nn.functional.rms_norm(x, (32,), norm.weight, 1e-6)
+    assert ours.grad_fn is not None and "RMSNorm" in type(ours.grad_fn).__name__
+    assert torch.equal(ours, ref)
+    a = torch.autograd.grad(ours, (x, norm.weight), grad)
+    b = torch.autograd.grad(ref, (x, norm.weight), grad)
+    for u, v in zip(a, b):
+        assert (u - v).abs().max() <= 1e-6 * v.abs().max()
+    with torch.no_grad():
+        assert torch.equal(_rms_fp32(norm, x), ref)  # the no-grad path: the same forward
+    xd = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True, generator=g)
+    wd = torch.randn(8, dtype=torch.float64, requires_grad=True, generator=g)
+    assert torch.autograd.gradcheck(lambda a, b: _RMSNorm.apply(a, b, 1e-6), (xd, wd))
 
 
 def test_grouped_modulation_matches_per_token():

@@ -30,15 +30,18 @@ from diffusers.models.normalization import FP32LayerNorm
 
 
 class Rope:
-    """RoPE tables (cos, sin), each (1, N, 1, D/2) float32.
+    """RoPE tables (cos, sin), each (1, N, 1, D/2) float32, and the same per interleaved pair as :func:`apply_rope`
+    multiplies by: ``cos2`` (1, N, 1, D) each cosine twice, ``sin2`` (1, N, 1, D) the sines signed (−sin, +sin).
 
     A plain class, not a tuple or dataclass, so FSDP2's forward-input casting (param_dtype bf16) leaves the float32
     tables alone when they are passed to each layer."""
 
-    __slots__ = ("cos", "sin")
+    __slots__ = ("cos", "sin", "cos2", "sin2")
 
     def __init__(self, cos: torch.Tensor, sin: torch.Tensor):
         self.cos, self.sin = cos, sin
+        self.cos2 = cos.repeat_interleave(2, dim=-1)
+        self.sin2 = torch.stack((-sin, sin), dim=-1).flatten(-2)
 
     def __iter__(self):
         return iter((self.cos, self.sin))
@@ -83,11 +86,16 @@ def sequence_rope(n: int, head_dim: int, device) -> Rope:
 
 
 def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:
-    """Rotate interleaved pairs of x (B, N, H, D) by rope (cos, sin) (1, N, 1, D/2); computed in float32."""
-    cos, sin = rope.cos, rope.sin
-    x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)  # (B, N, H, D/2) each
-    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)  # (B, N, H, D)
-    return out.type_as(x)
+    """Rotate interleaved pairs (x1, x2) of x (B, N, H, D) by the angle whose (cos, sin) rope holds (1, N, 1, D/2):
+    (x1·cos − x2·sin, x1·sin + x2·cos), computed in float32.
+
+    Written as ``x·cos2 + swap(x)·sin2`` (swap: each pair's two values exchanged; ``Rope`` holds the interleaved
+    tables): three contiguous passes instead of strided halves and a stack. Every output is the same IEEE sum of the
+    same two products (x2·(−sin) is −(x2·sin) exactly), so values and gradients equal the halves' form bit for bit
+    (``tests/test_video_dit.py``)."""
+    xf = x.float()
+    swapped = xf.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x2, x1) per pair
+    return (xf * rope.cos2 + swapped * rope.sin2).type_as(x)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -126,9 +134,48 @@ def add_gated_condition(h: torch.Tensor, feat: torch.Tensor, gate: torch.Tensor)
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def _rms_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``F.rms_norm``'s operations on the CPU, in its order (so its values bit for bit): x·rsqrt(mean(x²) + eps)·w.
+    Returns (the output, x·rsqrt(...), rsqrt(...))."""
+    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(eps))
+    xhat = x * r
+    return xhat * weight, xhat, r
+
+
+class _RMSNorm(torch.autograd.Function):
+    """RMS norm over the last dimension with a hand-written backward. Autograd through ``F.rms_norm``'s composite
+    records six operations and replays about fifteen in backward; the closed form is seven passes:
+    dw = Σ g·x̂ and dx = r·(g·w − x̂·mean(g·w·x̂)) with x̂ = x·r, r = rsqrt(mean(x²) + eps). The forward is
+    :func:`_rms_forward`; gradients agree with autograd's to float32 rounding (``tests/test_video_dit.py``)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        y, xhat, r = _rms_forward(x, weight, eps)
+        ctx.save_for_backward(xhat, r, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        xhat, r, weight = ctx.saved_tensors
+        gw = g * weight
+        dw = (g * xhat).flatten(0, -2).sum(0) if ctx.needs_input_grad[1] else None
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dx = gw.sub_(xhat * (gw * xhat).mean(-1, keepdim=True)).mul_(r)
+        return dx, dw, None
+
+
 def _rms_fp32(norm: nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
-    """RMS QK-norm across heads computed in float32 whatever the input/weight dtypes: (B, N, inner) float32."""
-    return F.rms_norm(x.float(), norm.normalized_shape, norm.weight.float(), norm.eps)
+    """RMS QK-norm across heads computed in float32 whatever the input/weight dtypes: (B, N, inner) float32.
+    The values of ``F.rms_norm``; on the CPU under autograd through :class:`_RMSNorm`'s closed-form backward (other
+    devices keep ``F.rms_norm``, which has a fused kernel there)."""
+    x, weight = x.float(), norm.weight.float()
+    if x.device.type != "cpu" or len(norm.normalized_shape) != 1 or x.shape[-1] != weight.shape[0]:
+        return F.rms_norm(x, norm.normalized_shape, weight, norm.eps)
+    eps = norm.eps if norm.eps is not None else torch.finfo(torch.float32).eps
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _RMSNorm.apply(x, weight, eps)
+    return _rms_forward(x, weight, eps)[0]
 
 
 class Attention(nn.Module):

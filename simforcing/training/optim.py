@@ -39,15 +39,17 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: int) -> 
 
 
 def build_optimizer(model: torch.nn.Module, cfg: Config, total_steps: int):
-    """AdamW (:func:`param_groups`) and its schedule (:func:`warmup_cosine`). On the CPU the multi-tensor (foreach)
-    implementation: torch's CPU default is a loop of ~10 operations per parameter (about 2,200 per demo step), and
-    the foreach update computes the same values bit for bit (``tests/test_train.py``); CUDA defaults to it already.
+    """AdamW (:func:`param_groups`) and its schedule (:func:`warmup_cosine`). On the CPU the fused implementation:
+    torch's CPU default is a loop of ~10 operations per parameter (about 2,200 per demo step), its multi-tensor
+    (foreach) form a dozen operations per step (6.5 ms for the demo model on one thread), the fused kernel one pass
+    over each parameter (1.9 ms). It computes the same update, to float32 rounding rather than bit for bit
+    (``tests/test_train.py``), deterministically and whatever the thread count; CUDA keeps torch's default (foreach).
     Sharded (DTensor) parameters keep torch's choice."""
     t = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
-    foreach = bool(params) and all(p.device.type == "cpu" and not hasattr(p, "device_mesh") for p in params)
+    fused = bool(params) and all(p.device.type == "cpu" and not hasattr(p, "device_mesh") for p in params)
     opt = torch.optim.AdamW(param_groups(model, t.weight_decay), lr=t.lr, betas=(t.beta1, t.beta2),
-                            foreach=True if foreach else None)
+                            fused=True if fused else None)
     return opt, warmup_cosine(opt, total_steps, int(round(t.warmup_frac * total_steps)))
 
 
