@@ -45,7 +45,7 @@ def test_demo_quick_writes_a_complete_report(tmp_path):
     assert set(summary["beats_copy"]) == {"sft", "simforcing"}
     assert {"stage1", "sweep steps", "train simforcing", "eval simforcing", "total"} <= set(res["wall_time_s"])
     cmds = res["commands"]
-    assert cmds["stage1"].startswith("simforcing pretrain ") and "--train.threads=1" in cmds["stage1"]  # beside the judge
+    assert cmds["stage1"].startswith("simforcing pretrain ") and "--train.threads=auto" in cmds["stage1"]  # both cores
     assert all(c.startswith("simforcing ") for c in cmds.values())
     assert res["sweep_steps"]["table_md"] and "Action-following error" in res["sweep_steps"]["table_md"]
     md = (out / "report.md").read_text()
@@ -104,21 +104,28 @@ def test_the_demo_graph_distils_a_student_and_scores_it_beside_its_teacher(tmp_p
     assert f"{STUDENT}=" in plan.commands["wm-eval agreement"]
 
 
-def test_the_judge_runs_beside_stage_1_not_after_it(tmp_path):
-    """The demo's two longest jobs share the machine: stage 1 holds one slot at one fixed thread (its floats summed in
-    one order whatever else runs), and the success judge waits only for the demo's and the policy benchmark's data,
-    which is made right after the demo's — so on two slots the judge starts while stage 1 trains."""
+def test_stage_1_holds_both_cores_and_the_judge_follows(tmp_path):
+    """On two slots stage 1 holds both (the governor's threads: two on a quiet machine), and nothing made before it
+    holds a core it waits for: the policy benchmark's data, and so the success judge, come after it. With one stage-1
+    thread the judge's inputs are made right after the demo's data, so the judge trains beside stage 1."""
     from simforcing.demo.plan import build_plan, demo_budget
 
     plan = build_plan(tmp_path / "demo", None, demo_budget(), jobs=2)
     jobs = {j.name: j for j in plan.jobs}
-    assert jobs["stage1"].slots == jobs["stage1"].threads == 1
-    assert "--train.threads=1" in plan.commands["stage1"]
-    assert jobs["policy data"].deps == ("data",) and set(jobs["judge"].deps) == {"data", "policy data"}
-    assert jobs["policy data"].priority > jobs["stage1"].priority  # made first: vae is 8 s, the data a minute
+    assert jobs["stage1"].slots == jobs["stage1"].threads == 2
+    assert "--train.threads=auto" in plan.commands["stage1"]
+    assert set(jobs["policy data"].deps) == {"data", "stage1"} and set(jobs["judge"].deps) == {"data", "policy data"}
     # every one-window score needs the probe: after SimForcing's stage 2, before sft's and the student's
     assert jobs["train simforcing"].priority > jobs["probe"].priority > max(jobs["train sft"].priority,
                                                                              jobs["distill simforcing"].priority)
+    one = demo_budget()
+    one.stage1_threads = 1
+    jobs = {j.name: j for j in build_plan(tmp_path / "one", None, one, jobs=2).jobs}
+    assert jobs["stage1"].slots == jobs["stage1"].threads == 1
+    assert jobs["policy data"].deps == ("data",)
+    assert jobs["policy data"].priority > jobs["stage1"].priority  # made first: vae is 8 s, the data a minute
+    wide = {j.name: j for j in build_plan(tmp_path / "wide", None, demo_budget(), jobs=4).jobs}
+    assert wide["stage1"].slots == 2 and wide["policy data"].deps == ("data",)  # two slots left beside stage 1
 
 
 def test_the_report_is_rewritten_as_jobs_finish(tmp_path):
