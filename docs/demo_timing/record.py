@@ -2,10 +2,11 @@
 
     /usr/bin/time -v make demo > demo.log 2>&1      # in a clean clone, on a quiet machine
     python docs/demo_timing/record.py LABEL CLONE/runs/demo demo.log "MACHINE" [--commit C]
+    python docs/demo_timing/record.py --readme LABEL      # the README's demo tables from that entry
 
 Keeps each job's seconds (the demo's results.json), the wall time from nothing and the CPU time (/usr/bin/time's
 lines in the log), the minute the one-window table was complete (the log's "[mm:ss] eval ...: done" lines of its
-three rows) and the printed headline line.
+three rows), the printed headline line and the figures the README's tables quote (``simforcing.demo.readme_tables``).
 """
 
 import argparse
@@ -15,6 +16,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from simforcing.demo.readme_tables import figures, rewrite
+
 TABLE_JOBS = ("eval copy-first", "eval sft", "eval simforcing")  # the one-window table's rows
 
 
@@ -23,21 +26,41 @@ def _clock(s: str) -> float:
     return sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
 
 
+TIMING = Path(__file__).with_name("timing.json")
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def write_readme(label: str) -> None:
+    """Rewrite the README's demo tables from the timing.json entry ``label``."""
+    runs = {r["label"]: r for r in json.loads(TIMING.read_text())}
+    if label not in runs or "figures" not in runs[label]:
+        raise SystemExit(f"{TIMING}: no entry {label!r} with figures; entries with figures: "
+                         f"{[k for k, r in runs.items() if 'figures' in r]}")
+    README.write_text(rewrite(README.read_text(), runs[label]))
+    print(f"{README}: demo tables from {label!r}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("label")
-    ap.add_argument("demo", type=Path, help="the demo's folder (runs/demo)")
-    ap.add_argument("log", type=Path, help="make demo's output under /usr/bin/time -v")
-    ap.add_argument("machine")
+    ap.add_argument("demo", type=Path, nargs="?", help="the demo's folder (runs/demo)")
+    ap.add_argument("log", type=Path, nargs="?", help="make demo's output under /usr/bin/time -v")
+    ap.add_argument("machine", nargs="?")
     ap.add_argument("--commit", default=None)
+    ap.add_argument("--readme", action="store_true", help="only rewrite the README's tables from entry LABEL")
     a = ap.parse_args()
+    if a.readme:
+        return write_readme(a.label)
+    if a.demo is None or a.log is None or a.machine is None:
+        ap.error("recording needs DEMO, LOG and MACHINE")
     text = a.log.read_text(errors="replace")
     done = {m.group(2): _clock(m.group(1)) for m in re.finditer(r"^\[(\d+:\d+)\] (.+?): done in", text, re.M)}
     elapsed = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", text)
     user = re.search(r"User time \(seconds\): (\S+)", text)
     system = re.search(r"System time \(seconds\): (\S+)", text)
     headline = re.search(r"^demo @ .*$", text, re.M)
-    wall = json.loads((a.demo / "results.json").read_text())["wall_time_s"]
+    results = json.loads((a.demo / "results.json").read_text())
+    wall = results["wall_time_s"]
     commit = a.commit or subprocess.run(["git", "-C", str(a.demo), "rev-parse", "--short", "HEAD"],
                                         capture_output=True, text=True).stdout.strip()
     jobs = {k: round(v, 1) for k, v in sorted(wall.items(), key=lambda kv: -kv[1]) if k != "total"}
@@ -48,8 +71,8 @@ def main() -> None:
                                       if all(j in done for j in TABLE_JOBS) else None),
              "cpu_s": round(float(user.group(1)) + float(system.group(1))) if user and system else None,
              "job_seconds": round(sum(jobs.values())), "jobs": jobs,
-             "headline": headline.group(0) if headline else None}
-    out = Path(__file__).with_name("timing.json")
+             "headline": headline.group(0) if headline else None, "figures": figures(results)}
+    out = TIMING
     runs = json.loads(out.read_text()) if out.exists() else []
     runs = [r for r in runs if r["label"] != a.label] + [entry]
     out.write_text(json.dumps(runs, indent=1) + "\n")

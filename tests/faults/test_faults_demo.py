@@ -327,7 +327,8 @@ def test_a_video_base_made_again_remakes_stage1_and_what_came_from_it(tmp_path):
     b = demo_budget(True)
     plan = build_plan(out, None, b, [], seeds=1, full=True, jobs=2, policy=True)
     s0 = next(j for j in plan.jobs if j.name == "video base")
-    assert s0.argv[:3] == ["pretrain", "--method", "video_prior"] and s0.slots == s0.threads == 1  # stage 1's slot
+    assert s0.argv[:3] == ["pretrain", "--method", "video_prior"]
+    assert s0.slots == s0.threads == b.stage1_threads  # stage 1's slots
     s1 = next(j for j in plan.jobs if j.name == "stage1")
     assert s1.deps == ("vae", "video base") and s1.argv[s1.argv.index("--init") + 1] == str(out / "video_base")
     vb = next(j for j in plan.jobs if j.name == "policy train action_only / video base")
