@@ -597,7 +597,8 @@ class _Builder:
         deps = {k: f"train {k}" for k in wm}
         wm["video_base"], deps["video_base"] = self.video_base_dir, "video base"
         pjobs, pol = full_policy_jobs(self.out, wm, SEED, self.b.policy, self.b.transfer, wm_deps=deps,
-                                      after=self.policy_data_after(), wm_records={k: self.records[v] for k, v in deps.items()})
+                                      after=self.policy_data_after(),
+                                      wm_records={k: self.records[v] for k, v in deps.items()})
         self.notes += pol["notes"]
         for j in pjobs:
             j.slots = min(j.slots, self.slots)

@@ -134,7 +134,7 @@ def add_gated_condition(h: torch.Tensor, feat: torch.Tensor, gate: torch.Tensor)
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _rms_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rms_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, ...]:
     """``F.rms_norm``'s operations on the CPU, in its order (so its values bit for bit): x·rsqrt(mean(x²) + eps)·w.
     Returns (the output, x·rsqrt(...), rsqrt(...))."""
     r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(eps))
