@@ -661,6 +661,25 @@ def _from_dict(cls: Any, d: dict, source: str) -> Any:
     return obj
 
 
+def record_from_dict(cls: Any, d: Any, source: str) -> Any:
+    """A dataclass whose fields may be required (a state probe's or a success judge's network config) from a JSON
+    object: an unknown, missing or ill-typed field is a ConfigError naming ``source``, the field and what it takes."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    if not isinstance(d, dict):
+        raise ConfigError(f"{source}: expected an object with the fields {', '.join(names)}; got a JSON "
+                          f"{type(d).__name__}")
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise ConfigError(f"{source}: unknown field {unknown[0]!r} in {cls.__name__}; known: {', '.join(names)}")
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in d
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{source}: missing field {missing[0]!r} of {cls.__name__} (required: "
+                          f"{', '.join(missing)})")
+    hints = typing.get_type_hints(cls)
+    return cls(**{k: _coerce(v, hints[k], f"{source}:{k}") for k, v in d.items()})
+
+
 def load_config(preset_name: str, overrides: list[str] | dict | None = None) -> Config:
     cfg = preset(preset_name)
     if overrides:

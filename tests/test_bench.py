@@ -222,3 +222,44 @@ def test_precision_section_times_fp32_against_bf16_at_one_and_two_threads(tmp_pa
         assert r["fp32_s"] > 0 and r["bf16_s"] > 0
         assert r["bf16_speedup"] == pytest.approx(r["fp32_s"] / r["bf16_s"])
     assert "bf16 autocast (ms)" in out.with_suffix(".md").read_text()
+
+
+class _Scale(torch.nn.Module):
+    """A module of the test's own (dynamo does not trace torch.nn's modules as top-level frames)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return x * self.w + 1
+
+
+def test_every_compile_comparison_compiles_afresh(monkeypatch):
+    """`--sections compile` compares many calls in one process; dynamo keeps a frame's graphs across them and runs a
+    frame eagerly once its recompile limit (8) is used up, so without a reset the later rows timed eager against
+    eager. Each comparison here has its own shape (a guard failure for the last one's graph); a backend that counts
+    its graphs sees one per comparison, past the limit too."""
+    from simforcing.bench import compile_step
+    from simforcing.training import compiled
+
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(compiled, "COMPILE_OPTIONS", {"backend": counting, "dynamic": False})
+    for batch in range(1, 12):
+        x = torch.randn(batch, 3)
+
+        def make():
+            layer = _Scale()
+
+            def call():
+                with torch.no_grad():
+                    layer(x)
+            return call, [layer]
+
+        row = compile_step._compare(make, 2, torch.device("cpu"))
+        assert "failure" not in row and len(graphs) == batch, (batch, len(graphs))

@@ -2,7 +2,9 @@
 what the metric means on the embedded MuJoCo benchmark (the arm moved along the recorded trajectory scores better
 than the same frames reversed or frozen; the probe's own error is well below the copy baseline's)."""
 
+import json
 import os
+import re
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -135,5 +137,18 @@ def test_files_round_trip_and_refuse_what_is_not_a_probe(fitted, tmp_path):
         load_probe(tmp_path / "p")
     with pytest.raises(ValueError, match="fit-probe"):
         load_probe(tmp_path / "missing")
+    # a hand-edited probe.json: the message names the file and the field
+    save_probe(probe, tmp_path / "q", report)
+    meta_path = tmp_path / "q" / "probe.json"
+    good = json.loads(meta_path.read_text())
+    for edit, field in ((lambda c: c.pop("state_dim"), "missing field 'state_dim'"),
+                        (lambda c: c.update(widht=48), "unknown field 'widht'"),
+                        (lambda c: c.update(channels="sixteen"), "config:channels: cannot read 'sixteen' as int")):
+        meta = json.loads(json.dumps(good))
+        edit(meta["config"])
+        meta_path.write_text(json.dumps(meta))
+        with pytest.raises(ValueError, match=re.escape(f"{meta_path}: config")) as e:
+            load_probe(tmp_path / "q")
+        assert field in str(e.value) and "fit-probe" in str(e.value), str(e.value)
     with pytest.raises(ValueError, match="fitted on 32×48"):
         probe.video_states(torch.zeros(1, 3, 2, 16, 16), torch.zeros(1, 7))

@@ -4,6 +4,7 @@ after the first frame; every player on the same scenes and noise), the agreement
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -139,6 +140,13 @@ def test_judge_files_round_trip_and_refuse_another_benchmark(judge_dir, tmp_path
     (tmp_path / "j" / "judge.safetensors").write_bytes(b"not a tensor file")
     with pytest.raises(ValueError, match="success judge"):
         load_judge(tmp_path / "j")
+    # a hand-edited judge.json: the message names the file and the field
+    meta = json.loads((judge_dir / "judge.json").read_text())
+    meta["config"]["position_dims"] = "x, y"
+    shutil.copytree(judge_dir, tmp_path / "k")
+    (tmp_path / "k" / "judge.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"judge.json: config:position_dims: cannot read 'x, y' as tuple"):
+        load_judge(tmp_path / "k")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

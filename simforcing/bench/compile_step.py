@@ -83,7 +83,12 @@ def _forward(cfg: Config, batch: int, device: torch.device):
 
 
 def _compare(make: Callable, repeats: int, device: torch.device) -> dict:
-    """Eager and compiled copies timed in turns (alternating order); compile time = the first compiled call."""
+    """Eager and compiled copies timed in turns (alternating order); compile time = the first compiled call.
+
+    Dynamo's in-memory graphs are dropped first: every comparison compiles afresh (from inductor's on-disk cache as
+    it stands), and the guards of the earlier ones (grad mode, thread count, shapes) cannot use up the frames'
+    recompile limit — past it dynamo runs a frame eagerly, and the "compiled" copy would be timed eager."""
+    torch._dynamo.reset()
     eager, _ = make()
     compiled_fn, modules = make()
     eager()

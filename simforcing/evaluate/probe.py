@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from simforcing.config import ConfigError, record_from_dict
 from simforcing.data.format import (DataError, read_arm_mask, read_episode_videos, read_episodes, read_info,
                                     read_lowdim, read_splits)
 from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_range
@@ -432,6 +433,14 @@ def save_probe(probe: StateProbe, out: str | Path, report: dict) -> Path:
     return out
 
 
+def probe_config(meta: dict, meta_path: Path) -> ProbeConfig:
+    """The network config a probe's (or a success judge's) JSON holds under "config"; a missing, unknown or ill-typed
+    field is a ConfigError naming the file and the field."""
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{meta_path}: a JSON {type(meta).__name__}, not the object a fit writes")
+    return record_from_dict(ProbeConfig, meta.get("config"), f"{meta_path}: config")
+
+
 def load_probe(folder: str | Path, device: str | torch.device = "cpu") -> StateProbe:
     """The probe written by :func:`save_probe`; a missing or malformed folder is a ValueError naming the file."""
     folder = Path(folder)
@@ -441,9 +450,7 @@ def load_probe(folder: str | Path, device: str | torch.device = "cpu") -> StateP
                          f"`simforcing model fit-probe --data DIR --out {folder}`")
     try:
         meta = json.loads(meta_path.read_text())
-        c = dict(meta["config"])
-        c["position_dims"] = tuple(c["position_dims"])
-        probe = StateProbe(ProbeConfig(**c))
+        probe = StateProbe(probe_config(meta, meta_path))
         probe.load_state_dict(load_file(str(weights)))
     except Exception as e:  # safetensors' own error type, JSON, shapes: all "not a probe", named below
         raise ValueError(f"eval.probe: {meta_path} / {weights.name} cannot be read as a state probe ({e}); "

@@ -42,7 +42,8 @@ from simforcing.data.format import (DataError, episode_file, is_dataset, load_np
                                     read_info, read_json, read_lowdim, read_splits, read_video)
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
-from simforcing.evaluate.probe import ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames
+from simforcing.evaluate.probe import (ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames,
+                                      probe_config)
 from simforcing.policy.closed_loop.results import Confusion
 from simforcing.policy.data import FORMAT as POLICY_FORMAT, read_policy_info
 from simforcing.runs.folder import JUDGE_FILE, JUDGE_META, what_folder
@@ -210,9 +211,7 @@ def load_judge(folder: str | Path, device: str | torch.device = "cpu") -> Succes
         meta = json.loads(meta_path.read_text())
         if meta.get("format") != "simforcing-success-judge":
             raise ValueError(f"format {meta.get('format')!r}")
-        c = dict(meta["config"])
-        c["position_dims"] = tuple(c["position_dims"])
-        net = JudgeNet(ProbeConfig(**c))
+        net = JudgeNet(probe_config(meta, meta_path))
         net.load_state_dict(load_file(str(weights)))
         if not all(torch.isfinite(v).all() for v in net.state_dict().values() if v.is_floating_point()):
             raise ValueError("its weights are not finite")
