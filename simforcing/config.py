@@ -649,13 +649,19 @@ def _coerce(raw: Any, tp: Any, key: str) -> Any:
     return raw
 
 
-def _from_dict(cls: Any, d: dict, source: str) -> Any:
-    obj = cls()
+def _check_fields(cls: Any, d: dict, source: str) -> None:
+    """A ConfigError naming the first key of ``d`` that is not a field of the dataclass ``cls``."""
     names = {f.name for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    for k, v in d.items():
+    for k in d:
         if k not in names:
             raise ConfigError(f"{source}: unknown field {k!r} in {cls.__name__}; known: {', '.join(sorted(names))}")
+
+
+def _from_dict(cls: Any, d: dict, source: str) -> Any:
+    obj = cls()
+    hints = typing.get_type_hints(cls)
+    _check_fields(cls, d, source)
+    for k, v in d.items():
         sub = f"{source}:{k}" if dataclasses.is_dataclass(hints[k]) else (f"{source}:{k}" if source != "config" else k)
         setattr(obj, k, _coerce(v, hints[k], sub))
     return obj
@@ -664,14 +670,12 @@ def _from_dict(cls: Any, d: dict, source: str) -> Any:
 def record_from_dict(cls: Any, d: Any, source: str) -> Any:
     """A dataclass whose fields may be required (a state probe's or a success judge's network config) from a JSON
     object: an unknown, missing or ill-typed field is a ConfigError naming ``source``, the field and what it takes."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = dataclasses.fields(cls)
     if not isinstance(d, dict):
-        raise ConfigError(f"{source}: expected an object with the fields {', '.join(names)}; got a JSON "
-                          f"{type(d).__name__}")
-    unknown = sorted(set(d) - set(names))
-    if unknown:
-        raise ConfigError(f"{source}: unknown field {unknown[0]!r} in {cls.__name__}; known: {', '.join(names)}")
-    missing = [f.name for f in dataclasses.fields(cls) if f.name not in d
+        raise ConfigError(f"{source}: expected an object with the fields {', '.join(f.name for f in fields)}; got "
+                          f"a JSON {type(d).__name__}")
+    _check_fields(cls, d, source)
+    missing = [f.name for f in fields if f.name not in d
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"{source}: missing field {missing[0]!r} of {cls.__name__} (required: "
