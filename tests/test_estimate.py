@@ -21,6 +21,7 @@ from simforcing.policy.estimate.ppi import (PolicyTerms, active_mean, classical,
                                             empirical_bernstein,
                                             ppi_mean, ppi_terms, rank_intervals, sampling_probabilities,
                                             tuned_lambda, wilson)
+from simforcing.policy.estimate.estimate import within_policy_rho
 from simforcing.policy.estimate.trials import read_trials, world_model_episodes
 from simforcing.policy.estimate.trust import Logistic, auroc, crossfit, episode_features
 
@@ -212,8 +213,31 @@ def test_auroc_is_the_pairwise_ordering_probability():
 
 def test_episode_features():
     f = episode_features(True, [False, True, True], [-0.02, 0.01, 0.03], [10.0, 20.0, 60.0])
-    assert f.tolist() == pytest.approx([1.0, 3.0, 2 / 3, 3.0, 6.0])
-    assert episode_features(False, None, None, None).tolist() == [0.0, 0.0, 0.0, 0.0, 0.0]
+    assert f.tolist() == pytest.approx([1.0, 3.0, 2 / 3, 3.0, 6.0, 0.0, 0.0])
+    assert episode_features(False, None, None, None).tolist() == [0.0] * 7
+    # four noise draws, one of them a failure: soft 0.75, i.e. 0.25 below draw 0's verdict; disagreement 4·0.75·0.25
+    f = episode_features(True, [True], [0.01], [5.0], [True, True, False, True])
+    assert f[-2:].tolist() == pytest.approx([-0.25, 0.75])
+
+
+def test_a_constant_feature_column_leaves_the_predictor_unchanged():
+    """One noise draw per episode leaves the draw features at 0: the fitted predictor is the five features' own."""
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(60, 5)), rng.random(60) < 0.5
+    five = Logistic().fit(x, y).predict(x)
+    seven = Logistic().fit(np.column_stack([x, np.zeros((60, 2))]), y).predict(np.column_stack([x, np.zeros((60, 2))]))
+    np.testing.assert_allclose(seven, five, rtol=0, atol=1e-12)
+
+
+def test_within_policy_rho_is_the_mean_of_each_policys_pearson():
+    rng = np.random.default_rng(9)
+    keys = [(p, "push", s) for p in ("a", "b", "always") for s in range(30)]
+    truth = {k: bool(rng.random() < 0.5) if k[0] != "always" else True for k in keys}
+    values = np.array([truth[k] + rng.normal(0, 0.8) for k in keys])
+    want = np.mean([stats.pearsonr([truth[k] for k in keys if k[0] == p],
+                                   [v for k, v in zip(keys, values) if k[0] == p])[0] for p in ("a", "b")])
+    assert within_policy_rho(keys, values, truth) == pytest.approx(want)  # "always" has no correlation: left out
+    assert within_policy_rho(keys[60:], values[60:], truth) is None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -299,6 +323,9 @@ def test_estimate_from_a_simulator_evaluation_and_from_trials(known_pool, tmp_pa
         assert p.average.ppi.n == 10 and p.average.ppi.N == 50
     assert res.trust_auroc_unlabelled is not None and res.trust_auroc_unlabelled > 0.6
     assert study[0].n == 10 and study[0].draws == 40
+    wm = world_model_episodes(root / "wm")  # the verdict's ρ: the world model's alone, nothing fitted
+    assert study[0].rho_verdict == pytest.approx(within_policy_rho(wm.keys, wm.verdicts.astype(float), truth))
+    assert 0.5 < study[0].rho_verdict < 1 and 0.5 < study[0].rho_predictor < 1  # 75 % of the verdicts right
     for kinds in study[0].coverage.values():
         assert kinds["ppi"] >= 0.8 and kinds["ppi_finite"] >= 0.9
     body = json.loads((tmp_path / "est" / "estimate.json").read_text())

@@ -212,6 +212,32 @@ def test_every_player_sees_the_same_scenes_and_noise(world_model_run, judge_dir,
     assert [(t, o.scene) for t, os_ in sim.episodes["a"].items() for o in os_] == scenes["a"]
 
 
+def test_noise_draws_keep_draw_zero_and_record_every_draws_verdict(world_model_run, judge_dir):
+    """--draws K: draw 0 of every episode is the one-draw evaluation's episode (the same noise, so the same verdict,
+    step and readings), and each episode records K verdicts whose mean is its soft prediction."""
+    from simforcing.policy.estimate.trust import FEATURES, episode_features
+
+    one = _wm_eval(world_model_run, judge_dir, {}, expert_noise=(0.02,))
+    three = _wm_eval(world_model_run, judge_dir, {}, expert_noise=(0.02,), draws=3)
+    assert one.draws == 1 and three.draws == 3
+    for p, per in one.episodes.items():
+        for t, outs in per.items():
+            for a, b in zip(outs, three.episodes[p][t]):
+                assert (a.scene, a.success, a.steps, a.frame_judged, a.frame_margin) == \
+                    (b.scene, b.success, b.steps, b.frame_judged, b.frame_margin)
+                assert a.draw_success is None and len(b.draw_success) == 3 and b.draw_success[0] == b.success
+                assert b.draw_margin[0] == max(b.frame_margin)
+                assert b.soft == np.mean(b.draw_success)
+                f = episode_features(b.success, b.frame_judged, b.frame_margin, b.frame_arm_mm, b.draw_success)
+                assert f[FEATURES.index("soft_shift")] == b.soft - b.success
+                assert f[FEATURES.index("disagree")] == 4 * b.soft * (1 - b.soft)
+    assert one.rows == three.rows  # rates count draw 0: what they mean at one draw
+    back = PolicyEvaluation.from_json(three.to_json())
+    assert back.draws == 3 and back.episodes == three.episodes
+    with pytest.raises(ConfigError, match="--draws"):
+        _wm_eval(world_model_run, judge_dir, {}, draws=0)
+
+
 def test_named_errors_for_what_the_world_model_cannot_serve(world_model_run, judge_dir, tiny, tmp_path,  # noqa: F811
                                                             capsys):
     from simforcing.cli import main

@@ -125,6 +125,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     wm.add_argument("--wm-condition", choices=("rollout", "render"), default=None,
                     help="its simulation condition — rollout (the paper's: its own simulation chain) or render (the "
                          "robot's digital twin renders the executed actions); default: the run's sample.condition")
+    wm.add_argument("--draws", type=int, default=1,
+                    help="noise draws of the world model per (policy, scene) episode, run in one batch: each "
+                         "episode records every draw's verdict (their mean a soft prediction, their disagreement a "
+                         "trust feature of `policy estimate`); success rates stay draw 0's (default 1)")
     libero = parser.add_argument_group("LIBERO (--env libero)")
     libero.add_argument("--suite", default="libero_spatial",
                         help="libero_spatial | libero_object | libero_goal | libero_10")
@@ -212,8 +216,8 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         if args.env == "world-model" and not (args.wm and args.judge):
             raise ConfigError("--env world-model needs --wm RUN (or 'copy-first') and --judge JUDGE (the folder of "
                               "`simforcing model fit-judge`)")
-        if (args.wm or args.wm_condition) and args.env != "world-model":
-            raise ConfigError("--wm / --wm-condition: a world model is used with --env world-model only")
+        if (args.wm or args.wm_condition or args.draws != 1) and args.env != "world-model":
+            raise ConfigError("--wm / --wm-condition / --draws: a world model is used with --env world-model only")
         try:
             judge = load_judge(args.judge, device) if args.judge else None
         except ValueError as e:
@@ -263,7 +267,7 @@ def _closed_loop(args: argparse.Namespace, runs: dict[str, str], judge, device):
         from simforcing.policy.closed_loop.world_model_eval import evaluate_world_model
 
         _check_wm_condition(args.wm, args.wm_condition)
-        return evaluate_world_model(args.wm, judge, runs, condition=args.wm_condition, **common)
+        return evaluate_world_model(args.wm, judge, runs, condition=args.wm_condition, draws=args.draws, **common)
     from simforcing.policy.closed_loop.evaluate import evaluate_synthetic
 
     return evaluate_synthetic(runs, judge=judge, **common)

@@ -69,7 +69,9 @@ class EpisodeOutcome:
     ``success`` is the judge's and ``frame_judged`` its verdict on each predicted frame, ``frame_margin`` the task
     predicate's signed margin on the judge's readings (metres, > 0 where it holds) and ``frame_arm_mm`` how far the
     hand the judge reads is from where the executed actions put it (mm): what an episode's trust score is computed
-    from (``policy.estimate.trust``)."""
+    from (``policy.estimate.trust``). With several noise draws of the world model per episode (``policy eval
+    --draws K``) those are draw 0's, and ``draw_success`` / ``draw_margin`` hold every draw's verdict and largest
+    margin (K each; None with one draw)."""
 
     scene: int
     success: bool
@@ -82,11 +84,13 @@ class EpisodeOutcome:
     frame_error_mm: Optional[list] = None
     frame_margin: Optional[list] = None
     frame_arm_mm: Optional[list] = None
+    draw_success: Optional[list] = None
+    draw_margin: Optional[list] = None
 
     def to_json(self) -> dict:
         out = {"scene": self.scene, "success": self.success, "steps": self.steps}
         for key in ("chunks", "judged", "judged_step", "frame_judged", "frame_true", "frame_error_mm", "frame_margin",
-                    "frame_arm_mm"):
+                    "frame_arm_mm", "draw_success", "draw_margin"):
             value = getattr(self, key)
             if value is not None or (key == "judged_step" and self.judged is not None):
                 out[key] = value
@@ -94,10 +98,29 @@ class EpisodeOutcome:
 
     @classmethod
     def from_json(cls, d: dict) -> "EpisodeOutcome":
-        per_frame = {k: _numbers(d, k) for k in ("frame_margin", "frame_arm_mm")}
+        per_frame = {k: _numbers(d, k) for k in ("frame_margin", "frame_arm_mm", "draw_margin")}
+        draws = typed(d, "draw_success", "list", "null", default=None)
+        if draws is not None and not all(isinstance(v, bool) for v in draws):
+            raise MalformedResult("field 'draw_success' must be a list of true/false verdicts")
+        if (draws is None) != (per_frame["draw_margin"] is None) or \
+                (draws is not None and (not draws or len(draws) != len(per_frame["draw_margin"]))):
+            raise MalformedResult("fields 'draw_success' and 'draw_margin' must both be absent or lists of one "
+                                  "entry per noise draw")
         return cls(int(d["scene"]), bool(d["success"]), int(d["steps"]), d.get("chunks"), d.get("judged"),
                    d.get("judged_step"), d.get("frame_judged"), d.get("frame_true"), d.get("frame_error_mm"),
-                   per_frame["frame_margin"], per_frame["frame_arm_mm"])
+                   per_frame["frame_margin"], per_frame["frame_arm_mm"], draws, per_frame["draw_margin"])
+
+    @property
+    def soft(self) -> float:
+        """The share of the world model's noise draws judged successful (the verdict itself with one draw)."""
+        return float(np.mean(self.draw_success)) if self.draw_success else float(self.success)
+
+
+def _draws(d: dict) -> int:
+    value = typed(d, "draws", "int", default=1)
+    if value < 1:
+        raise MalformedResult(f"field 'draws' must be a whole number >= 1; got {value}")
+    return value
 
 
 def _numbers(d: dict, key: str) -> Optional[list]:
@@ -271,6 +294,7 @@ class PolicyEvaluation:
     timing: Optional[dict] = None
     episodes_per_minute: Optional[float] = None
     frames: dict = field(default_factory=dict, compare=False, repr=False)
+    draws: int = 1  # world-model noise draws per episode (``policy eval --draws``)
 
     def to_json(self) -> dict:
         body = {"env": self.env, "seed": self.seed, "per_task": self.per_task, "max_steps": self.max_steps,
@@ -280,7 +304,7 @@ class PolicyEvaluation:
                 "judge": None if self.judge is None else self.judge.to_json(), "wm": self.wm,
                 "world_model": self.world_model and self.world_model.to_json(),
                 "sampler": self.sampler, "seconds": self.seconds, "timing": self.timing,
-                "episodes_per_minute": self.episodes_per_minute,
+                "episodes_per_minute": self.episodes_per_minute, "draws": self.draws,
                 "rows": {n: r.to_json() for n, r in self.rows.items()},
                 "judge_validation": validation_json(self.judge_validation),
                 "episodes": {p: {t: [o.to_json() for o in os_] for t, os_ in per.items()}
@@ -308,7 +332,7 @@ class PolicyEvaluation:
                    wm=d.get("wm"),
                    world_model=d.get("world_model") and ScoredRun.from_json(d["world_model"]),
                    sampler=d.get("sampler"), timing=d.get("timing"),
-                   episodes_per_minute=d.get("episodes_per_minute"))
+                   episodes_per_minute=d.get("episodes_per_minute"), draws=_draws(d))
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "PolicyEvaluation":

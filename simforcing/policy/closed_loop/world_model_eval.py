@@ -22,7 +22,12 @@ synthetic benchmark's arm alone, started at the scene's state, commanded target 
 effective actions the episode executes and renders each chunk's condition; the world model still renders the scene.
 
 The world model's noise of an episode depends on its scene only (every player gets the same), each learned policy's on
-(scene, chunk) as in the simulator. ``--wm copy-first``: a "world model" that repeats the first frame (the floor: no
+(scene, chunk) as in the simulator. ``--draws K`` runs every (player, scene) episode K times inside the world model,
+each with its own noise (draw k of scene i samples from ``sample_generator(cfg, i + k · DRAW_OFFSET)``, so draw 0 is the
+episode a one-draw evaluation runs), all in the same batch: each episode's ``draw_success`` holds the K verdicts — their
+mean is a soft prediction of the episode's success and their disagreement a trust feature (``policy.estimate.trust``);
+its ``success`` and per-frame readings stay draw 0's, so success rates and agreement tables mean what they mean at
+K = 1. ``--wm copy-first``: a "world model" that repeats the first frame (the floor: no
 episode can succeed unless the judge errs).
 """
 
@@ -53,6 +58,7 @@ from simforcing.runs.scored import ScoredRun
 from simforcing.twin import TwinEpisode, TwinLoop
 
 COPY_FIRST = "copy-first"
+DRAW_OFFSET = 1_000_000  # draw k of scene i samples from sample_generator(cfg, i + k * DRAW_OFFSET): draw 0 is the K = 1 episode
 
 
 class StartFrame:
@@ -176,12 +182,14 @@ def plan_of(targets: list[CommandedTarget], actions: np.ndarray) -> np.ndarray:
 
 
 class Episodes:
-    """All episodes (player × start frame, player-major) of one world-model evaluation, advanced together, inside
-    ``wm`` (None: copy-first)."""
+    """All episodes (player × start frame × noise draw, player-major, the draws of a start frame together) of one
+    world-model evaluation, advanced together, inside ``wm`` (None: copy-first, whose draws are all alike)."""
 
-    def __init__(self, wm: Optional[LoadedWorldModel], players: dict[str, Player], starts: list[StartFrame]):
+    def __init__(self, wm: Optional[LoadedWorldModel], players: dict[str, Player], starts: list[StartFrame],
+                 draws: int = 1):
         self.wm, self.players, self.starts = wm, players, starts
-        self.rows = [(name, s) for name in players for s in starts]
+        self.rows = [(name, s) for name in players for s in starts for _ in range(draws)]
+        self.draw = [k for _ in players for _ in starts for k in range(draws)]  # each row's noise draw
         h, w = starts[0].image.shape[:2]
         imgs = np.stack([s.image for _, s in self.rows])  # (B, H, W, 3)
         self.first = to_unit_range(frames_to_target(imgs, h, w)).permute(1, 0, 2, 3)  # (B, 3, H, W)
@@ -192,7 +200,8 @@ class Episodes:
         if wm is not None:
             scene_no = {id(s): i for i, s in enumerate(starts)}
             text, mask = wm.text([s.scene.instruction for _, s in self.rows])
-            gens = [sample_generator(wm.cfg, scene_no[id(s)]) for _, s in self.rows]
+            gens = [sample_generator(wm.cfg, scene_no[id(s)] + k * DRAW_OFFSET)
+                    for (_, s), k in zip(self.rows, self.draw)]
             masks = torch.from_numpy(np.stack([s.mask for _, s in self.rows])).bool()
             states = torch.from_numpy(np.stack([s.state for _, s in self.rows])).double()
             twin = None
@@ -253,12 +262,14 @@ class Episodes:
 def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str | Path], per_task: int = 10,
                          max_steps: int = 30, seed: int = EVAL_SEED, tasks=TASKS, baselines: bool = True,
                          expert_noise=(), device="cpu", execute: Optional[int] = None, layouts: Optional[int] = None,
-                         jitter: Optional[float] = None, condition: Optional[str] = None,
+                         jitter: Optional[float] = None, condition: Optional[str] = None, draws: int = 1,
                          progress: Callable[[str], None] = print) -> PolicyEvaluation:
     """Closed-loop success inside ``wm_run`` (module docstring), the same result type as ``evaluate_synthetic``'s
     (rows, episodes with per-frame verdicts) plus the world model's settings and timings. ``condition``: the world
-    model's simulation condition (:func:`load_environment`)."""
+    model's simulation condition (:func:`load_environment`); ``draws``: noise draws per episode (module docstring)."""
     check_episode_counts(per_task, max_steps, execute)
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ConfigError(f"--draws: got {draws!r}; expected a whole number >= 1 (noise draws per episode)")
     players = make_players(runs, baselines, expert_noise, seed, device)
     if not players:
         raise ConfigError("--runs: nothing to evaluate (no runs, no expert noise levels and no baselines)")
@@ -273,7 +284,7 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     t0 = time.perf_counter()
     scenes = held_out_scenes(seed, per_task, max_steps, tasks, layouts=layouts, jitter=jitter)
     starts = start_frames(scenes, seed, max_steps, height, width, layouts, jitter)
-    ep = Episodes(wm, players, starts)
+    ep = Episodes(wm, players, starts, draws)
     seconds = {"start": time.perf_counter() - t0, "world_model": 0.0, "players": 0.0, "judge": 0.0}
     q0 = torch.from_numpy(np.stack([s.state[:3] for _, s in ep.rows])).float()  # (B, 3) given at the start
     reading0 = judge.read(ep.first, ep.first, q0).numpy()  # the first frame against itself: r̂_0 (and d̂_0 ≈ 0)
@@ -313,7 +324,8 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
         learned=[n for n, p in players.items() if p.learned], executed={n: execute for n in players},
         seconds=total, judge=judge_record(judge), wm=str(wm_run), world_model=wm_record,
         sampler=None if wm is None else ep.ro.sampler.settings(), timing={k: round(v, 2) for k, v in seconds.items()},
-        episodes_per_minute=round(60 * len(ep.rows) / max(total, 1e-9), 1), frames=first_scene_frames(ep))
+        episodes_per_minute=round(60 * len(ep.rows) / max(total, 1e-9), 1), frames=first_scene_frames(ep),
+        draws=draws)
 
 
 def first_scene_frames(ep: Episodes) -> dict[str, np.ndarray]:
@@ -339,17 +351,26 @@ def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, 
                      reading0: Optional[np.ndarray] = None) -> dict[str, dict[str, list[EpisodeOutcome]]]:
     """Per player and task the outcomes: success at the first run of ``consecutive`` judged frames, its step, the
     per-frame verdicts and, for the episode's trust score, the predicate's margins and (with ``reading0``, the
-    judge's reading of each first frame) the arm's offsets from the commanded actions."""
+    judge's reading of each first frame) the arm's offsets from the commanded actions — all of draw 0; with several
+    noise draws per episode, every draw's verdict (``draw_success``) and largest margin (``draw_margin``)."""
     out: dict = {name: {task: [] for task in tasks} for name in ep.players}
     commanded = np.concatenate(ep.commanded, axis=1) if ep.commanded else None
+    several = max(ep.draw, default=0) > 0
     for i, (name, s) in enumerate(ep.rows):
         verdicts = frame_verdicts(s.task, readings[i])  # frames 1 … T
         hit = first_success(verdicts, consecutive)
         margin = np.round(decision_margin(s.task, readings[i]), 4).tolist()
+        if ep.draw[i] > 0:  # a later draw of the episode just collected (the draws of a start frame are together)
+            last = out[name][s.scene.task][-1]
+            last.draw_success.append(hit is not None)
+            last.draw_margin.append(max(margin))
+            continue
         arm = (np.round(arm_offsets_mm(readings[i], reading0[i], commanded[i]), 1).tolist()
                if reading0 is not None and commanded is not None else None)
         out[name][s.scene.task].append(EpisodeOutcome(s.scene.index, hit is not None,
                                                       hit + 1 if hit is not None else max_steps,
                                                       frame_judged=verdicts.tolist(), frame_margin=margin,
-                                                      frame_arm_mm=arm))
+                                                      frame_arm_mm=arm,
+                                                      draw_success=[hit is not None] if several else None,
+                                                      draw_margin=[max(margin)] if several else None))
     return out

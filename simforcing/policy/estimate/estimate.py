@@ -100,8 +100,8 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
     fold models' average)."""
     if predictor not in PREDICTORS:
         raise ConfigError(f"--predictor: got {predictor!r}; expected one of {', '.join(PREDICTORS)}")
-    if predictor == "verdict":
-        return wm.verdicts.astype(float)
+    if predictor == "verdict":  # the raw verdict; with several noise draws their share of successes
+        return wm.soft.copy()
     lab = np.asarray(labelled, int)
     unl = np.setdiff1d(np.arange(len(wm.keys)), lab)
     y = np.array([truth[wm.keys[i]] for i in lab], float)
@@ -180,6 +180,9 @@ def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_k
         arm = wm.features[:, FEATURES.index("arm_mean")]
         feature_auroc = {"|margin| (low: doubt)": auroc(-margin[sel], wrong[sel]),
                          "arm offset (high: doubt)": auroc(arm[sel], wrong[sel])}
+        if wm.evaluation.draws > 1:
+            feature_auroc["draws disagreeing (high: doubt)"] = auroc(wm.features[:, FEATURES.index("disagree")],
+                                                                     wrong)
     rows = [{"policy": k[0], "task": k[1], "scene": k[2], "world_model_success": bool(wm.verdicts[i]),
              "p_success": round(float(pred[i]), 4), "trust": round(float(trust[i]), 4), "labelled": i in lab_set,
              "ground_truth": truth.get(k) if (i in lab_set or truth_known) else None}
@@ -209,7 +212,10 @@ class StudyPoint:
     """Over ``draws`` draws of ``n`` labelled scenes: per policy the coverage of the 95 % intervals (PPI++ CLT,
     ground truth only (Wilson), and their finite-sample versions) of the pool's truth and the mean widths; pooled:
     the ground-truth trials saved at equal width (1 − (w_ppi / w_gt)², the mean over policies of the squared width
-    ratio), the ranking's Pearson with the truth (PPI estimates and ground-truth-only), the trust AUROC."""
+    ratio), the ranking's Pearson with the truth (PPI estimates and ground-truth-only), the trust AUROC; and the
+    within-policy correlation ρ with the truth over the pool's episodes (:func:`within_policy_rho`) of the world
+    model's verdict (``rho_verdict``: its soft verdict with several noise draws; nothing fitted) and of the learned
+    predictor (``rho_predictor``, mean over the draws) — PPI saves about ρ² of the trials."""
 
     n: int
     draws: int
@@ -220,12 +226,29 @@ class StudyPoint:
     pearson_ground_truth_only: float
     pearson_world_model: float
     trust_auroc: Optional[float]
+    rho_verdict: Optional[float] = None
+    rho_predictor: Optional[float] = None
 
     def to_json(self) -> dict:
         return {"n": self.n, "draws": self.draws, "coverage": self.coverage, "width": self.width,
                 "saved": self.saved, "pearson_ppi": self.pearson_ppi,
                 "pearson_ground_truth_only": self.pearson_ground_truth_only,
-                "pearson_world_model": self.pearson_world_model, "trust_auroc": self.trust_auroc}
+                "pearson_world_model": self.pearson_world_model, "trust_auroc": self.trust_auroc,
+                "rho_verdict": self.rho_verdict, "rho_predictor": self.rho_predictor}
+
+
+def within_policy_rho(keys: Sequence[Key], values: np.ndarray, truth: dict[Key, bool]) -> Optional[float]:
+    """The mean over policies of the Pearson correlation between ``values`` (E,) and the truth across one policy's
+    episodes — how well a predictor tells this policy's successes from its failures, the quantity prediction-powered
+    inference turns into trials saved (1 − ρ² of the variance remains). Policies whose truth or values do not vary
+    (a policy that always succeeds) have no correlation and are left out; None when none has one."""
+    rhos = []
+    for policy in dict.fromkeys(k[0] for k in keys):
+        idx = [i for i, k in enumerate(keys) if k[0] == policy]
+        r = pearson(np.array([truth[keys[i]] for i in idx], float), np.asarray(values, float)[idx])
+        if np.isfinite(r):
+            rhos.append(r)
+    return float(np.mean(rhos)) if rhos else None
 
 
 KINDS = ("ppi", "ground_truth_only", "ppi_finite", "ground_truth_only_finite")
@@ -257,7 +280,7 @@ def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: i
     kinds = KINDS + SAMPLING
     hits = {p: {k: 0 for k in kinds} for p in wm.policies}
     widths = {p: {k: [] for k in kinds} for p in wm.policies}
-    r_ppi, r_gt, aurocs = [], [], []
+    r_ppi, r_gt, aurocs, rho_pred = [], [], [], []
     truths = raw = None
     for d in range(draws):
         res = estimate_policies(wm, truth, draw_labelled(wm, n, rng), predictor, alpha, seed=d, truth_known=True,
@@ -276,6 +299,9 @@ def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: i
         r_gt.append(pearson(truths, [res.policies[p].average.ground_truth_only.estimate for p in wm.policies]))
         if res.trust_auroc_unlabelled is not None:
             aurocs.append(res.trust_auroc_unlabelled)
+        rho = within_policy_rho(wm.keys, np.array([row["p_success"] for row in res.episodes]), truth)
+        if rho is not None:
+            rho_pred.append(rho)
         if (d + 1) % 50 == 0:
             progress(f"n = {n}: {d + 1}/{draws} draws")
     width = {p: {k: float(np.mean(v)) for k, v in w.items()} for p, w in widths.items()}
@@ -283,7 +309,8 @@ def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: i
               if width[p]["ground_truth_only"] > 0]
     return StudyPoint(n, draws, {p: {k: h / draws for k, h in c.items()} for p, c in hits.items()}, width,
                       float(1 - np.mean(ratios)), float(np.nanmean(r_ppi)), float(np.nanmean(r_gt)),
-                      pearson(truths, raw), float(np.mean(aurocs)) if aurocs else None)
+                      pearson(truths, raw), float(np.mean(aurocs)) if aurocs else None,
+                      within_policy_rho(wm.keys, wm.soft, truth), float(np.mean(rho_pred)) if rho_pred else None)
 
 
 def coverage_study(wm: WorldModelEpisodes, truth: dict[Key, bool], ns: Sequence[int], draws: int = 200,

@@ -22,6 +22,10 @@ def _pct(x: Optional[float]) -> str:
     return "–" if x is None else f"{100 * x:.0f}"
 
 
+def _num(x: Optional[float]) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
 def _ci(e) -> str:
     return f"{100 * e.estimate:.0f} [{100 * e.lo:.0f}, {100 * e.hi:.0f}]"
 
@@ -73,8 +77,9 @@ def study_markdown(study: Sequence[StudyPoint]) -> str:
              "mean widths; trials saved at equal width; Pearson of the estimates with the truth.", "",
              "| n | draws | coverage PPI (min) | coverage ground truth only (min) | width PPI "
              "| width ground truth only "
-             "| trials saved | Pearson PPI / ground truth only / world model raw | trust AUROC |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| trials saved | Pearson PPI / ground truth only / world model raw | trust AUROC "
+             "| within-policy ρ: verdict / predictor |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for s in study:
         cov_ppi = min(c["ppi"] for c in s.coverage.values())
         cov_gt = min(c["ground_truth_only"] for c in s.coverage.values())
@@ -83,7 +88,7 @@ def study_markdown(study: Sequence[StudyPoint]) -> str:
         lines.append(f"| {s.n} | {s.draws} | {100 * cov_ppi:.1f} % | {100 * cov_gt:.1f} % | {100 * w_ppi:.1f} | "
                      f"{100 * w_gt:.1f} | {100 * s.saved:.0f} % | {s.pearson_ppi:.2f} / "
                      f"{s.pearson_ground_truth_only:.2f} / {s.pearson_world_model:.2f} | "
-                     f"{'–' if s.trust_auroc is None else f'{s.trust_auroc:.2f}'} |")
+                     f"{_num(s.trust_auroc)} | {_num(s.rho_verdict)} / {_num(s.rho_predictor)} |")
     if all("sampled_by_doubt" in next(iter(s.coverage.values())) for s in study):
         lines += ["", "Where the trials go (the raw verdict as predictor, active inference): n expected trials per "
                   "policy placed uniformly or where the unsupervised doubt (the arm's offset from the actions, a small "

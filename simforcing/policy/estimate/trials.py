@@ -37,9 +37,9 @@ _TRUE, _FALSE = {"1", "true", "yes", "success"}, {"0", "false", "no", "failure"}
 
 @dataclass(frozen=True)
 class WorldModelEpisodes:
-    """Every episode of a world-model evaluation: its features (``trust.FEATURES``) and the judge's verdict;
-    ``readings``: whether the evaluation recorded per-frame margins and arm readings (else only the verdict is
-    known); ``source``: the folder."""
+    """Every episode of a world-model evaluation: its features (``trust.FEATURES``) and the judge's verdict (draw 0's
+    with several noise draws, ``soft`` the share of draws judged successful); ``readings``: whether the evaluation
+    recorded per-frame margins and arm readings (else only the verdict is known); ``source``: the folder."""
 
     keys: list[Key]
     features: np.ndarray  # (E, len(FEATURES))
@@ -50,6 +50,11 @@ class WorldModelEpisodes:
 
     def index(self) -> dict[Key, int]:
         return {k: i for i, k in enumerate(self.keys)}
+
+    @property
+    def soft(self) -> np.ndarray:
+        """(E,) the share of the world model's noise draws judged successful (the verdict with one draw)."""
+        return self.verdicts + self.features[:, FEATURES.index("soft_shift")]
 
     @property
     def policies(self) -> list[str]:
@@ -67,7 +72,8 @@ def world_model_episodes(folder: str | Path, what: str = "--wm-eval") -> WorldMo
         for task, outs in per.items():
             for o in outs:
                 keys.append((policy, task, int(o.scene)))
-                feats.append(episode_features(o.success, o.frame_judged, o.frame_margin, o.frame_arm_mm))
+                feats.append(episode_features(o.success, o.frame_judged, o.frame_margin, o.frame_arm_mm,
+                                              o.draw_success))
                 verdicts.append(bool(o.success))
                 readings &= has_readings(o.frame_margin, o.frame_arm_mm)
     if not keys:
