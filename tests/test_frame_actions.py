@@ -2,7 +2,8 @@
 latent frame's own actions modulating that frame's adaLN in every block ("frame", after IRASim; no action expert), or
 both. The per-frame term starts exact (zero-initialised: Wan2.2 weights and a stage-1 checkpoint give the same
 outputs), reaches only its own frame, is dropped exactly with the actions, is computed once per rollout, trains, and
-runs end to end (pretrain -> train -> evaluate, resume)."""
+runs end to end (pretrain -> train -> evaluate, resume, a stage-2 student that adds it to an "expert" teacher, the
+export); a video base of any mode starts a stage 1 of any other, and a policy is always "expert"."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ import torch
 
 from simforcing.config import ConfigError, load_config
 from simforcing.evaluate.run import evaluate_run
+from simforcing.export import export_run, load_pretrained
 from simforcing.models.frame_actions import add_per_frame
 from simforcing.models.info import parameter_counts
 from simforcing.models.world_model import build_world_model
 from simforcing.runs.checkpoint import list_checkpoints, load_checkpoint
+from simforcing.runs.folder import load_model_from_run
 from simforcing.sample import CountingModel, StepInputs, guided_velocity, rollout_velocity
 from simforcing.train import train_run
-from test_train import losses, tiny, tiny_cfg  # noqa: F401  (a fixture: the data)
+from test_train import losses, stage1, tiny, tiny_cfg  # noqa: F401  (fixtures: the data, a paper-path stage 1)
 from test_weights import wan_started, write_tiny_wan
 from test_world_model import TINY, _batch
 
@@ -359,6 +362,37 @@ def test_wan_weights_load_with_the_frame_term_zero(tmp_path):
         assert torch.equal(out, paper(**batch))
 
 
+def test_stage2_adds_the_frame_term_to_an_expert_teacher(tiny, stage1, tmp_path):
+    """Stage 2 with 'both' starts from a paper-path stage-1 run: the per-frame term is new (zero, so the student
+    starts as the teacher) and trains; 'frame' (no action expert) is another architecture, refused by name before
+    any work; a resume keeps the mode."""
+    run = tmp_path / "s2"
+    cfg = tiny_cfg(*tiny, "--train.max_steps=2", "--model.action_conditioning=both")
+    result = train_run(cfg, run, "train", teacher_run=stage1, method="simforcing", progress=False)
+    assert result["state"] == "finished" and result["step"] == 2, result
+    teacher = load_checkpoint(list_checkpoints(stage1)[-1][1]).model_state
+    assert not any(k.startswith("frame_actions.") for k in teacher)
+    state = load_checkpoint(list_checkpoints(run)[-1][1]).model_state
+    assert state["frame_actions.linear_2.weight"].abs().sum() > 0  # trained from zero
+    run_cfg, model, _ = load_model_from_run(run)
+    assert run_cfg.model.action_conditioning == "both"
+    assert torch.equal(model.frame_actions.linear_2.weight, state["frame_actions.linear_2.weight"])
+    with pytest.raises(ConfigError, match="model.action_conditioning: .* was trained with 'both'"):
+        train_run(tiny_cfg(*tiny, "--train.max_steps=3"), run, "train", teacher_run=stage1, resume=True,
+                  progress=False)
+    export_run(run, tmp_path / "shared")  # the export keeps it, and its model card says so
+    shared = load_pretrained(tmp_path / "shared")
+    assert shared.cfg.model.action_conditioning == "both"
+    assert torch.equal(shared.model.frame_actions.linear_2.weight, state["frame_actions.linear_2.weight"])
+    assert "video expert + action expert + per-frame action adaLN" in (tmp_path / "shared/README.md").read_text()
+    bad = tmp_path / "frame"
+    with pytest.raises(ConfigError, match="model.action_conditioning: got 'frame' but the teacher checkpoint .* "
+                                          "'expert'.*from 'expert' to 'both'"):
+        train_run(tiny_cfg(*tiny, "--model.action_conditioning=frame"), bad, "train", teacher_run=stage1,
+                  method="simforcing", progress=False)
+    assert not bad.exists()
+
+
 def _resumes_exactly(cfg, stage: str, tmp_path, monkeypatch, **kw) -> None:
     """A run stopped after step 2 (SIGTERM) and resumed logs the losses of the uninterrupted run exactly."""
     from test_train import _raise_sigterm_at
@@ -389,3 +423,81 @@ def test_frame_mode_end_to_end_resumes_exactly(tiny, tmp_path, monkeypatch):
     assert result["state"] == "finished" and result["step"] == 2, result
     res = evaluate_run(s2, tiny[0], None, "val", 1, tmp_path / "ev", progress=False)
     assert res.scores.num_samples == 1 and (tmp_path / "ev" / "eval.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_simforcing_stage2_with_both_resumes_exactly(tiny, stage1, tmp_path, monkeypatch):
+    cfg = tiny_cfg(*tiny, "--train.max_steps=4", "--train.ckpt_every=10", "--model.action_conditioning=both")
+    _resumes_exactly(cfg, "train", tmp_path, monkeypatch, teacher_run=stage1, method="simforcing")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A video base and a policy: the action side of one mode meets a run of another
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_video_base_of_the_paper_path_starts_a_frame_or_both_stage1(tiny, tmp_path):
+    """A video base never trains its action side, whatever its mode: a stage 1 of another mode starts from it (the
+    per-frame term new, the base's action expert unused by a 'frame' stage 1), its video expert inherited."""
+    from simforcing.prior import video_prior_run
+    from simforcing.warmstart import init_from_run, is_action_side
+    from test_prior import prior_cfg
+
+    base = tmp_path / "base"
+    assert video_prior_run(prior_cfg(*tiny, "--train.max_steps=1"), base, progress=False)["state"] == "finished"
+    for mode in ("frame", "both"):
+        cfg = tiny_cfg(*tiny, f"--model.action_conditioning={mode}")
+        torch.manual_seed(0)
+        model = build_world_model(cfg)
+        own = {k: v.clone() for k, v in model.state_dict().items()}
+        rep = init_from_run(model, cfg, base)
+        assert {f"frame_actions.linear_{i}.{p}" for i in (1, 2) for p in ("weight", "bias")} <= set(rep.new)
+        assert all(is_action_side(n) for n in rep.new) and all(is_action_side(n) for n in rep.unused)
+        assert bool(rep.unused) == (mode == "frame")  # the base's action expert, which 'frame' has not
+        assert all(torch.equal(model.state_dict()[n], own[n]) for n in rep.new)
+    s1 = tmp_path / "s1"
+    res = train_run(tiny_cfg(*tiny, "--train.max_steps=1", "--model.action_conditioning=frame"), s1, "pretrain",
+                    init=base, progress=False)
+    assert res["state"] == "finished"
+    with pytest.raises(ConfigError, match="model.ffn_dim"):  # control: other architecture fields still must match
+        init_from_run(build_world_model(tiny_cfg(*tiny, "--model.ffn_dim=48")), tiny_cfg(*tiny, "--model.ffn_dim=48"),
+                      base)
+
+
+def test_a_policy_from_a_frame_or_both_world_model(tiny, tmp_path):
+    """A policy predicts its actions: its config is 'expert' whatever the world model's; a 'both' world model hands
+    on both experts (its per-frame term unused), a 'frame' one only its video expert (policy.init_from=video, or a
+    ConfigError says so)."""
+    from datagen import make_policy_dataset
+    from simforcing.policy.configs import policy_run_config
+    from simforcing.policy.init import init_policy
+    from simforcing.policy.settings import ATTENTION_MODE
+    from test_policy import POLICY
+
+    data = make_policy_dataset(tmp_path / "policy")
+    runs = {}
+    for mode in ("frame", "both"):
+        runs[mode] = tmp_path / mode
+        res = train_run(tiny_cfg(*tiny, "--train.max_steps=1", f"--model.action_conditioning={mode}"), runs[mode],
+                        "pretrain", progress=False)
+        assert res["state"] == "finished"
+
+    def policy(mode, *extra):
+        cfg = policy_run_config("action_only", str(runs[mode]), str(data), "demo",
+                                POLICY + [f"--model.vae.path={tiny[1]}", *extra])
+        assert cfg.model.action_conditioning == "expert" and cfg.model.action_head
+        return cfg, build_world_model(cfg, attention_mode=ATTENTION_MODE[cfg.policy.setting])
+
+    cfg, model = policy("both")
+    rep = init_policy(model, cfg, str(runs["both"]))
+    assert rep.unused == sorted(f"frame_actions.linear_{i}.{p}" for i in (1, 2) for p in ("weight", "bias"))
+    assert any(".action." in n for n in rep.inherited)
+    cfg, model = policy("frame")
+    with pytest.raises(ConfigError, match="no action expert.*policy.init_from=video"):
+        init_policy(model, cfg, str(runs["frame"]))
+    cfg, model = policy("frame", "--policy.init_from=video")
+    rep = init_policy(model, cfg, str(runs["frame"]))
+    assert rep.inherited and not any(".action." in n or n.startswith("action.") for n in rep.inherited)
+    assert any(".action." in n for n in rep.new)
+    with pytest.raises(ConfigError, match="model.action_conditioning=frame.*a policy"):
+        policy("both", "--model.action_conditioning=frame")
