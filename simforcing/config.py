@@ -94,6 +94,11 @@ class ModelConfig:
     action_hidden: int = 1024
     action_ffn_dim: int = 4096
     use_action_expert: bool = True
+    # how the actions reach the video (beyond the paper, after IRASim and the 1X challenge's adaLN-Zero state
+    # conditioning): "expert" — the paper's action expert, joint attention with the video tokens —, "frame" — each
+    # future latent frame's own actions (4·data.frame_stride of them) modulate that frame's adaLN in every block
+    # through a zero-initialised MLP (WorldModel.frame_actions), no action expert —, or "both"
+    action_conditioning: str = "expert"
     # policy (SPEC §9): a full last action block, an action output head, and noised action tokens with their own
     # timestep; False is the world model (clean actions, a K/V-only last action block, no action output)
     action_head: bool = False
@@ -111,6 +116,17 @@ class ModelConfig:
     def dim(self) -> int:
         return self.num_attention_heads * self.attention_head_dim
 
+    @property
+    def has_action_expert(self) -> bool:
+        """Whether the network has the action expert: ``use_action_expert`` and ``action_conditioning`` expert/both
+        (``use_action_expert`` false with "expert": no action input at all, plain Wan2.2 for parity checks)."""
+        return self.use_action_expert and self.action_conditioning != "frame"
+
+    @property
+    def has_frame_actions(self) -> bool:
+        """Whether each latent frame's actions modulate its adaLN (``action_conditioning`` frame/both)."""
+        return self.action_conditioning in ("frame", "both")
+
 
 @dataclass
 class FlowConfig:
@@ -120,6 +136,8 @@ class FlowConfig:
     loss_weighting: str = "gaussian_bump"  # "uniform", "gaussian_bump" (authors' code) or "tau_squared" (x0 demo)
 
 
+# how the actions reach the video (model.action_conditioning; WorldModel)
+ACTION_CONDITIONINGS = ("expert", "frame", "both")
 # where the simulation condition enters the real branch (conditioning.path; WorldModel)
 CONDITION_PATHS = ("blocks", "concat", "both")
 
@@ -381,6 +399,14 @@ class Config:
         _check(m.num_attention_heads > 0 and m.attention_head_dim > 0, "model.num_attention_heads",
                m.num_attention_heads, "positive")
         _check(m.num_layers >= 1, "model.num_layers", m.num_layers, "an integer >= 1")
+        _check(m.action_conditioning in ACTION_CONDITIONINGS, "model.action_conditioning", m.action_conditioning,
+               "'expert' (the paper's action expert), 'frame' (per-frame adaLN) or 'both'")
+        _check(m.use_action_expert or m.action_conditioning != "both", "model.action_conditioning",
+               m.action_conditioning, "'frame' or 'expert' with model.use_action_expert false ('both' needs the "
+               "action expert)")
+        _check(not m.action_head or m.action_conditioning == "expert", "model.action_conditioning",
+               m.action_conditioning, "'expert' with model.action_head (a policy predicts its actions; its video "
+               "tokens never read them)")
         _check(self.flow.shift > 0, "flow.shift", self.flow.shift, "a positive number")
         _check(self.flow.t_sampling in ("discrete", "continuous"), "flow.t_sampling", self.flow.t_sampling,
                "'discrete' or 'continuous'")

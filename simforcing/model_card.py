@@ -17,6 +17,9 @@ from simforcing.utils import fmt_num
 KIND_TEXT = {"stage1": "stage 1: the simulation world model (trained on simulation videos; the frozen teacher of "
                        "SimForcing's stage 2)",
              "stage2": "stage 2: the real-domain student world model"}
+ACTION_PATHS = {"expert": "action expert",  # model.action_conditioning
+                "frame": "per-frame action adaLN (each latent frame's actions modulate that frame)",
+                "both": "action expert + per-frame action adaLN"}
 METHOD_TEXT = {"simforcing": "SimForcing: the frozen simulation world model distils its motion prior into the "
                              "real-domain student; the two-stage sampler guides the real rollout with a simulation "
                              "rollout (simulation-guidance CFG)",
@@ -106,7 +109,8 @@ def model_card(wm: LoadedWorldModel, run: Path, source: dict, vae: dict, text: d
         "## Method", "",
         f"- {KIND_TEXT.get(source['kind'], source['kind'] or 'world model')}",
         f"- training method `{cfg.train.method}`: {METHOD_TEXT.get(cfg.train.method, 'see docs/DESIGN.md')}",
-        f"- network: Wan2.2-style video expert + action expert, {m.num_layers} layers, {m.num_attention_heads} heads "
+        f"- network: Wan2.2-style video expert + {ACTION_PATHS.get(m.action_conditioning, m.action_conditioning)}, "
+        f"{m.num_layers} layers, {m.num_attention_heads} heads "
         f"× {m.attention_head_dim}, {params:,} parameters in {shards} safetensors shard{'s' * (shards > 1)}; "
         f"{m.parameterization} parameterisation", "",
         "## Data", "", *_data_lines(cfg), "",

@@ -9,11 +9,14 @@ The paper trains its world model from Wan2.2; at demo scale, where no video mode
 video base (``simforcing.prior``, ``pretrain --method video_prior``, run kind ``video_base``) the same way:
 ``pretrain --init RUN0`` (only a video-base run is accepted: ``runs.folder.INIT_STAGE1``). A run hands on only what it
 trained. A video base never saw an action or a state, so its action expert (``action.*``, ``layers.N.action.*``), its
-proprio-state projection (``state_embed.*``) and its simulation-condition projections (``layers.N.cond_proj.*``,
-zero; ``cond_embed.*`` too with ``conditioning.path`` concat/both) were never trained: they are *new* in the report and keep the model's own initialisation (:func:`untrained_by`).
-Every other tensor of the model must be in the run with the same shape; architecture fields
-(``runs.loaded.architecture_fields``) must match: otherwise a ConfigError names the field or the tensors. The report
-(``RUN/init.json``) has the layout of ``policy train --init``'s (``policy.init``, which uses the same rule).
+proprio-state projection (``state_embed.*``), its simulation-condition projections (``layers.N.cond_proj.*``,
+zero; ``cond_embed.*`` too with ``conditioning.path`` concat/both) and its per-frame action conditioning
+(``frame_actions.*``, ``model.action_conditioning`` frame/both) were never trained: they are *new* in the report and
+keep the model's own initialisation (:func:`untrained_by`) — so a video base of any ``model.action_conditioning``
+starts a stage 1 of any other (the action side the run has and the model lacks is left *unused*). Every other tensor
+of the model must be in the run with the same shape; architecture fields (``runs.loaded.architecture_fields``) must
+match: otherwise a ConfigError names the field or the tensors. The report (``RUN/init.json``) has the layout of
+``policy train --init``'s (``policy.init``, which uses the same rule).
 """
 
 from __future__ import annotations
@@ -62,8 +65,8 @@ def _short(names: list[str], n: int = 6) -> str:
 
 def is_action_side(name: str) -> bool:
     """What a video prior never trains: the action expert, the state projection, the condition projections (P_j and
-    the input's condition channels)."""
-    return (name.startswith(("action.", "state_embed.", "cond_embed.")) or ".action." in name
+    the input's condition channels), the per-frame action conditioning."""
+    return (name.startswith(("action.", "state_embed.", "cond_embed.", "frame_actions.")) or ".action." in name
             or ".cond_proj." in name)
 
 
@@ -91,7 +94,10 @@ def check_init_run(cfg: Config, run_dir: str | Path, flag: str = "--init") -> Co
         raise ConfigError(f"{flag}: {run_dir} is not a folder; expected the run folder of `simforcing pretrain "
                           "--method video_prior` (RUN0)")
     run_cfg = run_config(run_dir, INIT_STAGE1, flag, "init_stage1")
-    for name, theirs, ours in differing_fields(run_cfg, cfg, architecture_fields(cfg))[:1]:
+    fields = architecture_fields(cfg)
+    if untrained_by(run_cfg)("action."):  # its action side never trained: any action conditioning starts from it
+        fields = tuple(f for f in fields if f != "model.action_conditioning")
+    for name, theirs, ours in differing_fields(run_cfg, cfg, fields)[:1]:
         raise ConfigError(f"{name}: got {ours!r} but {flag} {run_dir} was trained with {theirs!r}; the run starts "
                           "from its weights, so architecture fields must match (pass the same --preset/overrides)")
     if not list_checkpoints(run_dir):
@@ -111,8 +117,8 @@ def init_from_run(model: torch.nn.Module, cfg: Config, run_dir: str | Path, flag
     own = model.state_dict()
     for name, t in own.items():
         s = src.get(name)
-        if s is None and new_condition_tensor(name):  # the input's condition channels: fresh (zero), like the P_j
-            rep.new.append(name)
+        if s is None and (new_condition_tensor(name) or untrained(name)):  # fresh: zero (the condition channels,
+            rep.new.append(name)  # like the P_j; the per-frame action term) or an action side the run never had
         elif s is None or tuple(s.shape) != tuple(t.shape):
             bad.append(f"{name}: model {tuple(t.shape)}, run {tuple(s.shape) if s is not None else 'absent'}")
         elif untrained(name):
@@ -121,7 +127,7 @@ def init_from_run(model: torch.nn.Module, cfg: Config, run_dir: str | Path, flag
             t.copy_(s.to(t.dtype))
             rep.inherited.append(name)
     rep.unused = sorted(set(src) - set(own))
-    bad += [f"{name}: model absent, run {tuple(src[name].shape)}" for name in rep.unused]
+    bad += [f"{name}: model absent, run {tuple(src[name].shape)}" for name in rep.unused if not untrained(name)]
     if bad:
         raise ConfigError(f"{flag} {run_dir}: the run is another architecture; {len(bad)} tensor(s) do not match: "
                           + "; ".join(bad[:12]) + (f"; … (+{len(bad) - 12})" if len(bad) > 12 else ""))

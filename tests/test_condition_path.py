@@ -10,11 +10,10 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from diffusers import WanTransformer3DModel
 
 from simforcing.config import ConfigError, load_config
 from simforcing.export import export_run, load_pretrained
-from simforcing.models.weights import diffusers_from_ours, load_video_expert_weights
+from simforcing.models.weights import diffusers_from_ours
 from simforcing.models.world_model import build_world_model, patchify
 from simforcing.runs.checkpoint import list_checkpoints, load_checkpoint
 from simforcing.runs.folder import load_model_from_run
@@ -22,6 +21,7 @@ from simforcing.sample import CountingModel, StepInputs, guided_velocity, rollou
 from simforcing.train import train_run
 from simforcing.warmstart import load_start_weights
 from test_train import make_tiny_data, tiny_cfg
+from test_weights import wan_started, write_tiny_wan
 from test_world_model import _batch
 
 TINY = {"model.num_attention_heads": "2", "model.attention_head_dim": "16", "model.ffn_dim": "64",
@@ -185,26 +185,12 @@ def test_wan_weights_load_with_the_new_channels_zero(tmp_path, path):
     """A tiny random Wan2.2 transformer (diffusers layout, as tests/test_weights.py writes them) into a tiny 5B-preset
     model built on the meta device: Wan's tensors load, the condition channels are expected missing and zero, and the
     pretrained start is exact — the same outputs as the paper-path model from the same weights."""
-    torch.manual_seed(0)
-    ref = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=48,
-                                out_channels=48, text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2,
-                                cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6)
-    with torch.no_grad():
-        for p in ref.parameters():
-            p.normal_(0.0, 0.2)
     folder = tmp_path / "transformer"
-    ref.save_pretrained(folder)
+    write_tiny_wan(folder, in_channels=48)
 
     def loaded(path):
         cfg = load_config("bridge", {**BRIDGE_TINY, "conditioning.path": path}).validate()
-        model = build_world_model(cfg, meta=True)
-        model.to_empty(device="cpu")
-        with torch.no_grad():
-            for p in model.parameters():
-                p.fill_(float("nan"))  # to_empty leaves garbage: make it loud
-        torch.manual_seed(1)
-        model.initialize_weights()
-        return cfg, model, load_video_expert_weights(model, folder)
+        return (cfg, *wan_started(cfg, folder))
 
     cfg, model, report = loaded(path)
     assert report.missing == [] and report.unexpected == [] and "cond_embed.weight" in report.expected_missing
@@ -212,10 +198,10 @@ def test_wan_weights_load_with_the_new_channels_zero(tmp_path, path):
     _, paper, _ = loaded("blocks")
     batch, cond = _batch(cfg), _cond(cfg)
     with torch.no_grad():
-        out = model.eval()(**batch, cond=cond, gate=torch.ones(2))
+        out = model(**batch, cond=cond, gate=torch.ones(2))
         assert torch.isfinite(out).all() and out.abs().mean() > 0.01
         assert torch.equal(out, model(**batch))
-        assert torch.equal(out, paper.eval()(**batch, cond=cond, gate=torch.ones(2)))
+        assert torch.equal(out, paper(**batch, cond=cond, gate=torch.ones(2)))
     # the configured start (model.weights), as stage 1 loads it
     cfg.model.weights = str(folder)
     fresh = build_world_model(cfg)

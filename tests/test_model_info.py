@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -27,8 +28,9 @@ def test_token_layouts():
     assert (t["video"], t["action"]) == (630, 128)
 
 
-def test_analytic_flops_match_torch_counter():
-    cfg = load_config("demo")
+@pytest.mark.parametrize("actions", ["expert", "frame", "both"])
+def test_analytic_flops_match_torch_counter(actions):
+    cfg = load_config("demo", {"model.action_conditioning": actions})
     model = build_world_model(cfg)
     c, lat, (h, w) = cfg.model.vae.latent_channels, cfg.latent_frames, cfg.latent_hw
     args = dict(z_t=torch.randn(1, c, lat - 1, h, w), tau=torch.rand(1), z0=torch.randn(1, c, 1, h, w),

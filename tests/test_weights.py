@@ -43,20 +43,41 @@ def _to_original(key: str) -> str:
     return key
 
 
-@pytest.fixture(scope="module")
-def wan(tmp_path_factory):
-    """A tiny random diffusers Wan transformer saved as a sharded folder, and its state dict."""
+def write_tiny_wan(folder, in_channels: int = 16, **save) -> dict:
+    """A tiny random diffusers Wan transformer (2 layers, 2 heads × 16, ``in_channels`` latent channels, weights
+    N(0, 0.2²) from seed 0) saved to ``folder`` (``save``: save_pretrained's options); returns its state dict."""
     torch.manual_seed(0)
-    ref = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=16,
-                                out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2,
-                                cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6)
+    ref = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16,
+                                in_channels=in_channels, out_channels=in_channels, text_dim=32, freq_dim=32, ffn_dim=64,
+                                num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6)
     with torch.no_grad():
         for p in ref.parameters():
             p.normal_(0.0, 0.2)
+    ref.save_pretrained(folder, **save)
+    return {k: v.clone() for k, v in ref.state_dict().items()}
+
+
+def wan_started(cfg, folder):
+    """The model of ``cfg`` as a large run starts it: built on the meta device, materialised (garbage made NaN, so a
+    tensor left unset is loud), initialised from seed 1, then the Wan weights at ``folder`` loaded ->
+    (model in eval mode, the LoadReport)."""
+    model = build_world_model(cfg, meta=True)
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    torch.manual_seed(1)
+    model.initialize_weights()
+    return model.eval(), load_video_expert_weights(model, folder)
+
+
+@pytest.fixture(scope="module")
+def wan(tmp_path_factory):
+    """A tiny random diffusers Wan transformer saved as a sharded folder, and its state dict."""
     folder = tmp_path_factory.mktemp("wan") / "transformer"
-    ref.save_pretrained(folder, max_shard_size="40KB")  # several shards + an index json
+    sd = write_tiny_wan(folder, max_shard_size="40KB")  # several shards + an index json
     assert len(list(folder.glob("*.safetensors"))) > 1 and list(folder.glob("*.index.json"))
-    return folder, {k: v.clone() for k, v in ref.state_dict().items()}
+    return folder, sd
 
 
 def _check_equal(model, sd):

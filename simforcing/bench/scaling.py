@@ -61,7 +61,7 @@ def bench_scaling(cfg: Config, device: torch.device, opts: BenchOptions, log: Ca
         mem = peak_bytes(fwd, device)
         fl = flops_split(c)
         n_video = c.latent_frames * c.tokens_per_latent_frame
-        n_action = c.data.actions_per_window if c.model.use_action_expert else 0
+        n_action = c.data.actions_per_window if c.model.has_action_expert else 0
         rows.append({**pt, "latent_frames": c.latent_frames, "video_tokens": n_video, "action_tokens": n_action,
                      "tokens": n_video + n_action, "forward_s": secs, "peak_bytes": mem, "flops": fl["total"],
                      "attention_flop_share": fl["attention"] / fl["total"],

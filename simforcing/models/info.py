@@ -32,12 +32,17 @@ GIB = 1024 ** 3
 
 def parameter_counts(cfg: Config) -> dict[str, int]:
     """Parameters per part of the world model: video expert, action expert, conditioning (the P_j, and the input's
-    condition channels E with ``conditioning.path`` concat/both), state token."""
+    condition channels E with ``conditioning.path`` concat/both), state token and, with ``model.action_conditioning``
+    frame/both, the per-frame action conditioning (``frame_actions``)."""
     model = build_world_model(cfg, meta=True)
     counts = {"video_expert": 0, "action_expert": 0, "condition_projections": 0, "state_token": 0}
+    if model.frame_actions is not None:
+        counts["frame_actions"] = 0
     for name, p in model.named_parameters():
         if ".cond_proj." in name or name.startswith("cond_embed."):
             counts["condition_projections"] += p.numel()
+        elif name.startswith("frame_actions."):
+            counts["frame_actions"] += p.numel()
         elif name.startswith("action.") or ".action." in name:
             counts["action_expert"] += p.numel()
         elif name.startswith("state_embed."):
@@ -51,7 +56,7 @@ def parameter_counts(cfg: Config) -> dict[str, int]:
 
 def token_counts(cfg: Config) -> dict[str, int]:
     n_video = cfg.latent_frames * cfg.tokens_per_latent_frame
-    n_action = cfg.data.actions_per_window if cfg.model.use_action_expert else 0
+    n_action = cfg.data.actions_per_window if cfg.model.has_action_expert else 0
     return {"video": n_video, "first_frame": cfg.tokens_per_latent_frame, "action": n_action,
             "text": cfg.data.text_max_tokens + 1, "joint": n_video + n_action}
 
@@ -82,6 +87,9 @@ def forward_flops(cfg: Config) -> dict[str, float]:
                      + 2 * cfg.data.state_dim * m.text_dim
                      + (2 * nt * (m.text_dim * ha + ha * ha) * (layers > 1) + 2 * na * cfg.data.action_dim * ha
                         + 2 * (m.freq_dim * ha + ha * ha + 6 * ha * ha) if na else 0))}
+    if m.has_frame_actions:  # each future latent frame's actions -> its 7·dim terms (models/frame_actions.py)
+        span = m.vae.temporal_stride * cfg.data.frame_stride
+        out["frame_actions"] = 2 * (cfg.latent_frames - 1) * (span * cfg.data.action_dim * ha + ha * 7 * d)
     out["total"] = float(sum(out.values()))
     return out
 

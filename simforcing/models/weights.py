@@ -12,8 +12,9 @@ Two Wan2.2-TI2V-5B layouts load into the video expert, detected by their KEYS (n
 diffusers names map to ours by a prefix rename: ``blocks.{i}.X`` → ``layers.{i}.video.X``, anything else → ``video.X``.
 Keys that Wan cannot provide are *expected missing*: ``action.*``, ``layers.*.action.*``, ``layers.*.cond_proj.*``
 (the P_j convolutions), ``cond_embed.*`` (the input's condition channels, ``conditioning.path`` concat/both),
-``state_embed.*``; they keep the model's initialisation (the P_j and ``cond_embed`` zero: the pretrained start is
-exact). Other missing keys and unexpected keys are reported by name (and raise
+``frame_actions.*`` (the per-frame action conditioning, ``model.action_conditioning`` frame/both), ``state_embed.*``;
+they keep the model's initialisation (the P_j, ``cond_embed`` and the per-frame action term zero: the pretrained
+start is exact). Other missing keys and unexpected keys are reported by name (and raise
 with ``strict=True``, before anything is copied).
 
 :func:`write_action_expert` (``simforcing model init-action-expert --preset P --weights WAN_PATH --out FILE``) writes
@@ -42,7 +43,8 @@ from simforcing.utils import atomic_write, autocast_dtype
 
 _ORIGINAL_PREFIX = "model.diffusion_model."
 _IGNORED_UNEXPECTED = ("norm_added_q",)  # diffusers ignores these too (_keys_to_ignore_on_load_unexpected)
-_EXPECTED_MISSING = re.compile(r"^(action\.|state_embed\.|cond_embed\.|layers\.\d+\.(action|cond_proj)\.)")
+_EXPECTED_MISSING = re.compile(r"^(action\.|state_embed\.|cond_embed\.|frame_actions\.|"
+                               r"layers\.\d+\.(action|cond_proj)\.)")
 _ACTION_KEY = re.compile(r"^(action\.|layers\.\d+\.action\.)")
 
 
@@ -261,7 +263,8 @@ def load_action_expert_weights(model: nn.Module, path: str | Path, strict: bool 
     if not f.is_file() or f.suffix != ".safetensors":
         raise ValueError(f"{f}: expected the single .safetensors file written by `model init-action-expert`")
     if getattr(model, "action", None) is None:
-        raise ConfigError(f"model.use_action_expert: False, but model.action_expert_weights={path} was given")
+        raise ConfigError(f"model.action_expert_weights={path} was given, but the model has no action expert "
+                          "(model.use_action_expert false or model.action_conditioning 'frame')")
     shapes = _file_shapes([f])
     keys = list(shapes)
     model_keys = {k for k in model.state_dict() if _ACTION_KEY.match(k)}
@@ -384,8 +387,9 @@ def shrink_tensor(src: torch.Tensor, shape: tuple, key: str) -> torch.Tensor:
 
 def action_expert_shapes(cfg: Config) -> dict[str, tuple]:
     """Every action-expert tensor of the model ``cfg`` builds: world-model key -> shape (built on the meta device)."""
-    if not cfg.model.use_action_expert:
-        raise ConfigError("model.use_action_expert: False; there is no action expert to initialise")
+    if not cfg.model.has_action_expert:
+        raise ConfigError(f"model.use_action_expert: {cfg.model.use_action_expert}, model.action_conditioning: "
+                          f"{cfg.model.action_conditioning!r}; there is no action expert to initialise")
     return {k: tuple(v.shape) for k, v in build_world_model(cfg, meta=True).state_dict().items()
             if _ACTION_KEY.match(k)}
 

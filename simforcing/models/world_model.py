@@ -17,7 +17,14 @@ Parameter layout (FSDP2 shards each entry of ``model.layers``, then the root):
 ``state_embed.*``, ``layers.{i}.video.*`` (a Wan block, diffusers names), ``layers.{i}.action.*``,
 ``layers.{i}.cond_proj.*`` (P_i, a Conv3d with kernel = stride = patch, zero at init); with ``conditioning.path``
 "concat" or "both", ``cond_embed.*`` (E, the condition's channels of the input's patch embedding: a bias-free Conv3d
-with kernel = stride = patch, zero at init).
+with kernel = stride = patch, zero at init); with ``model.action_conditioning`` "frame" or "both", ``frame_actions.*``
+(each future latent frame's actions -> that frame's adaLN terms, its last layer zero at init: ``frame_actions.py``).
+
+How the actions reach the video (``model.action_conditioning``): "expert" (the paper) — the action expert's tokens in
+every layer's joint attention —; "frame" — each future latent frame's own actions added to that frame's adaLN
+projection, which every video block reads, and to the head's modulation; no action expert (``self.action`` None) —;
+"both". ``action_keep`` False drops a sample's actions from every path alike (its video rows see no action token,
+its per-frame term is exactly zero).
 
 Where the simulation condition c enters (``conditioning.path``): "blocks" (the paper) adds ``g·P_j(c)`` to the video
 stream of every block; "concat" adds ``g·E(c)`` to the patch-embedded input, which is the patch embedding of the
@@ -45,9 +52,10 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from simforcing import flow
-from simforcing.config import Config, ConfigError
+from simforcing.config import ACTION_CONDITIONINGS, Config, ConfigError
 from simforcing.models import mot
 from simforcing.models.action_expert import ActionStem, KVBlock, action_block
+from simforcing.models.frame_actions import FrameActionEmbedder, add_per_frame
 from simforcing.models.video_dit import (DiTBlock, Rope, VideoStem, add_gated_condition, sequence_rope,
                                          video_rope)
 
@@ -87,6 +95,8 @@ class ContextParts:
     tproj_a: Optional[torch.Tensor] = None  # (B, 1, 6, action_hidden) action adaLN projection (timestep 0)
     ctx_a: Optional[torch.Tensor] = None  # (B, M, action_hidden)
     rope_a: Optional[Rope] = None
+    frame_tproj: Optional[torch.Tensor] = None  # (B, L, 6, dim) each future latent frame's action term of tproj
+    frame_temb: Optional[torch.Tensor] = None  # (B, L, dim) and of temb (the head's modulation)
 
 
 POLICY_MODES = ("policy_unconditional", "policy_video_action")
@@ -94,9 +104,10 @@ POLICY_MODES = ("policy_unconditional", "policy_video_action")
 
 def new_condition_tensor(name: str) -> bool:
     """Whether a tensor may be absent from a checkpoint the model starts from: the input's condition channels
-    (``cond_embed.*``, ``conditioning.path`` concat/both) — a stage-2 run that turns them on starts from a stage-1
-    run (or a video base, or Wan2.2) without them, and they start at zero, as the P_j do."""
-    return name.startswith("cond_embed.")
+    (``cond_embed.*``, ``conditioning.path`` concat/both) and the per-frame action conditioning (``frame_actions.*``,
+    ``model.action_conditioning`` both) — a stage-2 run that turns them on starts from a stage-1 run (or a video
+    base, or Wan2.2) without them, and they start at zero (the action term's last layer), as the P_j do."""
+    return name.startswith(("cond_embed.", "frame_actions."))
 
 
 @dataclass
@@ -207,6 +218,9 @@ class WorldModel(nn.Module):
         if tuple(m.patch_size)[0] != 1:
             raise ConfigError(f"model.patch_size: got {m.patch_size}; expected temporal patch 1 (Wan2.2-TI2V), so "
                               "the first latent frame keeps its own tokens")
+        if m.action_conditioning not in ACTION_CONDITIONINGS:
+            raise ConfigError(f"model.action_conditioning: got {m.action_conditioning!r}; expected one of "
+                              f"{', '.join(ACTION_CONDITIONINGS)}")
         if attention_mode not in mot.MASK_MODES:
             raise ConfigError(f"attention_mode: got {attention_mode!r}; expected one of {', '.join(mot.MASK_MODES)}")
         self.attention_mode = attention_mode
@@ -218,7 +232,7 @@ class WorldModel(nn.Module):
         self.head_dim = m.attention_head_dim
         self.rope_max_seq_len = m.rope_max_seq_len
         self.latent_channels = m.vae.latent_channels
-        self.use_action_expert = bool(m.use_action_expert)
+        self.use_action_expert = m.has_action_expert
         self.cond_motion = cfg.conditioning.representation == "motion"
         self.cond_blocks = cfg.conditioning.path in ("blocks", "both")  # h_j += g·P_j(c) in every block
         self.cond_concat = cfg.conditioning.path in ("concat", "both")  # g·c beside the noisy latent at the input
@@ -228,14 +242,18 @@ class WorldModel(nn.Module):
             raise ConfigError("model.action_head: True needs model.use_action_expert: True (the head reads the "
                               "action expert's tokens)")
         self.action_head = bool(m.action_head)
+        if m.has_frame_actions and (m.action_head or attention_mode in POLICY_MODES):
+            raise ConfigError(f"model.action_conditioning: got {m.action_conditioning!r}; expected 'expert' for a "
+                              f"policy (model.action_head, attention mode {attention_mode!r}): its video tokens never "
+                              "read the actions")
         self.action = ActionStem(d.action_dim, m.action_hidden, m.freq_dim, m.text_dim,
                                  with_text=m.num_layers > 1 or m.action_head, head=m.action_head, eps=m.eps) \
-            if m.use_action_expert else None
+            if self.use_action_expert else None
         self.state_embed = nn.Linear(d.state_dim, m.text_dim)
         self.layers = nn.ModuleList([
             MoTLayer(DiTBlock(dim, m.ffn_dim, m.num_attention_heads, m.attention_head_dim, m.num_attention_heads,
                               m.eps, m.cross_attn_norm),
-                     action_block(m, last=i == m.num_layers - 1) if m.use_action_expert else None,
+                     action_block(m, last=i == m.num_layers - 1) if self.use_action_expert else None,
                      nn.Conv3d(m.vae.latent_channels, dim, kernel_size=self.patch_size, stride=self.patch_size))
             for i in range(m.num_layers)])
         # the condition's channels of the input patch embedding (conditioning.path concat/both); no bias, so g = 0
@@ -248,6 +266,17 @@ class WorldModel(nn.Module):
             self.cond_embed = embed.to_empty(device=self.video.patch_embedding.weight.device)
             with torch.no_grad():
                 self.cond_embed.weight.zero_()
+        # each future latent frame's actions -> its adaLN terms (action_conditioning frame/both); built without a random
+        # draw and initialised last (initialize_weights), so one seed gives every other tensor alike whatever the mode
+        self.frame_actions = None
+        if m.has_frame_actions:
+            span = m.vae.temporal_stride * d.frame_stride
+            with torch.device("meta"):
+                frame = FrameActionEmbedder(span, d.action_dim, m.action_hidden, dim)
+            self.frame_actions = frame.to_empty(device=self.video.patch_embedding.weight.device)
+            with torch.no_grad():  # finite until initialize_weights draws linear_1 (the action term stays zero)
+                for p in self.frame_actions.parameters():
+                    p.zero_()
         if not self.cond_blocks:  # the P_j stay in the state dict (a stage-1 checkpoint loads as is), zero and frozen
             for layer in self.layers:
                 layer.cond_proj.requires_grad_(False)
@@ -263,9 +292,14 @@ class WorldModel(nn.Module):
         ``video.proj_out``: zero (so ``x0`` + ``first_frame_skip`` starts as "copy the first latent frame"); with
         ``model.action_head`` the action head ``action.proj_out``: zero (the policy starts at velocity 0); every
         P_j (``layers.*.cond_proj``): weight and bias zero, and so the input's condition channels ``cond_embed``
-        (``conditioning.path`` concat/both): at init the condition changes nothing.
+        (``conditioning.path`` concat/both): at init the condition changes nothing; the per-frame action term
+        ``frame_actions`` (``model.action_conditioning`` frame/both): its last layer zero, its first drawn after every
+        other tensor (the others equal those of the model without it, seed for seed).
         """
+        own = set(map(id, self.frame_actions.modules())) if self.frame_actions is not None else set()
         for mod in self.modules():
+            if id(mod) in own:
+                continue
             if isinstance(mod, nn.Linear):
                 nn.init.xavier_uniform_(mod.weight)
                 if mod.bias is not None:
@@ -293,6 +327,8 @@ class WorldModel(nn.Module):
             nn.init.zeros_(layer.cond_proj.bias)
         if self.cond_embed is not None:
             nn.init.zeros_(self.cond_embed.weight)
+        if self.frame_actions is not None:
+            self.frame_actions.initialize()
         return self
 
     # -- conditioning --------------------------------------------------------------------------------------------
@@ -351,6 +387,8 @@ class WorldModel(nn.Module):
             parts.ha, parts.tproj_a, parts.ctx_a = self.action.embed(actions, context.to(dtype), action_timestep)
             parts.rope_a = self._rope(("a", actions.shape[1], device),
                                       lambda: sequence_rope(actions.shape[1], self.head_dim, device))
+        if actions is not None and self.frame_actions is not None:
+            parts.frame_tproj, parts.frame_temb = self.frame_actions(actions)
         return parts
 
     def backbone(self, x: torch.Tensor, timestep: torch.Tensor, context: Optional[torch.Tensor],
@@ -386,6 +424,8 @@ class WorldModel(nn.Module):
         parts = static.parts if static is not None else self.context_parts(context, context_mask, actions,
                                                                             action_timestep)
         temb, tproj_v = self.video.embed_time(timestep.to(x.device), dtype)  # diffusers: the context's dtype
+        if parts.frame_tproj is not None:
+            temb, tproj_v = self._with_frame_actions(temb, tproj_v, parts, grid[0], action_keep)
         rope_v = self._video_rope(grid, x.device)
         n_action = 0 if parts.ha is None else parts.ha.shape[1]
         if isinstance(attn_mask, str):
@@ -424,6 +464,23 @@ class WorldModel(nn.Module):
             else:
                 hv, ha = layer(hv, ha, inp, feat, kv, akv)
         return hv, ha, temb, grid
+
+    def _with_frame_actions(self, temb: torch.Tensor, tproj: torch.Tensor, parts: ContextParts, frames: int,
+                            action_keep: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """temb (B, S, dim) and tproj (B, S, 6, dim) with each future latent frame's action term added
+        (``frame_actions.py``); a sample with ``action_keep`` False gets exact zeros. ``frames``: latent frames F
+        (the first gets nothing)."""
+        if parts.frame_tproj.shape[1] != frames - 1:
+            span = self.frame_actions.span
+            raise ValueError(f"actions: {parts.frame_tproj.shape[1] * span} actions make "
+                             f"{parts.frame_tproj.shape[1]} latent frames of {span} (model.action_conditioning "
+                             f"frame/both); the latent has {frames - 1} future frames: expected "
+                             f"{(frames - 1) * span} actions")
+        t_term, e_term = parts.frame_tproj, parts.frame_temb
+        if action_keep is not None:
+            keep = action_keep.to(device=t_term.device, dtype=torch.bool).view(-1, 1, 1)  # (B, 1, 1)
+            t_term, e_term = torch.where(keep[..., None], t_term, 0.0), torch.where(keep, e_term, 0.0)
+        return add_per_frame(temb, e_term, frames), add_per_frame(tproj, t_term, frames)
 
     def _video_rope(self, grid: tuple, device) -> Rope:
         return self._rope(("v", grid, device), lambda: video_rope(*grid, self.head_dim, self.rope_max_seq_len, device))

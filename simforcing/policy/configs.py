@@ -53,7 +53,8 @@ def policy_run_config(setting: str, init: str, data: str | None, preset: str = "
 def _check_set_by_policy(cfg: Config, ov: dict, setting: str) -> None:
     """The fields ``settings.policy_config`` sets (--setting, the action head): an override that asks otherwise would
     be overwritten without a word, so it is a ConfigError naming it."""
-    fixed = {"policy.setting": setting, "model.action_head": True, "model.use_action_expert": True}
+    fixed = {"policy.setting": setting, "model.action_head": True, "model.use_action_expert": True,
+             "model.action_conditioning": "expert"}
     for key, want in fixed.items():
         section, name = key.split(".")
         if key in ov and getattr(getattr(cfg, section), name) != want:

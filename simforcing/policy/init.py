@@ -12,6 +12,10 @@ model lacks); that block's adaLN table is *partial* (the world model's (shift, s
 full block's six, the same modulation chunks). Any other tensor that is absent from the run or has another shape means
 the run is another architecture: ConfigError listing every such tensor with both shapes.
 
+A world model's per-frame action conditioning (``frame_actions.*``, ``model.action_conditioning`` frame/both) is not a
+policy's (its actions are its output): it is left *unused*; a world model without an action expert ("frame") gives a
+policy its video expert only (``policy.init_from=video``, or a ConfigError says so).
+
 A video-base run (``pretrain --method video_prior``, run kind ``video_base``: what stands in for Wan2.2 at demo scale)
 hands on its video expert only: its action expert, state projection and condition projections were never trained
 (``warmstart.untrained_by``), so they are listed as *new* and keep the policy's own initialisation — the paper's
@@ -58,6 +62,11 @@ def init_policy(model: torch.nn.Module, cfg: Config, init: str) -> InitReport:
         return InitReport("base", weights=[r.summary() for r in reports])
     run_cfg, src, ckpt = run_state(init)
     never_trained = untrained_by(run_cfg)
+    if not run_cfg.model.has_action_expert and cfg.policy.init_from != "video" and not never_trained("action."):
+        raise ConfigError(f"--init {init}: the run has no action expert (model.action_conditioning="
+                          f"{run_cfg.model.action_conditioning!r}, model.use_action_expert "
+                          f"{run_cfg.model.use_action_expert}) and a policy needs one; --policy.init_from=video hands "
+                          "on its video expert alone")
     if cfg.policy.init_from == "video":  # the video expert only: the action side stays the policy's own
         def untrained(name: str) -> bool:
             return is_action_side(name) or never_trained(name)
@@ -72,7 +81,8 @@ def init_policy(model: torch.nn.Module, cfg: Config, init: str) -> InitReport:
         same = s is not None and tuple(s.shape) == tuple(t.shape)
         kv_table = (s is not None and name.endswith(".scale_shift_table") and expected_new(name, n_layers)
                     and s.shape[1] == 2 and t.shape[1] == 6 and s.shape[2] == t.shape[2])
-        if (same or kv_table or (s is None and expected_new(name, n_layers))) and untrained(name):
+        absent_ok = s is None and (expected_new(name, n_layers) or is_action_side(name))
+        if (same or kv_table or absent_ok) and untrained(name):
             rep.new.append(name)  # the run has it (or lacks a policy-only part) but never trained it
         elif same:
             t.copy_(s.to(t.dtype))
@@ -85,7 +95,8 @@ def init_policy(model: torch.nn.Module, cfg: Config, init: str) -> InitReport:
         else:
             bad.append(f"{name}: policy {tuple(t.shape)}, run {tuple(s.shape) if s is not None else 'absent'}")
     rep.unused = sorted(set(src) - set(own))
-    bad += [f"{name}: policy absent, run {tuple(src[name].shape)}" for name in rep.unused]
+    bad += [f"{name}: policy absent, run {tuple(src[name].shape)}" for name in rep.unused
+            if not name.startswith("frame_actions.")]  # a world model's input path, not a policy's
     if bad:
         raise ConfigError(f"--init {init}: the run is another architecture; {len(bad)} tensor(s) do not match the "
                           f"policy built from its config (+ overrides): " + "; ".join(bad[:12])

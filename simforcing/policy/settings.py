@@ -59,8 +59,11 @@ def freeze_for_setting(model: torch.nn.Module, setting: str) -> list[str]:
 
 
 def policy_config(cfg: Config, setting: str) -> Config:
-    """``cfg`` turned into a policy config (in place): the action head on, the setting recorded, validated."""
+    """``cfg`` turned into a policy config (in place): the action head on (the action expert's; a world model's
+    per-frame action conditioning, ``model.action_conditioning``, is not a policy's: its actions are its output), the
+    setting recorded, validated."""
     cfg.policy.setting = check_setting(setting)
     cfg.model.action_head = True
     cfg.model.use_action_expert = True
+    cfg.model.action_conditioning = "expert"
     return cfg.validate()

@@ -11,7 +11,8 @@
   network was built for (frames, resolution, action/state dims, text tokens): :func:`merge_run_config`.
 - :func:`architecture_fields`: a stage-2 config starts the student from the teacher's weights, so every model field
   that changes the weights' shapes or meaning, the VAE's latent layout and the action/state dims must equal the
-  teacher's: :func:`check_teacher_architecture`.
+  teacher's: :func:`check_teacher_architecture` (a stage-2 student may add the per-frame action conditioning to an
+  "expert" teacher: :data:`STUDENT_ADDITIONS`).
 """
 
 from __future__ import annotations
@@ -73,11 +74,20 @@ def architecture_fields(cfg: Config) -> tuple[str, ...]:
     return model + tuple(f"model.vae.{n}" for n in ARCH_VAE_FIELDS) + tuple(f"data.{n}" for n in ARCH_DATA_FIELDS)
 
 
-def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str) -> None:
-    """ConfigError naming the first architecture field where ``cfg`` differs from the teacher's config."""
-    for name, theirs, ours in differing_fields(teacher_cfg, cfg, architecture_fields(cfg))[:1]:
+# architecture a stage-2 student may add to its teacher's, (field, teacher's value, student's value): the tensors it
+# adds start at zero (models.world_model.new_condition_tensor), so the student starts as the teacher
+STUDENT_ADDITIONS = (("model.action_conditioning", "expert", "both"),)
+
+
+def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str, additions: tuple = ()) -> None:
+    """ConfigError naming the first architecture field where ``cfg`` differs from the teacher's config, but for the
+    ``additions`` (:data:`STUDENT_ADDITIONS`) allowed."""
+    for name, theirs, ours in differing_fields(teacher_cfg, cfg, architecture_fields(cfg)):
+        if (name, theirs, ours) in additions:
+            continue
+        hint = "".join(f" (a student may go from {a!r} to {b!r})" for n, a, b in additions if n == name)
         raise ConfigError(f"{name}: got {ours!r} but the teacher checkpoint {where} was trained with {theirs!r}; "
-                          "the student starts from the teacher's weights, so architecture fields must match")
+                          f"the student starts from the teacher's weights, so architecture fields must match{hint}")
 
 
 def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:

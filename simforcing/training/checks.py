@@ -7,7 +7,7 @@ it records about its data so that a resume can say what changed.
   :func:`data_record` goes into every checkpoint's meta.json; :func:`data_changes` compares it, and the checkpoint's
   normalisation statistics, with the data now.
 - ``--teacher``: a stage-1 run of the same architecture (:func:`resolve_teacher`; on resume the checkpoint
-  ``teacher.json`` recorded).
+  ``teacher.json`` recorded), or one the student adds zero-initialised tensors to (``runs.loaded.STUDENT_ADDITIONS``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from simforcing.config import Config, ConfigError
 from simforcing.errors import CheckpointError
 from simforcing.runs.folder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config,
                                     open_run, resume_command)
-from simforcing.runs.loaded import architecture_fields, check_teacher_architecture, differing_fields
+from simforcing.runs.loaded import (STUDENT_ADDITIONS, architecture_fields, check_teacher_architecture,
+                                    differing_fields)
 from simforcing.training.stage import Stage
 
 
@@ -93,7 +94,7 @@ def resolve_teacher(run_dir: Path, teacher_run: Optional[Path], resume: bool, cf
         if "no valid checkpoint" in str(e):
             raise CheckpointError("no valid checkpoint to start stage 2 from", teacher_run / CHECKPOINTS_DIR) from e
         raise
-    check_teacher_architecture(cfg, teacher.cfg, str(teacher_run))
+    check_teacher_architecture(cfg, teacher.cfg, str(teacher_run), STUDENT_ADDITIONS)
     return teacher_run, teacher
 
 

@@ -29,6 +29,12 @@ BAD_OVERRIDES = [
     (["--data.width=50"], ["data.width", "got 50", "multiple of 8"]),
     (["--train.batch_size=0"], ["train.batch_size", "got 0", ">= 1"]),
     (["--train.mixed_precision=fp8"], ["train.mixed_precision", "'fp8'", "'bf16' or 'no'"]),
+    (["--model.action_conditioning=tokens"], ["model.action_conditioning", "'tokens'", "'expert'", "'frame'",
+                                              "'both'"]),
+    (["--model.action_conditioning=both", "--model.use_action_expert=false"],
+     ["model.action_conditioning", "'both'", "model.use_action_expert false", "needs the action expert"]),
+    (["--model.action_conditioning=frame", "--model.action_head=true"],
+     ["model.action_conditioning", "'frame'", "'expert' with model.action_head"]),
 ]
 
 
@@ -93,6 +99,7 @@ TEACHER_MISMATCH = [
     ("--model.attention_head_dim=32", "model.attention_head_dim", "16"),
     ("--model.num_layers=2", "model.num_layers", "1"),
     ("--model.use_action_expert=false", "model.use_action_expert", "True"),
+    ("--model.action_conditioning=frame", "model.action_conditioning", "'expert'"),
     ("--model.parameterization=velocity", "model.parameterization", "'x0'"),
     ("--data.action_dim=6", "data.action_dim", "7"),
 ]
