@@ -69,7 +69,10 @@ class EpisodeOutcome:
     ``success`` is the judge's and ``frame_judged`` its verdict on each predicted frame, ``frame_margin`` the task
     predicate's signed margin on the judge's readings (metres, > 0 where it holds) and ``frame_arm_mm`` how far the
     hand the judge reads is from where the executed actions put it (mm): what an episode's trust score is computed
-    from (``policy.estimate.trust``)."""
+    from (``policy.estimate.trust``). ``twin_verdicts``: with a full-scene digital twin in the loop (``--wm-condition
+    render`` on a world model of the ``data synth --pairing scene`` data), the twin's own verdict — the task predicate
+    on the twin simulation's objects and end-effector — after every executed action (the simulator's own prediction
+    of success, SureSim's; :attr:`twin_success`, :attr:`twin_step`)."""
 
     scene: int
     success: bool
@@ -82,11 +85,22 @@ class EpisodeOutcome:
     frame_error_mm: Optional[list] = None
     frame_margin: Optional[list] = None
     frame_arm_mm: Optional[list] = None
+    twin_verdicts: Optional[list] = None
+
+    @property
+    def twin_success(self) -> Optional[bool]:
+        """Success as the twin's simulation sees it (its predicate held after some executed action); None without."""
+        return None if self.twin_verdicts is None else any(self.twin_verdicts)
+
+    @property
+    def twin_step(self) -> Optional[int]:
+        """The executed action after which the twin's predicate first held (1-based); None without or never."""
+        return next((i + 1 for i, v in enumerate(self.twin_verdicts or []) if v), None)
 
     def to_json(self) -> dict:
         out = {"scene": self.scene, "success": self.success, "steps": self.steps}
         for key in ("chunks", "judged", "judged_step", "frame_judged", "frame_true", "frame_error_mm", "frame_margin",
-                    "frame_arm_mm"):
+                    "frame_arm_mm", "twin_verdicts"):
             value = getattr(self, key)
             if value is not None or (key == "judged_step" and self.judged is not None):
                 out[key] = value
@@ -95,9 +109,12 @@ class EpisodeOutcome:
     @classmethod
     def from_json(cls, d: dict) -> "EpisodeOutcome":
         per_frame = {k: _numbers(d, k) for k in ("frame_margin", "frame_arm_mm")}
+        twin = typed(d, "twin_verdicts", "list", "null", default=None)
+        if twin is not None and not all(isinstance(v, bool) for v in twin):
+            raise MalformedResult("field 'twin_verdicts' must be a list of true/false")
         return cls(int(d["scene"]), bool(d["success"]), int(d["steps"]), d.get("chunks"), d.get("judged"),
                    d.get("judged_step"), d.get("frame_judged"), d.get("frame_true"), d.get("frame_error_mm"),
-                   per_frame["frame_margin"], per_frame["frame_arm_mm"])
+                   per_frame["frame_margin"], per_frame["frame_arm_mm"], twin)
 
 
 def _numbers(d: dict, key: str) -> Optional[list]:
