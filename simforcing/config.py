@@ -55,6 +55,10 @@ class DataConfig:
     # what sim frames show outside the arm: "black" or "R,G,B" in 0..255; None: the dataset's own (info.json
     # sim_background, "black" when it has none) — set it only to override the dataset
     sim_background: Optional[str] = None
+    # what the simulation videos show: "arm" (the arm alone on sim_background, BridgeData V2's pairs) or "scene" (the
+    # whole scene as the simulator sees it, InternData-A1's); None: the dataset's own (info.json pairing, "arm" when it
+    # has none). With "scene" the first-frame masking (mask-file, sam3: the arm alone) is refused: masking.py
+    pairing: Optional[str] = None
 
     @property
     def window_steps(self) -> int:
@@ -469,6 +473,8 @@ class Config:
         _check(e.probe_moving_threshold >= 0, "eval.probe_moving_threshold", e.probe_moving_threshold, ">= 0")
         if self.data.sim_background is not None:
             parse_color(self.data.sim_background, "data.sim_background")
+        _check(self.data.pairing in (None, "arm", "scene"), "data.pairing", self.data.pairing,
+               "'arm', 'scene' or null (the dataset's own)")
 
     def _validate_policy_rollout(self) -> None:
         p = self.policy

@@ -13,6 +13,9 @@ to z^s_0, the start of the simulation rollout. Three modes, ``cfg.sample.mask_mo
 | `paired-sim` | no mask: the dataset's paired *simulation* first frame is used as x^s_0, as the authors' code does |
 
 `paired-sim` is not a masking method: it reads the simulator's own first frame, which is only available for paired data.
+With a full-scene pairing (``data.pairing = scene``, ``data synth --pairing scene``: the simulation videos show the
+whole scene, not the arm alone) it is the only mode whose frame is a simulation frame; the others are refused by name
+where a sampler would mask (:func:`check_first_frame_domain`).
 """
 
 from __future__ import annotations
@@ -103,6 +106,21 @@ class Sam3Segmenter:
         return masks.to(frames.device)
 
 
+def check_first_frame_domain(cfg: Config) -> None:
+    """ConfigError when the student's simulation chain (``sample.condition = rollout``) would start from a frame unlike
+    the data's simulation videos: with the full-scene pairing (``data.pairing = scene``: the simulator renders the
+    whole scene, objects included, in its own plain look) the real first frame masked to its arm (``mask-file``,
+    ``sam3``: the arm on the background, the paper's Bridge-like x^s_0) is not one; ``paired-sim`` (the simulator's
+    own first frame) is, and the twin (``render``) and the recorded video (``oracle``) need no masked frame."""
+    s = cfg.sample
+    if cfg.data.pairing == "scene" and s.condition == "rollout" and s.mask_mode != "paired-sim":
+        raise ConfigError(f"sample.mask_mode={s.mask_mode}: the data is a full-scene pairing (data.pairing scene, "
+                          "meta/info.json): its simulation videos show the whole scene as the simulator sees it, so "
+                          "the real first frame masked to the arm is no simulation first frame; use "
+                          "--sample.mask_mode=paired-sim (the simulator's own first frame) or "
+                          "--sample.condition=render (the twin renders it)")
+
+
 class FirstFrameMasker:
     """Builds x^s_0 (B, 3, H, W) from a batch of windows, by ``mode`` (see the module docstring).
 
@@ -118,7 +136,9 @@ class FirstFrameMasker:
     @classmethod
     def from_config(cls, cfg: Config, device: str | torch.device = "cpu",
                     segmenter: Optional[Segmenter] = None) -> "FirstFrameMasker":
-        """The SAM3 model is loaded here (once) unless a ``segmenter`` is given."""
+        """The SAM3 model is loaded here (once) unless a ``segmenter`` is given (:func:`check_first_frame_domain`
+        first)."""
+        check_first_frame_domain(cfg)
         mode = cfg.sample.mask_mode
         if mode == "sam3" and segmenter is None:
             segmenter = Sam3Segmenter(cfg.sample.sam3_path, device)

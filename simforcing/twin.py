@@ -24,8 +24,10 @@ A :class:`SimRenderer` keeps one twin per episode and promises:
   rest of a window is the plan or the hold actions that fill it, ``simforcing.rollout``);
 - frames at the size it was built for (the data's ``height × width``), uint8, deterministic for the same inputs.
 
-The synthetic benchmark's twin is :class:`simforcing.data.synthetic.twin.ArmTwin` (``sample.twin = synthetic``): the
-MuJoCo arm alone, the benchmark's own controller and servos, no objects. For your own robot, write a class with these
+The synthetic benchmark's twin is :class:`simforcing.data.synthetic.twin.SyntheticTwin` (``sample.twin = synthetic``):
+the benchmark's own controller and servos driving what the episode's record holds — the MuJoCo arm alone (the
+Bridge-like pairing, ``{"camera"}``), or the episode's whole simulated scene, objects moved by the simulator's own
+physics (``data synth --pairing scene``, ``{"camera", "scene"}``). For your own robot, write a class with these
 three methods (an MJCF or URDF of the arm in the simulator the paired data was rendered with, the camera per episode
 in ``twin.json``, the controller that turns one action into joint targets), register ``factory(height, width) ->
 SimRenderer`` under a name (:func:`register_renderer`, or an entry point of group ``simforcing.twins`` in your
@@ -43,8 +45,8 @@ import numpy as np
 import torch
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.twin_episode import (TwinEpisode, check_synthetic_camera, check_twin_episode, check_twin_record,
-                                          window_frame_steps)  # noqa: F401  (the twin's vocabulary)
+from simforcing.data.twin_episode import (TwinEpisode, check_synthetic_camera, check_synthetic_scene,  # noqa: F401
+                                          check_twin_episode, check_twin_record, window_frame_steps)
 from simforcing.errors import DataError
 
 SYNTHETIC = "synthetic"
@@ -80,9 +82,9 @@ def _factory(name: str) -> Callable[[int, int], SimRenderer]:
     """The factory of twin ``name``: built in, registered, or an installed package's entry point (a config value
     never imports a module of its own choosing)."""
     if name == SYNTHETIC:
-        from simforcing.data.synthetic.twin import ArmTwin  # MuJoCo loads only here
+        from simforcing.data.synthetic.twin import SyntheticTwin  # MuJoCo loads only here
 
-        return ArmTwin
+        return SyntheticTwin
     if name in _REGISTERED:
         return _REGISTERED[name]
     found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINTS) if ep.name == name]
@@ -99,11 +101,15 @@ def check_record(name: str, record: dict, episode_id: Optional[str] = None) -> d
     """A twin record as twin ``name`` needs it, else a ValueError saying what is wrong: the checks every renderer
     needs (``data.twin_episode.check_twin_record``: an object holding a camera object, every number finite, the
     episode it names ``episode_id``), then the renderer's own — the synthetic twin's camera
-    (``check_synthetic_camera``: lookat three numbers, a distance > 0, azimuth, elevation), a registered factory's
-    ``check_record(record)`` when it has one. Nothing is rendered or loaded (the synthetic twin's MuJoCo neither)."""
+    (``check_synthetic_camera``: lookat three numbers, a distance > 0, azimuth, elevation) and, in a full-scene
+    record, its scene (``check_synthetic_scene``: the objects, their physics, the servo gains), a registered
+    factory's ``check_record(record)`` when it has one. Nothing is rendered or loaded (the synthetic twin's MuJoCo
+    neither)."""
     check_twin_record(record, episode_id)
     if name == SYNTHETIC:
         check_synthetic_camera(record)
+        if "scene" in record:
+            check_synthetic_scene(record)
         return record
     check = getattr(_factory(name), "check_record", None)
     if callable(check):

@@ -502,6 +502,7 @@ def test_world_model_configs_and_checkpoints_from_before_the_policy_still_load(w
     d = json.loads((old / "config.json").read_text())
     d.pop("policy")
     d.pop("fewstep")  # nor the few-step student's section (added later still)
+    d["data"].pop("pairing")  # nor data.pairing (later again)
     d["model"].pop("action_head")
     d["model"].pop("action_conditioning")  # nor model.action_conditioning (added later still)
     (old / "config.json").write_text(json.dumps(d, indent=2))

@@ -313,3 +313,124 @@ def test_shared_context_renderers_give_mujocos_pixels_and_masks():
     finally:
         for r in own:
             r.close()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The full-scene pairing (`data synth --pairing scene`) and the failing operator (`--failures`)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scene_dataset(tmp_path_factory):
+    """The module's dataset again, in the full-scene pairing."""
+    return generate_dataset(tmp_path_factory.mktemp("synth_scene") / "ds", seed=3, progress=False, pairing="scene",
+                            **SIZES)
+
+
+def test_the_scene_pairing_keeps_the_real_episodes_and_simulates_the_scene(dataset, scene_dataset):
+    """The real videos, arm masks, actions and states of a scene-paired dataset are those of the arm-paired one of the
+    same seed, byte for byte (the simulation's physics draws from a stream of its own); its simulation videos show the
+    plain scene — a grey table where the arm pairing shows black — and its objects move by their own physics."""
+    from simforcing.data.format import read_twin_record
+
+    info, info_arm = read_info(scene_dataset), read_info(dataset)
+    assert info["pairing"] == "scene" and info_arm["pairing"] == "arm"
+    assert info["synth"]["physics_gap"]["scale"] == 1.0 and info_arm["synth"]["physics_gap"] is None
+    for split, ids in read_splits(dataset).items():
+        for eid in ids:
+            a, b = episode_dir(dataset, eid), episode_dir(scene_dataset, eid)
+            names = ["lowdim.npz"] + (["real.mp4", "arm_mask.npz"] if split != "sim_pool" else [])
+            assert all((a / n).read_bytes() == (b / n).read_bytes() for n in names), (eid, names)
+            sim_arm = read_episode_videos(dataset, info_arm, read_episodes(dataset)[eid])[0]
+            sim_scene = read_episode_videos(scene_dataset, info, read_episodes(scene_dataset)[eid])[0]
+            table = sim_arm.max(axis=-1) <= 3  # black in the arm pairing's sim
+            assert sim_scene[table].mean() > 60  # the scene's table (grey 0.6, lit) and objects there
+            assert read_twin_record(dataset, eid).keys() == {"episode_id", "camera"}
+            record = read_twin_record(scene_dataset, eid)
+            assert record["camera"] == read_twin_record(dataset, eid)["camera"]
+            assert [o["name"] for o in record["scene"]["objects"]][:2] == ["obj0", "obj1"]
+    with np.load(episode_dir(scene_dataset, "ep_00000") / "objects.npz") as z:
+        xyz, sim_xyz = z["xyz"], z["sim_xyz"]
+    assert sim_xyz.shape == xyz.shape and np.allclose(sim_xyz[0, :, :2], xyz[0, :, :2])  # the same start
+    assert not np.allclose(sim_xyz[0, :, 2], xyz[0, :, 2])  # sizes of its own: they rest at other heights
+
+
+def test_the_physics_gap_draws_within_its_stated_ranges_from_a_stream_of_its_own():
+    from simforcing.data.synthetic.generate import SIM_PHYSICS_STREAM, EpisodePhysics
+    from simforcing.data.synthetic.scene import (FINGER_GAINS, PHYSICS_GAP, SERVO_GAINS, SimScene, draw_sim_scene,
+                                                 object_friction, sample_objects)
+
+    objects = sample_objects(np.random.default_rng(0)) * 20  # many objects: the ranges are reached
+    g = PHYSICS_GAP
+    full = draw_sim_scene(objects, np.random.default_rng(1), 1.0)
+    for o, s in zip(objects, full.objects):
+        m, f = s.mass / o.mass, s.friction[0] / object_friction(o.geom)[0]
+        assert 1 / g.mass <= m <= g.mass and 1 / g.friction <= f <= g.friction
+        assert np.allclose(np.array(s.size) / np.array(o.size), np.array(s.size)[0] / o.size[0])  # one factor
+        assert 1 - g.size <= s.size[0] / o.size[0] <= 1 + g.size
+        assert s.friction[1:] == object_friction(o.geom)[1:] and (s.pos, s.yaw, s.rgb) == (o.pos, o.yaw, o.rgb)
+    masses = np.array([s.mass / o.mass for o, s in zip(objects, full.objects)])
+    assert masses.min() < 0.6 and masses.max() > 1.7  # spread over the range
+    gains = np.array(full.servo_gains) / np.array(SERVO_GAINS)
+    assert np.all((gains >= 1 / g.servo) & (gains <= g.servo)) and not np.allclose(gains, 1)
+    same = draw_sim_scene(objects, np.random.default_rng(1), 0.0)  # scale 0: the real scene's physics exactly
+    assert [(s.mass, s.size, s.friction) for s in same.objects] == [(o.mass, o.size, object_friction(o.geom))
+                                                                     for o in objects]
+    assert same.servo_gains == tuple(map(tuple, np.array(SERVO_GAINS, float))) and same.finger_gains == FINGER_GAINS
+    half = draw_sim_scene(objects, np.random.default_rng(1), 0.5)  # the same directions, half the log-factors
+    np.testing.assert_allclose([s.mass / o.mass for o, s in zip(objects, half.objects)], np.sqrt(masses))
+    assert SimScene.from_record(full.to_record()).to_record() == full.to_record()  # what twin.json holds
+    ep = EpisodePhysics(3, 0, 5)
+    drawn = draw_sim_scene(ep.objects, ep.stream(SIM_PHYSICS_STREAM), 1.0).to_record()
+    assert ep.twin_record("scene", 1.0)["scene"] == drawn
+
+
+def _predicate_over(seed: int, index: int, length: int, failures: float):
+    """Simulate the real scene of an episode (no rendering) -> (its motion, the task predicate after every step)."""
+    from simforcing.data.synthetic.generate import EpisodePhysics
+    from simforcing.data.synthetic.tasks import parse_task, task_success
+
+    ep = EpisodePhysics(seed, index, length, failures=failures)
+    task = parse_task(ep.motion.kind, ep.motion.instruction,
+                      [f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects])
+    obj0 = ep.object_positions()[task.object_index].copy()
+    held = []
+    for t in range(1, length):
+        ep.advance(t)
+        held.append(task_success(task, ep.data.site_xpos[ep.site].copy(), ep.object_positions()[task.object_index],
+                                 obj0))
+    return ep.motion, held
+
+
+def test_a_failing_operator_attempts_the_same_task_and_fails_it():
+    """`--failures`: every failure mode of every task, simulated in the real scene, never satisfies the task's
+    predicate (tasks.py) — at no step, the last included — where the scripted operator of the same episodes does; the
+    scene, task and instruction are the same episode's."""
+    from simforcing.data.synthetic.motions import FAILURE_MODES
+
+    modes = set()
+    for i in range(14):
+        failing, held = _predicate_over(0, i, 33, failures=1.0)
+        assert failing.failure in FAILURE_MODES[failing.kind]
+        assert not any(held), (i, failing.kind, failing.failure)
+        modes.add(f"{failing.kind}/{failing.failure}")
+        if i < 5:  # the same episode's scripted operator: the same task, which it does
+            scripted, ok = _predicate_over(0, i, 33, failures=0.0)
+            assert scripted.failure == "" and any(ok), (i, scripted.kind)
+            assert (failing.kind, failing.instruction, failing.target) == (scripted.kind, scripted.instruction,
+                                                                           scripted.target)
+    assert modes == {f"{k}/{m}" for k, ms in FAILURE_MODES.items() for m in ms}
+
+
+def test_failures_drive_the_named_splits_and_are_recorded(dataset, tmp_path):
+    failing = generate_dataset(tmp_path / "failing", seed=3, progress=False, failures=1.0, failure_splits=("val",),
+                               **SIZES)
+    settings = read_info(failing)["synth"]["failures"]
+    assert settings["fraction"] == 1.0 and settings["splits"] == ["val"] and len(settings["modes"]) == 6
+    assert read_info(dataset)["synth"]["failures"] is None
+    assert_actions_differ_only_in(dataset, failing, "val")
+    eps, val = read_episodes(failing), read_splits(failing)["val"]
+    assert all((eps[e].failure is not None) == (e in val) for e in eps)
+    assert all(eps[e].failure.split("/")[0] in ("reach", "push", "grasp") for e in val)
+    lines = (failing / "meta" / "episodes.jsonl").read_text().splitlines()
+    assert sum('"failure"' in x for x in lines) == len(val)  # written only where there is one

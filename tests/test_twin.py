@@ -3,7 +3,7 @@ again from the recorded actions, executes exactly the actions it is given, and `
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -14,11 +14,12 @@ from simforcing.cli import main
 from simforcing.config import ConfigError, preset
 from simforcing.data.format import read_twin_record
 from simforcing.data.synthetic.generate import TwinRenderer, generate_dataset, simulate_episode
-from simforcing.data.synthetic.twin import ArmTwin
+from simforcing.data.synthetic.twin import SyntheticTwin
 from simforcing.errors import DataError
 from simforcing.twin import (TwinEpisode, frame_psnr, make_renderer, register_renderer, render_actions,
                              window_frame_steps)
 from test_policy import tiny, world_model_run  # noqa: F401  (fixtures)
+from test_world_model_eval import judge_dir  # noqa: F401  (fixture)
 
 H, W = 32, 48
 SEED, LENGTH = 3, 25
@@ -27,11 +28,14 @@ SEED, LENGTH = 3, 25
 # precision); grasp episodes dip to 30.2 dB in the frames where the closing fingers meet the object, which the twin
 # does not have. The demo VAE reconstructs frames at about 32 dB: an error below that changes no condition latent.
 FREE_MOTION_DB, CONTACT_DB, EPISODE_MEAN_DB = 38.0, 28.0, 40.0
+# A full-scene twin replays its episode's simulation exactly; through the video codec (yuv444p, QP 0) seed 3's frames
+# stay above 50 dB (measured: 51.9-62.6 dB per episode's worst frame).
+SCENE_CODEC_DB = 45.0
 
 
 @pytest.fixture(scope="module")
 def twin():
-    t = ArmTwin(H, W)
+    t = SyntheticTwin(H, W)
     yield t
     t.close()
 
@@ -62,16 +66,25 @@ def test_the_twin_renders_a_recorded_episode_again(twin, episodes):
     assert kinds == {"reach", "push", "grasp"}  # every motion checked
 
 
+def _fresh_windows(start: TwinEpisode, a: np.ndarray, ends: tuple) -> tuple[list, tuple | None]:
+    """What a fresh twin renders executing the actions ``a`` (1, A, 7) chunk after chunk (each ending at ``ends``,
+    frame stride 2), and what it tracked (a full scene's ``executed``; None for the arm alone)."""
+    ref = SyntheticTwin(H, W)
+    try:
+        ref.start([start])
+        out, i = [], 0
+        for j in ends:
+            out.append(ref.window(a[:, i:j], stride=2, keep=j - i))
+            i = j
+        return out, (ref.executed(0) if start.has_scene else None)
+    finally:
+        ref.close()
+
+
 def test_a_window_executes_only_its_first_keep_actions(twin, episodes):
     ep = episodes[1]
     a = ep.actions[None].astype(np.float64)
-    ref = ArmTwin(H, W)
-    try:
-        ref.start([_start(ep)])
-        r1 = ref.window(a[:, :4], stride=2, keep=4)
-        r2 = ref.window(a[:, 4:12], stride=2, keep=8)
-    finally:
-        ref.close()
+    (r1, r2), _ = _fresh_windows(_start(ep), a, (4, 12))
     twin.start([_start(ep)])
     w1 = twin.window(a[:, :8], stride=2, keep=4)  # 4 executed, then the next 4 as the plan
     assert w1.shape == (1, 5, H, W, 3)
@@ -102,7 +115,7 @@ def test_the_twin_refuses_what_it_cannot_execute(twin, episodes):
     with pytest.raises(ValueError, match="multiple of the stride"):
         window_frame_steps(6, 4)
     with pytest.raises(ConfigError, match="camera"):
-        ArmTwin(H, W).start([TwinEpisode(episodes[0].states[0], {"pose": 1})])
+        SyntheticTwin(H, W).start([TwinEpisode(episodes[0].states[0], {"pose": 1})])
 
 
 def test_make_renderer_names_a_renderer_it_cannot_load_and_never_imports_a_config_value():
@@ -133,6 +146,85 @@ def test_data_synth_records_the_twin_and_check_twin_measures_it(tmp_path, capsys
     (root / "episodes" / "ep_00001" / "twin.json").unlink()
     with pytest.raises(DataError, match="twin.json"):
         read_twin_record(root, "ep_00001")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The full-scene twin (`data synth --pairing scene`): the episode's own simulation, objects and physics included
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scene_episodes():
+    r = TwinRenderer(H, W)
+    try:
+        return [simulate_episode(SEED, i, LENGTH, r, paired=False, pairing="scene") for i in range(3)]
+    finally:
+        r.close()
+
+
+def _scene_start(ep) -> TwinEpisode:
+    return TwinEpisode(ep.states[0], ep.twin_record)
+
+
+def test_a_full_scene_twin_replays_its_recorded_simulation_exactly(twin, scene_episodes):
+    """The simulation video of a scene-paired episode is the twin's replay of its recorded start and actions, pixel
+    for pixel (data synth renders it so), objects and all; the objects really move by the simulation's physics."""
+    kinds = set()
+    for ep in scene_episodes:
+        frames = render_actions(twin, [_scene_start(ep)], ep.actions[None])[0]
+        np.testing.assert_array_equal(frames, ep.sim)
+        ee, objects, start = twin.executed(0)
+        assert objects.shape == (LENGTH - 1, len(ep.object_names), 3) and ee.shape == (LENGTH - 1, 3)
+        np.testing.assert_allclose(np.concatenate([start[None], objects]), ep.sim_xyz, atol=1e-6)
+        kinds.add(ep.kind)
+    moved = [np.abs(ep.sim_xyz[-1, ep.target] - ep.sim_xyz[0, ep.target]).max() for ep in scene_episodes
+             if ep.kind in ("push", "grasp")]
+    assert kinds >= {"push"} and max(moved) > 0.03  # the simulation's objects move by contact
+
+
+def test_a_full_scene_window_executes_only_its_first_keep_actions(twin, scene_episodes):
+    """``keep`` with objects: a window's plan is rendered and leaves no trace — the objects are restored with the
+    arm — and only the executed actions are tracked (what the twin's verdict reads)."""
+    ep = next(e for e in scene_episodes if e.kind == "push")
+    a = ep.actions[None].astype(np.float64)
+    (r1, r2), want = _fresh_windows(_scene_start(ep), a, (10, 20))
+    twin.start([_scene_start(ep)])
+    w1 = twin.window(np.concatenate([a[:, :10], -a[:, 10:20]], axis=1), stride=2, keep=10)  # another plan
+    np.testing.assert_array_equal(w1[:, :6], r1)
+    np.testing.assert_array_equal(twin.window(a[:, 10:20], stride=2, keep=10), r2)
+    got = twin.executed(0)
+    assert len(got[0]) == 20 and all(np.array_equal(x, y) for x, y in zip(got, want))
+
+
+def test_the_twins_own_verdict_is_the_task_predicate_on_its_objects(twin):
+    """``task_verdicts``: the scripted push, replayed by the twin of its scene at the real physics' parameters, moves
+    the twin's object far enough (the predicate holds from some step on); the same episode's failing operator never
+    does. An arm-only twin has no objects to judge: named."""
+    from simforcing.data.synthetic.generate import EpisodePhysics
+    from simforcing.data.synthetic.tasks import parse_task
+    from simforcing.data.synthetic.twin import task_verdicts
+
+    index = next(i for i in range(40) if EpisodePhysics(SEED, i, 2).motion.kind == "push")
+    for failures, succeeds in ((0.0, True), (1.0, False)):
+        ep = EpisodePhysics(SEED, index, 33, failures=failures)
+        task = parse_task("push", ep.motion.instruction,
+                          [f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects])
+        twin.start([TwinEpisode(ep.state(), ep.twin_record("scene", 0.0))])
+        twin.window(ep.motion.actions()[None].astype(np.float64), stride=1, keep=32)
+        verdicts = task_verdicts(twin, [task])[0]
+        assert verdicts.shape == (32,) and verdicts.dtype == bool and verdicts.any() == succeeds, ep.motion.failure
+    twin.start([TwinEpisode(ep.state(), ep.twin_record("arm"))])
+    with pytest.raises(ValueError, match="arm alone"):
+        task_verdicts(twin, [task])
+
+
+def test_data_check_twin_on_a_scene_dataset_is_the_codec_alone(tmp_path):
+    root = generate_dataset(tmp_path / "ds", seed=SEED, progress=False, num_train=0, num_val=2, num_sim_pool=0,
+                            length=13, height=H, width=W, pairing="scene", physics_gap=0.5)
+    assert read_twin_record(root, "ep_00000")["scene"]["physics_gap"] == 0.5
+    out = tmp_path / "twin.json"
+    assert main(["data", "check-twin", "--data", str(root), "--preset", "demo", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["psnr_worst_frame"] >= SCENE_CODEC_DB
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -280,3 +372,105 @@ def test_closed_loop_the_twin_receives_the_effective_actions(world_model_run):
     assert all(s.twin_record["camera"].keys() >= {"lookat", "distance", "azimuth", "elevation"} for s in starts)
     with pytest.raises(ConfigError, match="oracle"):
         load_environment(str(world_model_run), condition="oracle")
+    assert all("scene" not in s.twin_record and s.sim_image is None for s in starts)  # an arm-paired world model's
+
+
+def _scene_loop(wm, starts):
+    """Two chunks (4, then 2 actions) of the scripted expert and do-nothing in the world model; -> the Episodes."""
+    from simforcing.policy.closed_loop.evaluate import make_players
+    from simforcing.policy.closed_loop.world_model_eval import Episodes
+
+    ep = Episodes(wm, make_players({}, True, (), 9000, "cpu"), starts)
+    t = 0
+    for chunk, n in enumerate((4, 2)):
+        images, states = ep.observe()
+        ep.step(ep.act(images, states, t, chunk), n)
+        t += n
+    return ep
+
+
+def test_closed_loop_a_full_scene_world_model_gets_the_scene_twin_and_its_verdict(world_model_run):
+    """A world model of the full-scene pairing: every episode's twin record carries the scene simulated as `data synth
+    --pairing scene` simulates it; with --wm-condition render the twin is the full scene and its own verdict is
+    recorded per executed step; with its own chain the chain starts from the twin's start render (paired-sim)."""
+    from simforcing.data.synthetic.generate import EpisodePhysics
+    from simforcing.masking import FirstFrameMasker
+    from simforcing.policy.closed_loop.results import EpisodeOutcome
+    from simforcing.policy.closed_loop.synthetic import SimDomain, held_out_scenes
+    from simforcing.policy.closed_loop.world_model_eval import (collect_episodes, in_domain, load_environment,
+                                                                start_frames)
+
+    domain = SimDomain("scene", 1.0)
+    scenes = held_out_scenes(9000, 1, 6, ("push", "grasp"), layouts=2, jitter=0.03)
+    starts = start_frames(scenes, 9000, 6, H, W, 2, 0.03, domain)
+    for s in starts:
+        assert s.twin_record == EpisodePhysics(9000, s.scene.index, 7, 2, 0.03).twin_record("scene", 1.0)
+        assert s.sim_image.shape == (H, W, 3) and not np.array_equal(s.sim_image, s.image)
+    wm = load_environment(str(world_model_run), condition="render")
+    in_domain(wm, domain)
+    ep = _scene_loop(wm, starts)
+    try:
+        verdicts = ep.twin_verdicts()
+    finally:
+        ep.close()
+    assert len(verdicts) == len(ep.rows) and all(v.shape == (6,) for v in verdicts)
+    out = collect_episodes(ep, np.zeros((len(ep.rows), 6, 6)), ("push", "grasp"), 6, twin_verdicts=verdicts)
+    floor = out["do nothing (floor)"]["push"][0]
+    assert floor.twin_verdicts == [False] * 6 and floor.twin_success is False and floor.twin_step is None
+    for per in out.values():
+        for o in per["push"] + per["grasp"]:
+            assert EpisodeOutcome.from_json(json.loads(json.dumps(o.to_json()))) == o and len(o.twin_verdicts) == 6
+
+    own = load_environment(str(world_model_run), condition="rollout")
+    in_domain(own, domain)
+    assert own.cfg.sample.mask_mode == "paired-sim"
+    ep = _scene_loop(own, starts)
+    from simforcing.data.paired import frames_to_target, to_unit_range
+
+    want = to_unit_range(frames_to_target(np.stack([s.sim_image for _, s in ep.rows]), H, W)).permute(1, 0, 2, 3)
+    assert ep.ro.first_sim.equal(want) and ep.twin_verdicts() is None  # the chain's x^s_0: the twin's start render
+    with pytest.raises(ConfigError, match="paired-sim"):  # the arm alone is no first frame of the scene's domain
+        FirstFrameMasker.from_config(replace(own.cfg, sample=replace(own.cfg.sample, mask_mode="mask-file")))
+
+
+def test_the_world_models_domain_is_its_training_datas_pairing(tmp_path):
+    from types import SimpleNamespace
+
+    from simforcing.policy.closed_loop.synthetic import SimDomain
+
+    domain_of = SimDomain.of_world_model
+    root = generate_dataset(tmp_path / "ds", seed=SEED, progress=False, num_train=1, num_val=0, num_sim_pool=0,
+                            length=3, height=H, width=W, pairing="scene", physics_gap=0.25)
+    said = []
+
+    def _wm(root, pairing):
+        cfg = preset("demo")
+        cfg.data.root, cfg.data.pairing = root, pairing
+        return SimpleNamespace(cfg=cfg, checkpoint=None, name="RUN")
+
+    assert domain_of(_wm(str(root), None), said.append) == SimDomain("scene", 0.25)
+    assert domain_of(_wm(str(root), "arm"), said.append) == SimDomain()  # the config's word wins
+    assert domain_of(_wm(str(tmp_path / "gone"), "scene"), said.append) == SimDomain("scene", 1.0)
+    assert said == []
+    assert domain_of(_wm(str(tmp_path / "gone"), None), said.append) == SimDomain()
+    assert len(said) == 1 and "cannot be read" in said[0] and "data.pairing" in said[0]
+    assert domain_of(None, said.append) == SimDomain()  # copy-first
+
+
+def test_policy_eval_in_a_full_scene_world_model_records_the_twins_verdict(world_model_run, judge_dir, tmp_path,
+                                                                           monkeypatch):
+    """End to end (`policy eval --env world-model --wm-condition render` on a full-scene world model, its domain
+    given): every episode's outcome in eval.json holds the twin's verdict after each executed action, read back."""
+    import simforcing.policy.closed_loop.world_model_eval as wme
+    from simforcing.policy.closed_loop.results import PolicyEvaluation
+    from simforcing.policy.closed_loop.synthetic import SimDomain
+    from simforcing.policy.judge.success_judge import load_judge
+
+    monkeypatch.setattr(SimDomain, "of_world_model", classmethod(lambda cls, wm, progress: cls("scene", 1.0)))
+    res = wme.evaluate_world_model(str(world_model_run), load_judge(judge_dir), {}, per_task=1, max_steps=4,
+                                   layouts=2, jitter=0.03, condition="render", progress=lambda s: None)
+    outcomes = [o for per in res.episodes.values() for os_ in per.values() for o in os_]
+    assert len(outcomes) == 6 and all(len(o.twin_verdicts) == 4 for o in outcomes)
+    assert res.sampler["condition"] == "render"
+    res.write(tmp_path / "eval")
+    assert PolicyEvaluation.read(tmp_path / "eval", "here") == res

@@ -25,12 +25,16 @@ from simforcing.utils import check_output_path, resolve_device
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+SYNTH_COUNTS = {"num_train": 20, "num_val": 16, "num_sim_pool": 300, "length": 33}  # the demo's set
+QUICK_COUNTS = {"num_train": 2, "num_val": 2, "num_sim_pool": 4, "length": 17}  # --quick
+
+
 def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataset_out(parser)
-    parser.add_argument("--num-train", type=int, default=20, help="paired training episodes")
-    parser.add_argument("--num-val", type=int, default=16, help="paired validation episodes")
-    parser.add_argument("--num-sim-pool", type=int, default=300, help="sim-only episodes (stage 1)")
-    parser.add_argument("--length", type=int, default=33, help="frames per episode")
+    parser.add_argument("--num-train", type=int, default=None, help="paired training episodes (default: 20)")
+    parser.add_argument("--num-val", type=int, default=None, help="paired validation episodes (default: 16)")
+    parser.add_argument("--num-sim-pool", type=int, default=None, help="sim-only episodes (stage 1) (default: 300)")
+    parser.add_argument("--length", type=int, default=None, help="frames per episode (default: 33)")
     parser.add_argument("--height", type=int, default=32, help="frame height (pixels)")
     parser.add_argument("--width", type=int, default=48, help="frame width (pixels, one camera)")
     parser.add_argument("--seed", type=int, default=0, help="dataset seed (scenes, motions, appearance)")
@@ -39,23 +43,48 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="simulation processes")
     parser.add_argument("--layout-train", type=int, default=0,
                         help="more paired training episodes in the policy benchmark's LIBERO-like scenes")
-    parser.add_argument("--layouts", type=int, default=2, help="fixed layouts of those episodes")
-    parser.add_argument("--jitter", type=float, default=0.03, help="their task object's jitter (metres)")
+    parser.add_argument("--layouts", type=int, default=None, help="fixed layouts of those episodes (default: 2)")
+    parser.add_argument("--jitter", type=float, default=None, help="their task object's jitter, metres (default: 0.03)")
+    parser.add_argument("--pairing", choices=("arm", "scene"), default="arm",
+                        help="what the simulation videos show: arm = the arm alone on black, its joints copied from "
+                        "the real scene (BridgeData V2's pairs, the default); scene = the whole scene, plain, simulated "
+                        "by physics of its own from the same start and actions (InternData-A1's pairs)")
+    parser.add_argument("--physics-gap", type=float, default=None, metavar="S",
+                        help="with --pairing scene: how far the simulation's physics is from the real scene's, a "
+                        "scale of the stated ranges (object mass x1/2..2, sliding friction x1/1.75..1.75, size "
+                        "±15%%, servo gains x2/3..1.5 at 1; 0 = the real physics) (default: 1)")
     parser.add_argument("--action-noise", type=float, default=0.0, metavar="SIGMA",
                         help="drive the episodes of --action-noise-splits by a noisy operator: N(0, σ²) per step and "
                         "axis on the position actions, σ ~ U(0, SIGMA) per episode (metres; 0: scripted motions only)")
-    parser.add_argument("--action-noise-splits", nargs="+", default=["sim_pool"],
-                        choices=("train", "val", "sim_pool"), help="which episodes --action-noise drives")
+    parser.add_argument("--action-noise-splits", nargs="+", default=None, choices=("train", "val", "sim_pool"),
+                        help="which episodes --action-noise drives (default: sim_pool, when it holds episodes)")
     parser.add_argument("--pauses", type=int, default=0, metavar="N",
                         help="the operator of the --pause-splits episodes stops N times (0-4), holding its target "
                              "for 2-5 frames (zero actions) before the motion goes on")
-    parser.add_argument("--pause-splits", nargs="+", default=["train", "sim_pool"],
-                        choices=("train", "val", "sim_pool"), help="which episodes --pauses applies to")
+    parser.add_argument("--pause-splits", nargs="+", default=None, choices=("train", "val", "sim_pool"),
+                        help="which episodes --pauses applies to (default: those of train, sim_pool that hold episodes)")
+    parser.add_argument("--failures", type=float, default=0.0, metavar="F",
+                        help="a fraction F (0-1) of the --failure-splits episodes is driven by an operator that "
+                        "attempts the task and fails it: misses the object by several cm, closes the gripper too "
+                        "high, stops short (episodes.jsonl 'failure' says how)")
+    parser.add_argument("--failure-splits", nargs="+", default=None, choices=("train", "val", "sim_pool"),
+                        help="which episodes --failures applies to (default: those of train, sim_pool that hold episodes)")
     parser.add_argument("--quick", action="store_true", help="a tiny set: 2 train, 2 val, 4 sim-only, 17 frames")
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
     parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
     parser.add_argument("--preview", default=None, help="also write a PNG strip of the first paired episode here")
     parser.add_argument("--no-progress", action="store_true", help="print no progress lines")
+
+
+def synth_counts(args: argparse.Namespace) -> dict[str, int]:
+    """The episode counts and length: those given, else the demo's set; ``--quick``'s tiny set, which no count
+    given beside it may change (refused by name)."""
+    given = {k: getattr(args, k) for k in SYNTH_COUNTS if getattr(args, k) is not None}
+    if args.quick and given:
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
+        raise ConfigError(f"--quick: a tiny set of its own (2 train, 2 val, 4 sim-only, 17 frames); {flags} would be "
+                          "ignored beside it — leave out --quick or the counts")
+    return dict(QUICK_COUNTS) if args.quick else {**SYNTH_COUNTS, **given}
 
 
 def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
@@ -64,18 +93,25 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     from simforcing.prep.text import finalize_dataset
 
     out = dataset_out(args)
-    counts = (2, 2, 4, 17) if args.quick else (args.num_train, args.num_val, args.num_sim_pool, args.length)
+    c = synth_counts(args)
     t0 = time.time()
-    out = generate_dataset(out, num_train=counts[0], num_val=counts[1], num_sim_pool=counts[2], length=counts[3],
-                           height=args.height, width=args.width, seed=args.seed, layout=args.layout,
-                           progress=not args.no_progress, workers=args.workers, overwrite=args.overwrite,
-                           finish=None if args.no_finalize else finalize_dataset, layout_train=args.layout_train,
-                           layouts=args.layouts, jitter=args.jitter, action_noise=args.action_noise,
-                           noise_splits=tuple(args.action_noise_splits), pauses=args.pauses,
-                           pause_splits=tuple(args.pause_splits))
-    if args.preview and counts[0] + counts[1] > 0:
+
+    def splits(value):
+        return None if value is None else tuple(value)
+
+    out = generate_dataset(out, num_train=c["num_train"], num_val=c["num_val"], num_sim_pool=c["num_sim_pool"],
+                           length=c["length"], height=args.height, width=args.width, seed=args.seed,
+                           layout=args.layout, progress=not args.no_progress, workers=args.workers,
+                           overwrite=args.overwrite, finish=None if args.no_finalize else finalize_dataset,
+                           layout_train=args.layout_train, layouts=args.layouts, jitter=args.jitter,
+                           action_noise=args.action_noise, noise_splits=splits(args.action_noise_splits),
+                           pauses=args.pauses, pause_splits=splits(args.pause_splits), failures=args.failures,
+                           failure_splits=splits(args.failure_splits), pairing=args.pairing,
+                           physics_gap=args.physics_gap)
+    if args.preview and c["num_train"] + c["num_val"] > 0:
         save_preview(out, "ep_00000", args.preview)
-    print(f"wrote {sum(counts[:3]) + args.layout_train} episodes to {out} in {time.time() - t0:.1f} s")
+    total = c["num_train"] + c["num_val"] + c["num_sim_pool"] + args.layout_train
+    print(f"wrote {total} episodes ({args.pairing} pairing) to {out} in {time.time() - t0:.1f} s")
     return 0
 
 
@@ -94,8 +130,8 @@ def add_synth_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=100, help="dataset seed (evaluation scenes use another)")
     parser.add_argument("--layouts", type=int, default=0, help="LIBERO-like mode: every scene is one of K fixed "
                         "layouts with the task object jittered (0: every scene its own objects, camera and look)")
-    parser.add_argument("--jitter", type=float, default=0.03, help="with --layouts: the task object's position "
-                        "jitter, metres")
+    parser.add_argument("--jitter", type=float, default=None, help="with --layouts: the task object's position "
+                        "jitter, metres (default: 0.03)")
     parser.add_argument("--workers", type=int, default=1, help="simulation processes")
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
     parser.add_argument("--no-progress", action="store_true", help="print no progress lines")
@@ -104,10 +140,13 @@ def add_synth_policy_arguments(parser: argparse.ArgumentParser) -> None:
 def synth_policy(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     from simforcing.policy.synth_data import generate_policy_dataset  # MuJoCo: only this command needs it
 
+    if args.jitter is not None and not args.layouts:
+        raise ConfigError(f"--jitter: got {args.jitter}, but without --layouts K every scene is its own and there is "
+                          "no layout's task object to jitter; give --layouts K, or leave out --jitter")
     s = generate_policy_dataset(dataset_out(args), per_task=args.per_task, num_val=args.num_val,
                                 max_steps=args.max_steps, height=args.height, width=args.width, seed=args.seed,
                                 workers=args.workers, overwrite=args.overwrite, progress=not args.no_progress,
-                                layouts=args.layouts, jitter=args.jitter)
+                                layouts=args.layouts, jitter=0.03 if args.jitter is None else args.jitter)
     surplus = s["attempted"] - s["failed"] - s["episodes"]
     print(f"wrote {s['episodes']} successful demonstrations to {s['out']} ({s['attempted']} episodes simulated: "
           f"{s['failed']} failed, {surplus} more than a task needed; both dropped)")

@@ -3,8 +3,9 @@
     DATASET/
       meta/info.json         {"format": "simforcing-paired", "version": 1, "fps", "height", "width",
                               "action_dim", "state_dim", "video_layout": "separate" | "side_by_side",
-                              "sim_background": "black" | "R,G,B", "source"}
+                              "sim_background": "black" | "R,G,B", "pairing": "arm" | "scene", "source"}
       meta/episodes.jsonl    one line per episode: {"episode_id", "length" (frames T), "instruction", "has_real"}
+                             (+ "failure": "<task>/<mode>" for an episode whose operator failed the task on purpose)
       meta/splits.json       {"train": [ids], "val": [ids], "sim_pool": [ids]}  (sim_pool: sim-only, stage 1)
       meta/stats.json        {"action": {"min": [A], "max": [A]}, "state": {"min": [S], "max": [S]},
                               "computed_on": [split names], "num_episodes": n}
@@ -19,7 +20,9 @@ Videos are read and written with PyAV (H.264, yuv444p, constant QP: near-lossles
 Metadata is data, validated on read (DataError naming the file and field):
 - text files are UTF-8 (``unreadable_meta`` "not UTF-8 text" naming the byte otherwise); JSON files are objects;
 - info.json: ``fps``, ``height``, ``width``, ``action_dim``, ``state_dim`` positive integers, ``video_layout`` one of
-  the two layouts, ``sim_background`` "black" or "R,G,B" (``bad_meta``);
+  the two layouts, ``sim_background`` "black" or "R,G,B", ``pairing`` (optional, "arm" when absent) "arm" — the
+  simulation videos show the arm alone on ``sim_background`` (BridgeData V2's pairs) — or "scene" — they show the whole
+  scene as the simulator sees it (InternData-A1's) (``bad_meta``);
 - episodes.jsonl: ``episode_id`` a string, ``length`` an integer >= 0, ``instruction`` a string, ``has_real`` a
   boolean (``bad_meta``); an episode of fewer than 2 frames is an episode-level ``too_short_episode``;
 - splits.json: each split a list of strings;
@@ -56,6 +59,23 @@ class EpisodeInfo:
     length: int
     instruction: str
     has_real: bool = True
+    failure: str | None = None  # "<task>/<mode>": the operator failed the task on purpose (``data synth --failures``)
+
+    def to_json(self) -> dict:
+        """Its episodes.jsonl line (``failure`` only where there is one)."""
+        out = {"episode_id": self.episode_id, "length": self.length, "instruction": self.instruction,
+               "has_real": self.has_real}
+        if self.failure is not None:
+            out["failure"] = self.failure
+        return out
+
+
+PAIRINGS = ("arm", "scene")  # info.json "pairing": what the simulation videos show (module docstring)
+
+
+def dataset_pairing(info: dict) -> str:
+    """The pairing of a dataset (its validated info.json): "arm" (also when it says nothing) or "scene"."""
+    return str(info.get("pairing", "arm"))
 
 
 def meta_dir(root: str | Path) -> Path:
@@ -252,10 +272,11 @@ TWIN_FILE = "twin.json"
 
 def write_twin_record(root: str | Path, episode_id: str, record: dict) -> None:
     """``episodes/<id>/twin.json``: what the robot's digital twin needs to render this episode's simulation video
-    again (``simforcing.twin``): today ``{"camera": {...}}``, the camera of the episode in the renderer's own terms
-    (the synthetic benchmark's: lookat, distance, azimuth, elevation). Optional in a dataset; read only by the
-    ``render`` condition. The record names its episode (``episode_id``), so a record copied to another episode is
-    refused on read."""
+    again (``simforcing.twin``): ``{"camera": {...}}``, the camera of the episode in the renderer's own terms (the
+    synthetic benchmark's: lookat, distance, azimuth, elevation), and for a full-scene pairing ``"scene"``, the
+    episode's simulated scene (the synthetic benchmark's: ``scene.SimScene.to_record``: objects with the simulation's
+    own physics, servo gains). Optional in a dataset; read by the ``render`` condition and ``data check-twin``. The
+    record names its episode (``episode_id``), so a record copied to another episode is refused on read."""
     atomic_write_json(episode_file(root, episode_id, TWIN_FILE), {"episode_id": episode_id, **record})
 
 
@@ -283,7 +304,7 @@ def write_meta(root: str | Path, info: dict, episodes: Iterable[EpisodeInfo], sp
     m.mkdir(parents=True, exist_ok=True)
     info = {"format": FORMAT_NAME, "version": FORMAT_VERSION, **info}
     atomic_write_json(m / "info.json", info)
-    lines = "".join(json.dumps(e.__dict__) + "\n" for e in episodes)
+    lines = "".join(json.dumps(e.to_json()) + "\n" for e in episodes)
     atomic_write(m / "episodes.jsonl", lambda p: p.write_text(lines))
     atomic_write_json(m / "splits.json", {k: list(splits.get(k, [])) for k in SPLITS})
 
@@ -323,6 +344,9 @@ def validate_info(info: dict, path: Path) -> dict:
     if info.get("video_layout", "separate") not in VIDEO_LAYOUTS:
         raise DataError(f"field 'video_layout' is {info.get('video_layout')!r}; expected 'separate' or "
                         "'side_by_side'", path=path, kind="bad_meta")
+    if info.get("pairing", "arm") not in PAIRINGS:
+        raise DataError(f"field 'pairing' is {info.get('pairing')!r}; expected 'arm' (the simulation videos show the "
+                        "arm alone) or 'scene' (they show the whole scene)", path=path, kind="bad_meta")
     background = info.get("sim_background", "black")
     try:
         if not isinstance(background, str):
@@ -348,7 +372,7 @@ def _episode_lines(root: str | Path) -> list[tuple[int, dict]]:
     for i, line in enumerate(read_text_utf8(path, "episode index").splitlines()):
         if not line.strip():
             continue
-        want = "expected {episode_id: str, length: int >= 0, instruction: str, has_real: bool}"
+        want = "expected {episode_id: str, length: int >= 0, instruction: str, has_real: bool, failure: str (optional)}"
         try:
             d = json.loads(line)
         except json.JSONDecodeError as e:
@@ -359,7 +383,8 @@ def _episode_lines(root: str | Path) -> list[tuple[int, dict]]:
                         ("length", isinstance(d.get("length"), int) and not isinstance(d.get("length"), bool)
                          and d.get("length") >= 0),
                         ("instruction", isinstance(d.get("instruction"), str)),
-                        ("has_real", isinstance(d.get("has_real", True), bool))):
+                        ("has_real", isinstance(d.get("has_real", True), bool)),
+                        ("failure", isinstance(d.get("failure", ""), str))):
             if not ok:
                 raise DataError(f"line {i + 1}: field {key!r} is {d.get(key)!r}; {want}", path=path, kind="bad_meta")
         out.append((i + 1, d))
@@ -370,7 +395,9 @@ def read_episodes(root: str | Path) -> dict[str, EpisodeInfo]:
     """The episode index by id (the last line wins for a duplicated id; ``episode_id_counts`` counts them). Ids are
     not checked here: a bad id is an episode-level error of the split that lists it (``bad_episode_id``)."""
     return {d["episode_id"]: EpisodeInfo(episode_id=d["episode_id"], length=d["length"], instruction=d["instruction"],
-                                         has_real=d.get("has_real", True)) for _, d in _episode_lines(root)}
+                                         has_real=d.get("has_real", True),
+                                         failure=d.get("failure"))
+            for _, d in _episode_lines(root)}
 
 
 def episode_id_counts(root: str | Path) -> dict[str, int]:

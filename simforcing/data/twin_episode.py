@@ -4,6 +4,7 @@ in the loop; ``data.synthetic.twin``: the synthetic benchmark's twin)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -19,6 +20,11 @@ class TwinEpisode:
     state: np.ndarray
     record: dict
     target: Optional[tuple] = None
+
+    @property
+    def has_scene(self) -> bool:
+        """The record holds the episode's full-scene simulation (``data synth --pairing scene``), not the arm alone."""
+        return isinstance(self.record, dict) and "scene" in self.record
 
 
 def window_frame_steps(num_actions: int, stride: int) -> list[int]:
@@ -102,6 +108,87 @@ def check_synthetic_camera(record: dict) -> tuple[tuple[float, float, float], fl
         raise ValueError(f"camera.distance: expected a distance > 0; got {cam['distance']!r}")
     return (tuple(float(v) for v in look), float(cam["distance"]), float(cam["azimuth"]),  # type: ignore[return-value]
             float(cam["elevation"]))
+
+
+# the synthetic twin's full-scene record (``data synth --pairing scene``: ``scene.SimScene.to_record``)
+SCENE_GEOMS = {"box": 3, "sphere": 1, "cylinder": 2}  # MJCF type -> number of half-sizes
+RESERVED_NAMES = {"world", "floor", "table", "hand", "finger_l", "finger_r", "link1", "link2", "link3", "link4",
+                  "link5"}
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+TABLE_XY = ((-0.18, 0.78), (-0.6, 0.6))  # the table top's extent (m): an object rests on it
+
+
+def _numbers(value: Any, n: int, where: str, positive: bool = False) -> list:
+    if not isinstance(value, (list, tuple)) or len(value) != n or not all(_number(v) for v in value):
+        raise ValueError(f"{where}: expected {n} number{'s' if n > 1 else ''}; got {value!r:.80}")
+    if positive and not all(float(v) > 0 for v in value):
+        raise ValueError(f"{where}: expected numbers > 0; got {value!r:.80}")
+    return [float(v) for v in value]
+
+
+def _scene_object(o: Any, where: str) -> str:
+    """One object of a scene record checked; its name."""
+    if not isinstance(o, dict):
+        raise ValueError(f"{where}: expected an object {{name, shape, geom, size, rgb, pos, yaw, mass, friction}}; "
+                         f"got {type(o).__name__}")
+    missing = [f for f in ("name", "shape", "geom", "size", "rgb", "pos", "yaw", "mass", "friction") if f not in o]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}")
+    name = o["name"]
+    if not isinstance(name, str) or not _NAME.match(name) or name in RESERVED_NAMES or name.startswith("arm_"):
+        raise ValueError(f"{where}.name: got {name!r}; expected a plain name (a letter, then letters, digits or _; "
+                         f"up to 32) that is not one of the arm's or the table's ({', '.join(sorted(RESERVED_NAMES))}, "
+                         "arm_*)")
+    if not isinstance(o["shape"], str) or not isinstance(o.get("colour", ""), str):
+        raise ValueError(f"{where}.shape / colour: expected strings; got {o['shape']!r} / {o.get('colour')!r}")
+    if o["geom"] not in SCENE_GEOMS:
+        raise ValueError(f"{where}.geom: got {o['geom']!r}; expected one of {', '.join(SCENE_GEOMS)}")
+    size = _numbers(o["size"], SCENE_GEOMS[o["geom"]], f"{where}.size (half-sizes of a {o['geom']}, metres)", True)
+    if max(size) > 0.2:
+        raise ValueError(f"{where}.size: got {size}; expected half-sizes of a tabletop object (at most 0.2 m)")
+    rgb = _numbers(o["rgb"], 3, f"{where}.rgb")
+    if not all(0.0 <= c <= 1.0 for c in rgb):
+        raise ValueError(f"{where}.rgb: got {rgb}; expected three numbers in [0, 1]")
+    x, y = _numbers(o["pos"], 2, f"{where}.pos (x, y on the table, metres)")
+    if not (TABLE_XY[0][0] <= x <= TABLE_XY[0][1] and TABLE_XY[1][0] <= y <= TABLE_XY[1][1]):
+        raise ValueError(f"{where}.pos: got {[x, y]}; expected a point on the table (x in {TABLE_XY[0]}, "
+                         f"y in {TABLE_XY[1]})")
+    if not _number(o["yaw"]):
+        raise ValueError(f"{where}.yaw: expected a number (radians); got {o['yaw']!r}")
+    if not _number(o["mass"]) or not 0 < float(o["mass"]) <= 10:
+        raise ValueError(f"{where}.mass: got {o['mass']!r}; expected a mass in (0, 10] kg")
+    friction = _numbers(o["friction"], 3, f"{where}.friction (sliding, torsional, rolling)")
+    if friction[0] <= 0 or min(friction) < 0:
+        raise ValueError(f"{where}.friction: got {friction}; expected a sliding friction > 0 and the others >= 0")
+    return name
+
+
+def check_synthetic_scene(record: dict) -> dict:
+    """The full-scene part of a synthetic twin record (``record["scene"]``, written by ``data synth --pairing
+    scene``), else a ValueError naming the field: ``objects`` a non-empty list of objects with distinct plain names,
+    an MJCF geom (box, sphere, cylinder) with its number of half-sizes > 0, an rgb in [0, 1], a position on the table,
+    a yaw, a mass > 0 and a (sliding > 0, torsional, rolling) friction; ``servo_gains`` six (kp, kv) pairs > 0 (the arm
+    joints), ``finger_gains`` one. Returns the scene. A record without ``scene`` is the arm alone (nothing checked)."""
+    scene = record.get("scene")
+    if not isinstance(scene, dict):
+        raise ValueError(f"'scene' must be an object {{objects, servo_gains, finger_gains}}; got "
+                         f"{type(scene).__name__}")
+    objects = scene.get("objects")
+    if not isinstance(objects, list) or not objects or len(objects) > 16:
+        raise ValueError(f"scene.objects: expected a list of 1 to 16 objects; got {objects!r:.80}")
+    names = [_scene_object(o, f"scene.objects[{i}]") for i, o in enumerate(objects)]
+    if len(set(names)) != len(names):
+        raise ValueError(f"scene.objects: names {names} repeat one; every object needs its own")
+    gains = scene.get("servo_gains")
+    if not isinstance(gains, list) or len(gains) != 6:
+        raise ValueError(f"scene.servo_gains: expected six [kp, kv] pairs (the arm's joints); got {gains!r:.80}")
+    for i, g in enumerate(gains):
+        _numbers(g, 2, f"scene.servo_gains[{i}] ([kp, kv])", True)
+    _numbers(scene.get("finger_gains"), 2, "scene.finger_gains ([kp, kv])", True)
+    gap = scene.get("physics_gap", 0.0)
+    if not _number(gap) or float(gap) < 0:
+        raise ValueError(f"scene.physics_gap: got {gap!r}; expected a scale >= 0")
+    return scene
 
 
 def check_twin_episode(episode: Any, state_dim: Optional[int] = None, name: str = "twin") -> "TwinEpisode":

@@ -29,6 +29,7 @@ from simforcing.data.policy_format import write_policy_episode, write_policy_met
 from simforcing.data.stats import write_stats
 from simforcing.data.synthetic.generate import check_frame_size, write_objects
 from simforcing.policy.closed_loop.synthetic import TASKS, SyntheticTaskEnv
+from simforcing.policy.settings import MAX_EPISODE_STEPS, MAX_SCENES_PER_TASK
 from simforcing.prep.text import embed_dataset
 from simforcing.utils import check_output_folder, staged_folder
 
@@ -74,10 +75,15 @@ def generate_policy_dataset(out: str | Path, *, per_task: int = 16, num_val: int
     check_frame_size(height, width)
     if workers < 1:
         raise ConfigError(f"workers: got {workers}; expected an integer >= 1")
-    if per_task < 1 or num_val < 0 or max_steps < 2 or tail < 0 or layouts < 0 or not 0 <= jitter <= 0.1:
-        raise ConfigError(f"per_task={per_task}, num_val={num_val}, max_steps={max_steps}, tail={tail}, "
-                          f"layouts={layouts}, jitter={jitter}: expected per_task >= 1, num_val >= 0, max_steps >= 2, "
-                          "tail >= 0, layouts >= 0 (0: every scene its own), 0 <= jitter <= 0.1 (metres)")
+    for flag, value, ok, want in (
+            ("--per-task", per_task, 1 <= per_task <= MAX_SCENES_PER_TASK, f"1..{MAX_SCENES_PER_TASK} demonstrations"),
+            ("--num-val", num_val, 0 <= num_val <= MAX_SCENES_PER_TASK, f"0..{MAX_SCENES_PER_TASK} demonstrations"),
+            ("--max-steps", max_steps, 2 <= max_steps <= MAX_EPISODE_STEPS, f"a step limit in 2..{MAX_EPISODE_STEPS}"),
+            ("tail", tail, tail >= 0, "a frame count >= 0"),
+            ("--layouts", layouts, layouts >= 0, "a count >= 0 (0: every scene its own)"),
+            ("--jitter", jitter, 0 <= jitter <= 0.1, "metres in [0, 0.1]")):
+        if not ok:
+            raise ConfigError(f"{flag}: got {value}; expected {want}")
     out = Path(out)
     check_output_folder(out, overwrite, "dataset", is_dataset)  # before simulating (staged_folder checks again)
     want = per_task + num_val

@@ -105,8 +105,8 @@ def config_hash(cfg: Config) -> str:
     """The first 16 hex digits of the sha256 of the config's JSON. A world model's config (``model.action_head``
     false) is hashed without the fields the downstream policy added (``model.action_head``, the ``policy`` section),
     so its hash is what it was before they existed and older checkpoints keep verifying against their config.json.
-    Likewise the ``fewstep`` section of any run but a few-step student (``fewstep.steps`` 0), and
-    ``model.action_conditioning`` at its default ("expert")."""
+    Likewise the ``fewstep`` section of any run but a few-step student (``fewstep.steps`` 0),
+    ``model.action_conditioning`` at its default ("expert") and ``data.pairing`` when None."""
     d = cfg.to_dict()
     if not d["model"].get("action_head"):
         d["model"].pop("action_head", None)
@@ -115,6 +115,8 @@ def config_hash(cfg: Config) -> str:
         d["model"].pop("action_conditioning")
     if not d["fewstep"]["steps"]:
         d.pop("fewstep")
+    if d["data"].get("pairing") is None:  # a field added later, None unless a config set it
+        d["data"].pop("pairing", None)
     return hashlib.sha256(json.dumps(d, indent=2).encode()).hexdigest()[:16]
 
 

@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import default_collate
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.format import read_info
+from simforcing.data.format import dataset_pairing, read_info
 from simforcing.data.paired import PairedWindowDataset
 from simforcing.data.stats import Normalizer
 from simforcing.data.text_cache import pad_embedding
@@ -193,12 +193,17 @@ def load_world_model(run_dir: str | Path, cfg: Optional[Config] = None, device: 
 
 
 def with_dataset_settings(cfg: Config, data_root: str | Path) -> Config:
-    """A copy of ``cfg`` with the dataset's own settings where ``cfg`` leaves them open (None): today
-    ``data.sim_background`` from the dataset's info.json (what its sim frames show outside the arm; the first-frame
-    masking fills the real frame with it). A value set in the config overrides the dataset's."""
+    """A copy of ``cfg`` with the dataset's own settings where ``cfg`` leaves them open (None): ``data.sim_background``
+    from the dataset's info.json (what its sim frames show outside the arm; the first-frame masking fills the real
+    frame with it) and ``data.pairing`` (what its simulation videos show: the arm alone or the whole scene; the
+    first-frame masking refuses to make an arm-alone frame for a full-scene pairing). A value set in the config
+    overrides the dataset's."""
     out = copy.deepcopy(cfg)
+    info = read_info(data_root)
     if out.data.sim_background is None:
-        out.data.sim_background = read_info(data_root).get("sim_background", "black")
+        out.data.sim_background = info.get("sim_background", "black")
+    if out.data.pairing is None:
+        out.data.pairing = dataset_pairing(info)
     return out
 
 

@@ -194,3 +194,80 @@ def test_read_episode_refuses_a_bad_record(twin_data, tmp_path):
     with pytest.raises(DataError, match="camera.elevation is inf"):
         read_episode(bad, "val_000")
     assert read_episode(twin_data, "val_000").twin.record["camera"] == CAMERA  # control
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A full-scene twin record (data synth --pairing scene): its objects and physics are data too
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scene_twin_data(tmp_path_factory) -> Path:
+    """A one-episode full-scene dataset (its val episode's twin.json holds the scene)."""
+    from simforcing.data.synthetic.generate import generate_dataset
+
+    return generate_dataset(tmp_path_factory.mktemp("faults_scene") / "data", num_train=0, num_val=1,
+                            num_sim_pool=0, length=3, height=16, width=24, seed=3, progress=False, pairing="scene")
+
+
+def _obj(**fields):
+    return lambda rec: {**rec, "scene": {**rec["scene"], "objects": [{**rec["scene"]["objects"][0], **fields}]
+                                         + rec["scene"]["objects"][1:]}}
+
+
+def _scene(**fields):
+    return lambda rec: {**rec, "scene": {**rec["scene"], **fields}}
+
+
+BAD_SCENES = [  # (what, edit, what the refusal names)
+    ("scene a list", lambda rec: {**rec, "scene": [1]}, "'scene' must be an object"),
+    ("no objects", _scene(objects=[]), "scene.objects"),
+    ("a name that breaks the model", _obj(name='obj"0'), "scene.objects[0].name"),
+    ("the table's name", _obj(name="table"), "scene.objects[0].name"),
+    ("an arm's name", _obj(name="arm_palm"), "scene.objects[0].name"),
+    ("a name twice", lambda rec: _obj(name=rec["scene"]["objects"][1]["name"])(rec), "repeat"),
+    ("an unknown geom", _obj(geom="capsule"), "scene.objects[0].geom"),
+    ("sizes of another geom", _obj(geom="sphere"), "scene.objects[0].size"),
+    ("a negative size", _obj(size=[-0.02, 0.02, 0.02]), "numbers > 0"),
+    ("a huge size", _obj(size=[0.5, 0.02, 0.02]), "at most 0.2 m"),
+    ("an rgb above 1", _obj(rgb=[2, 0, 0]), "scene.objects[0].rgb"),
+    ("off the table", _obj(pos=[2.0, 0.0]), "scene.objects[0].pos"),
+    ("no mass", _obj(mass=0), "scene.objects[0].mass"),
+    ("a mass nan", _obj(mass=math.nan), "mass is nan"),
+    ("negative friction", _obj(friction=[0.4, -0.1, 0.001]), "scene.objects[0].friction"),
+    ("a missing field", lambda rec: _obj()({**rec, "scene": {**rec["scene"], "objects": [
+        {k: v for k, v in rec["scene"]["objects"][0].items() if k != "yaw"}]}}), "lacks yaw"),
+    ("five servos", lambda rec: _scene(servo_gains=rec["scene"]["servo_gains"][:5])(rec), "scene.servo_gains"),
+    ("a zero gain", lambda rec: _scene(servo_gains=[[0, 1]] * 6)(rec), "scene.servo_gains[0]"),
+    ("finger gains of three", _scene(finger_gains=[150, 8, 1]), "scene.finger_gains"),
+    ("a negative gap", _scene(physics_gap=-1), "scene.physics_gap"),
+]
+
+
+@pytest.mark.parametrize("what,edit,needle", BAD_SCENES, ids=[w for w, _, _ in BAD_SCENES])
+def test_check_twin_names_a_bad_scene_before_rendering(scene_twin_data, what, edit, needle, tmp_path, capsys):
+    bad = _damaged(scene_twin_data, tmp_path / "data", edit, episode="ep_00000")
+    out = tmp_path / "twin.json"
+    refused(_check_twin(bad, "--out", out), capsys, "data error", "ep_00000", "twin.json", needle, code=1)
+    assert not out.exists()
+
+
+def test_check_twin_scene_control_replays_the_recorded_simulation(scene_twin_data, tmp_path, capsys):
+    out = tmp_path / "twin.json"
+    assert main([str(w) for w in _check_twin(scene_twin_data, "--out", out)]) == 0, capsys.readouterr().err
+    assert json.loads(out.read_text())["psnr_worst_frame"] >= 45.0  # the codec alone
+
+
+def test_the_api_twin_refuses_a_bad_scene_record(scene_twin_data):
+    from simforcing.data.format import read_lowdim, read_twin_record
+    from simforcing.data.synthetic.twin import SyntheticTwin
+    from simforcing.twin import TwinEpisode
+
+    record, state = read_twin_record(scene_twin_data, "ep_00000"), read_lowdim(scene_twin_data, "ep_00000")[1][0]
+    twin = SyntheticTwin(16, 24)
+    try:
+        with pytest.raises(ConfigError, match=r"scene.objects\[0\].mass"):
+            twin.start([TwinEpisode(state, _obj(mass=-1)(record))])
+        assert twin.start([TwinEpisode(state, record)]).shape == (1, 16, 24, 3)  # control
+    finally:
+        twin.close()

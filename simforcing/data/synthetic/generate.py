@@ -4,20 +4,32 @@ sim/real dataset.
     simforcing data synth data/synth                 # the demo set: 20 train + 16 val paired, 300 sim-only
     simforcing data synth /tmp/tiny --quick          # a tiny set for a smoke test
 
-Each episode is simulated once (the real scene: arm, table, objects) and rendered twice per frame from one
-per-episode camera pose: **sim** = the arm's digital twin alone on black; **real** = the full scene with its own
-lights, shadows and textures plus Gaussian sensor noise, with an exact arm mask from MuJoCo's segmentation render.
+Each episode is simulated (the real scene: arm, table, objects) and rendered per frame from one per-episode camera
+pose: **real** = the full scene with its own lights, shadows and textures plus Gaussian sensor noise, with an exact arm
+mask from MuJoCo's segmentation render; **sim** = the simulation of the same actions, by ``pairing``:
+
+- ``arm`` (the default, BridgeData V2's kind of pair): the arm's digital twin alone on black, its joints those of the
+  real scene in every frame (no physics of its own: objects do not exist in it);
+- ``scene`` (InternData-A1's kind, ``data synth --pairing scene``): the whole scene — arm, table, every object — in
+  plain appearance, simulated by physics of its own (``scene.SimScene``: object masses, frictions, sizes and the
+  servos' gains drawn per episode within ``scene.PhysicsGap`` × ``--physics-gap``), started at the real episode's
+  first state and driven by its recorded actions (``twin.SyntheticTwin`` renders it, as the twin in the loop and
+  ``data check-twin`` do). The same actions move the objects otherwise than in the real scene.
+
 Episode i draws everything from ``SeedSequence([seed, i])`` (i counts train, then val, then sim_pool), so a seed fixes
-the dataset and the worker count does not change it.
+the dataset and the worker count does not change it; the operator's variations and the simulation's physics draw from
+streams of their own (``SeedSequence([seed, i, k])``), so an episode's real scene and scripted motion are the same
+whatever they are.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -35,17 +47,23 @@ from simforcing.config import ConfigError  # noqa: E402
 from simforcing.utils import atomic_write, staged_folder  # noqa: E402
 from simforcing.data.format import (EpisodeInfo, episode_file, is_dataset, read_arm_mask,  # noqa: E402
                                     read_episode_videos, read_info, write_episode, write_meta, write_twin_record)
-from simforcing.data.synthetic.motions import (ArmController, insert_pauses, mat_to_rpy, perturb_targets,  # noqa: E402
-                                               script_motion)
+from simforcing.data.synthetic.motions import (FAILURE_TEXT, ArmController, insert_pauses, mat_to_rpy,  # noqa: E402
+                                               perturb_targets, script_motion)
 from simforcing.data.synthetic.scene import (  # noqa: E402
-    ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, SERVO_GAINS, TIMESTEP, CameraPose,
-    NOMINAL_CAMERA, fixed_layout, paint_textures, real_xml, sample_appearance, sample_camera, sample_objects, sim_xml)
+    ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, PHYSICS_GAP, SERVO_GAINS, TIMESTEP,
+    CameraPose, NOMINAL_CAMERA, draw_sim_scene, fixed_layout, paint_textures, real_xml, sample_appearance,
+    sample_camera, sample_objects, sim_xml)
 
 FPS = 10
 SUBSTEPS = round(1.0 / (FPS * TIMESTEP))  # physics steps per video frame (100)
 SIM_BACKGROUND = "black"
 LEAD = np.array([kv / kp for kp, kv in SERVO_GAINS])  # s: velocity feed-forward cancels the servos' damping lag
-GENERATOR_VERSION = 3  # 2: objects.npz beside every paired episode; layout episodes (--layout-train); 3: twin.json
+# 2: objects.npz beside every paired episode; layout episodes (--layout-train); 3: twin.json; 4: --pairing scene
+# (twin.json's "scene", objects.npz's "sim_xyz"), --failures (episodes.jsonl's "failure"); info.json's "pairing"
+GENERATOR_VERSION = 4
+PAIRINGS = ("arm", "scene")
+# the streams of an episode's own (SeedSequence([seed, index, k])): beside its scene, motion and noise (spawn(3))
+NOISE_STREAM, PAUSE_STREAM, SIM_PHYSICS_STREAM, FAILURE_STREAM = 11, 13, 17, 19
 
 
 @dataclass
@@ -63,6 +81,9 @@ class SimulatedEpisode:
     object_names: list[str]  # "<colour> <shape>" of task objects, "distractor" otherwise
     camera: CameraPose  # the pose both renders share (the twin record: the digital twin renders from it)
     target: int = -1  # the task's object (index into object_names)
+    twin_record: dict = field(default_factory=dict)  # twin.json: {"camera"} (arm pairing), + "scene" (scene pairing)
+    failure: str = ""  # "<kind>/<mode>" of a failing operator (motions.FAILURE_TEXT); "" for the scripted one
+    sim_xyz: np.ndarray | None = None  # float32 (T, n_objects, 3): the simulation's objects (scene pairing)
 
 
 class TwinRenderer:
@@ -73,6 +94,7 @@ class TwinRenderer:
         self.data = mujoco.MjData(self.model)
         self.renderer = SharedContextRenderer(self.model, height, width)
         self.qadr = np.array([int(self.model.joint(j).qposadr[0]) for j in ARM_JOINTS + FINGER_JOINTS])
+        self._scene = None
 
     def render(self, q: np.ndarray, camera) -> np.ndarray:
         """q (8,): arm + finger joint positions -> uint8 (H, W, 3)."""
@@ -81,8 +103,19 @@ class TwinRenderer:
         self.renderer.update_scene(self.data, camera=camera)
         return self.renderer.render().copy()
 
+    def scene(self):
+        """The full-scene simulation's renderer (``twin.SyntheticTwin``, built on first use; ``--pairing scene``)."""
+        if self._scene is None:
+            from simforcing.data.synthetic.twin import SyntheticTwin  # it imports this module
+
+            self._scene = SyntheticTwin(self.renderer.height, self.renderer.width)
+        return self._scene
+
     def close(self) -> None:
         self.renderer.close()
+        if self._scene is not None:
+            self._scene.close()
+            self._scene = None
 
 
 class RealRenderer:
@@ -125,15 +158,17 @@ class EpisodePhysics:
     operator (:func:`motions.perturb_targets`), σ ~ U(0, σ_max) per episode, drawn from a stream of their own (the
     scene and the scripted motion are those of the same episode without noise). ``pauses`` = N > 0 (``data synth
     --pauses``): the operator holds its target N times for 2–5 frames (:func:`motions.insert_pauses`, a stream of
-    its own), after any noise.
+    its own), after any noise. ``failures`` = F > 0 (``data synth --failures``): with probability F (drawn from a
+    stream of its own) the operator fails the task (:func:`motions.fail_waypoints`; ``motion.failure`` says how).
     """
 
     def __init__(self, seed: int, index: int, length: int, layouts: int = 0, jitter: float = 0.03,
-                 action_noise: float = 0.0, pauses: int = 0):
+                 action_noise: float = 0.0, pauses: int = 0, failures: float = 0.0):
         if length < 2:
             raise ValueError(f"length: got {length}; an episode needs at least 2 frames (1 action)")
         if layouts < 0:
             raise ValueError(f"layouts: got {layouts}; expected 0 (every episode its own scene) or a count >= 1")
+        self.seed, self.index = seed, index
         scene_rng, motion_rng, self.noise_rng = (np.random.default_rng(s)
                                                  for s in np.random.SeedSequence([seed, index]).spawn(3))
         self.objects = sample_objects(scene_rng)
@@ -149,12 +184,16 @@ class EpisodePhysics:
         paint_textures(m, scene_rng)
         self.data = mujoco.MjData(m)
         self.ctl = ArmController(m)
-        self.motion = script_motion(motion_rng, self.objects, start_pos, start_yaw, length)
+        failing = None
+        if failures > 0:
+            fail_rng = self.stream(FAILURE_STREAM)
+            failing = fail_rng if fail_rng.random() < failures else None
+        self.motion = script_motion(motion_rng, self.objects, start_pos, start_yaw, length, failing)
         if action_noise > 0:
-            noise_rng = np.random.default_rng(np.random.SeedSequence([seed, index, 11]))
+            noise_rng = self.stream(NOISE_STREAM)
             self.motion.pos = perturb_targets(self.motion.pos, noise_rng, noise_rng.uniform(0.0, action_noise))
         if pauses > 0:
-            insert_pauses(self.motion, np.random.default_rng(np.random.SeedSequence([seed, index, 13])), pauses)
+            insert_pauses(self.motion, self.stream(PAUSE_STREAM), pauses)
 
         self.site = int(mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, EE_SITE))
         self.finger_adr = np.array([int(m.joint(j).qposadr[0]) for j in FINGER_JOINTS])
@@ -167,6 +206,22 @@ class EpisodePhysics:
         self.data.qpos[self.ctl.qadr] = self.data.ctrl[self.arm_act] = self.q
         self.data.qpos[self.finger_adr] = self.data.ctrl[self.finger_act] = self.motion.grip[0] * FINGER_TRAVEL
         mujoco.mj_forward(m, self.data)
+
+    def stream(self, k: int) -> np.random.Generator:
+        """The episode's own generator ``k`` (``SeedSequence([seed, index, k])``), apart from its scene and motion."""
+        return np.random.default_rng(np.random.SeedSequence([self.seed, self.index, k]))
+
+    def twin_record(self, pairing: str = "arm", physics_gap: float = 1.0) -> dict:
+        """The episode's twin record (``twin.json``, as JSON holds it): the camera; with the ``scene`` pairing also its
+        simulation (``scene.SimScene.to_record``: the objects with the simulation's own physics drawn at
+        ``physics_gap`` from the episode's stream ``SIM_PHYSICS_STREAM``, the servos' gains) — the same for ``data
+        synth`` and the policy benchmark's scene of the same (seed, index)."""
+        record: dict = {"camera": asdict(self.camera)}
+        if pairing == "scene":
+            record["scene"] = draw_sim_scene(self.objects, self.stream(SIM_PHYSICS_STREAM), physics_gap).to_record()
+        elif pairing != "arm":
+            raise ValueError(f"pairing: got {pairing!r}; expected one of {', '.join(PAIRINGS)}")
+        return json.loads(json.dumps(record))
 
     def advance(self, t: int) -> None:
         mo = self.motion
@@ -205,11 +260,14 @@ def servo_frame(model, data, ctl: ArmController, q: np.ndarray, pos: np.ndarray,
 
 
 def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True, layouts: int = 0,
-                     jitter: float = 0.03, action_noise: float = 0.0, pauses: int = 0) -> SimulatedEpisode:
+                     jitter: float = 0.03, action_noise: float = 0.0, pauses: int = 0, failures: float = 0.0,
+                     pairing: str = "arm", physics_gap: float = 1.0) -> SimulatedEpisode:
     """Simulate episode ``index`` of the dataset with ``seed``; render sim always, real + mask when ``paired``;
-    ``layouts`` > 0: the policy benchmark's LIBERO-like scenes, ``action_noise`` a noisy operator
-    (:class:`EpisodePhysics`)."""
-    ep = EpisodePhysics(seed, index, length, layouts, jitter, action_noise, pauses)
+    ``layouts`` > 0: the policy benchmark's LIBERO-like scenes, ``action_noise`` a noisy operator, ``pauses`` a
+    pausing one, ``failures`` a failing one (:class:`EpisodePhysics`); ``pairing`` what the sim video shows (module
+    docstring; ``scene``: its physics at ``physics_gap``)."""
+    ep = EpisodePhysics(seed, index, length, layouts, jitter, action_noise, pauses, failures)
+    record = ep.twin_record(pairing, physics_gap)
     camera = ep.camera.to_mjv()
     real_r = RealRenderer(ep.model, twin.renderer.height, twin.renderer.width) if paired else None
     sims, reals, masks, states, obj_xyz = [], [], [], [], []
@@ -219,7 +277,8 @@ def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, pai
                 ep.advance(t)
             states.append(ep.state())
             obj_xyz.append(ep.object_positions())
-            sims.append(twin.render(ep.data.qpos[ep.twin_adr], camera))
+            if pairing == "arm":
+                sims.append(twin.render(ep.data.qpos[ep.twin_adr], camera))
             if real_r is not None:
                 rgb, mask = real_r.render(ep.data, camera)
                 reals.append(rgb)
@@ -231,16 +290,39 @@ def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, pai
     states_arr = np.asarray(states, np.float32)
     if not np.all(np.isfinite(states_arr)):
         raise RuntimeError(f"episode {index} (seed {seed}): the simulation diverged (non-finite states)")
+    actions = ep.motion.actions()
+    sim_xyz = None
+    if pairing == "scene":  # the simulation's own physics from the recorded start and actions, as the twin replays it
+        sim, sim_xyz = simulate_scene(twin.scene(), states_arr[0], record, actions)
+        if not np.all(np.isfinite(sim_xyz)):
+            raise RuntimeError(f"episode {index} (seed {seed}): the scene's simulation diverged (non-finite objects)")
+    else:
+        sim = np.stack(sims)
     real = None
     if paired:
         sigma = ep.noise_rng.uniform(1.5, 4.0)  # sensor noise, in 0..255 units
         noisy = np.asarray(reals, np.float32) + ep.noise_rng.normal(0, sigma, size=(length, *reals[0].shape))
         real = np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
-    return SimulatedEpisode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=np.stack(sims), real=real,
-                            arm_mask=np.stack(masks) if paired else None, actions=ep.motion.actions(),
+    return SimulatedEpisode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=sim, real=real,
+                            arm_mask=np.stack(masks) if paired else None, actions=actions,
                             states=states_arr, object_xyz=np.asarray(obj_xyz, np.float32),
                             object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects],
-                            camera=ep.camera, target=ep.motion.target)
+                            camera=ep.camera, target=ep.motion.target, twin_record=record,
+                            failure=f"{ep.motion.kind}/{ep.motion.failure}" if ep.motion.failure else "",
+                            sim_xyz=sim_xyz)
+
+
+def simulate_scene(scene, state0: np.ndarray, record: dict, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The full-scene simulation of one episode (``--pairing scene``): ``scene`` (a ``twin.SyntheticTwin``) started at
+    the recorded first state ``state0`` (7,) with the twin record, then driven by the recorded ``actions`` (T−1, 7) —
+    what ``data check-twin`` and the twin in the loop do with the stored float32 values, so they replay it exactly ->
+    (video uint8 (T, H, W, 3), the simulation's objects float32 (T, n, 3))."""
+    from simforcing.data.twin_episode import TwinEpisode
+
+    scene.start([TwinEpisode(np.asarray(state0, np.float64), record)])
+    video = scene.window(np.asarray(actions, np.float64)[None], 1, keep=len(actions))[0]
+    _, objects, start = scene.executed(0)
+    return video, np.concatenate([start[None], objects]).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -255,35 +337,58 @@ def _init_worker(height: int, width: int) -> None:
     _TWIN = TwinRenderer(height, width)
 
 
-def _write_one(job: tuple) -> EpisodeInfo:
-    """Simulate one episode and write its files. job = (out, episode_id, index, paired, seed, length, layout,
-    scene_layouts, jitter, action_noise, pauses)."""
-    out, episode_id, index, paired, seed, length, layout, scene_layouts, jitter, action_noise, pauses = job
+@dataclass(frozen=True)
+class EpisodeJob:
+    """One episode of a dataset to simulate and write (``_write_one``; the settings already those of its split)."""
+
+    out: str
+    episode_id: str
+    index: int
+    paired: bool
+    seed: int
+    length: int
+    layout: str  # video layout
+    scene_layouts: int = 0  # > 0: a policy-benchmark layout episode
+    jitter: float = 0.03
+    action_noise: float = 0.0
+    pauses: int = 0
+    failures: float = 0.0
+    pairing: str = "arm"
+    physics_gap: float = 1.0
+
+
+def _write_one(job: EpisodeJob) -> EpisodeInfo:
+    """Simulate one episode and write its files."""
     assert _TWIN is not None, "_init_worker must run first"
-    ep = simulate_episode(seed, index, length, _TWIN, paired=paired, layouts=scene_layouts, jitter=jitter,
-                          action_noise=action_noise, pauses=pauses)
-    write_episode(out, episode_id, ep.sim, ep.real, ep.actions, ep.states, ep.arm_mask, layout=layout, fps=FPS)
-    write_twin_record(out, episode_id, {"camera": asdict(ep.camera)})
-    if paired:
-        write_objects(out, episode_id, ep.object_xyz, ep.object_names, ep.target, ep.kind)
-    return EpisodeInfo(episode_id=episode_id, length=length, instruction=ep.instruction, has_real=paired)
+    ep = simulate_episode(job.seed, job.index, job.length, _TWIN, paired=job.paired, layouts=job.scene_layouts,
+                          jitter=job.jitter, action_noise=job.action_noise, pauses=job.pauses, failures=job.failures,
+                          pairing=job.pairing, physics_gap=job.physics_gap)
+    out, eid = job.out, job.episode_id
+    write_episode(out, eid, ep.sim, ep.real, ep.actions, ep.states, ep.arm_mask, layout=job.layout, fps=FPS)
+    write_twin_record(out, eid, ep.twin_record)
+    if job.paired:
+        write_objects(out, eid, ep.object_xyz, ep.object_names, ep.target, ep.kind, ep.sim_xyz)
+    return EpisodeInfo(episode_id=eid, length=job.length, instruction=ep.instruction, has_real=job.paired,
+                       failure=ep.failure or None)
 
 
 OBJECTS_FILE = "objects.npz"
 
 
 def write_objects(root: str | Path, episode_id: str, xyz: np.ndarray, names: list[str], target: int,
-                  kind: str) -> None:
+                  kind: str, sim_xyz: np.ndarray | None = None) -> None:
     """``episodes/<id>/objects.npz``: ``xyz`` float32 (T, n, 3) every object's centre per frame, ``names`` (n,)
     ("<colour> <shape>" or "distractor"), ``target`` the task's object, ``kind`` the task — what the success judge of
     the policy benchmark is fitted on (``policy.judge.success_judge``); world-model and policy training do not read
-    it."""
+    it. ``sim_xyz`` (the scene pairing): the same objects in the episode's simulation, (T, n, 3) — where the
+    simulator thinks they went."""
     path = episode_file(root, episode_id, OBJECTS_FILE)
+    extra = {} if sim_xyz is None else {"sim_xyz": np.asarray(sim_xyz, np.float32)}
 
     def save(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             np.savez_compressed(f, xyz=np.asarray(xyz, np.float32), names=np.array(names), target=np.int64(target),
-                                kind=np.array(kind))
+                                kind=np.array(kind), **extra)
 
     atomic_write(path, save)
 
@@ -297,16 +402,23 @@ def check_frame_size(height: int, width: int) -> None:
 
 
 def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, height: int, width: int,
-                layout: str, workers: int = 1, layout_train: int = 0, layouts: int = 2, jitter: float = 0.03) -> None:
+                layout: str, workers: int = 1, layout_train: int = 0, layouts: int | None = None,
+                jitter: float | None = None) -> tuple[int, float]:
+    """The counts, sizes and layout settings, named; -> (layouts, jitter) of the layout episodes (2 layouts, 0.03 m
+    unless given; given without layout episodes, they would shape nothing: refused)."""
     if workers < 1:
         raise ConfigError(f"workers: got {workers}; expected an integer >= 1")
-    if layout_train and (layouts < 1 or not 0 <= jitter <= 0.1):
-        raise ConfigError(f"--layouts {layouts} --jitter {jitter}: layout episodes need layouts >= 1 and "
-                          "0 <= jitter <= 0.1 m")
     for name, v in (("num_train", num_train), ("num_val", num_val), ("num_sim_pool", num_sim_pool),
                     ("layout_train", layout_train)):
         if v < 0:
             raise ConfigError(f"{name}: got {v}; expected a count >= 0")
+    if not layout_train and (layouts is not None or jitter is not None):
+        raise ConfigError(f"--layouts / --jitter: got {layouts} / {jitter}, but there are no layout episodes for them "
+                          "to shape; give --layout-train N (the policy benchmark's scenes), or leave them out")
+    layouts, jitter = (2 if layouts is None else layouts), (0.03 if jitter is None else jitter)
+    if layout_train and (layouts < 1 or not 0 <= jitter <= 0.1):
+        raise ConfigError(f"--layouts {layouts} --jitter {jitter}: layout episodes need layouts >= 1 and "
+                          "0 <= jitter <= 0.1 m")
     if num_train + num_val + num_sim_pool + layout_train == 0:
         raise ConfigError("num_train + num_val + num_sim_pool + layout_train is 0; expected at least one episode")
     if length < 2:
@@ -314,30 +426,119 @@ def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, he
     check_frame_size(height, width)
     if layout not in ("separate", "side_by_side"):
         raise ConfigError(f"layout: got {layout!r}; expected 'separate' or 'side_by_side'")
+    return layouts, jitter
 
 
 OPERATOR_SPLITS = ("train", "val", "sim_pool")
+COUNT_FLAGS = {"train": "--num-train and --layout-train are", "val": "--num-val is", "sim_pool": "--num-sim-pool is"}
+# the splits an operator option drives unless named (``generate_dataset``): those of them that hold episodes
+DEFAULT_SPLITS = {"--action-noise": ("sim_pool",), "--pauses": ("train", "sim_pool"),
+                  "--failures": ("train", "sim_pool")}
 
 
-def _check_operator(action_noise: float, noise_splits, pauses: int = 0, pause_splits=()) -> None:
-    """The noisy or pausing operator's settings (``--action-noise``, ``--pauses`` and their splits), named."""
-    if not 0 <= action_noise <= 0.2:
-        raise ConfigError(f"--action-noise: got {action_noise}; expected a noise level in [0, 0.2] metres per step "
-                          "(0: the scripted operator alone)")
-    if not 0 <= pauses <= 4:
-        raise ConfigError(f"--pauses: got {pauses}; expected 0 to 4 pauses per episode (0: the operator never stops)")
-    for flag, splits in (("--action-noise-splits", noise_splits), ("--pause-splits", pause_splits)):
+def _operator_splits(flag: str, level: float, splits, counts: dict[str, int]) -> tuple[str, ...]:
+    """The splits operator option ``flag`` (at ``level``; 0: off) drives, named: ``splits`` as given (each a split
+    that holds episodes), or None for ``DEFAULT_SPLITS`` less those without episodes; splits given for an option
+    that is off, or an option that would drive no episode, are refused."""
+    split_flag = {"--action-noise": "--action-noise-splits", "--pauses": "--pause-splits",
+                  "--failures": "--failure-splits"}[flag]
+    if splits is not None:
         bad = [s for s in splits if s not in OPERATOR_SPLITS]
         if bad:
-            raise ConfigError(f"{flag}: got {bad}; expected some of {', '.join(OPERATOR_SPLITS)}")
+            raise ConfigError(f"{split_flag}: got {bad}; expected some of {', '.join(OPERATOR_SPLITS)}")
+        if not level:
+            raise ConfigError(f"{split_flag}: got {' '.join(splits)} but {flag} is 0, so it would drive nothing; give "
+                              f"{flag} (or leave out {split_flag})")
+        empty = [s for s in splits if not counts[s]]
+        if empty:
+            raise ConfigError(f"{split_flag}: got {' '.join(splits)}, but the dataset has no {empty[0]} episode "
+                              f"({COUNT_FLAGS[empty[0]]} 0); name splits that hold episodes")
+        return tuple(splits)
+    if not level:
+        return ()
+    chosen = tuple(s for s in DEFAULT_SPLITS[flag] if counts[s])
+    if not chosen:
+        raise ConfigError(f"{flag} {level:g}: its default splits ({' '.join(DEFAULT_SPLITS[flag])}) hold no episode, so "
+                          f"it would drive nothing; name the splits with {split_flag}")
+    return chosen
+
+
+@dataclass(frozen=True)
+class Operators:
+    """The checked operator and simulation settings of a dataset (``generate_dataset``): each option's level and the
+    splits it drives, the pairing and its physics gap."""
+
+    action_noise: float = 0.0
+    noise_splits: tuple[str, ...] = ()
+    pauses: int = 0
+    pause_splits: tuple[str, ...] = ()
+    failures: float = 0.0
+    failure_splits: tuple[str, ...] = ()
+    pairing: str = "arm"
+    physics_gap: float = 0.0
+
+    @classmethod
+    def checked(cls, counts: dict[str, int], length: int, action_noise: float = 0.0, noise_splits=None,
+                pauses: int = 0, pause_splits=None, failures: float = 0.0, failure_splits=None, pairing: str = "arm",
+                physics_gap: float | None = None) -> "Operators":
+        """The settings, each refused by name when it cannot be (``counts``: episodes per split)."""
+        if not 0 <= action_noise <= 0.2:
+            raise ConfigError(f"--action-noise: got {action_noise}; expected a noise level in [0, 0.2] metres per "
+                              "step (0: the scripted operator alone)")
+        if not 0 <= pauses <= 4:
+            raise ConfigError(f"--pauses: got {pauses}; expected 0 to 4 pauses per episode (0: the operator never "
+                              "stops)")
+        if not 0 <= failures <= 1:
+            raise ConfigError(f"--failures: got {failures}; expected the fraction of the episodes whose operator "
+                              "fails the task, in [0, 1] (0: the scripted operator always attempts it properly)")
+        noise = _operator_splits("--action-noise", action_noise, noise_splits, counts)
+        paused = _operator_splits("--pauses", pauses, pause_splits, counts)
+        failing = _operator_splits("--failures", failures, failure_splits, counts)
+        if paused and length < 3:
+            raise ConfigError(f"--pauses {pauses} --length {length}: a pause holds the target after the first frame "
+                              "and before the last, and an episode of 2 frames has no such frame; give --length >= 3 "
+                              "or --pauses 0")
+        if pairing not in PAIRINGS:
+            raise ConfigError(f"--pairing: got {pairing!r}; expected one of {', '.join(PAIRINGS)} (arm: the arm alone "
+                              "on black; scene: the whole scene simulated with physics of its own)")
+        if physics_gap is not None and pairing != "scene":
+            raise ConfigError(f"--physics-gap: got {physics_gap}, but the {pairing} pairing's simulation has no physics "
+                              "of its own (the arm's joints are copied from the real scene); give --pairing scene")
+        gap = 1.0 if physics_gap is None else float(physics_gap)
+        if not 0 <= gap <= 2:
+            raise ConfigError(f"--physics-gap: got {physics_gap}; expected a scale in [0, 2] of the stated ranges "
+                              "(0: the real scene's physics, 1: scene.PhysicsGap's ranges)")
+        return cls(action_noise, noise, pauses, paused, failures, failing, pairing, gap if pairing == "scene" else 0.0)
+
+    def settings(self) -> dict:
+        """What info.json's ``synth`` records of them."""
+        return {
+            "action_noise": ({"sigma_max": self.action_noise, "splits": sorted(self.noise_splits),
+                              "per_episode": "sigma ~ U(0, sigma_max) m per step per axis, a random walk around the "
+                                             "scripted targets"} if self.action_noise else None),
+            "pauses": ({"per_episode": self.pauses, "splits": sorted(self.pause_splits),
+                        "hold": "the commanded target held for 2-5 frames (zero actions) at a random frame, then the "
+                                "scripted motion goes on"} if self.pauses else None),
+            "failures": ({"fraction": self.failures, "splits": sorted(self.failure_splits),
+                          "per_episode": "drawn with probability 'fraction' from the episode's own stream; which "
+                                         "failure: episodes.jsonl 'failure' (<task>/<mode>)",
+                          "modes": dict(FAILURE_TEXT)} if self.failures else None),
+            "pairing": self.pairing,
+            "physics_gap": ({"scale": self.physics_gap, "ranges_at_1": asdict(PHYSICS_GAP),
+                             "per_episode": "each object's mass x mass^(S u), sliding friction x friction^(S u), "
+                                            "half-sizes x (1 + size S u); each servo's kp, kv x servo^(S u); "
+                                            "u ~ U(-1, 1) per parameter from the episode's own stream; the draws: "
+                                            "twin.json scene.factors"} if self.pairing == "scene" else None)}
 
 
 def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
                      width: int, seed: int, layout: str = "separate", progress: bool = True,
                      workers: int = 1, overwrite: bool = False, finish: Callable[[Path], None] | None = None,
-                     layout_train: int = 0, layouts: int = 2, jitter: float = 0.03, action_noise: float = 0.0,
-                     noise_splits: tuple[str, ...] = ("sim_pool",), pauses: int = 0,
-                     pause_splits: tuple[str, ...] = ("train", "sim_pool")) -> Path:
+                     layout_train: int = 0, layouts: int | None = None, jitter: float | None = None,
+                     action_noise: float = 0.0, noise_splits: tuple[str, ...] | None = None, pauses: int = 0,
+                     pause_splits: tuple[str, ...] | None = None, failures: float = 0.0,
+                     failure_splits: tuple[str, ...] | None = None, pairing: str = "arm",
+                     physics_gap: float | None = None) -> Path:
     """Write the synthetic paired dataset to ``out`` (videos, lowdim, masks, meta). Returns ``out``.
 
     Everything is written into a temporary sibling folder that becomes ``out`` by a rename once complete
@@ -346,21 +547,27 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
     ``finish(folder)`` runs on the complete folder before it appears (the command passes
     ``simforcing.prep.text.finalize_dataset``: stats and the text cache). ``workers`` > 1 simulates episodes in that
     many processes; the output is identical whatever the count. ``layout_train`` more paired training episodes are
-    the policy benchmark's LIBERO-like scenes (``layouts`` fixed layouts, the task object jittered by ±``jitter`` m,
-    the nominal camera: ``policy.closed_loop.synthetic``), appended after the sim pool — so a world model knows the
-    scenes a policy acts in; the other episodes are unchanged. ``action_noise`` σ_max > 0: the episodes of
-    ``noise_splits`` (``train`` includes the layout episodes) are driven by a noisy operator, σ ~ U(0, σ_max) m per step
-    per episode (:class:`EpisodePhysics`); their scenes and scripted motions are those of the same dataset without
-    noise. ``pauses`` N > 0: the episodes of ``pause_splits`` hold their target N times for 2–5 frames.
+    the policy benchmark's LIBERO-like scenes (``layouts`` fixed layouts, 2 unless given, the task object jittered by
+    ±``jitter`` m, 0.03 unless given, the nominal camera: ``policy.closed_loop.synthetic``), appended after the sim
+    pool — so a world model knows the scenes a policy acts in; the other episodes are unchanged.
+
+    The operator (:class:`EpisodePhysics`; each option drives the splits named, ``train`` including the layout
+    episodes, or when None its ``DEFAULT_SPLITS`` that hold episodes; their scenes and scripted motions are those of
+    the same dataset without it): ``action_noise`` σ_max > 0, a noisy operator, σ ~ U(0, σ_max) m per step per
+    episode; ``pauses`` N > 0, the target held N times for 2–5 frames; ``failures`` F > 0, the task failed in a
+    fraction F of the episodes (``motions.FAILURE_TEXT``). ``pairing``: what the sim videos show (module docstring);
+    ``physics_gap`` S (the scene pairing; 1 unless given): the scale of the simulation's physics gap
+    (``scene.PhysicsGap``). Settings that cannot be are ConfigErrors naming the option (:meth:`Operators.checked`).
     """
-    _check_args(num_train, num_val, num_sim_pool, length, height, width, layout, workers, layout_train, layouts,
-                jitter)
-    _check_operator(action_noise, noise_splits, pauses, pause_splits)
+    layouts, jitter = _check_args(num_train, num_val, num_sim_pool, length, height, width, layout, workers,
+                                  layout_train, layouts, jitter)
+    counts = {"train": num_train + layout_train, "val": num_val, "sim_pool": num_sim_pool}
+    ops = Operators.checked(counts, length, action_noise, noise_splits, pauses, pause_splits, failures,
+                            failure_splits, pairing, physics_gap)
     out = Path(out)
-    scene = (layout_train, layouts, jitter, action_noise, tuple(noise_splits), pauses, tuple(pause_splits))
     with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
         _generate_into(tmp, num_train, num_val, num_sim_pool, length, height, width, seed, layout, progress, workers,
-                       scene)
+                       (layout_train, layouts, jitter), ops)
         if finish is not None:
             finish(tmp)
     return out
@@ -368,12 +575,14 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
 
 def _generate_into(out: Path, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
                    width: int, seed: int, layout: str, progress: bool, workers: int,
-                   scene: tuple = (0, 2, 0.03, 0.0, (), 0, ())) -> None:
-    layout_train, layouts, jitter, action_noise, noise_splits, pauses, pause_splits = scene
+                   scenes: tuple = (0, 2, 0.03), ops: Operators = Operators()) -> None:
+    layout_train, layouts, jitter = scenes
     plan = ([("train", True, 0)] * num_train + [("val", True, 0)] * num_val + [("sim_pool", False, 0)] * num_sim_pool
             + [("train", True, layouts)] * layout_train)
-    jobs = [(str(out), f"ep_{i:05d}", i, paired, seed, length, layout, k, jitter,
-             action_noise if split in noise_splits else 0.0, pauses if split in pause_splits else 0)
+    jobs = [EpisodeJob(str(out), f"ep_{i:05d}", i, paired, seed, length, layout, k, jitter,
+                       ops.action_noise if split in ops.noise_splits else 0.0,
+                       ops.pauses if split in ops.pause_splits else 0,
+                       ops.failures if split in ops.failure_splits else 0.0, ops.pairing, ops.physics_gap)
             for i, (split, paired, k) in enumerate(plan)]
     bar = tqdm(total=len(jobs), desc="synth episodes", unit="ep", disable=not progress, file=sys.stderr)
     infos: list[EpisodeInfo] = []
@@ -399,19 +608,14 @@ def _generate_into(out: Path, num_train: int, num_val: int, num_sim_pool: int, l
     settings = {"version": GENERATOR_VERSION, "seed": seed, "num_train": num_train, "num_val": num_val,
                 "num_sim_pool": num_sim_pool, "length": length, "layout_train": layout_train,
                 "layouts": layouts if layout_train else 0, "jitter": jitter if layout_train else None,
-                "action_noise": ({"sigma_max": action_noise, "splits": sorted(noise_splits),
-                                  "per_episode": "sigma ~ U(0, sigma_max) m per step per axis, a random walk around "
-                                                 "the scripted targets"} if action_noise else None),
-                "pauses": ({"per_episode": pauses, "splits": sorted(pause_splits),
-                            "hold": "the commanded target held for 2-5 frames (zero actions) at a random frame, "
-                                    "then the scripted motion goes on"} if pauses else None),
-                "physics_timestep": TIMESTEP, "substeps": SUBSTEPS,
+                **ops.settings(), "physics_timestep": TIMESTEP, "substeps": SUBSTEPS,
                 "mujoco": mujoco.__version__, "motions": ["reach", "push", "grasp"],
                 "episode_seed": "SeedSequence([seed, index]), index over train, val, sim_pool in order",
                 "state": "ee position (3), ee roll-pitch-yaw xyz (3), gripper opening 0..1 (1)",
                 "action": "target ee position delta (3), target roll-pitch-yaw delta (3), gripper command 0..1 (1)"}
     info = {"fps": FPS, "height": height, "width": width, "action_dim": 7, "state_dim": 7, "video_layout": layout,
-            "sim_background": SIM_BACKGROUND, "source": "simforcing-synth", "synth": settings}
+            "sim_background": SIM_BACKGROUND, "pairing": ops.pairing, "source": "simforcing-synth",
+            "synth": settings}
     write_meta(out, info, infos, splits)
 
 

@@ -13,7 +13,8 @@ g* the commanded gripper opening in [0, 1] (1 = open). The controller tracks p*_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 from scipy.spatial.transform import Rotation
@@ -47,6 +48,7 @@ class Motion:
     rpy: np.ndarray
     grip: np.ndarray
     target: int = -1  # index of the task's object in the scene's objects
+    failure: str = ""  # how a failing operator fails the task (``FAILURE_MODES``); "" for the scripted operator
 
     def actions(self) -> np.ndarray:
         """(T−1, 7) float32: target deltas between consecutive frames + the next gripper command."""
@@ -133,10 +135,101 @@ _SHAPES_FOR = {"reach": ("block", "cube", "ball", "cylinder"), "push": ("block",
                "grasp": ("block", "cube", "cylinder")}
 
 
-def random_reach(rng: np.random.Generator, grip: float) -> Waypoint:
-    """A free move to a random point of the workspace (fills episodes longer than the task)."""
-    p = rng.uniform(WORKSPACE_LO + [0.02, 0.04, 0.06], WORKSPACE_HI - [0.02, 0.04, 0.0])
+def random_reach(rng: np.random.Generator, grip: float, high: bool = False) -> Waypoint:
+    """A free move to a random point of the workspace (fills episodes longer than the task); ``high``: in its upper
+    band (z >= ``HIGH_Z``), where the fingers clear every object (a failing operator's, after its failed attempt)."""
+    lo = WORKSPACE_LO + [0.02, 0.04, 0.06]
+    if high:
+        lo[2] = HIGH_Z
+    p = rng.uniform(lo, WORKSPACE_HI - [0.02, 0.04, 0.0])
     return Waypoint(p, float(rng.uniform(-1.0, 1.0)), float(rng.choice([grip, 1.0, 0.0])), _frames(rng, 5, 8))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A failing operator (``data synth --failures``): the same task attempted, failed as policies fail it
+# ----------------------------------------------------------------------------------------------------------------------
+
+HIGH_Z = 0.2  # m: the end-effector this high clears every object (their tops are below 0.07 m), 0.17 m from a centre
+FAILURE_MODES = {"reach": ("miss", "short"), "push": ("miss", "short"), "grasp": ("miss", "early_close")}
+FAILURE_TEXT = {
+    "reach/miss": "reaches for a point 13-17 cm beside the object (outside the 10 cm reach radius)",
+    "reach/short": "stops 13-16 cm above the object's centre and hovers there before retreating",
+    "push/miss": "pushes along the named direction 9-12 cm beside the object (the paddle passes it by)",
+    "push/short": "stops the push 0-4.5 cm after its start, 3.3 cm from contact at most (it ends before moving the "
+                  "object by the 4 cm the task needs)",
+    "grasp/miss": "descends and closes the gripper 7.5-9.5 cm beside the object along its long side, lifts nothing",
+    "grasp/early_close": "closes the gripper 6-9 cm above the grasp height, lifts nothing",
+}
+
+
+def _shifted(waypoints: list[Waypoint], which: range, offset: np.ndarray) -> list[Waypoint]:
+    """The waypoints with those of ``which`` moved by ``offset`` (2,) in the table plane, clipped again."""
+    out = list(waypoints)
+    for i in which:
+        out[i] = replace(out[i], pos=_clip(out[i].pos + np.array([offset[0], offset[1], 0.0])))
+    return out
+
+
+def _clear_of(waypoints: list[Waypoint], which: range, xy: np.ndarray, distance: float) -> bool:
+    return all(np.linalg.norm(waypoints[i].pos[:2] - xy) >= distance for i in which)
+
+
+def _miss(rng: np.random.Generator, waypoints: list[Waypoint], which: range, xy: np.ndarray, lo: float, hi: float,
+          directions: np.ndarray) -> Optional[list[Waypoint]]:
+    """The waypoints of ``which`` moved by U(lo, hi) m along the first of ``directions`` (unit (k, 2)) that keeps them
+    ``lo`` − 5 mm from ``xy`` once clipped into the workspace; None when none does."""
+    dist = rng.uniform(lo, hi)
+    for d in directions:
+        moved = _shifted(waypoints, which, dist * d)
+        if _clear_of(moved, which, xy, lo - 0.005):
+            return moved
+    return None
+
+
+def fail_waypoints(rng: np.random.Generator, kind: str, o: SceneObject,
+                   waypoints: list[Waypoint]) -> tuple[str, list[Waypoint]]:
+    """A failing operator's attempt at the task of ``waypoints`` (what ``_reach`` / ``_push`` / ``_grasp`` planned for
+    object ``o``): one of the task's ``FAILURE_MODES`` drawn from ``rng`` (``FAILURE_TEXT`` says what each does) ->
+    (mode, waypoints). The end-effector never comes where the predicate of ``tasks.py`` would hold; a miss that the
+    workspace leaves no room for becomes the task's other failure."""
+    xy = np.array(o.pos, np.float64)
+    mode = str(rng.choice(FAILURE_MODES[kind]))
+    angle = rng.uniform(0, 2 * np.pi)
+    if kind == "reach":
+        if mode == "miss":  # every waypoint of the approach beside the object, the retreat straight up
+            ring = np.stack([[np.cos(angle + k * np.pi / 4), np.sin(angle + k * np.pi / 4)] for k in range(8)])
+            moved = _miss(rng, waypoints, range(3), xy, 0.13, 0.17, ring)
+            if moved is not None:
+                moved[3] = replace(moved[3], pos=_clip(np.array([*moved[2].pos[:2], 0.24])))
+                return mode, moved
+            mode = "short"
+        hover = o.height + rng.uniform(0.13, 0.16)  # above the centre: farther than the reach radius
+        return mode, [waypoints[0]] + [replace(w, pos=_clip(np.array([*w.pos[:2], hover + dz])))
+                                       for w, dz in ((waypoints[1], 0.0), (waypoints[2], 0.02))] + waypoints[3:]
+    if kind == "push":
+        d = np.array([waypoints[2].pos[0] - waypoints[1].pos[0], waypoints[2].pos[1] - waypoints[1].pos[1]])
+        d = d / max(np.linalg.norm(d), 1e-9)
+        if mode == "miss":  # the whole push beside the object, on either side
+            side = np.array([-d[1], d[0]]) * (1 if rng.random() < 0.5 else -1)
+            moved = _miss(rng, waypoints, range(4), xy, 0.09, 0.12, np.stack([side, -side]))
+            if moved is not None:
+                return mode, moved
+            mode = "short"
+        start = waypoints[1].pos
+        end = _clip(np.array([*(start[:2] + d * rng.uniform(0.0, 0.045)), start[2]]))
+        return mode, waypoints[:2] + [replace(waypoints[2], pos=end),
+                                      replace(waypoints[3], pos=_clip(np.array([*end[:2], 0.16])))]
+    if kind == "grasp":
+        if mode == "miss":  # along the object's long side, where the closing fingers find nothing between them
+            along = np.array([np.cos(o.yaw), np.sin(o.yaw)])
+            moved = _miss(rng, waypoints, range(4), xy, 0.075, 0.095, np.stack([along, -along]))
+            if moved is not None:
+                return mode, moved
+            mode = "early_close"
+        up = rng.uniform(0.06, 0.09)
+        return mode, waypoints[:1] + [replace(w, pos=_clip(w.pos + [0.0, 0.0, up])) for w in waypoints[1:3]] \
+            + waypoints[3:]
+    raise ValueError(f"task kind: got {kind!r}; expected one of {tuple(FAILURE_MODES)}")
 
 
 def _min_jerk(u: np.ndarray) -> np.ndarray:
@@ -144,8 +237,10 @@ def _min_jerk(u: np.ndarray) -> np.ndarray:
 
 
 def script_motion(rng: np.random.Generator, objects: list[SceneObject], start_pos: np.ndarray, start_yaw: float,
-                  length: int) -> Motion:
-    """Choose a task and a target among the task objects (named ones), then lay out T = ``length`` targets."""
+                  length: int, failing: Optional[np.random.Generator] = None) -> Motion:
+    """Choose a task and a target among the task objects (named ones), then lay out T = ``length`` targets.
+    ``failing``: the operator fails the task (:func:`fail_waypoints`, its draws from this generator; the task, its
+    object and instruction the same) and fills the rest of the episode with reaches above every object."""
     kind = str(rng.choice(KINDS))
     targets = [o for o in objects if o.colour and o.shape in _SHAPES_FOR[kind]]
     if not targets:  # every task object has a shape this task cannot use: fall back to reaching
@@ -154,12 +249,15 @@ def script_motion(rng: np.random.Generator, objects: list[SceneObject], start_po
         raise ValueError("script_motion: the scene has no named task object (SceneObject.colour is empty for all)")
     target = targets[int(rng.integers(len(targets)))]
     instruction, waypoints = _PLANNERS[kind](rng, target, start_yaw)
+    failure = ""
+    if failing is not None:
+        failure, waypoints = fail_waypoints(failing, kind, target, waypoints)
 
     pos = [np.asarray(start_pos, np.float64)]
     yaw, grip = [float(start_yaw)], [1.0]
     queue = list(waypoints)
     while len(pos) < length:
-        wp = queue.pop(0) if queue else random_reach(rng, grip[-1])
+        wp = queue.pop(0) if queue else random_reach(rng, grip[-1], high=bool(failure))
         u = _min_jerk(np.arange(1, wp.frames + 1) / wp.frames)
         p0, y0 = pos[-1], yaw[-1]
         for k in range(wp.frames):
@@ -174,7 +272,7 @@ def script_motion(rng: np.random.Generator, objects: list[SceneObject], start_po
     rpy = np.concatenate([np.clip(tilt, -TILT_LIMIT, TILT_LIMIT),
                           np.clip(np.array(yaw[:T]), -YAW_LIMIT, YAW_LIMIT)[:, None]], axis=1)
     return Motion(kind=kind, instruction=str(instruction), pos=p, rpy=rpy, grip=np.array(grip[:T], np.float64),
-                  target=next(i for i, o in enumerate(objects) if o is target))
+                  target=next(i for i, o in enumerate(objects) if o is target), failure=failure)
 
 
 def perturb_targets(pos: np.ndarray, rng: np.random.Generator, sigma: float) -> np.ndarray:

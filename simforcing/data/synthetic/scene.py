@@ -5,6 +5,10 @@
   ``paint_textures`` then fills its table, wall and floor textures.
 - ``sim_xml()``: the digital twin: the same arm (same geoms, same materials) alone, evenly lit, on a flat black
   background. It holds no physics of its own: the arm's joint positions are copied into it from the real model.
+- ``sim_scene_xml(scene)``: the full-scene simulation (``data synth --pairing scene``, InternData-A1's kind of pair):
+  the arm, a plain grey table and the same objects in flat colours, lit as ``sim_xml``, on black — with physics of
+  its own whose object masses, sliding frictions, sizes and servo gains differ from the real scene's by a per-episode
+  draw (:class:`SimScene`, :func:`draw_sim_scene`, the ranges :class:`PhysicsGap`).
 
 The arm: a pedestal, 6 hinge joints (base yaw, shoulder, elbow and wrist pitch, wrist tilt, wrist roll) driven by
 position servos, and a parallel gripper of two sliding fingers, with a wrist camera (``WRIST_CAMERA``) on the hand
@@ -59,6 +63,7 @@ class SceneObject:
     yaw: float
     colour: str = ""  # named colour ("" for distractors)
     mass: float = 0.06
+    friction: tuple[float, float, float] | None = None  # (sliding, torsional, rolling); None: ``object_friction``
 
     @property
     def height(self) -> float:
@@ -142,22 +147,21 @@ ARM_MATERIALS = """
 
 # Position servos: (kp, kv) per arm joint; the fingers share one command (opening in [0, 1] -> metres).
 SERVO_GAINS = ((900, 60), (1500, 90), (1000, 60), (400, 20), (200, 10), (120, 6))
+FINGER_GAINS = (150, 8)
 
 
-def _actuators_xml() -> str:
-    arm = "".join(f'\n    <position name="a_{j}" joint="{j}" kp="{kp}" kv="{kv}"/>' for j, (kp, kv) in
-                  zip(ARM_JOINTS, SERVO_GAINS))
-    fingers = "".join(f'\n    <position name="a_{j}" joint="{j}" kp="150" kv="8" ctrlrange="0 {FINGER_TRAVEL}"/>'
-                      for j in FINGER_JOINTS)
+def _actuators_xml(gains=SERVO_GAINS, finger=FINGER_GAINS) -> str:
+    arm = "".join(f'\n    <position name="a_{j}" joint="{j}" kp="{kp:.6g}" kv="{kv:.6g}"/>' for j, (kp, kv) in
+                  zip(ARM_JOINTS, gains))
+    fingers = "".join(f'\n    <position name="a_{j}" joint="{j}" kp="{finger[0]:.6g}" kv="{finger[1]:.6g}" '
+                      f'ctrlrange="0 {FINGER_TRAVEL}"/>' for j in FINGER_JOINTS)
     return f"<actuator>{arm}{fingers}\n  </actuator>"
 
 
-def sim_xml() -> str:
-    """The digital twin: the arm alone, evenly lit, flat black background (no skybox, floor or shadows), with the real
-    scene's servos and integrator, so that it renders the simulation videos (``generate.TwinRenderer``: joint positions
-    set, no physics) and runs the benchmark's controller on its own (``twin.ArmTwin``: the actions' physics, no
-    objects). Actuators are invisible: the renders do not depend on them."""
-    return f"""<mujoco model="simforcing-synth-sim">
+def _sim_model_xml(model: str, world: str, actuators: str, assets: str = "") -> str:
+    """A simulation-domain model: evenly lit by the headlight and one shadowless key light, black where nothing is
+    (no skybox, floor or shadows), the real scene's timestep and integrator; ``world`` after the key light."""
+    return f"""<mujoco model="{model}">
   <compiler angle="radian"/>
   <option timestep="{TIMESTEP}" integrator="implicitfast"/>
   <visual>
@@ -165,30 +169,148 @@ def sim_xml() -> str:
     <headlight ambient="0.45 0.45 0.45" diffuse="0.45 0.45 0.45" specular="0.05 0.05 0.05"/>
     <rgba haze="0 0 0 1"/>
   </visual>
-  <asset>{ARM_MATERIALS}
+  <asset>{ARM_MATERIALS}{assets}
   </asset>
   <worldbody>
     <light name="key" directional="true" dir="0.3 0.2 -1" diffuse="0.35 0.35 0.35" specular="0 0 0"
-           castshadow="false"/>{_arm_xml()}
+           castshadow="false"/>{world}
   </worldbody>
-  {_actuators_xml()}
+  {actuators}
 </mujoco>
 """
 
 
-def _object_xml(o: SceneObject) -> str:
+def sim_xml() -> str:
+    """The digital twin: the arm alone, evenly lit, flat black background (no skybox, floor or shadows), with the real
+    scene's servos and integrator, so that it renders the simulation videos (``generate.TwinRenderer``: joint positions
+    set, no physics) and runs the benchmark's controller on its own (``twin.SyntheticTwin``: the actions' physics, no
+    objects). Actuators are invisible: the renders do not depend on them."""
+    return _sim_model_xml("simforcing-synth-sim", _arm_xml(), _actuators_xml())
+
+
+def object_friction(geom: str) -> tuple[float, float, float]:
+    """The real scene's (sliding, torsional, rolling) friction of an object of MJCF type ``geom``: low sliding friction
+    (MuJoCo takes the larger of a pair's: 0.4 on the table, the fingers' 1.5 in a grasp) lets pushed objects slide
+    instead of tipping over and wedging under the fingers; rolling friction keeps spheres and cylinders from rolling
+    off the table."""
+    return (0.4, 0.02, 0.006) if geom in ("sphere", "cylinder") else (0.4, 0.02, 0.001)
+
+
+def _object_xml(o: SceneObject, material: str = "") -> str:
     z = o.height + 0.0005
     qw, qz = np.cos(o.yaw / 2), np.sin(o.yaw / 2)
-    rolls = o.geom in ("sphere", "cylinder")  # rolling friction keeps them from rolling off the table
-    # low sliding friction (MuJoCo takes the larger of a pair's: 0.4 on the table, the fingers' 1.5 in a grasp)
-    # lets pushed objects slide instead of tipping over and wedging under the fingers
-    extra = ' condim="6" friction="0.4 0.02 0.006"' if rolls else ' condim="4" friction="0.4 0.02 0.001"'
+    condim = 6 if o.geom in ("sphere", "cylinder") else 4
+    extra = f' condim="{condim}" friction="{_f(o.friction or object_friction(o.geom))}"'
     return f"""
     <body name="{o.name}" pos="{_f(o.pos)} {z:.5g}" quat="{qw:.6g} 0 0 {qz:.6g}">
       <freejoint/>
       <geom name="{o.name}" type="{o.geom}" size="{_f(o.size)}" rgba="{_f(o.rgb)} 1" mass="{o.mass:.4g}"
-            contype="1" conaffinity="3"{extra}/>
+            contype="1" conaffinity="3"{extra}{f' material="{material}"' if material else ""}/>
     </body>"""
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The full-scene simulation (``data synth --pairing scene``): the same objects, plain, with physics of its own
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PhysicsGap:
+    """How far the full-scene simulation's physics lies from the real scene's at ``data synth --physics-gap 1``; the
+    scale S multiplies every range (0: the real scene's physics). Each object and each servo draws its own u ~ U(−1, 1)
+    per parameter (:func:`draw_sim_scene`):
+
+    - ``mass``: an object's mass × mass^(S·u) — at S = 1 between half and twice the real one;
+    - ``friction``: its sliding friction × friction^(S·u) — 0.23 … 0.7 for the real 0.4 (torsional and rolling
+      friction stay the real ones);
+    - ``size``: its half-sizes × (1 + size·S·u) — ± 15 %, so it also rests at another height and fits the gripper
+      otherwise;
+    - ``servo``: each position servo's kp and kv, independently, × servo^(S·u) — 2/3 … 1.5, the six arm joints and the
+      fingers: the arm lags, overshoots and grips otherwise than the real one under the same controller (whose
+      velocity feed-forward stays the nominal gains', as a real controller tuned for its robot would).
+    """
+
+    mass: float = 2.0
+    friction: float = 1.75
+    size: float = 0.15
+    servo: float = 1.5
+
+
+PHYSICS_GAP = PhysicsGap()
+SIM_TABLE_RGBA = "0.6 0.6 0.6 1"
+# sliding friction low, so that an object's contacts with the table slide with the object's own (MuJoCo takes a pair's
+# larger value: the real table's 0.4 would hide the drawn friction); torsional and rolling the real table's, so at
+# --physics-gap 0 every contact pair has the real scene's friction
+SIM_TABLE_FRICTION = "0.01 0.02 0.001"
+SIM_OBJECT_MATERIAL = '\n    <material name="plain" specular="0.05" shininess="0.1"/>'
+
+
+@dataclass
+class SimScene:
+    """One episode's full-scene simulation: its objects (the real scene's poses, colours and shapes; its own mass,
+    sliding friction and size), its servos' gains, the gap scale they were drawn at and the draws themselves
+    (``factors``: per object {"mass", "friction", "size"}, per servo [kp, kv] multipliers, the fingers' last). What
+    the episode's ``twin.json`` holds under ``scene`` (:meth:`to_record`), enough to rebuild the model
+    (:func:`sim_scene_xml`)."""
+
+    objects: list[SceneObject]
+    servo_gains: tuple[tuple[float, float], ...]
+    finger_gains: tuple[float, float]
+    physics_gap: float
+    factors: dict
+
+    def to_record(self) -> dict:
+        objects = [{"name": o.name, "shape": o.shape, "geom": o.geom, "colour": o.colour,
+                    "size": [float(v) for v in o.size], "rgb": [float(v) for v in o.rgb],
+                    "pos": [float(v) for v in o.pos], "yaw": float(o.yaw), "mass": float(o.mass),
+                    "friction": [float(v) for v in (o.friction or object_friction(o.geom))]} for o in self.objects]
+        return {"objects": objects, "servo_gains": [[float(kp), float(kv)] for kp, kv in self.servo_gains],
+                "finger_gains": [float(v) for v in self.finger_gains], "physics_gap": float(self.physics_gap),
+                "factors": self.factors}
+
+    @classmethod
+    def from_record(cls, scene: dict) -> "SimScene":
+        """The scene of a checked record (``data.twin_episode.check_synthetic_scene``)."""
+        objects = [SceneObject(name=o["name"], shape=o["shape"], geom=o["geom"], size=tuple(o["size"]),
+                               rgb=tuple(o["rgb"]), pos=tuple(o["pos"]), yaw=float(o["yaw"]),
+                               colour=o.get("colour", ""), mass=float(o["mass"]), friction=tuple(o["friction"]))
+                   for o in scene["objects"]]
+        return cls(objects, tuple(tuple(g) for g in scene["servo_gains"]), tuple(scene["finger_gains"]),
+                   float(scene.get("physics_gap", 0.0)), dict(scene.get("factors") or {}))
+
+
+def draw_sim_scene(objects: list[SceneObject], rng: np.random.Generator, scale: float,
+                   gap: PhysicsGap = PHYSICS_GAP) -> SimScene:
+    """The simulation of a scene of ``objects`` at gap ``scale`` (:class:`PhysicsGap`): 3 draws per object (mass,
+    friction, size), then 2 per servo (kp, kv; the six arm joints, then the fingers), always the same number whatever
+    the scale, so that scales share their directions and 0 gives the real scene's values exactly."""
+    u = rng.uniform(-1.0, 1.0, size=(len(objects), 3))
+    v = rng.uniform(-1.0, 1.0, size=(len(SERVO_GAINS) + 1, 2))
+    s = float(scale)
+    own, per_object = [], []
+    for o, (um, uf, us) in zip(objects, u):
+        fm, ff, fs = (float(x) for x in (gap.mass ** (s * um), gap.friction ** (s * uf), 1.0 + gap.size * s * us))
+        sliding, torsional, rolling = object_friction(o.geom)
+        own.append(replace(o, size=tuple(float(x) * fs for x in o.size), mass=float(o.mass) * fm,
+                           friction=(sliding * ff, torsional, rolling)))
+        per_object.append({"mass": fm, "friction": ff, "size": fs})
+    servo = gap.servo ** (s * v)  # (7, 2): kp, kv multipliers
+    gains = tuple((kp * float(a), kv * float(b)) for (kp, kv), (a, b) in zip(SERVO_GAINS, servo[:-1]))
+    finger = (FINGER_GAINS[0] * float(servo[-1, 0]), FINGER_GAINS[1] * float(servo[-1, 1]))
+    return SimScene(own, gains, finger, s, {"objects": per_object, "servo": servo.tolist()})
+
+
+def sim_scene_xml(scene: SimScene) -> str:
+    """The full-scene simulation model (module docstring): the arm, a plain grey table where the real one stands (its
+    legs, the wall and the floor unseen; a floor of the real one's friction below, hidden, catches what falls), the
+    scene's objects in their flat colours (matte), the scene's servo gains."""
+    objs = "".join(_object_xml(o, "plain") for o in scene.objects)
+    world = f"""
+    <geom name="floor" type="plane" size="3 3 0.1" pos="0 0 -0.75" group="3" contype="1" conaffinity="3"/>
+    <geom name="table" type="box" size="0.48 0.6 0.03" pos="0.3 0 -0.03" rgba="{SIM_TABLE_RGBA}" contype="1"
+          conaffinity="3" friction="{SIM_TABLE_FRICTION}"/>{_arm_xml()}{objs}"""
+    return _sim_model_xml("simforcing-synth-sim-scene", world, _actuators_xml(scene.servo_gains, scene.finger_gains),
+                          SIM_OBJECT_MATERIAL)
 
 
 def _light_xml(i: int, light: dict) -> str:

@@ -71,7 +71,10 @@ class EpisodeOutcome:
     hand the judge reads is from where the executed actions put it (mm): what an episode's trust score is computed
     from (``policy.estimate.trust``). With several noise draws of the world model per episode (``policy eval
     --draws K``) those are draw 0's, and ``draw_success`` / ``draw_margin`` hold every draw's verdict and largest
-    margin (K each; None with one draw)."""
+    margin (K each; None with one draw). ``twin_verdicts``: with a full-scene digital twin in the loop
+    (``--wm-condition render`` on a world model of the ``data synth --pairing scene`` data), the twin's own verdict —
+    the task predicate on the twin simulation's objects and end-effector — after every executed action (the
+    simulator's own prediction of success, SureSim's; :attr:`twin_success`, :attr:`twin_step`; draw 0's)."""
 
     scene: int
     success: bool
@@ -86,11 +89,22 @@ class EpisodeOutcome:
     frame_arm_mm: Optional[list] = None
     draw_success: Optional[list] = None
     draw_margin: Optional[list] = None
+    twin_verdicts: Optional[list] = None
+
+    @property
+    def twin_success(self) -> Optional[bool]:
+        """Success as the twin's simulation sees it (its predicate held after some executed action); None without."""
+        return None if self.twin_verdicts is None else any(self.twin_verdicts)
+
+    @property
+    def twin_step(self) -> Optional[int]:
+        """The executed action after which the twin's predicate first held (1-based); None without or never."""
+        return next((i + 1 for i, v in enumerate(self.twin_verdicts or []) if v), None)
 
     def to_json(self) -> dict:
         out = {"scene": self.scene, "success": self.success, "steps": self.steps}
         for key in ("chunks", "judged", "judged_step", "frame_judged", "frame_true", "frame_error_mm", "frame_margin",
-                    "frame_arm_mm", "draw_success", "draw_margin"):
+                    "frame_arm_mm", "draw_success", "draw_margin", "twin_verdicts"):
             value = getattr(self, key)
             if value is not None or (key == "judged_step" and self.judged is not None):
                 out[key] = value
@@ -106,9 +120,12 @@ class EpisodeOutcome:
                 (draws is not None and (not draws or len(draws) != len(per_frame["draw_margin"]))):
             raise MalformedResult("fields 'draw_success' and 'draw_margin' must both be absent or lists of one "
                                   "entry per noise draw")
+        twin = typed(d, "twin_verdicts", "list", "null", default=None)
+        if twin is not None and not all(isinstance(v, bool) for v in twin):
+            raise MalformedResult("field 'twin_verdicts' must be a list of true/false")
         return cls(int(d["scene"]), bool(d["success"]), int(d["steps"]), d.get("chunks"), d.get("judged"),
                    d.get("judged_step"), d.get("frame_judged"), d.get("frame_true"), d.get("frame_error_mm"),
-                   per_frame["frame_margin"], per_frame["frame_arm_mm"], draws, per_frame["draw_margin"])
+                   per_frame["frame_margin"], per_frame["frame_arm_mm"], draws, per_frame["draw_margin"], twin)
 
     @property
     def soft(self) -> float:

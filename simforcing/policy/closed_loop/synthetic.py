@@ -32,18 +32,72 @@ demonstrations do not cover (docs/POLICY_TRANSFER.md).
 No initial scene satisfies its predicate (the gripper starts ≥ 0.15 m above every object; objects rest).
 The scripted expert replays the episode's scripted actions through the same ``step``; "do nothing" sends zero deltas
 with the gripper open.
+
+**The twin record** of an episode (:meth:`SyntheticTaskEnv.twin_record`): what the robot's digital twin of a world
+model's simulation domain needs (:class:`SimDomain`): the camera for the arm pairing; the camera and the scene's
+simulation — its objects with their own physics, drawn at the domain's physics gap from the episode's own stream,
+exactly as ``data synth --pairing scene`` draws the simulation of the same (seed, index) — for the full-scene pairing.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
 import numpy as np
 
+from simforcing.data.format import dataset_pairing, read_info, read_json
 from simforcing.data.synthetic.generate import EpisodePhysics
 from simforcing.data.synthetic.offscreen import SharedContextRenderer
 from simforcing.data.synthetic.motions import CommandedTarget  # noqa: F401  (the env's controller target)
 from simforcing.data.synthetic.scene import WRIST_CAMERA
 from simforcing.data.synthetic.tasks import (LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, TASKS, Task,  # noqa: F401
                                              parse_task, task_success)
+
+
+@dataclass(frozen=True)
+class SimDomain:
+    """What a world model's simulation domain shows — the pairing of the data it was trained on (``pairing``: "arm",
+    the arm alone; "scene", the whole scene simulated) and, for the full scene, the physics gap its simulations were
+    drawn at (``data synth --physics-gap``) — so that its twin renders what its training data's simulation rendered."""
+
+    pairing: str = "arm"
+    physics_gap: float = 0.0
+
+    @classmethod
+    def of_dataset(cls, root: str | Path) -> "SimDomain":
+        """The domain of dataset ``root`` (its meta/info.json: ``pairing``, ``synth.physics_gap.scale``; a full-scene
+        dataset that does not say its gap: 1)."""
+        info = read_info(root)
+        if dataset_pairing(info) != "scene":
+            return cls()
+        gap = ((info.get("synth") or {}).get("physics_gap") or {}).get("scale", 1.0)
+        return cls("scene", float(gap))
+
+    @classmethod
+    def of_world_model(cls, wm, progress: Callable[[str], None]) -> "SimDomain":
+        """The domain of a loaded world model (``runs.loaded.LoadedWorldModel``; None, copy-first: the arm): the
+        pairing of the data it was trained on, read from that dataset's meta/info.json (the run's ``data.root``, else
+        the folder its checkpoint recorded), its ``data.pairing`` overriding it when the run's config sets one (then
+        at the dataset's gap, or 1). Where no dataset can be read and the config says nothing: the arm alone, with a
+        warning (runs from before the full-scene pairing whose data has moved)."""
+        if wm is None:
+            return cls()
+        roots = [wm.cfg.data.root]
+        if wm.checkpoint is not None and (Path(wm.checkpoint.path) / "meta.json").is_file():
+            meta = read_json(Path(wm.checkpoint.path) / "meta.json", "checkpoint meta")
+            roots.append((meta.get("data") or {}).get("root"))
+        said = wm.cfg.data.pairing
+        found = next((cls.of_dataset(r) for r in roots if r and (Path(r) / "meta" / "info.json").is_file()), None)
+        if found is None and said is None:
+            progress(f"warning: the data {wm.name} was trained on ({', '.join(str(r) for r in roots if r) or 'none'}) "
+                     "cannot be read; its simulation domain is taken as the arm alone (set data.pairing in its "
+                     "config if it was trained on a full-scene pairing)")
+        if said is None or (found is not None and found.pairing == said):
+            return found or cls()
+        return cls(said, 1.0 if said == "scene" else 0.0)
+
 
 class SyntheticTaskEnv:
     """One closed-loop episode of the synthetic benchmark (module docstring). ``max_steps`` bounds the scripted
@@ -87,6 +141,10 @@ class SyntheticTaskEnv:
         obj = self.ep.object_positions()[self.task.object_index]
         ee = self.ep.data.site_xpos[self.ep.site]
         return np.concatenate([ee - obj, obj - self.obj0]).astype(np.float32)
+
+    def twin_record(self, domain: SimDomain = SimDomain()) -> dict:
+        """The episode's twin record for a world model of ``domain`` (module docstring)."""
+        return self.ep.twin_record(domain.pairing, domain.physics_gap)
 
     def success(self) -> bool:
         obj = self.ep.object_positions()[self.task.object_index]

@@ -17,9 +17,14 @@ evaluation — only the frames come from the world model and success from the ju
 3. an episode succeeds at its first judged success within ``max_steps`` actions (as the simulator's ends at its first
    success).
 
-With ``--wm-condition render`` (``sample.condition = render``) every episode's digital twin (``simforcing.twin``: the
-synthetic benchmark's arm alone, started at the scene's state, commanded target and camera) executes exactly the
-effective actions the episode executes and renders each chunk's condition; the world model still renders the scene.
+With ``--wm-condition render`` (``sample.condition = render``) every episode's digital twin (``simforcing.twin``,
+started at the scene's state, commanded target and camera) executes exactly the effective actions the episode executes
+and renders each chunk's condition; the world model still renders the scene. What the twin renders follows the data the
+world model was trained on (``SimDomain.of_world_model``, its meta/info.json ``pairing``): the arm alone, or — for the
+full-scene pairing (``data synth --pairing scene``) — the episode's whole scene simulated with physics of its own
+(``SyntheticTaskEnv.twin_record``), whose own verdict on the task is recorded per episode (``EpisodeOutcome
+.twin_verdicts``). With a full-scene world model the simulation chain's first frame is the twin's render of the start
+(``sample.mask_mode`` becomes ``paired-sim``: a real frame masked to the arm is not what its simulation shows).
 
 The world model's noise of an episode depends on its scene only (every player gets the same), each learned policy's on
 (scene, chunk) as in the simulator. ``--draws K`` runs every (player, scene) episode K times inside the world model,
@@ -44,11 +49,13 @@ import torch
 from simforcing.config import ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.generate import RealRenderer
+from simforcing.data.synthetic.twin import SyntheticTwin, task_verdicts
 from simforcing.media import frames_to_uint8
 from simforcing.policy.closed_loop.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, judge_record, make_players,
                                                     scene_mode, scene_of)
 from simforcing.policy.closed_loop.results import WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
-from simforcing.policy.closed_loop.synthetic import TASKS, CommandedTarget, SyntheticTaskEnv, held_out_scenes
+from simforcing.policy.closed_loop.synthetic import (TASKS, CommandedTarget, SimDomain, SyntheticTaskEnv,
+                                                     held_out_scenes)
 from simforcing.policy.judge.sim_frames import decision_margin
 from simforcing.policy.judge.success_judge import SuccessJudge, first_success, frame_verdicts
 from simforcing.policy.settings import check_episode_counts
@@ -64,9 +71,11 @@ DRAW_OFFSET = 1_000_000  # draw k of scene i samples from sample_generator(cfg, 
 class StartFrame:
     """What the simulator gives an episode once, at its start: the external frame uint8 (H, W, 3), the arm mask
     (H, W), the state (7,), the scene (task, instruction, expert actions), the controller's initial target and the
-    camera (the twin record a digital twin renders from)."""
+    twin record a digital twin renders from (``domain``'s: the camera, and the simulated scene for the full-scene
+    pairing); with ``twin`` (full scene) the twin's render of the start, ``sim_image`` uint8 (H, W, 3) — the frame the
+    world model's own simulation chain starts from."""
 
-    def __init__(self, env: SyntheticTaskEnv):
+    def __init__(self, env: SyntheticTaskEnv, domain: SimDomain = SimDomain(), twin: Optional[SyntheticTwin] = None):
         renderer = RealRenderer(env.ep.model, env._renderer.height, env._renderer.width)
         try:
             self.image, self.mask = renderer.render(env.ep.data, env._camera)
@@ -77,19 +86,27 @@ class StartFrame:
         self.task = env.task
         t = env.target
         self.target = (t.pos.copy(), t.rpy.copy(), t.grip)
-        self.twin_record = {"camera": dataclasses.asdict(env.ep.camera)}
+        self.twin_record = env.twin_record(domain)
+        self.sim_image: Optional[np.ndarray] = None
+        if twin is not None:
+            self.sim_image = twin.start([TwinEpisode(self.state, self.twin_record, self.target)])[0]
 
 
 def start_frames(scenes: dict[str, list[int]], seed: int, max_steps: int, height: int, width: int, layouts: int,
-                 jitter: float) -> list[StartFrame]:
+                 jitter: float, domain: SimDomain = SimDomain()) -> list[StartFrame]:
     out = []
-    for task, indices in scenes.items():
-        for idx in indices:
-            env = SyntheticTaskEnv(seed, idx, max_steps, height, width, layouts, jitter)
-            try:
-                out.append(StartFrame(env))
-            finally:
-                env.close()
+    twin = SyntheticTwin(height, width) if domain.pairing == "scene" else None
+    try:
+        for task, indices in scenes.items():
+            for idx in indices:
+                env = SyntheticTaskEnv(seed, idx, max_steps, height, width, layouts, jitter)
+                try:
+                    out.append(StartFrame(env, domain, twin))
+                finally:
+                    env.close()
+    finally:
+        if twin is not None:
+            twin.close()
     return out
 
 
@@ -112,6 +129,15 @@ def load_environment(wm_run: str, device="cpu", condition: Optional[str] = None)
         raise ConfigError(f"--wm {wm_run}: sample.condition=oracle conditions on recorded simulation videos, which a "
                           "closed loop does not have; use --wm-condition rollout or render")
     return wm
+
+
+def in_domain(wm: Optional[LoadedWorldModel], domain: SimDomain) -> None:
+    """Set the world model up for its simulation domain: for the full scene, ``data.pairing`` scene and the
+    simulation chain started from the simulator's own first frame (``sample.mask_mode = paired-sim``: the twin's
+    start render, ``StartFrame.sim_image``), not from the real frame masked to the arm."""
+    if wm is not None and domain.pairing == "scene":
+        wm.cfg = dataclasses.replace(wm.cfg, data=dataclasses.replace(wm.cfg.data, pairing="scene"),
+                                     sample=dataclasses.replace(wm.cfg.sample, mask_mode="paired-sim"))
 
 
 def world_model_record(wm: Optional[LoadedWorldModel], wm_run: str, progress: Callable[[str], None]) -> ScoredRun:
@@ -204,11 +230,15 @@ class Episodes:
                     for (_, s), k in zip(self.rows, self.draw)]
             masks = torch.from_numpy(np.stack([s.mask for _, s in self.rows])).bool()
             states = torch.from_numpy(np.stack([s.state for _, s in self.rows])).double()
+            sims = [s.sim_image for _, s in self.rows]  # full scene: the chain starts from the twin's start render
+            first_sim = (None if any(x is None for x in sims)
+                         else to_unit_range(frames_to_target(np.stack(sims), h, w)).permute(1, 0, 2, 3))
             twin = None
             if wm.cfg.sample.condition == "render":  # the twin executes exactly the effective actions (step)
                 twin = TwinLoop.from_config(wm.cfg, [TwinEpisode(s.state, s.twin_record, s.target)
                                                      for _, s in self.rows], h, w)
-            self.ro = WorldModelRollout(wm, self.first, states, text, mask, gens, first_mask=masks, twin=twin)
+            self.ro = WorldModelRollout(wm, self.first, states, text, mask, gens, first_mask=masks,
+                                        first_sim=first_sim, twin=twin)
         self.states = np.stack([s.state for _, s in self.rows]).astype(np.float64)
 
     def observe(self) -> tuple[np.ndarray, np.ndarray]:
@@ -249,6 +279,16 @@ class Episodes:
         self.frames.append(new)
         return new
 
+    def twin_verdicts(self) -> Optional[list[np.ndarray]]:
+        """With a full-scene synthetic twin in the loop, its own verdict per episode: the task predicate after every
+        executed action on the twin's objects and end-effector (``data.synthetic.twin.task_verdicts``), bool (T,)
+        each; None otherwise (no twin, the arm alone, another renderer)."""
+        loop = self.ro.twin if self.ro is not None else None
+        if (loop is None or not isinstance(loop.renderer, SyntheticTwin)
+                or not all("scene" in s.twin_record for _, s in self.rows)):
+            return None
+        return task_verdicts(loop.renderer, [s.task for _, s in self.rows])
+
     def close(self) -> None:
         """Release the episodes' digital twin (its renderer), when they have one."""
         if self.ro is not None and self.ro.twin is not None:
@@ -276,6 +316,8 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     cfgs = {n: p.runner.cfg for n, p in players.items() if isinstance(p, RunPlayer)}
     layouts, jitter = scene_mode(cfgs, layouts, jitter, progress)
     wm = load_environment(wm_run, device, condition)
+    domain = SimDomain.of_world_model(wm, progress)
+    in_domain(wm, domain)
     check_compatible(wm, players, judge)
     height, width = judge.benchmark["resolution"]
     judge.check_benchmark(height, width, layouts, "the world-model evaluation")
@@ -283,7 +325,7 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     wm_record = world_model_record(wm, wm_run, progress)
     t0 = time.perf_counter()
     scenes = held_out_scenes(seed, per_task, max_steps, tasks, layouts=layouts, jitter=jitter)
-    starts = start_frames(scenes, seed, max_steps, height, width, layouts, jitter)
+    starts = start_frames(scenes, seed, max_steps, height, width, layouts, jitter, domain)
     ep = Episodes(wm, players, starts, draws)
     seconds = {"start": time.perf_counter() - t0, "world_model": 0.0, "players": 0.0, "judge": 0.0}
     q0 = torch.from_numpy(np.stack([s.state[:3] for _, s in ep.rows])).float()  # (B, 3) given at the start
@@ -311,10 +353,11 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
             t, chunk = t + n, chunk + 1
             progress(f"world model {Path(wm_run).name if wm is not None else wm_run}: {t}/{max_steps} steps of "
                      f"{len(ep.rows)} episodes ({time.perf_counter() - t0:.0f} s)")
+        twin_verdicts = ep.twin_verdicts()
     finally:
         ep.close()
     episodes = collect_episodes(ep, torch.cat(readings, dim=1).numpy(), tasks, max_steps, judge.consecutive,
-                                reading0)
+                                reading0, twin_verdicts)
     total = time.perf_counter() - t0
     return PolicyEvaluation(
         env=WORLD_MODEL, seed=seed, per_task=per_task, max_steps=max_steps, tasks=list(tasks), layouts=layouts,
@@ -348,11 +391,14 @@ def arm_offsets_mm(readings: np.ndarray, reading0: np.ndarray, commanded: np.nda
 
 
 def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, consecutive: int = 1,
-                     reading0: Optional[np.ndarray] = None) -> dict[str, dict[str, list[EpisodeOutcome]]]:
+                     reading0: Optional[np.ndarray] = None, twin_verdicts: Optional[list[np.ndarray]] = None
+                     ) -> dict[str, dict[str, list[EpisodeOutcome]]]:
     """Per player and task the outcomes: success at the first run of ``consecutive`` judged frames, its step, the
     per-frame verdicts and, for the episode's trust score, the predicate's margins and (with ``reading0``, the
     judge's reading of each first frame) the arm's offsets from the commanded actions — all of draw 0; with several
-    noise draws per episode, every draw's verdict (``draw_success``) and largest margin (``draw_margin``)."""
+    noise draws per episode, every draw's verdict (``draw_success``) and largest margin (``draw_margin``);
+    ``twin_verdicts`` (a full-scene twin in the loop, ``Episodes.twin_verdicts``) the twin's own verdict after each
+    executed action."""
     out: dict = {name: {task: [] for task in tasks} for name in ep.players}
     commanded = np.concatenate(ep.commanded, axis=1) if ep.commanded else None
     several = max(ep.draw, default=0) > 0
@@ -372,5 +418,7 @@ def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, 
                                                       frame_judged=verdicts.tolist(), frame_margin=margin,
                                                       frame_arm_mm=arm,
                                                       draw_success=[hit is not None] if several else None,
-                                                      draw_margin=[max(margin)] if several else None))
+                                                      draw_margin=[max(margin)] if several else None,
+                                                      twin_verdicts=None if twin_verdicts is None
+                                                      else [bool(v) for v in twin_verdicts[i]]))
     return out
