@@ -1,8 +1,27 @@
 """The package's layout, read from its imports (every import statement, function-local ones included).
 
-Nodes are the folders under ``simforcing/`` (``data``, ``models``, ``evaluate``, ``prep``, ``bench``, ``commands``; a
-sub-folder counts as its folder) and the top-level modules (``sample``, ``train``, ...). The graph must have no cycle:
-no folder or module imports one that imports it back. Plus the directions the layout promises.
+Two graphs. The folder graph: nodes are the folders under ``simforcing/`` (``data``, ``models``, ``evaluate``,
+``prep``, ``bench``, ``commands``; a sub-folder counts as its folder) and the top-level modules (``sample``,
+``train``, ...); no folder or module imports one that imports it back, and the directions the layout promises hold.
+
+The module graph (:func:`module_graph`): nodes are the modules (a package is its ``__init__``), and an edge is every
+import statement of a module wherever it stands — at the top, inside a function (a lazy import), under ``if
+TYPE_CHECKING:`` (a type is a dependency too). The rules:
+
+- ``import a.b.c`` depends on ``a.b.c``; ``from a.b import n`` depends on ``a.b`` (the statement reads its
+  namespace) and on ``a.b.n`` when that is a module;
+- a package's module-level ``__getattr__`` (PEP 562: ``simforcing.__getattr__`` serves ``WorldModelPipeline`` and the
+  rest of ``simforcing.api`` without importing torch at ``import simforcing``) runs on a look-up in its namespace, so
+  its imports are the package's own edges: ``simforcing`` depends on ``simforcing.api``, the top floor;
+- the packages Python initialises on the way to a module (``simforcing``, ``simforcing.evaluate`` before
+  ``simforcing.evaluate.run``) are not edges: their ``__init__`` runs first whatever the module imports, and a
+  package's ``__init__`` may gather its own modules (``simforcing.demo``, ``simforcing.policy.estimate``).
+
+So nothing in the package may import *from the package root* (``from simforcing import parallel`` reads the root's
+namespace, and the root reaches the top floor: a module that ``simforcing.api`` needs would close a circle through
+it): a module imports the module it needs (``import simforcing.parallel as parallel``,
+``from simforcing.version import __version__``). Users' ``from simforcing import WorldModelPipeline`` stays as it is.
+The graph has no circle at all (:func:`test_no_module_imports_one_that_imports_it_back`).
 """
 
 from __future__ import annotations
@@ -88,6 +107,109 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+
+def _modules(package: Path) -> dict[str, Path]:
+    return {module_name(path, package): path for path in sorted(package.rglob("*.py"))}
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _lazy_function(tree: ast.Module) -> ast.FunctionDef | None:
+    """A module's PEP 562 ``__getattr__``, if it has one."""
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"), None)
+
+
+def module_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that the module ``name`` (its file ``path``) imports, by the rules of the module
+    docstring: every import statement wherever it stands."""
+    out: set[str] = set()
+
+    def add(target: str) -> None:
+        if target in modules and target != name:
+            out.add(target)
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                add(a.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package, one level up per extra dot
+                pkg = name.split(".") if _is_package(path) else name.split(".")[:-1]
+                pkg = pkg[:len(pkg) - node.level + 1]
+                base = ".".join(pkg + ([base] if base else []))
+            add(base)
+            for a in node.names:
+                add(f"{base}.{a.name}")
+    return out
+
+
+def module_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports (module docstring); a package's ``__getattr__`` imports are
+    among its own."""
+    modules = _modules(package)
+    return {name: module_imports(name, path, modules) for name, path in modules.items()}
+
+
+def lazy_names(package: Path = PACKAGE) -> tuple[str, ...]:
+    """The names the package root serves through its ``__getattr__`` (the ``_API`` of ``simforcing/__init__.py``)."""
+    tree = ast.parse((package / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_API" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return ()
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """Module by module, lazy and type-checking imports included: no circle (the module docstring's rules)."""
+    graph = module_graph()
+    assert {"simforcing", "simforcing.api", "simforcing.training.checks", "simforcing.evaluate.fidelity"} <= set(graph)
+    assert "simforcing.api" in graph["simforcing"]  # the lazy API is an edge of the root, counted
+    assert cycles(graph) == [], cycles(graph)
+
+
+def test_nothing_in_the_package_imports_from_its_root():
+    """The root reaches the top floor (its ``__getattr__`` imports ``simforcing.api``): a module of the package that
+    read a name from it would hang the whole floor below ``api`` on it. Users' ``from simforcing import X`` works."""
+    graph = module_graph()
+    assert sorted(n for n, deps in graph.items() if "simforcing" in deps) == []
+    assert graph["simforcing"] <= {"simforcing.api", "simforcing.version"}, graph["simforcing"]
+    import simforcing
+    from simforcing import WorldModelPipeline, api
+
+    getattr_imports = module_imports("simforcing", PACKAGE / "__init__.py", _modules(PACKAGE)) - {"simforcing.version"}
+    assert getattr_imports == {"simforcing.api"}  # what __getattr__ serves comes from the API module alone
+    served = lazy_names()
+    assert "WorldModelPipeline" in served and set(served) <= set(simforcing.__all__) & set(dir(simforcing))
+    # a name a subpackage also holds would be the subpackage once it is imported (``simforcing.evaluate`` was)
+    assert not [n for n in served if (PACKAGE / n).is_dir() or (PACKAGE / f"{n}.py").is_file()]
+    assert WorldModelPipeline is api.WorldModelPipeline
+    assert all(getattr(simforcing, n) is getattr(api, n) for n in served)
+
+
+def test_the_module_cycle_check_sees_lazy_type_checking_and_root_imports(tmp_path):
+    """A circle closed by a function-local import, one held open only by a TYPE_CHECKING import, and one through a
+    package's lazy ``__getattr__`` — each found; a package gathering its own modules is not a circle."""
+    pkg = tmp_path / "simforcing"
+    files = {"__init__.py": "def __getattr__(name):\n    from simforcing import top\n    return top.f\n",
+             "top.py": "from simforcing.low import x\n",
+             "low.py": "from simforcing import helper\n",  # reads the root's namespace: back to top
+             "helper.py": "",
+             "a.py": "def f():\n    import simforcing.b\n",
+             "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from simforcing.a import f\n",
+             "g/__init__.py": "from simforcing.g.m import y\n", "g/m.py": "from .n import z\n", "g/n.py": "",
+             "plain.py": "import simforcing.helper as helper\n"}
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    graph = module_graph(pkg)
+    assert graph["simforcing.low"] == {"simforcing", "simforcing.helper"}
+    assert graph["simforcing.plain"] == {"simforcing.helper"} and graph["simforcing.g.m"] == {"simforcing.g.n"}
+    assert cycles(graph) == [["simforcing", "simforcing.low", "simforcing.top"], ["simforcing.a", "simforcing.b"]]
 
 
 def test_no_folder_or_module_imports_one_that_imports_it_back():

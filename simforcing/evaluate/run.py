@@ -25,6 +25,7 @@ from simforcing.evaluate.latency import summarize_latency
 from simforcing.evaluate.metrics import MetricAccumulator, psnr_per_sample
 from simforcing.evaluate.probe import ProbeAccumulator, StateProbe, load_probe, mean_or_none
 from simforcing.evaluate.results import METRIC_KEYS, ActionFollowing, WindowEvaluation, WindowScores
+from simforcing.evaluate.tables import eval_markdown
 from simforcing.models.vae import load_vae
 from simforcing.runs.folder import WORLD_MODELS, run_config
 from simforcing.runs.scored import ScoredRun
@@ -247,5 +248,5 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
                            checkpoint=None if wm is None else
                            replace(ScoredRun.of(run_dir, str(wm.checkpoint.path), wm.checkpoint.step),
                                                run=str(run_dir), path=str(wm.checkpoint.path)))
-    res.write(out_dir, run_dir)
+    res.write(out_dir, eval_markdown(res, run_dir))
     return res
