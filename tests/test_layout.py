@@ -167,7 +167,7 @@ def lazy_names(package: Path = PACKAGE) -> tuple[str, ...]:
 def test_no_module_imports_one_that_imports_it_back():
     """Module by module, lazy and type-checking imports included: no circle (the module docstring's rules)."""
     graph = module_graph()
-    assert {"simforcing", "simforcing.api", "simforcing.training.checks", "simforcing.evaluate.fidelity"} <= set(graph)
+    assert {"simforcing", "simforcing.api", "simforcing.training.checks", "simforcing.fidelity"} <= set(graph)
     assert "simforcing.api" in graph["simforcing"]  # the lazy API is an edge of the root, counted
     assert cycles(graph) == [], cycles(graph)
 
@@ -212,6 +212,81 @@ def test_the_module_cycle_check_sees_lazy_type_checking_and_root_imports(tmp_pat
     assert cycles(graph) == [["simforcing", "simforcing.low", "simforcing.top"], ["simforcing.a", "simforcing.b"]]
 
 
+# ----------------------------------------------------------------------------------------------------------------------
+# Typed records at the seams
+# ----------------------------------------------------------------------------------------------------------------------
+
+SEAMS = ("policy", "evaluate", "demo", "sample.py", "rollout.py", "api.py", "fidelity.py")
+MAX_BARE_DICT_RETURNS = 30  # issue 57 (46 counted there); by this rule 42 before its typed records, 28 after
+
+
+def _bare_dict(ann: ast.expr | None) -> bool:
+    """``dict``, ``"dict"``, ``Optional[dict]`` or ``dict | None``: a dict whose keys and values say nothing."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(ann, ast.Name):
+        return ann.id == "dict"
+    if isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "Optional":
+        return _bare_dict(ann.slice)
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+        none = [isinstance(x, ast.Constant) and x.value is None for x in (ann.left, ann.right)]
+        return (none[1] and _bare_dict(ann.left)) or (none[0] and _bare_dict(ann.right))
+    return False
+
+
+def _returns_dict_literal(fn: ast.FunctionDef) -> bool:
+    return any(isinstance(r, ast.Return) and (isinstance(r.value, (ast.Dict, ast.DictComp)) or (
+        isinstance(r.value, ast.Call) and isinstance(r.value.func, ast.Name) and r.value.func.id == "dict"))
+        for r in ast.walk(fn))
+
+
+def bare_dict_returns(package: Path = PACKAGE) -> list[str]:
+    """The public functions and methods at the seams (``SEAMS``: ``policy/``, ``evaluate/``, ``demo/``, ``sample``,
+    ``rollout``, ``api``) that hand back a bare dict: annotated ``-> dict`` (``_bare_dict``), or unannotated and
+    returning a dict literal. Public: the name does not start with ``_`` (methods of a private class count: their
+    callers see the dict all the same). Not counted: ``to_json`` (a typed record's JSON form, the point of a record)
+    and ``dict[K, V]``, a mapping whose keys and values are named (task -> scenes, metric -> values)."""
+    files = [f for s in SEAMS for f in ((package / s).rglob("*.py") if (package / s).is_dir() else [package / s])
+             if f.is_file()]
+    found = []
+
+    def visit(body: list, owner: str, path: Path) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, f"{owner}{node.name}.", path)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_") \
+                    and node.name != "to_json":
+                if _bare_dict(node.returns) or (node.returns is None and _returns_dict_literal(node)):
+                    found.append(f"{path.relative_to(package)}:{owner}{node.name}")
+
+    for f in sorted(files):
+        visit(ast.parse(f.read_text(), str(f)).body, "", f)
+    return found
+
+
+def test_few_bare_dicts_cross_the_seams():
+    """Results cross the seams of ``policy/``, ``evaluate/``, ``demo/``, ``sample``, ``rollout`` and ``api`` as
+    typed records (``to_json`` / ``from_json``), not as dicts whose keys only the reader knows."""
+    found = bare_dict_returns()
+    assert len(found) <= MAX_BARE_DICT_RETURNS, "\n".join(found)
+    assert not [f for f in found if f.startswith("fidelity.py") or "fidelity_section" in f], found
+
+
+def test_the_dict_count_sees_annotations_and_literals(tmp_path):
+    pkg = tmp_path / "simforcing"
+    (pkg / "evaluate").mkdir(parents=True)
+    (pkg / "evaluate" / "x.py").write_text(
+        "from typing import Optional\n"
+        "def a() -> dict: ...\ndef b() -> Optional[dict]: ...\ndef c() -> 'dict | None': ...\n"
+        "def d():\n    return {'k': 1}\ndef e() -> dict[str, int]: ...\ndef _f() -> dict: ...\n"
+        "class R:\n    def to_json(self) -> dict: ...\n    def g(self) -> dict: ...\n")
+    (pkg / "other.py").write_text("def h() -> dict: ...\n")
+    assert bare_dict_returns(pkg) == [f"evaluate/x.py:{n}" for n in ("a", "b", "c", "d", "R.g")]
+
+
 def test_no_folder_or_module_imports_one_that_imports_it_back():
     graph = import_graph()
     assert {"data", "models", "evaluate", "prep", "bench", "commands", "sample", "train", "cli"} <= set(graph)
@@ -242,6 +317,9 @@ def test_the_directions_the_layout_promises():
     assert not any("prep" in deps for node, deps in graph.items() if node in ("data", "models", "sample", "runs"))
     # evaluation depends on the sampler, never the reverse; run loading sits below both
     assert "sample" in graph["evaluate"] and "evaluate" not in graph["sample"] and "evaluate" not in graph["runs"]
+    # the fidelity of a world model reads what evaluate/ and policy/ wrote; only the demo and its command read it
+    assert {"evaluate", "policy"} <= graph["fidelity"]
+    assert sorted(n for n, deps in graph.items() if "fidelity" in deps) == ["commands", "demo"]
     # only the command line reaches the commands (by name, from its table); the library imports neither
     assert [n for n, deps in graph.items() if "commands" in deps] == []
     assert [n for n, deps in graph.items() if "cli" in deps] == ["__main__"]

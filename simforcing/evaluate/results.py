@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from simforcing.evaluate.latency import LatencySummary
 from simforcing.result_files import (ROLLOUT_DRIFT, SWEEP_CFG, SWEEP_STEPS, WINDOW_EVALUATION, MalformedResult, nested,
                                      read_typed, tagged, typed)
 from simforcing.runs.scored import ScoredRun
@@ -79,7 +80,7 @@ class WindowScores:
     num_frames_compared: int
     protocol: dict
     per_sample: dict[str, list]
-    latency: dict
+    latency: LatencySummary
     latency_s: Optional[float]
     latency_phases_s: dict[str, float]
     forwards_per_sample: int
@@ -93,8 +94,9 @@ class WindowScores:
         out.update({f"{k}_reason": why for k, why in self.reasons.items()})
         out.update(self.action.to_json())
         out.update({k: getattr(self, k) for k in ("fid_num_images", "fvd_num_videos", "num_samples",
-                                                  "num_frames_compared", "protocol", "per_sample", "latency",
-                                                  "latency_s", "latency_phases_s", "forwards_per_sample")})
+                                                  "num_frames_compared", "protocol", "per_sample")})
+        out.update(latency=self.latency.to_json(), latency_s=self.latency_s, latency_phases_s=self.latency_phases_s,
+                   forwards_per_sample=self.forwards_per_sample)
         return out
 
     @classmethod
@@ -112,7 +114,8 @@ class WindowScores:
                    num_frames_compared=typed(d, "num_frames_compared", "int", "null", **opt),
                    protocol=typed(d, "protocol", "dict", "null", **opt) or {},
                    per_sample=dict(typed(d, "per_sample", "dict", "null", **opt) or {}),
-                   latency=dict(typed(d, "latency", "dict")), latency_s=typed(d, "latency_s", *num),
+                   latency=nested("latency", LatencySummary.from_json, typed(d, "latency", "dict")),
+                   latency_s=typed(d, "latency_s", *num),
                    latency_phases_s=dict(typed(d, "latency_phases_s", "dict", "null", **opt) or {}),
                    forwards_per_sample=typed(d, "forwards_per_sample", "int", "null", default=0) or 0)
 

@@ -66,12 +66,12 @@ def action_following(acc: Optional[ProbeAccumulator], control: Optional[ProbeAcc
     """The action-following errors of the probe (all None without one; the control's None without a control)."""
     if acc is None:
         return ActionFollowing()
-    got = {k: v for k, v in acc.compute().items() if k != "per_sample"}
-    if control is not None:
-        c = control.compute()
-        got.update({"af_control_pos": c["af_pos"], "af_control_pos_moving": c["af_pos_moving"],
-                    "af_control_psnr": mean_or_none(control_psnr)})
-    return ActionFollowing(**got)
+    got = acc.compute()
+    if control is None:
+        return got
+    c = control.compute()
+    return replace(got, af_control_pos=c.af_pos, af_control_pos_moving=c.af_pos_moving,
+                   af_control_psnr=mean_or_none(control_psnr))
 
 
 def window_scores(acc: MetricAccumulator, probe_acc: Optional[ProbeAccumulator], action: ActionFollowing,
@@ -88,7 +88,7 @@ def window_scores(acc: MetricAccumulator, probe_acc: Optional[ProbeAccumulator],
     return WindowScores(**{k: m[k] for k in METRIC_KEYS}, reasons=reasons, action=action,
                         fid_num_images=m["fid_num_images"], fvd_num_videos=m["fvd_num_videos"],
                         num_samples=len(lat), num_frames_compared=m["num_frames_compared"], protocol=m["protocol"],
-                        per_sample=per, latency=latency, latency_s=latency["mean_s"],
+                        per_sample=per, latency=latency, latency_s=latency.mean_s,
                         latency_phases_s={name: statistics.fmean(p.get(name, 0.0) for p in timed)
                                           for name in sorted({n for p in timed for n in p})},
                         forwards_per_sample=fwd[0] if fwd else 0)

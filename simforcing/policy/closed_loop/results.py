@@ -21,7 +21,7 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.result_files import AGREEMENT, POLICY_EVALUATION, MalformedResult, read_typed, tagged, typed
+from simforcing.result_files import AGREEMENT, POLICY_EVALUATION, MalformedResult, nested, read_typed, tagged, typed
 from simforcing.runs.scored import ScoredRun
 
 FORMAT_VERSION = 2
@@ -484,7 +484,9 @@ class AgreementResult:
     environment the ranking statistics by subset ("all", "learned", "all, TASK only"; None where a subset has fewer
     than two policies) and the share of episodes with the simulator's verdict (``episode_agreement``: "all" and per
     policy); the judge's validation; each world model with the judge held fixed. ``matched``: what every compared
-    evaluation shared (scenes, step settings, judge), ``scatter`` / ``videos``: the pictures written beside it."""
+    evaluation shared (scenes, step settings, judge), ``scatter`` / ``videos``: the pictures written beside it;
+    ``world_models``: each world model's run, checkpoint and step as its evaluation recorded them (empty in an
+    agreement written before they were kept; ``fidelity`` reads them)."""
 
     players: list[str]
     learned: list[str]
@@ -501,6 +503,7 @@ class AgreementResult:
     scatter: Optional[str] = None
     videos: list[str] = field(default_factory=list)
     vs_reference: dict[str, ReferenceComparison] = field(default_factory=dict)  # --reference: the others against it
+    world_models: dict[str, Optional[ScoredRun]] = field(default_factory=dict)  # each --wm's run, checkpoint, step
 
     def to_json(self) -> dict:
         body = {"players": self.players, "learned": self.learned, "tasks": self.tasks, "scenes": self.scenes,
@@ -512,7 +515,8 @@ class AgreementResult:
                 "judge_validation": validation_json(self.judge_validation),
                 "vs_judged_simulator": {e: v.to_json() for e, v in self.vs_judged_simulator.items()},
                 "n_boot": self.n_boot, "scatter": self.scatter, "videos": self.videos,
-                "vs_reference": {e: v.to_json() for e, v in self.vs_reference.items()}}
+                "vs_reference": {e: v.to_json() for e, v in self.vs_reference.items()},
+                "world_models": {e: r and r.to_json() for e, r in self.world_models.items()}}
         return tagged(AGREEMENT, FORMAT_VERSION, body)
 
     @classmethod
@@ -528,7 +532,9 @@ class AgreementResult:
                    n_boot=int(d["n_boot"]), matched=d.get("matched") or {}, scatter=d.get("scatter"),
                    videos=list(d.get("videos") or []),
                    vs_reference={e: ReferenceComparison.from_json(v)
-                                 for e, v in (d.get("vs_reference") or {}).items()})
+                                 for e, v in (d.get("vs_reference") or {}).items()},
+                   world_models={e: r and nested(f"world_models: {e}", ScoredRun.from_json, r)
+                                 for e, r in typed(d, "world_models", "dict", default={}).items()})
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "AgreementResult":
