@@ -31,7 +31,7 @@ import argparse
 import importlib
 import sys
 
-from simforcing import __version__
+from simforcing.version import __version__
 from simforcing.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, CheckpointError, ConfigError,
                                DataError, OutputError)
 

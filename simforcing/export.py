@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 from safetensors.torch import load_file, save_file
 
-from simforcing import __version__
+from simforcing.version import __version__
 from simforcing.config import Config, ConfigError
 from simforcing.data.stats import Normalizer
 from simforcing.errors import CheckpointError

@@ -6,6 +6,7 @@ Captions are drawn with Pillow's built-in font (Pillow comes with matplotlib and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -95,14 +96,34 @@ def write_png(path: str | Path, image: np.ndarray) -> None:
     atomic_write(path, lambda p: iio.imwrite(p, image, extension=".png"))
 
 
+@dataclass(frozen=True)
+class Clip:
+    """The files of one clip: the video as ``mp4`` and ``gif``, and ``png``, a strip of its frames."""
+
+    mp4: Path
+    gif: Path
+    png: Path
+
+
+def write_clip(stem: str | Path, video: np.ndarray, strip: np.ndarray, fps: int) -> Clip:
+    """``stem.mp4`` and ``stem.gif`` of ``video`` uint8 (F, H, W, 3), ``stem.png`` of ``strip`` uint8 (H, W, 3)."""
+    stem = Path(stem)
+    clip = Clip(stem.with_suffix(".mp4"), stem.with_suffix(".gif"), stem.with_suffix(".png"))
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    write_video(clip.mp4, video, fps=fps)
+    write_gif(clip.gif, video, fps=fps)
+    write_png(clip.png, strip)
+    return clip
+
+
 def write_sample_media(stem: str | Path, masked_frame: Optional[torch.Tensor], sim_video: Optional[torch.Tensor],
                        pred_video: torch.Tensor, gt_video: torch.Tensor, title: str = "",
-                       sim_label: str = "w=0: none", upscale: int = 4, fps: int = 4) -> dict:
+                       sim_label: str = "w=0: none", upscale: int = 4, fps: int = 4) -> Clip:
     """Write ``stem.mp4``, ``stem.gif`` (four panels side by side: masked first frame | simulation rollout |
     prediction | ground truth) and ``stem.png`` (rows = panels, columns = frames).
 
     masked_frame (3, H, W) or None; sim_video, pred_video, gt_video (3, F, H, W) in [-1, 1]; sim_video None -> a blank
-    panel labelled ``sim_label``. Returns {"mp4", "gif", "png"} paths.
+    panel labelled ``sim_label``.
     """
     stem = Path(stem)
     gt = to_uint8_frames(gt_video, upscale)
@@ -116,8 +137,4 @@ def write_sample_media(stem: str | Path, masked_frame: Optional[torch.Tensor], s
     panels = [masked, sim, pred, gt]
     captions = ["masked first frame", "simulation", "prediction", "ground truth"]
     video = side_by_side(panels, captions, title)
-    out = {"mp4": stem.with_suffix(".mp4"), "gif": stem.with_suffix(".gif"), "png": stem.with_suffix(".png")}
-    write_video(out["mp4"], video, fps=fps)
-    write_gif(out["gif"], video, fps=fps)
-    write_png(out["png"], frame_strip(panels, ["masked", "sim", "pred", "truth"]))
-    return out
+    return write_clip(stem, video, frame_strip(panels, ["masked", "sim", "pred", "truth"]), fps)

@@ -45,7 +45,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from simforcing import flow
+import simforcing.flow as flow
 from simforcing.config import METHOD_NAMES, STAGE2_METHODS, VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.losses import (Term, corrupt_condition, flow_matching_loss, latent_motion, motion_distill_loss,
                                region_weight, sample_gate, value_distill_loss, weighted_total)

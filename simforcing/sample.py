@@ -604,7 +604,7 @@ def generate_run(run_dir: str | Path, data_root: str | Path, cfg: Optional[Confi
                                    None if res.sim_video is None else res.sim_video[0], res.real_video[0],
                                    item["real"][0], title=title, sim_label=f"w={s['w']:g}: none",
                                    upscale=upscale, fps=fps)
-        gifs.append(str(files["gif"]))
+        gifs.append(str(files.gif))
     return gifs
 
 

@@ -33,9 +33,8 @@ from simforcing.models.world_model import build_world_model, new_condition_tenso
 from simforcing.runs.checkpoint import load_model_state
 from simforcing.runs.folder import INIT_FILE, check_same_teacher, recorded_init
 from simforcing.training.checks import resolve_teacher
-from simforcing.training.folder import RunFolder
 from simforcing.training.loop import Trainer
-from simforcing.training.stage import Models, Stage, Start
+from simforcing.training.stage import Models, Stage, Start, StartFolder
 from simforcing.warmstart import check_init_run, init_from_run, load_start_weights
 
 __all__ = ["SIM_PRETRAIN", "STAGE2", "train_run"]
@@ -109,7 +108,7 @@ def _check_stage1(cfg: Config) -> None:
         raise ConfigError(f"train.method: stage 1 trains 'sim_pretrain', got {cfg.train.method!r}")
 
 
-def _recorded_start(folder: RunFolder, init: Optional[Path]) -> Optional[Path]:
+def _recorded_start(folder: StartFolder, init: Optional[Path]) -> Optional[Path]:
     """A resumed stage 1 keeps the start it recorded (RUN/init.json): before its first checkpoint the weights still
     come from it, so `pretrain --resume` without --init uses the recorded run, and an --init naming another run is
     refused (two starts for one run)."""
@@ -130,7 +129,7 @@ def _recorded_start(folder: RunFolder, init: Optional[Path]) -> Optional[Path]:
     return init
 
 
-def _stage1_start(cfg: Config, folder: RunFolder, start: Start) -> Start:
+def _stage1_start(cfg: Config, folder: StartFolder, start: Start) -> Start:
     """``--init RUN0`` (or the one a resumed run recorded): one start, a video base of this architecture."""
     init = Path(start.init) if start.init is not None else None
     if folder.resume:
@@ -174,7 +173,7 @@ def _check_stage2(cfg: Config) -> None:
                           f"{', '.join(STAGE2_METHODS)}")
 
 
-def _stage2_start(cfg: Config, folder: RunFolder, start: Start) -> Start:
+def _stage2_start(cfg: Config, folder: StartFolder, start: Start) -> Start:
     """The stage-1 run and its checkpoint (``checks.resolve_teacher``; on --resume the one teacher.json records:
     another --teacher is refused by name, ``runs.folder.check_same_teacher``)."""
     if folder.resume:

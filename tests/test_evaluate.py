@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from simforcing.evaluate.latency import summarize_latency
+from simforcing.evaluate.latency import LatencySummary, summarize_latency
 from simforcing.evaluate.run import evaluate_run
 from simforcing.timing import Stopwatch
 from test_sample import make_data, make_run, tiny_cfg
@@ -108,9 +108,12 @@ def test_evaluate_cli(world, capsys):
 
 def test_latency_summary_excludes_the_warmup():
     s = summarize_latency([5.0, 1.0, 2.0, 3.0])
-    assert s["mean_s"] == 2.0 and s["num_timed"] == 3 and s["warmup_excluded"] == 1
+    assert s.mean_s == 2.0 and s.num_timed == 3 and s.warmup_excluded == 1 and s.note is None
+    assert s.to_json() == {"mean_s": 2.0, "median_s": 2.0, "min_s": 1.0, "max_s": 3.0, "num_timed": 3,
+                           "warmup_excluded": 1}  # eval.json's latency, as it always was
     one = summarize_latency([4.0])
-    assert one["mean_s"] == 4.0 and one["warmup_excluded"] == 0 and "could not be excluded" in one["note"]
+    assert one.mean_s == 4.0 and one.warmup_excluded == 0 and "could not be excluded" in one.note
+    assert LatencySummary.from_json(one.to_json()) == one
     sw = Stopwatch("cpu")
     with sw.phase("a"):
         sum(range(1000))

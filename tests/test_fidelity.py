@@ -1,132 +1,140 @@
-"""`simforcing fidelity point | curve` (``simforcing.evaluate.fidelity``): each number against a computation by hand
-from the files the other commands write, the refusals that name the file and the fix, the curve's files, the demo's
-job and its report section."""
+"""`simforcing fidelity point | curve` (``simforcing.fidelity``): each number against a computation by hand from the
+files the other commands write (tests/fidelitygen.py), the world model each input was made with, the typed point and
+curve read back through their one reader (the files of docs/fidelity_curve, version 1, included), the refusals that
+name the file and the fix, the curve's files, the demo's job and its report section. The faults (an input of another
+world model or kind, a malformed log or point file, NaN) are in tests/faults/test_faults_fidelity.py."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
+from fidelitygen import agreement, metrics_run, rollout, wm_eval, window_eval, world_model
 
+from simforcing import fidelity as F
 from simforcing.cli import main
 from simforcing.config import ConfigError
-from simforcing.evaluate import fidelity as F
-from simforcing.result_files import AGREEMENT, ROLLOUT_DRIFT, WINDOW_EVALUATION, tagged
+from simforcing.policy.closed_loop.results import SIMULATOR
+
+DOCS_CURVE = Path(__file__).resolve().parents[1] / "docs" / "fidelity_curve"
 
 
-def _eval(folder: Path, condition: str = "oracle", af: float = 0.0625, psnr: float = 24.5) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    body = {"psnr": psnr, "psnr_arm": 15.0, "af_pos": af, "af_floor_pos": 0.026, "num_samples": 80,
-            "latency_s": 0.2, "sampler": {"condition": condition, "w": 1.0}}
-    (folder / "eval.json").write_text(json.dumps(tagged(WINDOW_EVALUATION, 2, body)))
-    return folder
-
-
-def _rollout(folder: Path, condition: str = "render", rows=("rollout", "restart")) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    chunks = {"rollout": [0.10, 0.12, 0.14, 0.16], "restart": [0.09, 0.09, 0.10, 0.10]}
-    psnr = {"rollout": [22.0, 21.0, 20.0, 19.0], "restart": [23.0, 22.5, 22.5, 22.0]}
-    body = {"chunks": 4, "num_episodes": 2, "sampler": {"condition": condition},
-            "rows": {r: {"mean": {"af_pos": float(np.mean(chunks[r])), "psnr": float(np.mean(psnr[r]))},
-                         "per_chunk": {"af_pos": chunks[r], "psnr": psnr[r]}} for r in rows}}
-    (folder / "rollout.json").write_text(json.dumps(tagged(ROLLOUT_DRIFT, 2, body)))
-    return folder
-
-
-def _frames(folder: Path) -> Path:
-    """Two do-nothing episodes whose frame t differs from frame 0 by t/2 (first) and t (second) in every pixel, and
-    an expert episode that must not be read."""
-    folder.mkdir(parents=True, exist_ok=True)
-    t = np.arange(31, dtype=np.float64)[:, None, None, None]
-    base = np.full((31, 4, 6, 3), 100.0)
-    np.savez(folder / "frames.npz", **{"do nothing (floor)|reach|0": (base + t / 2).astype(np.uint8),
-                                       "do nothing (floor)|push|1": (base - t).astype(np.uint8),
-                                       "scripted expert (ceiling)|reach|0": (base + 3 * t).astype(np.uint8)})
-    return folder
-
-
-def _agreement(folder: Path, wms=("wm-a", "wm-b")) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    ranking = {"simulator frames through the judge": {"all": {"pearson": 0.99}}}
-    ranking.update({w: {"all": {"pearson": 0.5 + 0.1 * i, "pearson_ci95": [0.1, 0.8], "spearman": 0.4, "mmrv": 0.2,
-                                "n_policies": 8}} for i, w in enumerate(wms)})
-    envs = {w: {"scripted expert (ceiling)": {"rate": 0.4 + 0.2 * i, "ci95": [0.2, 0.7]}} for i, w in enumerate(wms)}
-    body = {"ranking": ranking, "envs": envs, "players": [], "scenes": 15}
-    (folder / "agreement.json").write_text(json.dumps(tagged(AGREEMENT, 2, body)))
-    return folder
-
-
-def _run(folder: Path, core=(1.5, 3.0, 4.25)) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, "core_s": c}) + "\n"
-                                                  for i, c in enumerate(core)))
-    return folder
+def _inputs(tmp: Path, step: int = 3, af: float = 0.0625) -> dict:
+    """Every input of one world model (the run ``tmp/stage2`` at ``step``) and its two training runs."""
+    run = metrics_run(tmp / "stage2", ((1, 1.5), (2, 3.0), (3, 4.25)))
+    wm = world_model(run, step)
+    return dict(oracle=window_eval(tmp / "o", wm, af=af), twin=rollout(tmp / "t", wm), wm_eval=wm_eval(tmp / "s", wm),
+                agreement=agreement(tmp / "a", {"wm-a": wm, "wm-b": world_model(tmp / "other")}), wm_name="wm-a",
+                runs=[metrics_run(tmp / "stage1", ((10, 100.0),)), run])
 
 
 def test_each_number_is_the_one_computed_by_hand(tmp_path):
-    o = F.oracle_window(_eval(tmp_path / "o"))
-    assert o["af_cm"] == pytest.approx(6.25) and o["psnr"] == 24.5 and o["floor_cm"] == pytest.approx(2.6)
-    t = F.twin_drift(_rollout(tmp_path / "t"))
-    assert t["drift_cm"] == pytest.approx(100 * (0.13 - 0.095)) and t["rollout_cm"] == pytest.approx(13.0)
-    assert t["drift_db"] == pytest.approx(22.5 - 20.5) and t["last_chunk_cm"] == pytest.approx(16.0)
-    s = F.still_change(_frames(tmp_path / "s"))
+    wm = world_model(tmp_path / "stage2", 600)
+    o = F.OracleWindow.measure(window_eval(tmp_path / "o", wm))
+    assert o.af_cm == pytest.approx(6.25) and o.psnr == 24.5 and o.floor_cm == pytest.approx(2.6) and o.windows == 80
+    t = F.TwinDrift.measure(rollout(tmp_path / "t", wm))
+    assert t.drift_cm == pytest.approx(100 * (0.13 - 0.095)) and t.rollout_cm == pytest.approx(13.0)
+    assert t.drift_db == pytest.approx(22.5 - 20.5) and t.last_chunk_cm == pytest.approx(16.0)
+    s = F.StillChange.measure(wm_eval(tmp_path / "s", wm))
     # |frame_t − frame_0| per pixel: t//2 (uint8 truncation of t/2) and t, averaged over the two episodes
-    assert s["change"] == pytest.approx([(5 // 2 + 5) / 2, (10 // 2 + 10) / 2, (30 // 2 + 30) / 2])
-    assert s["episodes"] == 2 and s["steps"] == [5, 10, 30]
-    i = F.inside(_agreement(tmp_path / "a"), "wm-b")
-    assert i["pearson"] == pytest.approx(0.6) and i["clean_expert"] == pytest.approx(0.6) and i["n_policies"] == 8
-    assert F.inside(_agreement(tmp_path / "a1", ("only",)))["wm"] == "only"
-    tr = F.training_core_s([_run(tmp_path / "r1"), _run(tmp_path / "r2", (2.0, 10.0))])
-    assert tr["core_s"] == pytest.approx(14.25) and tr["not_recorded"] == []
+    assert s.change == pytest.approx([(5 // 2 + 5) / 2, (10 // 2 + 10) / 2, (30 // 2 + 30) / 2])
+    assert s.episodes == 2 and s.steps == (5, 10, 30) and s.at(30) == pytest.approx(22.5)
+    i = F.Inside.measure(agreement(tmp_path / "a", {"wm-a": None, "wm-b": wm}), "wm-b")
+    assert i.pearson == pytest.approx(0.6) and i.clean_expert == pytest.approx(0.6) and i.n_policies == 8
+    assert F.Inside.measure(agreement(tmp_path / "a1", {"only": wm})).wm == "only"
+    tr = F.TrainingCost.measure([metrics_run(tmp_path / "r1"), metrics_run(tmp_path / "r2", ((1, 2.0), (2, 10.0)))])
+    assert tr.core_s == pytest.approx(14.25) and tr.not_recorded == () and tr.steps == {
+        str(tmp_path / "r1"): 3, str(tmp_path / "r2"): 2}
+    # every measurement says which world model made its input
+    assert {m.world_model for m in (o, t, s)} == {F.WorldModelId(str(tmp_path / "stage2"), 600, wm.checkpoint)}
+
+
+def test_a_point_is_one_world_model_and_records_it(tmp_path):
+    p = F.fidelity_point(**_inputs(tmp_path))
+    assert p.world_model == F.WorldModelId(str(tmp_path / "stage2"), 3, str(tmp_path / "stage2/checkpoints/step_000003"))
+    body = p.to_json()
+    assert body["format_version"] == 2 and body["world_model"]["step"] == 3
+    assert {body[k]["world_model"]["run"] for k in ("oracle", "twin", "still", "inside")} == {str(tmp_path / "stage2")}
+    assert "world model: " + str(tmp_path / "stage2") + " at step 3" in p.markdown()
+    # the training cost of the world model's own run is read at its checkpoint's step, the other run's last row
+    early = F.fidelity_point(**_inputs(tmp_path / "early", step=2))
+    assert early.training.core_s == pytest.approx(100.0 + 3.0)
+    assert early.training.steps == {str(tmp_path / "early/stage1"): 10, str(tmp_path / "early/stage2"): 2}
+    # inputs that do not record their world model (files of an older simforcing) are said, not refused
+    old = F.fidelity_point(oracle=window_eval(tmp_path / "old", None), twin=_inputs(tmp_path / "x")["twin"])
+    assert old.oracle.world_model is None and old.world_model.step == 3
+    assert "(not recorded by the oracle input)" in old.markdown()
+
+
+def test_the_point_and_the_curve_are_read_back_through_their_types(tmp_path):
+    p = F.fidelity_point(**_inputs(tmp_path), label="cfg")
+    path = p.write(tmp_path / "point")
+    assert F.FidelityPoint.read(tmp_path / "point", "--points") == p == F.FidelityPoint.read(path, "--points")
+    assert F.FidelityPoint.from_json(json.loads(json.dumps(p.to_json()))) == p
+    curve = F.FidelityCurve({"a": p, "b": F.fidelity_point(oracle=_inputs(tmp_path / "b")["oracle"])})
+    curve.write(tmp_path / "curve")
+    assert F.FidelityCurve.read(tmp_path / "curve", "--curve") == curve
+    # the files written before the world model was recorded (format version 1) read through the same reader
+    docs = F.FidelityCurve.read(DOCS_CURVE, "--curve")
+    both = docs.points["2x2, both paths"]
+    assert both.world_model is None and both.oracle.af_cm == pytest.approx(6.095871012657881)
+    assert both.training.measured == "given" and both.training.core_s == pytest.approx(687.01)
+    assert both.to_json()["training"] == {"core_s": 687.01, "runs": {}, "measured": "given"}  # as version 1 wrote it
+    old = json.loads((DOCS_CURVE / "fidelity_curve.json").read_text())
+    for name, point in docs.points.items():
+        assert point.headline.to_json() == pytest.approx(old["table"][name]), name  # the same numbers
+        assert {k: a.to_json() for k, a in point.aims().items()} == old["points"][name]["aims"], name
+    assert docs.markdown() == (DOCS_CURVE / "fidelity_curve.md").read_text()
 
 
 def test_the_aims_are_compared_the_right_way_round(tmp_path):
-    p = F.fidelity_point(oracle=_eval(tmp_path / "o", af=0.035), twin=_rollout(tmp_path / "t"),
-                         wm_eval=_frames(tmp_path / "s"), agreement=_agreement(tmp_path / "a"), wm_name="wm-a",
-                         runs=[_run(tmp_path / "r")])
-    met = {k: v["met"] for k, v in p["aims"].items()}
+    p = F.fidelity_point(**_inputs(tmp_path, af=0.035))
+    met = {k: a.met for k, a in p.aims().items()}
     assert met == {"oracle_af_cm": True, "twin_drift_cm": False, "twin_drift_db": False, "still_30": False,
                    "pearson": False, "clean_expert": False}
-    assert F.fidelity_point(twin=_rollout(tmp_path / "t"))["aims"]["oracle_af_cm"]["met"] is None  # not measured
+    twin_only = F.fidelity_point(twin=rollout(tmp_path / "t2", world_model(tmp_path / "r")))
+    assert twin_only.aims()["oracle_af_cm"].met is None  # not measured
     assert F.Aim("x", "x", 0.85, below=False).met(0.9) and not F.Aim("x", "x", 4.0).met(4.5)
 
 
-@pytest.mark.parametrize("make, call, needle", [
-    (lambda d: _eval(d, condition="own"), F.oracle_window, "--sample.condition=oracle"),
-    (lambda d: _rollout(d, condition="own"), F.twin_drift, "--sample.condition=render"),
-    (lambda d: _rollout(d, rows=("rollout",)), F.twin_drift, "--rows rollout restart"),
-    (lambda d: _agreement(d), F.inside, "say which with --wm-name"),
-    (lambda d: d.mkdir(), F.still_change, "frames.npz"),
-    (lambda d: _eval(d), F.twin_drift, "expected a rollout-drift result"),
+@pytest.mark.parametrize("make, measure, needle", [
+    (lambda d, wm: window_eval(d, wm, condition="own"), F.OracleWindow.measure, "--sample.condition=oracle"),
+    (lambda d, wm: window_eval(d, wm, af=None), F.OracleWindow.measure, "--eval.probe=PROBE"),
+    (lambda d, wm: rollout(d, wm, condition="own"), F.TwinDrift.measure, "--sample.condition=render"),
+    (lambda d, wm: rollout(d, wm, rows=("rollout",)), F.TwinDrift.measure, "--rows rollout restart"),
+    (lambda d, wm: agreement(d, {"a": wm, "b": wm}), F.Inside.measure, "say which with --wm-name"),
+    (lambda d, wm: wm_eval(d, wm, env=SIMULATOR), F.StillChange.measure, "not one inside a world model"),
+    (lambda d, wm: (wm_eval(d, wm) / "frames.npz").unlink(), F.StillChange.measure, "frames.npz does not exist"),
+    (lambda d, wm: window_eval(d, wm), F.TwinDrift.measure, "expected a rollout-drift result"),
+    (lambda d, wm: None, F.OracleWindow.measure, "does not exist"),
 ])
-def test_inputs_of_the_wrong_kind_are_refused_by_name(tmp_path, make, call, needle):
+def test_inputs_of_the_wrong_kind_are_refused_by_name(tmp_path, make, measure, needle):
     folder = tmp_path / "x"
-    make(folder)
+    make(folder, world_model(tmp_path / "run"))
     with pytest.raises(ConfigError) as e:
-        call(folder)
+        measure(folder)
     assert needle in str(e.value) and str(folder) in str(e.value)
 
 
 def test_a_run_without_core_seconds_leaves_the_cost_out_and_says_so(tmp_path):
-    old = tmp_path / "old"
-    old.mkdir()
-    (old / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": 3.0}) + "\n")
-    tr = F.training_core_s([old, _run(tmp_path / "new")])
-    assert tr["core_s"] is None and tr["not_recorded"] == [str(old)]
+    old = metrics_run(tmp_path / "old", ((1, None),))
+    tr = F.TrainingCost.measure([old, metrics_run(tmp_path / "new")])
+    assert tr.core_s is None and tr.not_recorded == (str(old),)
     p = F.fidelity_point(runs=[old])
-    assert "core-seconds not recorded by" in F.point_md(p)
+    assert "core-seconds not recorded by" in p.markdown()
 
 
 def test_point_and_curve_commands_write_their_files(tmp_path, capsys):
     pts = []
-    for k, (af, core) in enumerate(((0.07, (100.0,)), (0.05, (400.0,)), (0.06, (200.0,)))):
+    for k, (af, core) in enumerate(((0.07, 100.0), (0.05, 400.0), (0.06, 200.0))):
         d = tmp_path / f"p{k}"
-        args = ["fidelity", "point", "--oracle", str(_eval(d / "o", af=af)), "--twin", str(_rollout(d / "t")),
-                "--wm-eval", str(_frames(d / "s")), "--agreement", str(_agreement(d / "a")), "--wm-name", "wm-a",
-                "--runs", str(_run(d / "r", core)), "--label", f"cfg{k}", "--out", str(d / "point")]
-        assert main(args) == 0
+        i = _inputs(d, af=af)
+        metrics_run(d / "stage2", ((3, core),))
+        args = ["fidelity", "point", "--oracle", i["oracle"], "--twin", i["twin"], "--wm-eval", i["wm_eval"],
+                "--agreement", i["agreement"], "--wm-name", "wm-a", "--runs", d / "stage2", "--label", f"cfg{k}",
+                "--out", d / "point"]
+        assert main([str(a) for a in args]) == 0
         pts.append(str(d / "point"))
     body = json.loads((tmp_path / "p0/point/fidelity.json").read_text())
     assert body["format"] == "simforcing.fidelity" and body["training"]["core_s"] == 100.0
@@ -161,8 +169,12 @@ def test_the_demo_measures_its_world_models_fidelity_from_what_it_wrote(tmp_path
     assert "--wm-eval" not in no_policy.commands["fidelity"]
     assert collect_fidelity(SimpleNamespace(fidelity=tmp_path / "absent")) is None and fidelity_lines(None) == []
     d = tmp_path / "written"
-    F.write_point(F.fidelity_point(oracle=_eval(d / "o"), runs=[_run(d / "r")]), d / "fid")
+    i = _inputs(d)
+    F.fidelity_point(oracle=i["oracle"], runs=[i["runs"][1]]).write(d / "fid")
     section = collect_fidelity(SimpleNamespace(fidelity=d / "fid"))
-    assert section["table"]["oracle_af_cm"] == pytest.approx(6.25) and section["table"]["core_s"] == 4.25
+    assert section.point.headline.oracle_af_cm == pytest.approx(6.25) and section.point.headline.core_s == 4.25
+    saved = json.loads(json.dumps(section.to_json()))  # what results.json holds
+    assert saved["table"]["oracle_af_cm"] == pytest.approx(6.25) and saved["oracle"]["af_cm"] == pytest.approx(6.25)
+    assert "inside" not in saved and saved["aims"]["pearson"]["met"] is None and saved["folder"] == str(d / "fid")
     text = "\n".join(fidelity_lines(section))
     assert "How faithful the world model is" in text and "| 6.25 | ≤ 4 | no |" in text and "4 core-seconds" in text

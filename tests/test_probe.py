@@ -58,8 +58,8 @@ def test_accumulator_averages_compared_frames_and_only_moving_ones():
     acc = ProbeAccumulator(probe, frame_indices=[1, 2, 3], moving_threshold=0.05)
     acc.update(video, video, states)
     out = acc.compute()
-    assert out["af_pos"] == pytest.approx((0.05 + 0.0 + 0.2) / 3)
-    assert out["af_pos_moving"] == pytest.approx((0.0 + 0.2) / 2)  # frame 1 has not moved: left out
+    assert out.af_pos == pytest.approx((0.05 + 0.0 + 0.2) / 3)
+    assert out.af_pos_moving == pytest.approx((0.0 + 0.2) / 2)  # frame 1 has not moved: left out
 
 
 def test_composite_and_transplant_paste_only_the_arm():
@@ -118,7 +118,7 @@ def test_metric_meaning_on_the_benchmark(benchmark, fitted):
             for name, v in variants.items():
                 acc = ProbeAccumulator(probe, range(1, F), 0.02)
                 acc.update(v, video, states)
-                errs[name].append(acc.compute()["af_pos"])
+                errs[name].append(acc.compute().af_pos)
     mean = {k: float(np.mean(v)) for k, v in errs.items()}
     assert mean["recorded"] < 0.75 * mean["reversed"], mean
     assert mean["recorded"] < 0.75 * mean["frozen"], mean

@@ -56,7 +56,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from simforcing import parallel
+import simforcing.parallel as parallel
 from simforcing.bench.inputs import bench_model, bench_vae, bench_world_model, latent_batch, pixel_batch
 from simforcing.bench.measure import machine_info, peak_flops, time_calls
 from simforcing.config import Config, ConfigError

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from simforcing import flow
+import simforcing.flow as flow
 from simforcing.bench.inputs import bench_vae
 from simforcing.bench.measure import median, time_round_robin
 from simforcing.bench.options import BenchOptions

@@ -1,4 +1,4 @@
-"""`simforcing fidelity point | curve` (``simforcing.evaluate.fidelity``, docs/FAITHFUL.md).
+"""`simforcing fidelity point | curve` (``simforcing.fidelity``, docs/FAITHFUL.md).
 
     simforcing fidelity point --oracle EVAL --twin ROLLOUT --wm-eval WM_EVAL --agreement AGREEMENT \\
         [--wm-name NAME] --runs STAGE1 STAGE2 --out DIR          (fidelity.json + fidelity.md: one model's fidelity)
@@ -6,7 +6,9 @@
 
 Every input is a folder another command wrote (``evaluate --sample.condition=oracle``, ``rollout
 --sample.condition=render --rows rollout restart``, ``policy eval --env world-model``, ``policy agreement``, training
-runs); each is optional, and a number whose input is not given is left out, never guessed.
+runs); each is optional, and a number whose input is not given is left out, never guessed. The inputs must be of
+one world model (each records its run, checkpoint and step); ``--out`` receives the point or the curve alone (an
+earlier one is replaced whole; another command's folder is refused).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import Optional
 
 from simforcing.commands import Subcommand
 from simforcing.config import Config, ConfigError
-from simforcing.utils import check_output_path
 
 
 def add_point_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,23 +34,22 @@ def add_point_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", nargs="*", default=(), help="the training runs that made the model (stage 1, "
                         "stage 2): their core-seconds are summed")
     parser.add_argument("--core-s", type=float, default=None, help="training core-seconds measured outside "
-                        "(instead of --runs' metrics)")
+                        "(instead of --runs' metrics; a finite number >= 0)")
     parser.add_argument("--label", default="", help="a name for the point")
     parser.add_argument("--out", required=True, help="folder for fidelity.json and fidelity.md")
 
 
 def point(args: argparse.Namespace, cfg: Optional[Config]) -> int:
-    from simforcing.evaluate.fidelity import fidelity_point, point_md, write_point
+    from simforcing.fidelity import POINT_FILES, fidelity_point
+    from simforcing.outputs import check_results_folder
 
-    check_output_path(args.out, "--out")
-    if args.core_s is not None and args.core_s < 0:
-        raise ConfigError(f"--core-s: got {args.core_s}; expected the core-seconds, >= 0")
+    check_results_folder(args.out, "--out", "a fidelity point", POINT_FILES)
     if not any((args.oracle, args.twin, args.wm_eval, args.agreement, args.runs, args.core_s is not None)):
         raise ConfigError("nothing to measure: give at least one of --oracle, --twin, --wm-eval, --agreement, --runs")
     p = fidelity_point(args.oracle, args.twin, args.wm_eval, args.agreement, args.wm_name, args.runs, args.core_s,
                        args.label)
-    path = write_point(p, args.out)
-    print(point_md(p).rstrip())
+    path = p.write(args.out)
+    print(p.markdown().rstrip())
     print(f"wrote {path} and {path.with_suffix('.md')}")
     return 0
 
@@ -62,21 +62,21 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def curve(args: argparse.Namespace, cfg: Optional[Config]) -> int:
-    from simforcing.evaluate.fidelity import read_point, write_curve
+    from simforcing.fidelity import CURVE_FILES, FidelityCurve, FidelityPoint
+    from simforcing.outputs import check_results_folder
 
-    check_output_path(args.out, "--out")
-    points = {}
+    check_results_folder(args.out, "--out", "a fidelity curve", CURVE_FILES)
+    curve = FidelityCurve()
     for entry in args.points:
         name, _, folder = entry.rpartition("=") if "=" in entry and not Path(entry).exists() else ("", "", entry)
-        p = read_point(folder, "--points")
-        name = name or p.get("label") or Path(folder).name
-        if name in points:
+        p = FidelityPoint.read(folder, "--points")
+        name = name or p.label or Path(folder).name
+        if name in curve.points:
             raise ConfigError(f"--points: two points are named {name!r}; name them NAME=DIR")
-        points[name] = p
-    write_curve(points, args.out)
-    out = Path(args.out)
-    print((out / "fidelity_curve.md").read_text().rstrip())
-    print(f"wrote {out / 'fidelity_curve.json'}, fidelity_curve.md and fidelity_curve.png")
+        curve.points[name] = p
+    path = curve.write(args.out)
+    print(curve.markdown().rstrip())
+    print(f"wrote {path}, fidelity_curve.md and fidelity_curve.png")
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simforcing import parallel
+import simforcing.parallel as parallel
 from simforcing.commands import config_from_args, refuse_config_with
 from simforcing.config import Config
 from simforcing.runs.folder import WORLD_MODELS, run_config

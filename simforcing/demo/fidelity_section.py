@@ -4,32 +4,45 @@ ranking of the policies inside it with the twin, each beside its aim, and what t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from simforcing.config import ConfigError
 from simforcing.demo.plan import Plan
-from simforcing.evaluate.fidelity import flat, point_md, read_point
+from simforcing.fidelity import FidelityPoint
 
 
-def collect_fidelity(plan: Plan) -> Optional[dict]:
-    """The fidelity point the demo wrote (its headline numbers under "table"), or None when it has not finished."""
+@dataclass(frozen=True)
+class FidelitySection:
+    """The fidelity point the demo wrote (``point``) and its folder; results.json holds the point's JSON with its
+    headline numbers under "table" and the folder."""
+
+    point: FidelityPoint
+    folder: str
+
+    def to_json(self) -> dict:
+        return {**self.point.to_json(), "table": self.point.headline.to_json(), "folder": self.folder}
+
+
+def collect_fidelity(plan: Plan) -> Optional[FidelitySection]:
+    """The fidelity point the demo wrote, or None when it has not finished."""
     if plan.fidelity is None:
         return None
     try:
-        body = read_point(plan.fidelity, "the fidelity section")
+        point = FidelityPoint.read(plan.fidelity, "the fidelity section")
     except ConfigError:
         return None
-    return dict(body, table=flat(body), folder=str(plan.fidelity))
+    return FidelitySection(point, str(plan.fidelity))
 
 
-def fidelity_lines(section: Optional[dict]) -> list[str]:
+def fidelity_lines(section: Optional[FidelitySection]) -> list[str]:
     if not section:
         return []
-    t = section["table"]
-    cost = "" if t["core_s"] is None else (f" Its training (stage 1 + stage 2) took {t['core_s']:.0f} core-seconds; "
-                                           "docs/FAITHFUL.md's fidelity–compute curve says what more buys.")
+    core_s = section.point.headline.core_s
+    cost = "" if core_s is None else (f" Its training (stage 1 + stage 2) took {core_s:.0f} core-seconds; "
+                                      "docs/FAITHFUL.md's fidelity–compute curve says what more buys.")
     return ["", "## How faithful the world model is as a simulator", "",
             "The SimForcing world model given an exact condition (the recorded simulation video on one window, the "
             "robot's digital twin over a rollout) — what is left is its real branch's own error — and commanded to "
             "stay still; then the policies ranked inside it with the twin against the simulator. Each number beside "
-            f"its aim (docs/FAITHFUL.md).{cost}", "", *point_md(section).rstrip().splitlines()]
+            f"its aim (docs/FAITHFUL.md).{cost}", "", *section.point.markdown().rstrip().splitlines()]

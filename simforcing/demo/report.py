@@ -22,7 +22,7 @@ from simforcing.demo.fewstep_section import FewStepSection, collect_fewstep, few
 from simforcing.demo.policy_results import PolicySectionResult
 from simforcing.demo.rollout_section import RolloutSection, collect_rollouts, rollout_lines
 from simforcing.demo.estimate_section import collect_estimate, estimate_lines
-from simforcing.demo.fidelity_section import collect_fidelity, fidelity_lines
+from simforcing.demo.fidelity_section import FidelitySection, collect_fidelity, fidelity_lines
 from simforcing.demo.wm_eval_section import WorldModelEvalSection, collect_wm_eval, wm_eval_lines
 from simforcing.evaluate.results import CfgSweep, StepsSweep, WindowEvaluation, WindowScores
 from simforcing.evaluate.tables import cfg_markdown, steps_markdown
@@ -145,7 +145,7 @@ class DemoResults:
     commands: dict[str, str] = field(default_factory=dict)
     fewstep: Optional[FewStepSection] = None
     estimate: Optional[dict] = None  # world model -> its prediction-powered estimate (``demo.estimate_section``)
-    fidelity: Optional[dict] = None  # the SimForcing world model's fidelity (``demo.fidelity_section``)
+    fidelity: Optional[FidelitySection] = None  # the SimForcing world model's fidelity (``demo.fidelity_section``)
     progress: Optional[dict] = None  # a report written while jobs run: {"done", "jobs", "last"} (None: the final one)
 
     def row(self, key: EvalKey) -> Optional[ScoreRow]:

@@ -43,6 +43,7 @@ from simforcing.config import ConfigError, record_from_dict
 from simforcing.data.format import (DataError, read_arm_mask, read_episode_videos, read_episodes, read_info,
                                     read_lowdim, read_splits)
 from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_range
+from simforcing.evaluate.results import ActionFollowing
 from simforcing.training.optim import warmup_cosine
 from simforcing.utils import atomic_write, atomic_write_json
 
@@ -160,7 +161,7 @@ class ProbeAccumulator:
 
         acc = ProbeAccumulator(probe, frame_indices, moving_threshold)
         acc.update(pred_video, gt_video, states)   # videos (B, 3, F, H, W) in [-1, 1]; states (B, F, S) raw units
-        acc.compute() -> {"af_pos", "af_pos_moving", "af_grip", "af_floor_pos", ...}  (None where undefined)
+        acc.compute() -> ActionFollowing(af_pos, af_pos_moving, af_grip, af_floor_pos, ...)  (None where undefined)
     """
 
     KEYS = ("af_pos", "af_pos_moving", "af_grip", "af_floor_pos", "af_floor_pos_moving", "af_floor_grip")
@@ -184,13 +185,11 @@ class ProbeAccumulator:
             self.per_sample[f"{tag}_grip"] += (err["grip"].mean(1).tolist() if "grip" in err
                                                else [None] * pred.shape[0])
 
-    def compute(self) -> dict:
-        out: dict = {}
-        for k, vals in self.per_sample.items():
-            out[k] = mean_or_none(vals)
-        out["af_moving_frames_threshold"] = self.threshold
-        out["per_sample"] = dict(self.per_sample)
-        return out
+    def compute(self) -> ActionFollowing:
+        """Each error's mean over the samples (None where no sample defines it) and the moving threshold; the values
+        per sample stay in ``per_sample``."""
+        return ActionFollowing(**{k: mean_or_none(v) for k, v in self.per_sample.items()},
+                               af_moving_frames_threshold=self.threshold)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -15,10 +15,11 @@ rendered from these types by ``evaluate.tables``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from simforcing.evaluate.latency import LatencySummary
 from simforcing.result_files import (ROLLOUT_DRIFT, SWEEP_CFG, SWEEP_STEPS, WINDOW_EVALUATION, MalformedResult, nested,
                                      read_typed, tagged, typed)
 from simforcing.runs.scored import ScoredRun
@@ -79,7 +80,7 @@ class WindowScores:
     num_frames_compared: int
     protocol: dict
     per_sample: dict[str, list]
-    latency: dict
+    latency: LatencySummary
     latency_s: Optional[float]
     latency_phases_s: dict[str, float]
     forwards_per_sample: int
@@ -93,8 +94,9 @@ class WindowScores:
         out.update({f"{k}_reason": why for k, why in self.reasons.items()})
         out.update(self.action.to_json())
         out.update({k: getattr(self, k) for k in ("fid_num_images", "fvd_num_videos", "num_samples",
-                                                  "num_frames_compared", "protocol", "per_sample", "latency",
-                                                  "latency_s", "latency_phases_s", "forwards_per_sample")})
+                                                  "num_frames_compared", "protocol", "per_sample")})
+        out.update(latency=self.latency.to_json(), latency_s=self.latency_s, latency_phases_s=self.latency_phases_s,
+                   forwards_per_sample=self.forwards_per_sample)
         return out
 
     @classmethod
@@ -112,7 +114,8 @@ class WindowScores:
                    num_frames_compared=typed(d, "num_frames_compared", "int", "null", **opt),
                    protocol=typed(d, "protocol", "dict", "null", **opt) or {},
                    per_sample=dict(typed(d, "per_sample", "dict", "null", **opt) or {}),
-                   latency=dict(typed(d, "latency", "dict")), latency_s=typed(d, "latency_s", *num),
+                   latency=nested("latency", LatencySummary.from_json, typed(d, "latency", "dict")),
+                   latency_s=typed(d, "latency_s", *num),
                    latency_phases_s=dict(typed(d, "latency_phases_s", "dict", "null", **opt) or {}),
                    forwards_per_sample=typed(d, "forwards_per_sample", "int", "null", default=0) or 0)
 
@@ -175,13 +178,14 @@ class WindowEvaluation:
         that is missing or of the wrong type (``result_files.read_typed``)."""
         return read_typed(Path(folder) / "eval.json", WINDOW_EVALUATION, FORMAT_VERSION, what, cls.from_json)
 
-    def write(self, folder: str | Path, run_dir=None) -> None:
-        """FOLDER/eval.json (this result, tagged) and FOLDER/eval.md (its report), each written atomically."""
-        from simforcing.evaluate.tables import eval_markdown
+    def write(self, folder: str | Path, report: str) -> None:
+        """FOLDER/eval.json (this result, tagged) and FOLDER/eval.md (``report``: its markdown,
+        ``evaluate.tables.eval_markdown``, which reads this module — so the caller renders it), each written
+        atomically."""
         from simforcing.utils import atomic_write_json, atomic_write_text
 
         atomic_write_json(Path(folder) / "eval.json", self.to_json())
-        atomic_write_text(Path(folder) / "eval.md", eval_markdown(self, run_dir))
+        atomic_write_text(Path(folder) / "eval.md", report)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -327,13 +331,11 @@ SWEEP_METRICS = tuple(k for k in SweepRow.__dataclass_fields__ if k in WindowSco
 
 class _Sweep:
     """What both sweeps' results share: their JSON is their fields with the configs' rows and the rendered table
-    (``table_md``, for people; ignored when read back), tagged as ``KIND``, in ``FILE`` of the sweep's folder."""
+    (``table_md``, for people: ``evaluate.tables.steps_markdown`` / ``cfg_markdown``, set by the sweep that made it;
+    not compared), tagged as ``KIND``, in ``FILE`` of the sweep's folder."""
 
     KIND: ClassVar[str]
     FILE: ClassVar[str]
-
-    def markdown(self) -> str:
-        raise NotImplementedError
 
     def to_json(self) -> dict:
         body = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -342,17 +344,18 @@ class _Sweep:
             body["checkpoint"] = body["checkpoint"].to_json()
         if "checkpoints" in body:
             body["checkpoints"] = {r: v.to_json() for r, v in body["checkpoints"].items()}
-        return tagged(self.KIND, FORMAT_VERSION, {**body, "table_md": self.markdown()})
+        return tagged(self.KIND, FORMAT_VERSION, body)
 
     @classmethod
     def from_json(cls, d: dict, version: int = FORMAT_VERSION):
         """From ``to_json``'s dict or a version-1 file (the same keys, untagged)."""
-        body = {f.name: d[f.name] for f in fields(cls)}
+        body = {f.name: d[f.name] for f in fields(cls) if f.name != "table_md"}
         if "checkpoint" in body:
             body["checkpoint"] = ScoredRun.from_json(body["checkpoint"])
         if "checkpoints" in body:
             body["checkpoints"] = {r: ScoredRun.from_json(v) for r, v in body["checkpoints"].items()}
-        return cls(**{**body, "configs": [SweepRow.from_json(r) for r in d["configs"]]})
+        return cls(**{**body, "configs": [SweepRow.from_json(r) for r in d["configs"]],
+                      "table_md": typed(d, "table_md", "str", default="")})
 
     @classmethod
     def read(cls, folder: str | Path, what: str):
@@ -382,13 +385,10 @@ class StepsSweep(_Sweep):
     json: str
     notes: list[str]
 
+    table_md: str = field(default="", compare=False)
+
     KIND: ClassVar[str] = SWEEP_STEPS
     FILE: ClassVar[str] = "sweep_steps.json"
-
-    def markdown(self) -> str:
-        from simforcing.evaluate.tables import steps_markdown
-
-        return steps_markdown(self)
 
 
 @dataclass
@@ -408,10 +408,7 @@ class CfgSweep(_Sweep):
     heatmap: str
     json: str
 
+    table_md: str = field(default="", compare=False)
+
     KIND: ClassVar[str] = SWEEP_CFG
     FILE: ClassVar[str] = "sweep_cfg.json"
-
-    def markdown(self) -> str:
-        from simforcing.evaluate.tables import cfg_markdown
-
-        return cfg_markdown(self)

@@ -11,8 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from simforcing.media import blank_panel, frame_strip, side_by_side, to_uint8_frames, write_gif, write_png  # noqa: E402
-from simforcing.data.format import write_video  # noqa: E402
+from simforcing.media import Clip, blank_panel, frame_strip, side_by_side, to_uint8_frames, write_clip  # noqa: E402
 from simforcing.evaluate.results import RolloutDrift  # noqa: E402
 from simforcing.utils import atomic_write  # noqa: E402
 
@@ -59,11 +58,10 @@ def plot_drift(results: dict[str, RolloutDrift], png: str | Path, title: str = "
 
 
 def write_rollout_media(stem: str | Path, res, j: int, batch: dict, summary: RolloutDrift, cfg, upscale: int = 4,
-                        fps: int = 6) -> dict:
+                        fps: int = 6) -> Clip:
     """Episode ``j`` of a rollout: ``stem.mp4`` / ``stem.gif`` with four panels side by side (masked first frame |
     simulation chain | prediction | truth) over every frame, and ``stem.png``, a strip of the same four rows at the
     chunk boundaries (frame 0, then every chunk's last frame)."""
-    stem = Path(stem)
     truth = to_uint8_frames(batch["real"][j], upscale)
     f, h, w, _ = truth.shape
     pred = to_uint8_frames(res.video[j], upscale)
@@ -75,12 +73,7 @@ def write_rollout_media(stem: str | Path, res, j: int, batch: dict, summary: Rol
     title = f"{eid}: {summary.horizon} actions, {summary.chunks} chunks, state {summary.state_input}"
     video = side_by_side([masked, sim, pred, truth], ["masked first frame", "simulation chain", "prediction",
                                                       "truth"], title)
-    out = {"mp4": stem.with_suffix(".mp4"), "gif": stem.with_suffix(".gif"), "png": stem.with_suffix(".png")}
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    write_video(out["mp4"], video, fps=fps)
-    write_gif(out["gif"], video, fps=fps)
     cols = np.cumsum([0] + list(summary.chunk_frames))
-    write_png(out["png"], frame_strip([x[cols] for x in (masked, sim, pred, truth)],
-                                      ["masked", "sim chain", "pred", "truth"]))
-    return out
+    return write_clip(stem, video, frame_strip([x[cols] for x in (masked, sim, pred, truth)],
+                                               ["masked", "sim chain", "pred", "truth"]), fps)
 

@@ -25,6 +25,7 @@ from simforcing.evaluate.latency import summarize_latency
 from simforcing.evaluate.metrics import MetricAccumulator, psnr_per_sample
 from simforcing.evaluate.probe import ProbeAccumulator, StateProbe, load_probe, mean_or_none
 from simforcing.evaluate.results import METRIC_KEYS, ActionFollowing, WindowEvaluation, WindowScores
+from simforcing.evaluate.tables import eval_markdown
 from simforcing.models.vae import load_vae
 from simforcing.runs.folder import WORLD_MODELS, run_config
 from simforcing.runs.scored import ScoredRun
@@ -65,12 +66,12 @@ def action_following(acc: Optional[ProbeAccumulator], control: Optional[ProbeAcc
     """The action-following errors of the probe (all None without one; the control's None without a control)."""
     if acc is None:
         return ActionFollowing()
-    got = {k: v for k, v in acc.compute().items() if k != "per_sample"}
-    if control is not None:
-        c = control.compute()
-        got.update({"af_control_pos": c["af_pos"], "af_control_pos_moving": c["af_pos_moving"],
-                    "af_control_psnr": mean_or_none(control_psnr)})
-    return ActionFollowing(**got)
+    got = acc.compute()
+    if control is None:
+        return got
+    c = control.compute()
+    return replace(got, af_control_pos=c.af_pos, af_control_pos_moving=c.af_pos_moving,
+                   af_control_psnr=mean_or_none(control_psnr))
 
 
 def window_scores(acc: MetricAccumulator, probe_acc: Optional[ProbeAccumulator], action: ActionFollowing,
@@ -87,7 +88,7 @@ def window_scores(acc: MetricAccumulator, probe_acc: Optional[ProbeAccumulator],
     return WindowScores(**{k: m[k] for k in METRIC_KEYS}, reasons=reasons, action=action,
                         fid_num_images=m["fid_num_images"], fvd_num_videos=m["fvd_num_videos"],
                         num_samples=len(lat), num_frames_compared=m["num_frames_compared"], protocol=m["protocol"],
-                        per_sample=per, latency=latency, latency_s=latency["mean_s"],
+                        per_sample=per, latency=latency, latency_s=latency.mean_s,
                         latency_phases_s={name: statistics.fmean(p.get(name, 0.0) for p in timed)
                                           for name in sorted({n for p in timed for n in p})},
                         forwards_per_sample=fwd[0] if fwd else 0)
@@ -247,5 +248,5 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
                            checkpoint=None if wm is None else
                            replace(ScoredRun.of(run_dir, str(wm.checkpoint.path), wm.checkpoint.step),
                                                run=str(run_dir), path=str(wm.checkpoint.path)))
-    res.write(out_dir, run_dir)
+    res.write(out_dir, eval_markdown(res, run_dir))
     return res

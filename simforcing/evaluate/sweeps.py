@@ -89,8 +89,9 @@ def sweep_steps(run_dir: str | Path, data_root: str | Path, cfg: Optional[Config
     heatmap(result.heatmap, tables, [f"({a},{b})" for a, b in keys], [f"{w:g}" for w in ws], "(N_s, N_r)",
             {"psnr": "PSNR (dB)", "ssim": "SSIM", "latency_s": "latency (s)",
              **({"af_pos": "action error"} if has_values(tables["af_pos"]) else {})})
+    result.table_md = steps_markdown(result)
     atomic_write_json(out / "sweep_steps.json", result.to_json())
-    atomic_write_text(out / "sweep_steps.md", steps_markdown(result))
+    atomic_write_text(out / "sweep_steps.md", result.table_md)
     return result
 
 
@@ -138,8 +139,9 @@ def sweep_cfg(run_dirs: Sequence[str | Path], data_root: str | Path, cfg: Option
     titles = {"psnr": "PSNR (dB)", "ssim": "SSIM", **({"af_pos": "action error"} if has_values(tables["af_pos"])
                                                      else {})}
     heatmap(result.heatmap, tables, labels, [f"{w:g}" for w in ws], "training p", titles)
+    result.table_md = cfg_markdown(result)
     atomic_write_json(out / "sweep_cfg.json", result.to_json())
-    atomic_write_text(out / "sweep_cfg.md", cfg_markdown(result) + "\n")
+    atomic_write_text(out / "sweep_cfg.md", result.table_md + "\n")
     return result
 
 

@@ -48,8 +48,8 @@ def eval_markdown(res: WindowEvaluation, run_dir=None) -> str:
         lines += ["Not computed:", *reasons, ""]
     lines += [f"Sampler: `{res.sampler}`", ""]
     lat = s.latency
-    lines += [f"Latency: mean {fmt_num(lat['mean_s'], 4)} s over {lat['num_timed']} sample(s) "
-              f"({lat['warmup_excluded']} warm-up excluded{'; ' + lat['note'] if lat.get('note') else ''}); "
+    lines += [f"Latency: mean {fmt_num(lat.mean_s, 4)} s over {lat.num_timed} sample(s) "
+              f"({lat.warmup_excluded} warm-up excluded{'; ' + lat.note if lat.note else ''}); "
               "phases: " + ", ".join(f"{k} {v:.4f} s" for k, v in s.latency_phases_s.items()), ""]
     if res.checkpoint:
         lines += [f"Checkpoint: {res.checkpoint.to_json()}", ""]

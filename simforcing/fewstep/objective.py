@@ -38,7 +38,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from simforcing import flow
+import simforcing.flow as flow
 from simforcing.config import Config
 from simforcing.losses import weighted_total
 from simforcing.methods import ModelInputs

@@ -27,9 +27,8 @@ from simforcing.runs.folder import CHECKPOINTS_DIR, check_same_teacher, open_run
 from simforcing.runs.loaded import check_teacher_architecture, differing_fields
 from simforcing.train import STAGE2
 from simforcing.training.checks import recorded_teacher
-from simforcing.training.folder import RunFolder
 from simforcing.training.loop import Trainer
-from simforcing.training.stage import Models, Stage, Start
+from simforcing.training.stage import Models, Stage, Start, StartFolder
 
 TEACHER_KINDS = ("stage2",)
 # what a resumed student must keep: the student it is (its K, objective and the sampler it reproduces)
@@ -63,7 +62,7 @@ def _resume_check(theirs: Config, cfg: Config, run_dir: Path) -> None:
                           "keeps what it distils — start a new run in another --out")
 
 
-def _start(cfg: Config, folder: RunFolder, start: Start) -> Start:
+def _start(cfg: Config, folder: StartFolder, start: Start) -> Start:
     """The teacher: ``--teacher`` (on --resume it may be left out: teacher.json names it, and its checkpoint is
     reused while it exists), a stage-2 run of the same architecture."""
     teacher_run, checkpoint = start.teacher_run, None

@@ -51,7 +51,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from simforcing import flow
+import simforcing.flow as flow
 from simforcing.config import ACTION_CONDITIONINGS, Config, ConfigError
 from simforcing.models import mot
 from simforcing.models.action_expert import ActionStem, KVBlock, action_block

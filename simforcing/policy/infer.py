@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from simforcing import flow
+import simforcing.flow as flow
 from simforcing.config import Config, ConfigError
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.stats import Normalizer

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from simforcing import flow
+import simforcing.flow as flow
 from simforcing.config import Config, FlowConfig
 from simforcing.losses import flow_matching_loss, weighted_total
 from simforcing.policy.settings import WITH_VIDEO

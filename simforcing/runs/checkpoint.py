@@ -45,7 +45,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from simforcing import parallel
+import simforcing.parallel as parallel
 from simforcing.config import Config, ConfigError
 from simforcing.errors import CheckpointError
 

@@ -42,7 +42,7 @@ from typing import Optional
 
 import torch
 
-from simforcing import __version__
+from simforcing.version import __version__
 from simforcing.config import STAGE1_METHOD, VIDEO_PRIOR_METHOD, Config, ConfigError, config_diff
 from simforcing.errors import CheckpointError
 from simforcing.models.world_model import build_world_model

@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from simforcing import __version__
+from simforcing.version import __version__
 from simforcing.errors import ConfigError
 from simforcing.runs.folder import STATUS_FILE, is_run_folder
 from simforcing.runs.locking import lock_folder

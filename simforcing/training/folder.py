@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from simforcing import parallel
+import simforcing.parallel as parallel
 from simforcing.config import Config, ConfigError
 from simforcing.runs.checkpoint import list_checkpoints, remove_stale_temp
 from simforcing.runs.folder import (CONFIG_FILE, INIT_FILE, RUN_RECORD, STAGE_KIND, TEACHER_FILE, check_not_foreign,

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import torch
 from tqdm import tqdm
 
-from simforcing import parallel
+import simforcing.parallel as parallel
 from simforcing.config import Config, ConfigError
 from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, OutputError
 from simforcing.models.vae import load_vae

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import torch
 
-from simforcing import parallel
+import simforcing.parallel as parallel
 from simforcing.config import Config, config_diff
 from simforcing.data.format import read_stats
 from simforcing.errors import CheckpointError

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import torch
 
 from simforcing.config import Config
 from simforcing.runs.checkpoint import Checkpoint
 from simforcing.warmstart import InitReport
-
-if TYPE_CHECKING:  # the run folder's type only: training.folder imports this module
-    from simforcing.training.folder import RunFolder
 
 # step(student, teacher, batch, cfg, gen) -> (loss, logs): a method's step function (``methods.METHODS``)
 StepFunction = Callable[[torch.nn.Module, Optional[torch.nn.Module], dict, Config, torch.Generator],
@@ -44,6 +41,19 @@ class Start:
     init: Optional[str | Path] = None  # stage 1: `--init RUN0`; the policy: "base" or a run
 
 
+class StartFolder(Protocol):
+    """What a stage's ``start`` reads of the run's ``--out`` folder (``training.folder.RunFolder`` is one; the folder
+    module depends on this one, never the reverse): its path, whether the run resumes, whether the last check found
+    checkpoints in it, and the run's name in messages."""
+
+    path: Path
+    resume: bool
+    has_checkpoints: bool
+
+    @property
+    def label(self) -> str: ...
+
+
 @dataclass
 class Models:
     """What a stage trains with, built on the CPU (``meta``: a rank that receives its shards from rank 0)."""
@@ -53,7 +63,7 @@ class Models:
     report: Optional[InitReport] = None  # what a fresh start took from another run or file (RUN/init.json)
 
 
-def keep_start(cfg: Config, folder: "RunFolder", start: Start) -> Start:
+def keep_start(cfg: Config, folder: StartFolder, start: Start) -> Start:
     """A stage whose start needs nothing checked or resolved before the run."""
     return start
 
@@ -82,7 +92,7 @@ class Stage:
     latents: Callable[[dict, Config, torch.device, Any], dict]  # (loader batch, cfg, device, vae) -> the step's batch
     latent_keys: tuple[str, ...]  # the latents of the step's batch (what a nan_batch fault replaces)
     rollout_domain: Optional[str] = None  # train.rollout_prob: whose first frames the student's own rollouts replace
-    start: Callable[[Config, "RunFolder", Start], Start] = keep_start  # read-only, before any work
+    start: Callable[[Config, StartFolder, Start], Start] = keep_start  # read-only, before any work
     resume_check: Callable[[Config, Config, Path], None] = no_resume_check  # (theirs, cfg, run dir) on --resume
     forward_methods: tuple[str, ...] = ()  # the student's entry points besides forward (parallel.shard_from_rank0)
     facts: Callable[[Any], dict] = no_facts  # what status.json says about the dataset besides the episodes left out

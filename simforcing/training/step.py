@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from simforcing import parallel
+import simforcing.parallel as parallel
 from simforcing.config import Config
 from simforcing.losses import NonFiniteLoss
 from simforcing.methods import own_first_frames

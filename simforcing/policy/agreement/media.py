@@ -10,8 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from simforcing.data.format import write_video  # noqa: E402
-from simforcing.media import _text, side_by_side, write_gif, write_png, frame_strip  # noqa: E402
+from simforcing.media import Clip, _text, frame_strip, side_by_side, write_clip  # noqa: E402
 from simforcing.policy.closed_loop.results import AgreementResult  # noqa: E402
 from simforcing.utils import atomic_write  # noqa: E402
 
@@ -64,7 +63,7 @@ def _annotate(frames: np.ndarray, verdicts: list, upscale: int) -> np.ndarray:
 
 
 def episode_video(stem: str | Path, panels: dict[str, tuple[np.ndarray, list]], title: str, upscale: int = 4,
-                  fps: int = 4) -> dict:
+                  fps: int = 4) -> Clip:
     """One episode side by side: ``panels`` label -> (frames uint8 (T, H, W, 3), per-frame judge verdicts); shorter
     panels hold their last frame. Writes stem.mp4, stem.gif and stem.png (rows = panels, every 4th frame)."""
     t = max(len(f) for f, _ in panels.values())
@@ -74,11 +73,5 @@ def episode_video(stem: str | Path, panels: dict[str, tuple[np.ndarray, list]], 
         vpad = list(verdicts) + [verdicts[-1] if verdicts else None] * (t - len(verdicts))
         rows.append(_annotate(pad, vpad, upscale))
     video = side_by_side(rows, list(panels), title)
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    out = {"mp4": stem.with_suffix(".mp4"), "gif": stem.with_suffix(".gif"), "png": stem.with_suffix(".png")}
-    write_video(out["mp4"], video, fps=fps)
-    write_gif(out["gif"], video, fps=fps)
     cols = np.arange(0, t, 4)
-    write_png(out["png"], frame_strip([r[cols] for r in rows], list(panels), label_w=110))
-    return out
+    return write_clip(stem, video, frame_strip([r[cols] for r in rows], list(panels), label_w=110), fps)

@@ -339,6 +339,7 @@ def agreement(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], n_boot: i
         envs={name: {p: _rate(m[i]) for i, p in enumerate(players)} for name, m in matrices.items()},
         ranking=rank, episode_agreement=per_episode, judge_validation=sim.judge_validation,
         vs_judged_simulator=alone, n_boot=n_boot, vs_reference=vs_ref,
+        world_models={name: w.world_model for name, w in wms.items()},
         matched={**{k: getattr(sim, k) for k in SCENE_SETTINGS}, "judge": _judge_json(next(iter(wms.values())).judge)})
 
 
@@ -396,5 +397,5 @@ def write_episode_videos(sim_dirs: list, sim: PolicyEvaluation, wms: dict[str, t
         ok = outcome(sim, task, int(scene)).success
         files = episode_video(out / "videos" / f"{task}_{scene}", panels,
                               f"{player}: {task}, scene {scene} (simulator: {'success' if ok else 'failure'})")
-        written.append(str(files["gif"]))
+        written.append(str(files.gif))
     return written

@@ -8,7 +8,8 @@ evaluation itself (simulator or world model), each with ``to_json`` / ``from_jso
 
 ``eval.json`` carries ``format: simforcing.policy-evaluation`` and ``format_version: 2``; a file written before the
 tags (version 1: rows with the average and the seconds beside the task names, one ``execute`` for all players) loads
-through the same reader. Tables are rendered from these types by ``policy.closed_loop.tables``.
+through the same reader. The success table (eval.md) is rendered here; the agreement's tables by
+``policy.closed_loop.tables``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.result_files import AGREEMENT, POLICY_EVALUATION, MalformedResult, read_typed, tagged, typed
+from simforcing.result_files import AGREEMENT, POLICY_EVALUATION, MalformedResult, nested, read_typed, tagged, typed
 from simforcing.runs.scored import ScoredRun
 
 FORMAT_VERSION = 2
 SIMULATOR, WORLD_MODEL = "synthetic", "world-model"  # PolicyEvaluation.env
+# What the success judge reads off a frame (``policy.judge.success_judge``; per-task errors of ``TaskValidation``):
+# r̂ = ee − obj, d̂ = obj − obj_0 (metres)
+JUDGE_OUTPUTS = ("rel_x", "rel_y", "rel_z", "disp_x", "disp_y", "disp_z")
 ENV_NAMES = {SIMULATOR: "a simulator evaluation (`policy eval`)",
              WORLD_MODEL: "a world-model evaluation (`policy eval --env world-model`)"}
 
@@ -359,11 +363,81 @@ class PolicyEvaluation:
 
     def write(self, folder: str | Path) -> None:
         """FOLDER/eval.json (this result, tagged) and FOLDER/eval.md (its table), each written atomically."""
-        from simforcing.policy.closed_loop.tables import evaluation_markdown
         from simforcing.utils import atomic_write_json, atomic_write_text
 
         atomic_write_json(Path(folder) / "eval.json", self.to_json())
         atomic_write_text(Path(folder) / "eval.md", evaluation_markdown(self) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The success table (eval.md): beside the evaluation, so that writing it needs no other module
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def evaluation_markdown(ev: PolicyEvaluation) -> str:
+    """eval.md: the success table (a simulator evaluation's with unfinished runs named under it and, made with a
+    judge, the judge's validation)."""
+    if ev.env == WORLD_MODEL:
+        return format_table(ev.rows, list(ev.tasks))
+    text = table_with_notes(ev.rows, list(ev.tasks), ev.runs)
+    if ev.judge_validation:
+        text += "\n\n" + "\n".join(judge_validation_md(ev.judge_validation))
+    return text
+
+
+def scored_labels(scored: dict) -> tuple[dict, list[str]]:
+    """For the runs an evaluation scored (name -> ``runs.scored.ScoredRun``, or None): table labels that mark an
+    unfinished run, and one note line for each."""
+    labels, notes = {}, []
+    for name, rec in scored.items():
+        note = rec.unfinished_note(name) if rec is not None else None
+        if note is not None:
+            labels[name] = f"{name} (unfinished run, step {rec.step})"
+            notes.append(f"Note: {note}")
+    return labels, notes
+
+
+def table_with_notes(rows: dict[str, PolicyRow], tasks: list[str], scored: dict) -> str:
+    """:func:`format_table` with unfinished runs marked in their row and named under the table."""
+    labels, notes = scored_labels(scored)
+    return format_table(rows, tasks, labels) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def rate_cell(r: Rate) -> str:
+    """"rate [low, high]" in percent."""
+    lo, hi = r.ci95
+    return f"{100 * r.rate:.0f} [{100 * lo:.0f}, {100 * hi:.0f}]"
+
+
+def format_table(rows: dict[str, PolicyRow], tasks: list[str], labels: dict | None = None) -> str:
+    """Tab. 5's layout: rows = policy (setting × initialisation), columns = tasks + average; success % [95 % CI]."""
+    labels = labels or {}
+    lines = ["| policy | " + " | ".join(tasks) + " | average |", "|---" * (len(tasks) + 2) + "|"]
+    for name, r in rows.items():
+        lines.append(f"| {labels.get(name, name)} | " + " | ".join(rate_cell(r.tasks[t]) for t in tasks)
+                     + f" | {rate_cell(r.average)} |")
+    return "\n".join(lines)
+
+
+def judge_validation_md(jv: JudgeValidation) -> list[str]:
+    """The judge's validation (``policy.judge.validation``) as a markdown table (``policy agreement``, and ``policy
+    eval --judge`` in the simulator)."""
+    from simforcing.utils import fmt_num  # torch: only where a table is rendered
+
+    lines = ["The judge on the simulator's own frames against MuJoCo's verdicts:", "",
+             "| task | frames: precision | recall | κ | episodes: precision | recall | κ |",
+             "|---|---|---|---|---|---|---|"]
+    for t, v in jv.items():
+        f, e = v.frame, v.episode
+        lines.append(f"| {t} | {fmt_num(f.precision, 2)} | {fmt_num(f.recall, 2)} | {fmt_num(f.kappa, 2)} "
+                     f"| {fmt_num(e.precision, 2)} | {fmt_num(e.recall, 2)} | {fmt_num(e.kappa, 2)} |")
+    med = {t: v.median_error_cm for t, v in jv.items() if v.median_error_cm is not None}
+    if med:
+        lines += ["", "Its readings against the simulator's truth, median |error| over every frame (cm; r = hand − "
+                  "object, d = object's displacement):", "",
+                  "| task | " + " | ".join(JUDGE_OUTPUTS) + " |", "|---|" + "---|" * len(JUDGE_OUTPUTS)]
+        lines += [f"| {t} | " + " | ".join(f"{m[k]:.1f}" for k in JUDGE_OUTPUTS) + " |" for t, m in med.items()]
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -451,7 +525,9 @@ class AgreementResult:
     environment the ranking statistics by subset ("all", "learned", "all, TASK only"; None where a subset has fewer
     than two policies) and the share of episodes with the simulator's verdict (``episode_agreement``: "all" and per
     policy); the judge's validation; each world model with the judge held fixed. ``matched``: what every compared
-    evaluation shared (scenes, step settings, judge), ``scatter`` / ``videos``: the pictures written beside it."""
+    evaluation shared (scenes, step settings, judge), ``scatter`` / ``videos``: the pictures written beside it;
+    ``world_models``: each world model's run, checkpoint and step as its evaluation recorded them (empty in an
+    agreement written before they were kept; ``fidelity`` reads them)."""
 
     players: list[str]
     learned: list[str]
@@ -468,6 +544,7 @@ class AgreementResult:
     scatter: Optional[str] = None
     videos: list[str] = field(default_factory=list)
     vs_reference: dict[str, ReferenceComparison] = field(default_factory=dict)  # --reference: the others against it
+    world_models: dict[str, Optional[ScoredRun]] = field(default_factory=dict)  # each --wm's run, checkpoint, step
 
     def to_json(self) -> dict:
         body = {"players": self.players, "learned": self.learned, "tasks": self.tasks, "scenes": self.scenes,
@@ -479,7 +556,8 @@ class AgreementResult:
                 "judge_validation": validation_json(self.judge_validation),
                 "vs_judged_simulator": {e: v.to_json() for e, v in self.vs_judged_simulator.items()},
                 "n_boot": self.n_boot, "scatter": self.scatter, "videos": self.videos,
-                "vs_reference": {e: v.to_json() for e, v in self.vs_reference.items()}}
+                "vs_reference": {e: v.to_json() for e, v in self.vs_reference.items()},
+                "world_models": {e: r and r.to_json() for e, r in self.world_models.items()}}
         return tagged(AGREEMENT, FORMAT_VERSION, body)
 
     @classmethod
@@ -495,7 +573,9 @@ class AgreementResult:
                    n_boot=int(d["n_boot"]), matched=d.get("matched") or {}, scatter=d.get("scatter"),
                    videos=list(d.get("videos") or []),
                    vs_reference={e: ReferenceComparison.from_json(v)
-                                 for e, v in (d.get("vs_reference") or {}).items()})
+                                 for e, v in (d.get("vs_reference") or {}).items()},
+                   world_models={e: r and nested(f"world_models: {e}", ScoredRun.from_json, r)
+                                 for e, r in typed(d, "world_models", "dict", default={}).items()})
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "AgreementResult":

@@ -1,79 +1,15 @@
-"""Markdown tables rendered from the typed policy results (``policy.closed_loop.results``): the Tab. 5-style success
-table of an evaluation (with unfinished runs marked and the judge's validation under it) and the agreement tables of
-``policy agreement``. Nothing here computes a result; the results never carry their tables."""
+"""Markdown tables rendered from the typed policy results (``policy.closed_loop.results``): the agreement tables of
+``policy agreement``, and the Tab. 5-style success table of an evaluation (with unfinished runs marked and the
+judge's validation under it), which lives beside the evaluation (``PolicyEvaluation.write`` writes it as eval.md)
+and is named here too. Nothing here computes a result."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from simforcing.policy.closed_loop.results import (WORLD_MODEL, AgreementResult, JudgeValidation, PolicyEvaluation,
-                                                   PolicyRow, Rate)
-from simforcing.policy.judge.success_judge import OUTPUTS
+from simforcing.policy.closed_loop.results import (AgreementResult, evaluation_markdown, format_table,  # noqa: F401
+                                                   judge_validation_md, rate_cell, scored_labels, table_with_notes)
 from simforcing.utils import fmt_num
-
-
-def evaluation_markdown(ev: PolicyEvaluation) -> str:
-    """eval.md: the success table (a simulator evaluation's with unfinished runs named under it and, made with a
-    judge, the judge's validation)."""
-    if ev.env == WORLD_MODEL:
-        return format_table(ev.rows, list(ev.tasks))
-    text = table_with_notes(ev.rows, list(ev.tasks), ev.runs)
-    if ev.judge_validation:
-        text += "\n\n" + "\n".join(judge_validation_md(ev.judge_validation))
-    return text
-
-
-def scored_labels(scored: dict) -> tuple[dict, list[str]]:
-    """For the runs an evaluation scored (name -> ``runs.scored.ScoredRun``, or None): table labels that mark an
-    unfinished run, and one note line for each."""
-    labels, notes = {}, []
-    for name, rec in scored.items():
-        note = rec.unfinished_note(name) if rec is not None else None
-        if note is not None:
-            labels[name] = f"{name} (unfinished run, step {rec.step})"
-            notes.append(f"Note: {note}")
-    return labels, notes
-
-
-def table_with_notes(rows: dict[str, PolicyRow], tasks: list[str], scored: dict) -> str:
-    """:func:`format_table` with unfinished runs marked in their row and named under the table."""
-    labels, notes = scored_labels(scored)
-    return format_table(rows, tasks, labels) + ("\n\n" + "\n".join(notes) if notes else "")
-
-
-def rate_cell(r: Rate) -> str:
-    """"rate [low, high]" in percent."""
-    lo, hi = r.ci95
-    return f"{100 * r.rate:.0f} [{100 * lo:.0f}, {100 * hi:.0f}]"
-
-
-def format_table(rows: dict[str, PolicyRow], tasks: list[str], labels: dict | None = None) -> str:
-    """Tab. 5's layout: rows = policy (setting × initialisation), columns = tasks + average; success % [95 % CI]."""
-    labels = labels or {}
-    lines = ["| policy | " + " | ".join(tasks) + " | average |", "|---" * (len(tasks) + 2) + "|"]
-    for name, r in rows.items():
-        lines.append(f"| {labels.get(name, name)} | " + " | ".join(rate_cell(r.tasks[t]) for t in tasks)
-                     + f" | {rate_cell(r.average)} |")
-    return "\n".join(lines)
-
-
-def judge_validation_md(jv: JudgeValidation) -> list[str]:
-    """The judge's validation (``policy.judge.validation``) as a markdown table (``policy agreement``, and ``policy
-    eval --judge`` in the simulator)."""
-    lines = ["The judge on the simulator's own frames against MuJoCo's verdicts:", "",
-             "| task | frames: precision | recall | κ | episodes: precision | recall | κ |",
-             "|---|---|---|---|---|---|---|"]
-    for t, v in jv.items():
-        f, e = v.frame, v.episode
-        lines.append(f"| {t} | {fmt_num(f.precision, 2)} | {fmt_num(f.recall, 2)} | {fmt_num(f.kappa, 2)} "
-                     f"| {fmt_num(e.precision, 2)} | {fmt_num(e.recall, 2)} | {fmt_num(e.kappa, 2)} |")
-    med = {t: v.median_error_cm for t, v in jv.items() if v.median_error_cm is not None}
-    if med:
-        lines += ["", "Its readings against the simulator's truth, median |error| over every frame (cm; r = hand − "
-                  "object, d = object's displacement):", "",
-                  "| task | " + " | ".join(OUTPUTS) + " |", "|---|" + "---|" * len(OUTPUTS)]
-        lines += [f"| {t} | " + " | ".join(f"{m[k]:.1f}" for k in OUTPUTS) + " |" for t, m in med.items()]
-    return lines
 
 
 def _stat(v, ci, nd=2, signed: bool = False) -> str:

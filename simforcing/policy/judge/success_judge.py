@@ -44,14 +44,14 @@ from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
 from simforcing.evaluate.probe import (ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames,
                                       probe_config)
-from simforcing.policy.closed_loop.results import Confusion
+from simforcing.policy.closed_loop.results import JUDGE_OUTPUTS, Confusion
 from simforcing.policy.data import FORMAT as POLICY_FORMAT, read_policy_info
 from simforcing.runs.folder import JUDGE_FILE, JUDGE_META, what_folder
 from simforcing.training.optim import warmup_cosine
 from simforcing.utils import atomic_write, atomic_write_json
 
 OBJECTS = "objects.npz"
-OUTPUTS = ("rel_x", "rel_y", "rel_z", "disp_x", "disp_y", "disp_z")  # r̂ = ee − obj, d̂ = obj − obj_0 (metres)
+OUTPUTS = JUDGE_OUTPUTS  # r̂ = ee − obj, d̂ = obj − obj_0 (metres)
 PREDICATES = {"reach_radius": REACH_RADIUS, "push_distance": PUSH_DISTANCE, "lift_height": LIFT_HEIGHT}
 
 
