@@ -8,6 +8,7 @@
     tasks.py     the tasks' success predicates
     generate.py  simulate, render sim and real + arm mask: generate_dataset() (`simforcing data synth`)
     twin.py      the digital twin in the loop (SyntheticTwin: the arm alone or an episode's full scene)
+    servo.py     the controller in time: one video frame of the position servos (servo_frame), the data's clock
 
 Importing this package does not import MuJoCo; ``generate`` sets ``MUJOCO_GL=egl`` (unless set) before it does.
 """

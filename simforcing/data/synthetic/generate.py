@@ -42,6 +42,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402  (after MUJOCO_GL is set)
 
 from simforcing.data.synthetic.offscreen import SharedContextRenderer  # noqa: E402
+from simforcing.data.synthetic.servo import FPS, SUBSTEPS, servo_frame  # noqa: E402
 
 from simforcing.config import ConfigError  # noqa: E402
 from simforcing.utils import atomic_write, staged_folder  # noqa: E402
@@ -50,14 +51,11 @@ from simforcing.data.format import (EpisodeInfo, episode_file, is_dataset, read_
 from simforcing.data.synthetic.motions import (FAILURE_TEXT, ArmController, insert_pauses, mat_to_rpy,  # noqa: E402
                                                perturb_targets, script_motion)
 from simforcing.data.synthetic.scene import (  # noqa: E402
-    ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, PHYSICS_GAP, SERVO_GAINS, TIMESTEP,
+    ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, PHYSICS_GAP, TIMESTEP,
     CameraPose, NOMINAL_CAMERA, draw_sim_scene, fixed_layout, paint_textures, real_xml, sample_appearance,
     sample_camera, sample_objects, sim_xml)
 
-FPS = 10
-SUBSTEPS = round(1.0 / (FPS * TIMESTEP))  # physics steps per video frame (100)
 SIM_BACKGROUND = "black"
-LEAD = np.array([kv / kp for kp, kv in SERVO_GAINS])  # s: velocity feed-forward cancels the servos' damping lag
 # 2: objects.npz beside every paired episode; layout episodes (--layout-train); 3: twin.json; 4: --pairing scene
 # (twin.json's "scene", objects.npz's "sim_xyz"), --failures (episodes.jsonl's "failure"); info.json's "pairing"
 GENERATOR_VERSION = 4
@@ -106,7 +104,7 @@ class TwinRenderer:
     def scene(self):
         """The full-scene simulation's renderer (``twin.SyntheticTwin``, built on first use; ``--pairing scene``)."""
         if self._scene is None:
-            from simforcing.data.synthetic.twin import SyntheticTwin  # it imports this module
+            from simforcing.data.synthetic.twin import SyntheticTwin  # on first use: scene pairing only
 
             self._scene = SyntheticTwin(self.renderer.height, self.renderer.width)
         return self._scene
@@ -241,22 +239,6 @@ class EpisodePhysics:
     def object_positions(self) -> np.ndarray:
         """(n_objects, 3) free-body positions."""
         return self.data.qpos[self.obj_adr[:, None] + np.arange(3)].copy()
-
-
-def servo_frame(model, data, ctl: ArmController, q: np.ndarray, pos: np.ndarray, rpy: np.ndarray, grip: float,
-                arm_act: np.ndarray, finger_act: np.ndarray) -> np.ndarray:
-    """One video frame of the benchmark's controller: IK for the commanded target (pos (3,), rpy (3,)) from the last
-    setpoint ``q`` (6,), then ``SUBSTEPS`` physics steps while the arm's position servos track setpoints moving
-    linearly from ``q`` to the new solution (with the velocity feed-forward ``LEAD``), the fingers commanded to
-    ``grip`` in [0, 1]. The real scene (``EpisodePhysics``) and the arm's twin alone (``twin.ArmTwin``) both run it.
-    Returns the new setpoint (6,)."""
-    q_new = ctl.solve(q, pos, rpy)
-    qdot = (q_new - q) / (SUBSTEPS * TIMESTEP)
-    data.ctrl[finger_act] = grip * FINGER_TRAVEL
-    for s in range(1, SUBSTEPS + 1):
-        data.ctrl[arm_act] = q + (q_new - q) * (s / SUBSTEPS) + LEAD * qdot
-        mujoco.mj_step(model, data)
-    return q_new
 
 
 def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True, layouts: int = 0,

@@ -14,7 +14,7 @@ One ``MjData`` per episode (episodes with the same scene share its model and ren
 ``data synth`` places it (IK from the home pose to the state's end-effector pose, fingers at the state's opening, at
 rest; the objects at the record's poses); ``window`` turns each action into the controller's commanded target
 (``motions.CommandedTarget``: deltas added, clipped into the workspace) and runs one video frame of the controller per
-action (``generate.servo_frame``: IK, then 100 physics steps of the position servos), rendering a frame every
+action (``servo.servo_frame``: IK, then 100 physics steps of the position servos), rendering a frame every
 ``stride`` actions from the episode's camera. The first ``keep`` actions are executed; the state after them is
 restored once the rest of the window is rendered (``mj_getState`` / ``mj_setState``). After every executed action a
 full-scene episode records where its end-effector and objects are (:meth:`SyntheticTwin.executed`): the simulator's
@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from simforcing.config import ConfigError
-from simforcing.data.synthetic.generate import servo_frame
+from simforcing.data.synthetic.servo import servo_frame
 from simforcing.data.synthetic.motions import ArmController, CommandedTarget
 from simforcing.data.synthetic.offscreen import SharedContextRenderer
 from simforcing.data.synthetic.scene import (ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, CameraPose,
