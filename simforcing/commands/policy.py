@@ -24,6 +24,7 @@ from typing import Optional
 from simforcing.commands import Given, Subcommand, note_unused_config
 from simforcing.commands.runs import report_training
 from simforcing.config import POLICY_SETTINGS, Config, ConfigError
+from simforcing.result_files import POLICY_EVALUATION
 from simforcing.runs.folder import CONFIG_FILE
 from simforcing.utils import atomic_write_json, atomic_write_text, resolve_device
 
@@ -182,6 +183,7 @@ def _task_ids(spec: Optional[str]) -> Optional[list[int]]:
 
 
 EVAL_FILES = ("eval.json", "eval.md", "frames.npz")  # what `policy eval` writes into --out
+POLICY_EVAL = (EVAL_FILES, ("eval.json", (POLICY_EVALUATION, None)))  # its eval.json (None: LIBERO's, untagged)
 
 
 def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
@@ -189,7 +191,7 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     appear at --out whole, replacing an earlier evaluation there (``outputs.results_folder``)."""
     from simforcing.outputs import check_results_folder, results_folder
 
-    check_results_folder(args.out, "--out", "a policy evaluation", EVAL_FILES)  # before any episode is run
+    check_results_folder(args.out, "--out", "a policy evaluation", *POLICY_EVAL)  # before any episode is run
     device = resolve_device(args.device, "--device")
     runs = parse_runs(args.runs, args.run)
     if args.env == "libero" and args.scene_seed is not None:
@@ -219,7 +221,7 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         except ValueError as e:
             raise ConfigError(str(e)) from e
         res = _closed_loop(args, runs, judge, device)
-    with results_folder(args.out, "--out", "a policy evaluation", EVAL_FILES) as tmp:
+    with results_folder(args.out, "--out", "a policy evaluation", *POLICY_EVAL) as tmp:
         if args.env == "libero":
             atomic_write_json(tmp / "eval.json", res)
             atomic_write_text(tmp / "eval.md", res["table_md"] + "\n")
@@ -349,21 +351,15 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def estimate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
-    """Every flag checked before anything is read (``policy.estimate.run_estimate``); --out whole or absent."""
-    from simforcing.outputs import check_results_folder, results_folder
+    """Every flag and --out checked before anything is read; --out written whole (``policy.estimate.run_estimate``)."""
     from simforcing.policy.estimate import run_estimate
 
-    check_results_folder(args.out, "--out", "an estimate", ESTIMATE_FILES)
-    with results_folder(args.out, "--out", "an estimate", ESTIMATE_FILES) as tmp:
-        res, study = run_estimate(args.ground_truth, args.wm_eval, tmp, args.n, args.draws, args.study_n,
-                                  args.predictor, args.alpha, args.seed, policies=args.policies)
+    res, study = run_estimate(args.ground_truth, args.wm_eval, args.out, args.n, args.draws, args.study_n,
+                              args.predictor, args.alpha, args.seed, policies=args.policies)
     print((Path(args.out) / "estimate.md").read_text().rstrip())
     print(f"wrote {Path(args.out) / 'estimate.json'}, estimate.md, episodes.csv, estimates.png"
           + (", coverage.png" if study else ""))
     return 0
-
-
-ESTIMATE_FILES = ("estimate.json", "estimate.md", "episodes.csv", "estimates.png", "coverage.png")
 
 
 # -- policy probe ----------------------------------------------------------------------------------------------------------

@@ -203,8 +203,10 @@ class Confusion:
 
     @classmethod
     def from_json(cls, d: dict) -> "Confusion":
-        return cls(int(d["tp"]), int(d["fp"]), int(d["fn"]), int(d["tn"]), int(d["n"]), d["precision"], d["recall"],
-                   d["accuracy"], d["kappa"])
+        counts = [_count(d, k, 0) for k in ("tp", "fp", "fn", "tn", "n")]
+        if sum(counts[:4]) != counts[4]:
+            raise MalformedResult(f"field 'n' ({counts[4]}) is not tp + fp + fn + tn ({sum(counts[:4])})")
+        return cls(*counts, *(typed(d, k, "number", "null") for k in ("precision", "recall", "accuracy", "kappa")))
 
 
 @dataclass(frozen=True)

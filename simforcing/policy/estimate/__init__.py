@@ -51,8 +51,15 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
     evaluation of the same scenes (``n`` scenes, default 10, drawn with ``seed`` labelled for every policy; with
     ``draws`` > 0 also the coverage study over ``study_ns``: each fewer than the evaluation's scenes, by default those
     of ``STUDY_NS`` that are) — written to ``out`` when given (``policy.estimate.report``). ``predictor``: learned
-    (the default where the episodes hold per-frame readings, else verdict, with a note) or verdict. Every argument is
-    checked before anything is read or computed; what was chosen or passed over is in the result's ``notes``."""
+    (the default where the episodes hold per-frame readings, else verdict, with a note) or verdict. Every argument —
+    ``out`` too (``outputs.check_results_folder``: a folder of other files or another command's results is refused)
+    — is checked before anything is read or computed; ``out`` is written whole, replacing an earlier estimate there
+    (``outputs.results_folder``); what was chosen or passed over is in the result's ``notes``."""
+    from simforcing.outputs import check_results_folder, results_folder
+    from simforcing.policy.estimate.report import ESTIMATE_FILES, write_estimate
+
+    if out is not None:
+        check_results_folder(out, "--out", "an estimate", ESTIMATE_FILES)
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
         raise ConfigError(f"--alpha: got {alpha}; expected a level in (0, 1), e.g. 0.05 for 95 % intervals")
     draws, seed = _integer("--draws", draws, 0), _integer("--seed", seed, 0)
@@ -82,12 +89,11 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
     res.notes = notes
     study = coverage_study(wm, gt.truth, study_ns, draws, predictor, alpha, seed, progress) if draws else []
     if out is not None:
-        from simforcing.policy.estimate.report import write_estimate
-
         inputs = {"ground_truth": str(ground_truth_source), "wm_eval": str(wm_eval), "n": n, "seed": seed,
                   "draws": draws, "world_model": wm.evaluation.wm, "readings": wm.readings,
                   "policies": wm.policies}
-        write_estimate(res, study, out, inputs)
+        with results_folder(out, "--out", "an estimate", ESTIMATE_FILES) as tmp:
+            write_estimate(res, study, tmp, inputs)
     return res, study
 
 

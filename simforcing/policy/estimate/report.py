@@ -16,6 +16,7 @@ from simforcing.result_files import POLICY_ESTIMATE, tagged
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num
 
 FORMAT_VERSION = 1
+ESTIMATE_FILES = ("estimate.json", "estimate.md", "episodes.csv", "estimates.png", "coverage.png")  # what it writes
 
 
 def _pct(x: Optional[float]) -> str:
