@@ -80,9 +80,10 @@ def architecture_fields(cfg: Config) -> tuple[str, ...]:
     return model + tuple(f"model.vae.{n}" for n in ARCH_VAE_FIELDS) + tuple(f"data.{n}" for n in ARCH_DATA_FIELDS)
 
 
-def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str) -> None:
-    """ConfigError naming the first architecture field where ``cfg`` differs from the teacher's config."""
-    for name, theirs, ours in differing_fields(teacher_cfg, cfg, architecture_fields(cfg))[:1]:
+def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str, also: tuple[str, ...] = ()) -> None:
+    """ConfigError naming the first architecture field (or field of ``also``) where ``cfg`` differs from the
+    teacher's config."""
+    for name, theirs, ours in differing_fields(teacher_cfg, cfg, architecture_fields(cfg) + also)[:1]:
         raise ConfigError(f"{name}: got {ours!r} but the teacher checkpoint {where} was trained with {theirs!r}; "
                           "the student starts from the teacher's weights, so architecture fields must match")
 

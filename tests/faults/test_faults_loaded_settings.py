@@ -171,3 +171,15 @@ def test_sampling_commands_never_write_into_another_commands_folder(ref, tiny, t
                                                                         "sample_000.png"]
     for _ in range(2):
         assert main(_words("sweep steps", ref, tiny, tmp_path / "sweep")) == 0
+
+
+def test_a_new_student_keeps_its_teachers_network(stage2, tiny, tmp_path, capsys):
+    """`distill --conditioning.path=concat` (or another architecture) of a `blocks` teacher: refused naming the
+    field before anything is written (it failed on loading the teacher's weights, "was the config changed?",
+    leaving a run folder without a checkpoint). The control: the teacher's own path distils."""
+    words = ["distill", "--teacher", str(stage2), "--data", str(tiny[0]), "--out", str(tmp_path / "student"),
+             "--steps", "1", "--no-progress", "--train.max_steps=1"]
+    refused(words + ["--conditioning.path=concat"], capsys, "conditioning.path: got 'concat'", "'blocks'")
+    refused(words + ["--model.num_layers=2"], capsys, "model.num_layers: got 2")
+    assert not (tmp_path / "student").exists()
+    assert main(words + ["--conditioning.path=blocks"]) == 0
