@@ -311,6 +311,21 @@ def test_differences_at_the_edges_keep_an_interval():
     assert (d.lo, d.hi) == pytest.approx((max(-1, d.estimate - half), min(1, d.estimate + half)))
 
 
+def test_a_single_windows_difference_has_no_interval():
+    """The few-step student against its teacher on one window (``fewstep.job.paired_difference``): the difference
+    with no interval (it was a zero-width one) and the demo's table says so; the control: two windows get one."""
+    from simforcing.demo.fewstep_section import _window_lines
+    from simforcing.fewstep.job import paired_difference
+
+    one = paired_difference([20.0, None], [21.0, 22.0])
+    assert one == {"mean": 1.0, "ci95": None, "n": 1}
+    table = _window_lines({"psnr": {"teacher": 20.0, "student": 21.0, "relative": 0.05, "paired": one},
+                           "forwards_per_sample": {"teacher": 21, "student": 2}})
+    assert "| PSNR (dB) | 20.00 | 21.00 | +1.00 [—] | +5.0 % |" in table
+    two = paired_difference([20.0, 20.0], [21.0, 22.0])
+    assert two["n"] == 2 and two["ci95"][0] < 1.5 < two["ci95"][1]
+
+
 def test_one_policy_all_failures_and_a_coverage_study_of_one_policy(pool, tmp_path, capsys):
     """A single policy (an empty comparison: no differences, rank 1–1) with a coverage study, whose ranking Pearson is
     undefined: reported as "—" and null, with no NaN in estimate.json and no warning; a policy that never succeeds
