@@ -100,6 +100,19 @@ def test_the_api_refuses_the_same_overrides(ref):
     assert pipe.world_model.cfg.sample.w == 1 and pipe.world_model.cfg.train.mixed_precision == "no"
 
 
+def test_the_reverse_path_is_refused_too():
+    """A `concat` run given `--conditioning.path=blocks` (the reverse of the issue's case), by the same check; its own
+    path passes."""
+    from simforcing.runs.loaded import check_sampling_overrides
+
+    concat = load_config("demo", ["--conditioning.path=concat"])
+    blocks = load_config("demo")
+    with pytest.raises(ConfigError, match="--conditioning.path=blocks: concat_run was trained with conditioning.path "
+                                          "= 'concat'"):
+        check_sampling_overrides(concat, blocks, "concat_run")
+    check_sampling_overrides(concat, copy.deepcopy(concat), "concat_run")
+
+
 def test_a_few_step_student_samples_at_its_own_settings_only():
     """A student's N_s, N_r (its K) and w are its own: another value is refused naming the flag; its own values,
     and any other sampling setting, pass (``runs.loaded.check_sampling_overrides`` on a student's config)."""
