@@ -138,7 +138,7 @@ def _scene(value, path: Path, line: int) -> int:
     if x is None or not x.is_integer():  # NaN and ±inf are not integers either
         raise DataError(f"line {line}, field 'scene': got {value!r}; expected the scene's integer id in the "
                         "world-model evaluation (its eval.json 'scenes')", path=path)
-    scene = int(x)
+    scene = value if isinstance(value, int) else int(x)  # a JSON integer as it is (no float rounding)
     if scene < 0:
         raise DataError(f"line {line}, field 'scene': got {scene}; scene ids are non-negative", path=path)
     return scene
