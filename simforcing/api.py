@@ -75,15 +75,21 @@ class WorldModelPipeline:
     def from_run(cls, run: str | Path, step: Optional[int] = None, device: str = "auto",
                  overrides: Optional[list[str]] = None) -> "WorldModelPipeline":
         """The run's newest valid checkpoint (or ``step``) with the config it was trained with; ``overrides``
-        (``["--sample.w=1"]``) change its sampling/evaluation sections."""
+        (``["--sample.w=1"]``) change its sampling/evaluation sections — one the run cannot honour (its network,
+        condition path, flow, losses, training: ``runs.loaded.check_sampling_overrides``) is a ConfigError naming
+        it, as in the commands."""
+        import copy
+
         from simforcing.config import apply_overrides, parse_overrides
+        from simforcing.runs.folder import run_config
+        from simforcing.runs.loaded import check_sampling_overrides
 
         check_world_model_run(run)
         cfg = None
         if overrides:
-            cfg = Config.load(Path(run) / "config.json")
-            apply_overrides(cfg, parse_overrides(list(overrides)))
-            cfg.validate()
+            trained = run_config(run, WORLD_MODELS, "run", "sample", step=step)  # the checkpoint's own config
+            cfg = apply_overrides(copy.deepcopy(trained), parse_overrides(list(overrides))).validate()
+            check_sampling_overrides(trained, cfg, run)
         wm = load_world_model(run, cfg, resolve_device(device), step, flag="run")
         note = ScoredRun.of(run, wm.checkpoint.path, wm.checkpoint.step).unfinished_note(f"run {run}")
         if note:
@@ -319,10 +325,15 @@ def estimate_success(ground_truth: str | Path, wm_eval: str | Path, out: Optiona
     scene, success) or a simulator evaluation folder, ``wm_eval`` a world-model evaluation folder (a
     ``policy eval --env world-model`` output, or :func:`evaluate_policies`' result written with ``.write(folder)``).
     Returns ``(EstimateResult, coverage study)`` (``policy.estimate``); ``kwargs``: n, draws, study_ns, predictor,
-    alpha, seed."""
+    alpha, seed, policies — checked as the command checks its flags (a ConfigError or DataError naming the flag, the
+    file and the field). What the estimate chose or passed over (the predictor where the episodes hold no per-frame
+    readings, trials of policies left out) is a warning and in the result's ``notes``."""
     from simforcing.policy.estimate import run_estimate
 
-    return run_estimate(ground_truth, wm_eval, out, **kwargs)
+    res, study = run_estimate(ground_truth, wm_eval, out, **kwargs)
+    for note in res.notes:
+        warnings.warn(f"estimate_success: {note}", stacklevel=2)
+    return res, study
 
 
 def evaluate_policies(runs: dict[str, str | Path], world_model: Optional[str | Path] = None,

@@ -1,5 +1,6 @@
-"""The results folder of a command that writes several files (``rollout``, ``policy eval``, ``model fit-judge``):
-checked before any work, written whole or not at all.
+"""The results folder of a command that writes several files (``rollout``, ``policy eval``, ``model fit-judge``,
+``evaluate``, ``generate``, ``policy estimate`` / ``agreement`` / ``probe``; ``sweep`` checks it only): checked
+before any work, written whole or not at all.
 
     with results_folder(args.out, "--out", "rollout", ROLLOUT_FILES) as tmp:   # refusals first (below)
         ...write rollout.json, videos/, ... into tmp...
@@ -16,9 +17,11 @@ failed command leaves no half-written result that reads as complete.
 
 from __future__ import annotations
 
+import fnmatch
+import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 from simforcing.config import ConfigError
 from simforcing.runs.folder import what_folder
@@ -26,13 +29,19 @@ from simforcing.runs.provenance import PROVENANCE_FILE
 from simforcing.utils import check_output_path, staged_folder
 
 
-def check_results_folder(out: str | Path, flag: str, what: str, owned: Sequence[str]) -> Path:
-    """ConfigError naming ``flag`` unless ``out`` may receive ``what`` (module docstring); creates nothing."""
+def check_results_folder(out: str | Path, flag: str, what: str, owned: Sequence[str],
+                         tagged: Optional[tuple[str, tuple]] = None) -> Path:
+    """ConfigError naming ``flag`` unless ``out`` may receive ``what`` (module docstring); creates nothing.
+    ``owned``: file names or patterns (``sample_*.mp4``); ``tagged``: (file, result kinds) — a file of that name in
+    ``out`` must hold one of those kinds (``result_files.kind_of``; None: an untagged result), so that one command's
+    eval.json never replaces another's."""
     out = check_output_path(out, flag)
     if not out.is_dir() or not any(out.iterdir()):
         return out
     names = sorted(p.name for p in out.iterdir())
-    strangers = [n for n in names if n not in set(owned) | {PROVENANCE_FILE}]
+    strangers = [n for n in names if n != PROVENANCE_FILE and not any(fnmatch.fnmatchcase(n, o) for o in owned)]
+    if tagged is not None and (out / tagged[0]).is_file():
+        _check_kind(out / tagged[0], tagged[1], flag, what)
     kind = what_folder(out)
     if strangers and kind is not None:
         raise ConfigError(f"{flag}: {out} is {kind}; {what} is written to a folder of its own — choose another "
@@ -44,10 +53,23 @@ def check_results_folder(out: str | Path, flag: str, what: str, owned: Sequence[
     return out
 
 
+def _check_kind(path: Path, kinds: tuple, flag: str, what: str) -> None:
+    """ConfigError naming ``flag`` when the result file ``path`` holds none of ``kinds``."""
+    from simforcing.result_files import kind_of
+
+    try:
+        got, _, name = kind_of(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        got, name = "", "a file that is not JSON"
+    if got not in kinds:
+        raise ConfigError(f"{flag}: {path} holds {name}, not {what}; it would be replaced — choose another folder")
+
+
 @contextmanager
-def results_folder(out: str | Path, flag: str, what: str, owned: Sequence[str]) -> Iterator[Path]:
+def results_folder(out: str | Path, flag: str, what: str, owned: Sequence[str],
+                   tagged: Optional[tuple[str, tuple]] = None) -> Iterator[Path]:
     """A temporary folder to write ``what`` into, which replaces ``out`` once the block ends without an error
     (module docstring); the refusals of :func:`check_results_folder` come first."""
-    out = check_results_folder(out, flag, what, owned)
+    out = check_results_folder(out, flag, what, owned, tagged)
     with staged_folder(out, overwrite=True, what=what) as tmp:
         yield tmp

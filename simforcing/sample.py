@@ -504,11 +504,18 @@ def check_student_settings(wm: LoadedWorldModel, n_sim: Optional[int], n_real: O
                            w: Optional[float]) -> None:
     """ConfigError naming the setting when a caller asks a few-step student for sampler settings other than its
     own (a sweep of N_s, N_r or w needs its teacher)."""
-    f = wm.cfg.fewstep
-    for name, got, own in (("N_s", n_sim, f.teacher_n_sim), ("N_r", n_real, f.steps), ("w", w, f.w)):
+    check_student_sampler(wm.cfg, wm.name, n_sim, n_real, w)
+
+
+def check_student_sampler(cfg: Config, name: str, n_sim: Optional[float], n_real: Optional[float],
+                          w: Optional[float], flags: tuple[str, str, str] = ("N_s", "N_r", "w")) -> None:
+    """:func:`check_student_settings` of the student ``name`` whose config is ``cfg``, the settings named
+    ``flags`` in the message (``--sample.n_sim`` … where they came from the command line)."""
+    f = cfg.fewstep
+    for flag, got, own in zip(flags, (n_sim, n_real, w), (f.teacher_n_sim, f.steps, f.w)):
         if got is not None and float(got) != float(own):
-            raise ConfigError(f"{wm.name} is a few-step student ({f.steps} steps at the teacher's w = {f.w:g}, N_s = "
-                              f"{f.teacher_n_sim}); asked {name} = {got:g}: a student samples only at its own "
+            raise ConfigError(f"{name} is a few-step student ({f.steps} steps at the teacher's w = {f.w:g}, N_s = "
+                              f"{f.teacher_n_sim}); asked {flag} = {got:g}: a student samples only at its own "
                               "settings — sweep the sampler on its teacher (RUN/teacher.json), or distil another "
                               "student (`simforcing distill --steps K`)")
 

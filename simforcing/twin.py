@@ -135,21 +135,25 @@ def read_dataset_records(cfg: Config, root, episode_ids: Sequence[str]) -> list[
     return records
 
 
-def check_twin_can_act(cfg: Config, where: str) -> None:
-    """ConfigError when the twin's rendering would be read by nothing: a world model trained without a simulation
-    condition (``conditioning.p`` 0: sft, joint_fm, the distillation baselines) samples as w = 0
-    (``sample.effective_w``), as does ``sample.w`` 0 — the twin would render frames its sampler never looks at."""
+CONDITION_SOURCES = {"render": "the digital twin", "oracle": "the recorded simulation video"}
+
+
+def check_twin_can_act(cfg: Config, where: str, condition: str = "render") -> None:
+    """ConfigError when the condition ``condition`` would be read by nothing: a world model trained without a
+    simulation condition (``conditioning.p`` 0: sft, joint_fm, the distillation baselines) samples as w = 0
+    (``sample.effective_w``), as does ``sample.w`` 0 — the twin would render frames (the oracle encode a recorded
+    video) its sampler never looks at, and the result would carry the condition's name for a w = 0 sample."""
     from simforcing.sample import effective_w
 
-    if effective_w(cfg, cfg.sample.w) != 0.0:
+    if condition not in CONDITION_SOURCES or effective_w(cfg, cfg.sample.w) != 0.0:
         return
     if cfg.conditioning.p == 0.0:
         why = (f"was trained without a simulation condition (train.method {cfg.train.method!r}, conditioning.p 0): "
                "its sampler runs as w = 0 and never reads the condition")
     else:
         why = "samples with sample.w = 0: the conditional branch, the only one that reads the condition, is off"
-    raise ConfigError(f"sample.condition=render: the world model {where} {why}, so the digital twin cannot act on "
-                      "it; roll it out without the twin (sample.condition=rollout), or use a world model trained "
+    raise ConfigError(f"sample.condition={condition}: the world model {where} {why}, so {CONDITION_SOURCES[condition]} "
+                      "cannot act on it; sample it with sample.condition=rollout, or use a world model trained "
                       "with the condition (train.method simforcing) at w > 0")
 
 

@@ -14,7 +14,6 @@ from scipy import optimize, stats
 
 from simforcing.cli import main
 from simforcing.errors import ConfigError, DataError
-from simforcing.policy.closed_loop.results import SIMULATOR, WORLD_MODEL, EpisodeOutcome, PolicyEvaluation, PolicyRow
 from simforcing.policy.estimate import run_estimate
 from simforcing.policy.estimate import trust as trust_mod
 from simforcing.policy.estimate.ppi import (PolicyTerms, active_mean, classical, clopper_pearson, difference,
@@ -25,7 +24,7 @@ from simforcing.policy.estimate.estimate import within_policy_rho
 from simforcing.policy.estimate.trials import read_trials, world_model_episodes
 from simforcing.policy.estimate.trust import Logistic, auroc, crossfit, episode_features
 
-TASKS = ["reach", "push", "grasp"]
+from evalgen import RATES, TASKS, write_known_pool
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -244,40 +243,11 @@ def test_within_policy_rho_is_the_mean_of_each_policys_pearson():
 # Evaluations whose truth is known: the trial file and the command
 # ----------------------------------------------------------------------------------------------------------------------
 
-RATES = {"good": 0.9, "fair": 0.55, "poor": 0.25, "idle": 0.0}
-
-
-def _evaluation(env: str, per_task: int, outcome) -> PolicyEvaluation:
-    scenes = {t: list(range(per_task)) for t in TASKS}
-    episodes = {p: {t: [outcome(p, t, s) for s in scenes[t]] for t in TASKS} for p in RATES}
-    return PolicyEvaluation(env=env, seed=5, per_task=per_task, max_steps=30, tasks=list(TASKS), layouts=2, jitter=0.0,
-                            resolution=(32, 48), scenes=scenes, rows={p: PolicyRow.of(per, TASKS)
-                                                                      for p, per in episodes.items()},
-                            episodes=episodes, runs={}, learned=[], executed={p: 4 for p in RATES}, seconds=1.0,
-                            wm="wm" if env == WORLD_MODEL else None)
-
-
 @pytest.fixture(scope="module")
 def known_pool(tmp_path_factory):
-    """A simulator evaluation (the truth) and a world-model one of the same 4 policies × 3 tasks × 20 scenes: the
-    world model's verdict is right 75 % of the time, and where it is wrong its arm wanders from the actions."""
-    rng = np.random.default_rng(7)
-    truth = {(p, t, s): bool(rng.random() < r) for p, r in RATES.items() for t in TASKS for s in range(20)}
-
-    def sim(p, t, s):
-        return EpisodeOutcome(s, truth[(p, t, s)], 10)
-
-    def wm(p, t, s):
-        right = rng.random() < 0.75
-        v = truth[(p, t, s)] if right else bool(rng.random() < 0.6)
-        margin = (0.02 if v else -0.03) + rng.normal(0, 0.01)
-        arm = rng.normal(15 if right else 45, 8, 6).clip(0).round(1).tolist()
-        return EpisodeOutcome(s, v, 10, frame_judged=[v] * 6, frame_margin=[margin] * 6, frame_arm_mm=arm)
-
-    root = tmp_path_factory.mktemp("pool")
-    _evaluation(SIMULATOR, 20, sim).write(root / "sim")
-    _evaluation(WORLD_MODEL, 20, wm).write(root / "wm")
-    return root, truth
+    """A simulator evaluation (the truth) and a world-model one of the same 4 policies × 3 tasks × 20 scenes
+    (``evalgen.write_known_pool``)."""
+    return write_known_pool(tmp_path_factory.mktemp("pool"))
 
 
 def test_trial_file_is_validated_with_named_errors(known_pool, tmp_path):

@@ -5,6 +5,7 @@ a few-step student of a stage-2 world model (``simforcing.fewstep``). Exit codes
 from __future__ import annotations
 
 import argparse
+import copy
 
 from simforcing.commands import Subcommand, config_from_args
 from simforcing.commands.runs import report_training
@@ -32,7 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config(args: argparse.Namespace) -> Config:
-    """The teacher's config with the student's settings (or, on --resume, the run's own) + overrides."""
+    """The teacher's config with the student's settings (or, on --resume, the run's own) + overrides. A new student
+    is the teacher's network: an override of its architecture or condition path (``conditioning.path``: the input's
+    condition channels) is refused naming the field before anything is written (it once failed later, on loading the
+    teacher's weights, leaving a run folder without a checkpoint)."""
+    from simforcing.runs.loaded import check_teacher_architecture
+
     base = _resumed_config(args, "distill")
     if base is None:
         if not args.teacher:
@@ -41,8 +47,10 @@ def config(args: argparse.Namespace) -> Config:
             raise ConfigError("--steps: give K, the student's evaluations per chunk (1, 2 or 4)")
         base = distill_config(run_config(args.teacher, TEACHER_KINDS, "--teacher", "distill_teacher"), args.steps,
                               args.objective or "trajectory", args.w)
-    else:
-        check_resumed_student(args, base)
+        cfg = _with_data(config_from_args(args, base=copy.deepcopy(base), validate=False), args)
+        check_teacher_architecture(cfg, base, str(args.teacher), also=("conditioning.path",))
+        return cfg
+    check_resumed_student(args, base)
     return _with_data(config_from_args(args, base=base, validate=False), args)
 
 

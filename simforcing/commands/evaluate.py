@@ -7,13 +7,14 @@ from pathlib import Path
 
 from simforcing.commands import Subcommand, add_config_args, config_from_args
 from simforcing.commands.runs import config_for_run
-from simforcing.config import Config
+from simforcing.config import Config, ConfigError
 from simforcing.evaluate.run import DOMAINS, evaluate_run
 from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps
 from simforcing.evaluate.tables import cfg_markdown, format_result, steps_markdown
 from simforcing.runs.folder import WORLD_MODELS, require_kind
 from simforcing.sample import BASELINES
-from simforcing.utils import check_output_path, resolve_device
+from simforcing import result_files
+from simforcing.utils import resolve_device
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,11 +38,19 @@ def evaluate_config(args: argparse.Namespace) -> Config:
     return config_for_run(args) if args.ckpt else config_from_args(args)
 
 
+WINDOW_EVAL = (("eval.json", "eval.md"), ("eval.json", (result_files.WINDOW_EVALUATION,)))  # `evaluate`'s files
+
+
 def evaluate(args: argparse.Namespace, cfg: Config) -> int:
-    check_output_path(args.out, "--out")  # before any sample is generated
+    """--out checked before any sample is generated (a run, a dataset, another command's results — a policy
+    evaluation's eval.json too — or a user's files are refused) and written whole (``outputs.results_folder``)."""
+    from simforcing.outputs import check_results_folder, results_folder
+
+    check_results_folder(args.out, "--out", "a one-window evaluation", *WINDOW_EVAL)
     device = resolve_device(args.device, "--device") if args.device else resolve_device(cfg.train.device)
-    res = evaluate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, baseline=args.baseline,
-                       step=args.step, device=device, domain=args.domain)
+    with results_folder(args.out, "--out", "a one-window evaluation", *WINDOW_EVAL) as tmp:
+        res = evaluate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, tmp, baseline=args.baseline,
+                           step=args.step, device=device, domain=args.domain)
     print(f"{format_result(res)} -> {Path(args.out) / 'eval.json'}")
     return 0
 
@@ -64,18 +73,38 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, steps: bool) -> None:
     add_config_args(parser)
 
 
+# the sampler settings each sweep sets from its own flags (a --sample.* override of them would not be used)
+SWEPT = {("sweep", "steps"): {"sample.n_sim": "--n-sim", "sample.n_real": "--n-real", "sample.w": "--w"},
+         ("sweep", "cfg"): {"sample.w": "--w"}}
+
+
 def sweep_config(args: argparse.Namespace) -> Config:
     """The (first) run's config + overrides: its data/sample/eval sections are used. Every run must be a world
-    model (a policy run is refused by name)."""
+    model (a policy run is refused by name), and take the overrides (``config_for_run``); an override of a setting
+    the sweep sets itself (``SWEPT``) is refused naming the flag that sets it."""
+    from simforcing.config import parse_overrides
+
+    for key in parse_overrides(list(args.overrides or [])):
+        if key in SWEPT[args.command]:
+            raise ConfigError(f"--{key}: `simforcing {' '.join(args.command)}` sets it from "
+                              f"{SWEPT[args.command][key]} (the values it sweeps); give them there")
     if args.command == ("sweep", "cfg"):
         for run in args.ckpts[1:]:
             require_kind(run, WORLD_MODELS, "--ckpts", "sample")
+            config_for_run(args, run)
         args.ckpt = args.ckpts[0]
     return config_for_run(args)
 
 
 def sweep(args: argparse.Namespace, cfg: Config) -> int:
-    check_output_path(args.out or ("sweep_cfg" if args.command == ("sweep", "cfg") else "sweep_steps"), "--out")
+    """--out checked before any sample (a run, a dataset, another command's results or a user's files refused: the
+    sweep's three files, each written atomically, would go beside them)."""
+    from simforcing.outputs import check_results_folder
+
+    name, kind = (("sweep_cfg", result_files.SWEEP_CFG) if args.command == ("sweep", "cfg")
+                  else ("sweep_steps", result_files.SWEEP_STEPS))
+    check_results_folder(args.out or name, "--out", f"a {' '.join(args.command)} result", [f"{name}.*"],
+                         (f"{name}.json", (kind,)))
     device = resolve_device(args.device, "--device") if args.device else resolve_device(cfg.train.device)
     if args.command == ("sweep", "cfg"):
         res = sweep_cfg(args.ckpts, args.data, cfg, ws=args.w, num_samples=args.num_samples,

@@ -24,8 +24,9 @@ from typing import Optional
 from simforcing.commands import Given, Subcommand, note_unused_config
 from simforcing.commands.runs import report_training
 from simforcing.config import POLICY_SETTINGS, Config, ConfigError
+from simforcing.result_files import POLICY_EVALUATION
 from simforcing.runs.folder import CONFIG_FILE
-from simforcing.utils import atomic_write_json, atomic_write_text, check_output_path, resolve_device
+from simforcing.utils import atomic_write_json, atomic_write_text, resolve_device
 
 
 # -- policy train ----------------------------------------------------------------------------------------------------------
@@ -186,6 +187,7 @@ def _task_ids(spec: Optional[str]) -> Optional[list[int]]:
 
 
 EVAL_FILES = ("eval.json", "eval.md", "frames.npz")  # what `policy eval` writes into --out
+POLICY_EVAL = (EVAL_FILES, ("eval.json", (POLICY_EVALUATION, None)))  # its eval.json (None: LIBERO's, untagged)
 
 
 def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
@@ -193,7 +195,7 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     appear at --out whole, replacing an earlier evaluation there (``outputs.results_folder``)."""
     from simforcing.outputs import check_results_folder, results_folder
 
-    check_results_folder(args.out, "--out", "a policy evaluation", EVAL_FILES)  # before any episode is run
+    check_results_folder(args.out, "--out", "a policy evaluation", *POLICY_EVAL)  # before any episode is run
     device = resolve_device(args.device, "--device")
     runs = parse_runs(args.runs, args.run)
     if args.env == "libero" and args.scene_seed is not None:
@@ -223,7 +225,7 @@ def evaluate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         except ValueError as e:
             raise ConfigError(str(e)) from e
         res = _closed_loop(args, runs, judge, device)
-    with results_folder(args.out, "--out", "a policy evaluation", EVAL_FILES) as tmp:
+    with results_folder(args.out, "--out", "a policy evaluation", *POLICY_EVAL) as tmp:
         if args.env == "libero":
             atomic_write_json(tmp / "eval.json", res)
             atomic_write_text(tmp / "eval.md", res["table_md"] + "\n")
@@ -302,19 +304,26 @@ def add_agreement_arguments(parser: argparse.ArgumentParser) -> None:
                         "against it on the same episodes, and its change in agreement with the simulator, paired")
 
 
+AGREEMENT_FILES = ("agreement.json", "agreement.md", "scatter.png", "videos")  # what `policy agreement` writes
+
+
 def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    """The evaluations and --out checked before anything is computed; the results appear at --out whole, replacing
+    an earlier agreement there (``outputs.results_folder``: no old video beside new results)."""
+    from simforcing.outputs import check_results_folder, results_folder
     from simforcing.policy.agreement.statistics import write_agreement
 
     if args.bootstrap < 1:
         raise ConfigError(f"--bootstrap: got {args.bootstrap}; expected an integer >= 1")
-    check_output_path(args.out, "--out")
+    check_results_folder(args.out, "--out", "an agreement", AGREEMENT_FILES)
     wms = {}
     for spec in args.wm:
         name, _, path = spec.partition("=")
         if not name or not path:
             raise ConfigError(f"--wm: {spec!r}: expected NAME=EVAL_FOLDER")
         _add_row(wms, name, path, spec)
-    res = write_agreement(args.sim, wms, args.out, args.bootstrap, args.video_policy, args.reference)
+    with results_folder(args.out, "--out", "an agreement", AGREEMENT_FILES) as tmp:
+        res = write_agreement(args.sim, wms, args.out, args.bootstrap, args.video_policy, args.reference, into=tmp)
     print((Path(args.out) / "agreement.md").read_text().rstrip())
     print(f"wrote {Path(args.out) / 'agreement.json'}, agreement.md, scatter.png, {len(res.videos)} videos")
     return 0
@@ -328,27 +337,29 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wm-eval", required=True, help="the `policy eval --env world-model` folder")
     parser.add_argument("--out", required=True, help="folder for estimate.json, estimate.md, episodes.csv, "
                         "estimates.png (and coverage.png)")
-    parser.add_argument("--n", type=int, default=10, help="with a simulator evaluation: ground-truth scenes drawn "
-                        "per policy (the same scenes for every policy)")
+    parser.add_argument("--n", type=int, default=None, help="with a simulator evaluation: ground-truth scenes "
+                        "drawn per policy (the same scenes for every policy; default 10)")
     parser.add_argument("--draws", type=int, default=0, help="with a simulator evaluation: repeat the estimate over "
                         "this many draws of the labelled scenes and measure coverage (0: none)")
-    parser.add_argument("--study-n", type=int, nargs="+", default=None, help="the coverage study's n values "
-                        "(default 5 10 20 40, those the pool allows)")
-    parser.add_argument("--predictor", default="learned", help="learned (cross-fitted from each episode's "
-                        "features, default) | verdict (the world model's own verdict)")
+    parser.add_argument("--study-n", type=int, nargs="+", default=None, help="with --draws: the coverage study's n "
+                        "values, each fewer than the evaluation's scenes (default: those of 5 10 20 40 that are)")
+    parser.add_argument("--policies", nargs="+", default=None, metavar="NAME",
+                        help="the policies to estimate, as the world-model evaluation names them (default: all; the "
+                             "trials of the others are not used)")
+    parser.add_argument("--predictor", default=None, choices=("learned", "verdict"),
+                        help="learned (cross-fitted from each episode's features; the default where the episodes "
+                             "hold per-frame readings, else verdict) | verdict (the world model's own verdict)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 − the intervals' level")
-    parser.add_argument("--seed", type=int, default=0, help="the draw of the labelled scenes and of the folds")
+    parser.add_argument("--seed", type=int, default=0, help="the draw of the labelled scenes and of the folds "
+                        "(an integer >= 0)")
 
 
 def estimate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
-    from simforcing.policy.estimate import STUDY_NS, run_estimate
+    """Every flag and --out checked before anything is read; --out written whole (``policy.estimate.run_estimate``)."""
+    from simforcing.policy.estimate import run_estimate
 
-    check_output_path(args.out, "--out")
-    for flag, value in (("--n", args.n), *(("--study-n", v) for v in (args.study_n or ()))):
-        if value < 2:
-            raise ConfigError(f"{flag}: got {value}; expected at least 2 ground-truth scenes")
-    res, study = run_estimate(args.ground_truth, args.wm_eval, args.out, args.n, args.draws,
-                              tuple(args.study_n or STUDY_NS), args.predictor, args.alpha, args.seed)
+    res, study = run_estimate(args.ground_truth, args.wm_eval, args.out, args.n, args.draws, args.study_n,
+                              args.predictor, args.alpha, args.seed, policies=args.policies)
     print((Path(args.out) / "estimate.md").read_text().rstrip())
     print(f"wrote {Path(args.out) / 'estimate.json'}, estimate.md, episodes.csv, estimates.png"
           + (", coverage.png" if study else ""))
@@ -368,15 +379,19 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
 
 
+PROBE_FILES = ("probe.json", "probe.md")  # what `policy probe` writes
+
+
 def probe(args: argparse.Namespace, cfg: Optional[Config]) -> int:
+    from simforcing.outputs import check_results_folder, results_folder
     from simforcing.policy.probe import probe_runs
 
-    check_output_path(args.out, "--out")
+    check_results_folder(args.out, "--out", "a probe", PROBE_FILES)
     res = probe_runs(parse_runs(args.runs), args.train_scenes, args.test_scenes, args.max_steps, args.layouts,
                      args.jitter, resolve_device(args.device))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    res.write(out)
+    with results_folder(out, "--out", "a probe", PROBE_FILES) as tmp:
+        res.write(tmp)
     print(res.table_md)
     print(f"wrote {out / 'probe.json'} and {out / 'probe.md'}")
     return 0

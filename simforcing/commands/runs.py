@@ -4,7 +4,9 @@ line a training command ends with. (Apart from ``commands/__init__`` so that com
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
+from typing import Optional
 
 import simforcing.parallel as parallel
 from simforcing.commands import config_from_args, refuse_config_with
@@ -12,12 +14,23 @@ from simforcing.config import Config
 from simforcing.runs.folder import WORLD_MODELS, run_config
 
 
-def config_for_run(args: argparse.Namespace) -> Config:
-    """The config ``--ckpt``'s checkpoint (``--step``, or the newest) was trained with + command-line overrides
-    (validated); a policy run is refused by name, and so are --preset/--config (the run decides the config)."""
+def config_for_run(args: argparse.Namespace, run: Optional[str] = None) -> Config:
+    """The config ``--ckpt``'s (or ``run``'s) checkpoint (``--step``, or the newest) was trained with + command-line
+    overrides (validated); a policy run is refused by name, and so are --preset/--config (the run decides the
+    config). An override the loaded run cannot honour — its network, condition path, flow, losses or training, a
+    few-step student's own sampler (``runs.loaded.check_sampling_overrides``) — or a condition its sampler would
+    never read (``sample.condition`` oracle or render on a model that samples as w = 0: ``twin.check_twin_can_act``)
+    is refused by name before any work."""
+    from simforcing.runs.loaded import check_sampling_overrides
+    from simforcing.twin import check_twin_can_act
+
     refuse_config_with(args, "--ckpt", "the run's own config is the base")
-    return config_from_args(args, base=run_config(args.ckpt, WORLD_MODELS, "--ckpt", "sample",
-                                                  step=getattr(args, "step", None)))
+    run = args.ckpt if run is None else run
+    base = run_config(run, WORLD_MODELS, "--ckpt", "sample", step=getattr(args, "step", None))
+    cfg = config_from_args(args, base=copy.deepcopy(base))
+    check_sampling_overrides(base, cfg, run)
+    check_twin_can_act(cfg, str(run), cfg.sample.condition)
+    return cfg
 
 
 def report_training(prog: str, result: dict) -> int:

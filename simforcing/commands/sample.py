@@ -11,7 +11,7 @@ from simforcing.commands.runs import config_for_run
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.rollouts import ROWS, evaluate_rollouts
 from simforcing.sample import generate_run
-from simforcing.utils import check_output_path, fmt_num, resolve_device
+from simforcing.utils import fmt_num, resolve_device
 
 
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,11 +27,20 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_args(parser)
 
 
+SAMPLE_FILES = ("sample_*.mp4", "sample_*.gif", "sample_*.png")  # what `generate` writes into --out
+
+
 def generate(args: argparse.Namespace, cfg: Config) -> int:
-    check_output_path(args.out, "--out")  # before any sample is generated
+    """--out checked before any sample is generated (a run, a dataset, another command's results or a user's files
+    are refused) and written whole: an earlier generate's samples there are replaced, none left beside fewer new
+    ones (``outputs.results_folder``)."""
+    from simforcing.outputs import check_results_folder, results_folder
+
+    check_results_folder(args.out, "--out", "generated samples", SAMPLE_FILES)
     device = resolve_device(args.device, "--device")
-    gifs = generate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, args.out, step=args.step,
-                        device=device, upscale=args.upscale, fps=args.fps)
+    with results_folder(args.out, "--out", "generated samples", SAMPLE_FILES) as tmp:
+        gifs = generate_run(args.ckpt, args.data, cfg, args.split, args.num_samples, tmp, step=args.step,
+                            device=device, upscale=args.upscale, fps=args.fps)
     print(f"wrote {len(gifs)} sample(s) to {args.out} (MP4, GIF and PNG strip each)")
     return 0
 

@@ -10,7 +10,7 @@ from typing import Optional
 from simforcing.config import ConfigError
 from simforcing.demo.plan import Plan
 from simforcing.result_files import POLICY_ESTIMATE, read_result
-from simforcing.utils import relative_to
+from simforcing.utils import fmt_num, relative_to
 
 
 def collect_estimate(plan: Plan) -> Optional[dict]:
@@ -59,6 +59,6 @@ def estimate_lines(section: Optional[dict], plan: Plan) -> list[str]:
             cov = min(c["ppi"] for c in row["coverage"].values())
             lines.append(f"At n = {w.estimate_n}: the worst policy's coverage {100 * cov:.1f} % (aim ≥ 93 %), "
                          f"{100 * row['saved']:.0f} % of ground-truth trials saved at equal width (aim ≥ 50 %), "
-                         f"ranking Pearson {row['pearson_ppi']:.2f} (aim ≥ 0.9), trust AUROC "
-                         f"{'—' if row['trust_auroc'] is None else format(row['trust_auroc'], '.2f')} (aim ≥ 0.8).")
+                         f"ranking Pearson {fmt_num(row['pearson_ppi'], 2)} (aim ≥ 0.9), trust AUROC "
+                         f"{fmt_num(row['trust_auroc'], 2)} (aim ≥ 0.8).")
     return lines

@@ -106,9 +106,9 @@ def _window_lines(w: dict) -> list[str]:
         if row is None:
             continue
         p = row.get("paired")
-        diff = "—" if p is None else (f"{_num(p['mean'], scale, digits, True)} "
-                                      f"[{_num(p['ci95'][0], scale, digits, True)}, "
-                                      f"{_num(p['ci95'][1], scale, digits, True)}]")
+        ci = "[—]" if p is None or p["ci95"] is None else (f"[{_num(p['ci95'][0], scale, digits, True)}, "
+                                                          f"{_num(p['ci95'][1], scale, digits, True)}]")
+        diff = "—" if p is None else f"{_num(p['mean'], scale, digits, True)} {ci}"
         rel = "—" if row.get("relative") is None else f"{100 * row['relative']:+.1f} %"
         lines.append(f"| {label} | {_num(row['teacher'], scale, digits)} | {_num(row['student'], scale, digits)} | "
                      f"{diff} | {rel} |")

@@ -228,6 +228,13 @@ class Plan:
 class _Builder:
     def __init__(self, out: Path, data: Path, budget: Budget, overrides: list[str], jobs: int):
         self.out, self.data, self.b, self.ov, self.slots = out, data, budget, list(overrides), max(1, int(jobs))
+        from simforcing.runs.loaded import sampling_overrides
+
+        # the overrides a command sampling a trained run honours (the rest is in the runs' configs already; a loaded
+        # run refuses them: runs.loaded.check_sampling_overrides), and those of a sampler whose steps and w are its
+        # own (the sweeps': their --n-* / --w; the few-step student's: distilled)
+        self.sample_ov = sampling_overrides(self.ov)
+        self.own_steps_ov = sampling_overrides(self.ov, leave_out=("sample.n_sim", "sample.n_real", "sample.w"))
         self.jobs: list[Job] = []
         self.records: dict[str, dict] = {}  # job name -> provenance record (its digest feeds its dependents)
         self.notes: list[str] = []
@@ -367,7 +374,9 @@ class _Builder:
 
         def evaluate(key: EvalKey, argv: list[str], deps: tuple, priority: int = 50) -> None:
             folder = evals[key] = self.out / "eval" / key.name.replace(" ", "_")
-            self.add(f"eval {key.name}", ["evaluate", *argv, "--out", str(folder), *common, *self.ov], folder,
+            ov = (self.ov if "--baseline" in argv else self.own_steps_ov if str(self.student) in argv
+                  else self.sample_ov)
+            self.add(f"eval {key.name}", ["evaluate", *argv, "--out", str(folder), *common, *ov], folder,
                      "eval.json", deps + ("probe",), inputs=deps + ("probe",), priority=priority)
 
         vae = f"--model.vae.path={self.vae}"
@@ -397,7 +406,7 @@ class _Builder:
         b, out = self.b, self.out
         sweeps = {"steps": out / "sweep_steps"}
         n_sweep = b.num_val * b.sweep_windows
-        tail = [f"--eval.probe={self.probe}", f"--eval.windows_per_episode={b.sweep_windows}", *self.ov]
+        tail = [f"--eval.probe={self.probe}", f"--eval.windows_per_episode={b.sweep_windows}", *self.own_steps_ov]
         sw = ["sweep", "steps", "--ckpt", str(runs["simforcing"]), "--data", str(self.data), "--n-sim", "1",
               "--n-real", *map(str, b.sweep_n_real), "--w", *(f"{w:g}" for w in b.sweep_w), "--num-samples",
               str(n_sweep), "--out", str(sweeps["steps"]), *tail]
@@ -413,7 +422,8 @@ class _Builder:
         for m in BASE_METHODS:
             videos[m] = out / "videos" / m
             self.add(f"videos {m}", ["generate", "--ckpt", str(runs[m]), "--data", str(self.data), "--split", "val",
-                                     "--out", str(videos[m]), "--num-samples", str(b.report_videos), *self.ov],
+                                     "--out", str(videos[m]), "--num-samples", str(b.report_videos),
+                                     *self.sample_ov],
                      videos[m], None, (f"train {m}",), priority=40)
         return sweeps, videos
 
@@ -438,8 +448,9 @@ class _Builder:
             folder = folders[key] = out / "rollout" / key.name.replace(" ", "_")
             deps = (job or f"train {run_tag_}", "probe", "data long")
             self.add(f"rollout {key.name}", ["rollout", "--ckpt", str(run or runs[run_tag_]), *common, "--out",
-                                             str(folder), *extra, *self.ov], folder, "rollout.json", deps,
-                     inputs=deps, priority=52)
+                                             str(folder), *extra,
+                                             *(self.own_steps_ov if run == self.student else self.sample_ov)],
+                     folder, "rollout.json", deps, inputs=deps, priority=52)
 
         for seed in seed_list:
             for m in BASE_METHODS:

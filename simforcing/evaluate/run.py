@@ -232,6 +232,9 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
     if domain == "sim" and cfg.fewstep.steps:
         raise ConfigError(f"--domain sim: {run_dir} is a few-step student: it samples the real domain only (its "
                           "simulation rollout is the teacher's N_s steps); evaluate its teacher in simulation")
+    if domain == "sim" and cfg.sample.condition != "rollout":
+        raise ConfigError(f"--domain sim: the model is scored unconditioned (w = 0), so sample.condition="
+                          f"{cfg.sample.condition} would not be read; leave it out, or score the real domain")
     if domain == "sim":
         cfg.sample.w = 0.0  # in simulation the model runs unconditioned: the rollout the sampler conditions on
     num_samples = cfg.eval.num_samples if num_samples is None else int(num_samples)

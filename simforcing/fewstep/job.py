@@ -37,14 +37,16 @@ DEMO_TRAIN = {"train.lr": 3e-4, "train.batch_size": 2, "train.max_steps": 100, "
 
 
 def paired_difference(teacher: list, student: list) -> Optional[dict]:
-    """Mean of student − teacher over the windows both scored, its 95 % interval, and n (None when none)."""
+    """Mean of student − teacher over the windows both scored, its 95 % interval (None from a single window: one
+    difference says nothing of its spread — it was a zero-width interval), and n (None when none)."""
     d = [s - t for t, s in zip(teacher, student) if t is not None and s is not None
          and math.isfinite(t) and math.isfinite(s)]
     if not d:
         return None
     mean = sum(d) / len(d)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1)) if len(d) > 1 else 0.0
-    half = 1.96 * sd / math.sqrt(len(d))
+    if len(d) < 2:
+        return {"mean": mean, "ci95": None, "n": 1}
+    half = 1.96 * math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1)) / math.sqrt(len(d))
     return {"mean": mean, "ci95": [mean - half, mean + half], "n": len(d)}
 
 

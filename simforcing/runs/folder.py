@@ -66,7 +66,9 @@ FOLDER_MARKERS = (("meta/info.json", "a dataset (meta/info.json)"), ("episodes",
                   (JUDGE_META, "a success judge (`simforcing model fit-judge`)"),
                   ("rollout.json", "a rollout's results (`simforcing rollout`)"),
                   ("eval.json", "an evaluation's results (eval.json)"),
-                  ("agreement.json", "an agreement's results (`simforcing policy agreement`)"))
+                  ("agreement.json", "an agreement's results (`simforcing policy agreement`)"),
+                  ("estimate.json", "an estimate's results (`simforcing policy estimate`)"),
+                  ("probe.json", "a probe's results (`simforcing policy probe`)"))
 __all__ = ["CHECKPOINTS_DIR", "CONFIG_FILE", "LOCK_FILE"]  # re-exported: every run-folder name is importable here
 
 # the kinds of run, what each is called, and the training stage that writes it

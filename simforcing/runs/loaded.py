@@ -8,7 +8,9 @@
 
 ``sample.sampler_for(wm)`` is its sampler. Fields a run must match (one comparison, two lists):
 - ``EVAL_FIXED_FIELDS``: an evaluation/sampling config may change the data/sample/eval sections but not what the
-  network was built for (frames, resolution, action/state dims, text tokens): :func:`merge_run_config`.
+  network was built for (frames, resolution, action/state dims, text tokens): :func:`merge_run_config`. Every field
+  outside what a loaded run honours (``SAMPLING_SECTIONS``, ``SAMPLING_TRAIN_FIELDS``) is the run's own; a caller that
+  changes one (``evaluate --ckpt RUN --conditioning.path=concat``) is refused by name: :func:`check_sampling_overrides`.
 - :func:`architecture_fields`: a stage-2 config starts the student from the teacher's weights, so every model field
   that changes the weights' shapes or meaning, the VAE's latent layout and the action/state dims must equal the
   teacher's: :func:`check_teacher_architecture` (a stage-2 student may add the per-frame action conditioning to an
@@ -40,6 +42,11 @@ from simforcing.runs.folder import WORLD_MODELS, open_run
 # fields a sampling/evaluation config must share with the run it loads (the network was built for them)
 EVAL_FIXED_FIELDS = ("data.frames", "data.frame_stride", "data.height", "data.width", "data.action_dim",
                      "data.state_dim", "data.text_max_tokens")
+# what a loaded world model takes from its caller's config (how it samples and what it is scored on); every other
+# field is what the run was trained as and stays the run's (merge_run_config)
+SAMPLING_SECTIONS = ("data", "sample", "eval", "rollout")
+SAMPLING_TRAIN_FIELDS = ("train.device", "train.mixed_precision")
+STUDENT_SAMPLER_FIELDS = ("sample.n_sim", "sample.n_real", "sample.w")  # a few-step student samples at its own
 # model fields that do not change the weights' shapes or meaning (every other one is architecture)
 NON_ARCH_MODEL_FIELDS = ("gradient_checkpointing", "weights", "action_expert_weights", "text_encoder", "vae")
 ARCH_VAE_FIELDS = ("kind", "latent_channels", "spatial_stride", "temporal_stride")
@@ -79,10 +86,11 @@ def architecture_fields(cfg: Config) -> tuple[str, ...]:
 STUDENT_ADDITIONS = (("model.action_conditioning", "expert", "both"),)
 
 
-def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str, additions: tuple = ()) -> None:
-    """ConfigError naming the first architecture field where ``cfg`` differs from the teacher's config, but for the
-    ``additions`` (:data:`STUDENT_ADDITIONS`) allowed."""
-    for name, theirs, ours in differing_fields(teacher_cfg, cfg, architecture_fields(cfg)):
+def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str, additions: tuple = (),
+                               also: tuple[str, ...] = ()) -> None:
+    """ConfigError naming the first architecture field (or field of ``also``) where ``cfg`` differs from the teacher's
+    config, but for the ``additions`` (:data:`STUDENT_ADDITIONS`) allowed."""
+    for name, theirs, ours in differing_fields(teacher_cfg, cfg, architecture_fields(cfg) + also):
         if (name, theirs, ours) in additions:
             continue
         hint = "".join(f" (a student may go from {a!r} to {b!r})" for n, a, b in additions if n == name)
@@ -91,7 +99,8 @@ def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str, add
 
 
 def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:
-    """The run's config (model, VAE, flow) with the data/sample/eval/rollout sections of ``cfg``.
+    """The run's config (model, VAE, flow) with the data/sample/eval/rollout sections of ``cfg`` and its
+    ``SAMPLING_TRAIN_FIELDS`` (the device, the precision it samples in).
 
     Raises ConfigError naming the first field of ``EVAL_FIXED_FIELDS`` that the run's network cannot accept.
     """
@@ -100,9 +109,53 @@ def merge_run_config(run_cfg: Config, cfg: Optional[Config]) -> Config:
         return out
     for name, theirs, ours in differing_fields(run_cfg, cfg, EVAL_FIXED_FIELDS)[:1]:
         raise ConfigError(f"{name}: the checkpoint was trained with {theirs!r}, the evaluation config asks {ours!r}")
-    for section in ("data", "sample", "eval", "rollout"):
+    for section in SAMPLING_SECTIONS:
         setattr(out, section, copy.deepcopy(getattr(cfg, section)))
+    for name in SAMPLING_TRAIN_FIELDS:
+        setattr(out.train, name.split(".")[1], field_value(cfg, name))
     return out
+
+
+def leaf_fields(obj: Any, prefix: str = "") -> tuple[str, ...]:
+    """The dotted names of every field of a config (or section) that is not itself a section."""
+    out: list[str] = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        name = f"{prefix}{f.name}"
+        out += leaf_fields(value, name + ".") if dataclasses.is_dataclass(value) else [name]
+    return tuple(out)
+
+
+def check_sampling_overrides(run_cfg: Config, cfg: Config, run: str | Path) -> None:
+    """ConfigError naming the first field where ``cfg`` — the config ``run`` was trained with plus a caller's
+    ``--section.field=value`` changes — differs from ``run_cfg`` in a field a loaded run cannot honour: anything
+    outside ``SAMPLING_SECTIONS`` and ``SAMPLING_TRAIN_FIELDS`` (the network, its condition path, the flow, the losses,
+    the training: the weights were trained as ``run_cfg`` says, and a loaded run samples as them), and for a few-step
+    student a sampler's steps or weight other than its own (``STUDENT_SAMPLER_FIELDS``,
+    ``sample.check_student_sampler``). A change to a value the run already has is no change."""
+    from simforcing.sample import check_student_sampler
+
+    fixed = [n for n in leaf_fields(run_cfg) if n.split(".")[0] not in SAMPLING_SECTIONS
+             and n not in SAMPLING_TRAIN_FIELDS]
+    if run_cfg.fewstep.steps:
+        asked = {n: ours for n, _, ours in differing_fields(run_cfg, cfg, STUDENT_SAMPLER_FIELDS)}
+        check_student_sampler(run_cfg, str(run), *(asked.get(n) for n in STUDENT_SAMPLER_FIELDS),
+                              flags=tuple(f"--{n}" for n in STUDENT_SAMPLER_FIELDS))
+    for name, theirs, ours in differing_fields(run_cfg, cfg, tuple(fixed))[:1]:
+        raise ConfigError(f"--{name}={ours}: {run} was trained with {name} = {theirs!r}, and a loaded run samples as "
+                          f"it was trained (the setting would not be used); here only the {', '.join(SAMPLING_SECTIONS)}"
+                          f" sections and {' / '.join(SAMPLING_TRAIN_FIELDS)} can change — leave it out, or train a run "
+                          f"with --{name}={ours} and give that one")
+
+
+def sampling_overrides(overrides: Sequence[str], leave_out: Sequence[str] = ()) -> list[str]:
+    """The ``--section.field=value`` words of ``overrides`` that a loaded run honours (``SAMPLING_SECTIONS``,
+    ``SAMPLING_TRAIN_FIELDS``) but for the fields ``leave_out``: what a plan that trains with ``overrides`` passes on
+    to the commands that sample the runs it trained (the rest is in those runs' own configs already)."""
+    from simforcing.config import parse_overrides
+
+    return [f"--{k}={v}" for k, v in parse_overrides(list(overrides)).items()
+            if (k.split(".")[0] in SAMPLING_SECTIONS or k in SAMPLING_TRAIN_FIELDS) and k not in leave_out]
 
 
 # ----------------------------------------------------------------------------------------------------------------------

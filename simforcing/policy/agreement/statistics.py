@@ -102,26 +102,31 @@ def _identity(rec: Optional[ScoredRun]) -> Optional[tuple]:
     return None if rec is None else (rec.run, rec.checkpoint, rec.step)
 
 
-def scene_differences(a: PolicyEvaluation, b: PolicyEvaluation) -> list[str]:
-    """The scene settings in which two evaluations differ, each as "SETTING A here, B there"."""
+def scene_differences(a: PolicyEvaluation, b: PolicyEvaluation,
+                      settings: tuple[str, ...] = SCENE_SETTINGS) -> list[str]:
+    """The scene ``settings`` in which two evaluations differ, each as "SETTING A here, B there"."""
     def norm(v):
         return list(v) if isinstance(v, tuple) else v
 
-    return [f"{k} {norm(getattr(a, k))!r} here, {norm(getattr(b, k))!r} there" for k in SCENE_SETTINGS
+    return [f"{k} {norm(getattr(a, k))!r} here, {norm(getattr(b, k))!r} there" for k in settings
             if norm(getattr(a, k)) != norm(getattr(b, k))]
 
 
-def policy_differences(a: PolicyEvaluation, b: PolicyEvaluation, other: str) -> list[str]:
+def policy_differences(a: PolicyEvaluation, b: PolicyEvaluation, other: str, players: Optional[list[str]] = None,
+                       episodes: bool = True) -> list[str]:
     """How the policies two evaluations scored differ: a policy in one only, a name that scored another run (folder,
-    checkpoint, step), learned in one only, another number of actions executed per chunk, other episodes."""
+    checkpoint, step), learned in one only, another number of actions executed per chunk, other episodes.
+    ``players``: only these of ``a`` (more policies in ``b`` are no difference); ``episodes`` False: the episodes'
+    scenes are not compared."""
     out = []
-    for p in a.rows:
+    names = list(a.rows) if players is None else list(players)
+    for p in names:
         if p not in b.rows:
             out.append(f"policy {p!r} is evaluated here but not in {other}")
-    for p in b.rows:
+    for p in b.rows if players is None else ():
         if p not in a.rows:
             out.append(f"policy {p!r} is evaluated in {other} but not here")
-    for p in (p for p in a.rows if p in b.rows):
+    for p in (p for p in names if p in b.rows):
         if (p in a.learned) != (p in b.learned):
             out.append(f"policy {p!r} is a learned run in one evaluation and a baseline in the other")
         elif _identity(a.runs.get(p)) != _identity(b.runs.get(p)):
@@ -130,7 +135,7 @@ def policy_differences(a: PolicyEvaluation, b: PolicyEvaluation, other: str) -> 
         elif p in a.learned and a.executed.get(p) != b.executed.get(p):
             out.append(f"policy {p!r} executed {a.executed.get(p)} actions per chunk here and {b.executed.get(p)} in "
                        f"{other}")
-        for t in a.tasks:
+        for t in a.tasks if episodes else ():
             got = [[o.scene for o in ev.episodes.get(p, {}).get(t, [])] for ev in (a, b)]
             if got[0] != a.scenes.get(t) or got[1] != b.scenes.get(t):
                 out.append(f"policy {p!r}, task {t}: episodes on scenes {got[0]} here and {got[1]} in {other}; "
@@ -345,10 +350,11 @@ def agreement(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], n_boot: i
 
 def write_agreement(sim_dirs: list[str | Path], wm_dirs: dict[str, str | Path], out: str | Path,
                     n_boot: int = 2000, video_policy: Optional[str] = None,
-                    reference: Optional[str] = None) -> AgreementResult:
+                    reference: Optional[str] = None, into: Optional[str | Path] = None) -> AgreementResult:
     """Read the evaluations (the simulator's may be several folders of disjoint players), compute
     :func:`agreement`, write agreement.json / .md, scatter.png and the side-by-side videos of ``video_policy``
-    (default: the first learned policy) on the first scene of each task."""
+    (default: the first learned policy) on the first scene of each task — into ``into`` when given (a staging
+    folder that becomes ``out``: the files record their paths under ``out``)."""
     from simforcing.policy.agreement.media import scatter_plot  # matplotlib: only here
 
     sim = merge_evals([read_eval(d, "--sim", SIMULATOR) for d in sim_dirs])
@@ -357,11 +363,16 @@ def write_agreement(sim_dirs: list[str | Path], wm_dirs: dict[str, str | Path], 
     player = video_policy or (res.learned or res.players)[0]
     if player not in res.players:
         raise ConfigError(f"--video-policy: {player!r} is not one of the evaluated policies {res.players}")
-    out = Path(out)
-    res.scatter = str(scatter_plot(res, out / "scatter.png"))
-    res.videos = write_episode_videos(sim_dirs, sim, {n: (wm_dirs[n], w) for n, w in wms.items()}, player, out)
-    atomic_write_json(out / "agreement.json", res.to_json())
-    atomic_write_text(out / "agreement.md", agreement_markdown(res) + "\n")
+    out, folder = Path(out), Path(into if into is not None else out)
+
+    def final(path) -> str:  # where a written file will be once ``folder`` is ``out``
+        return str(out / Path(path).relative_to(folder))
+
+    res.scatter = final(scatter_plot(res, folder / "scatter.png"))
+    res.videos = [final(v) for v in write_episode_videos(sim_dirs, sim, {n: (wm_dirs[n], w) for n, w in wms.items()},
+                                                         player, folder)]
+    atomic_write_json(folder / "agreement.json", res.to_json())
+    atomic_write_text(folder / "agreement.md", agreement_markdown(res) + "\n")
     return res
 
 

@@ -21,7 +21,8 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.result_files import AGREEMENT, POLICY_EVALUATION, MalformedResult, nested, read_typed, tagged, typed
+from simforcing.result_files import (AGREEMENT, POLICY_EVALUATION, MalformedResult, nested, read_typed, tagged,
+                                     typed)
 from simforcing.runs.scored import ScoredRun
 
 FORMAT_VERSION = 2
@@ -62,7 +63,10 @@ class Rate:
 
     @classmethod
     def from_json(cls, d: dict) -> "Rate":
-        return cls(int(d["successes"]), int(d["episodes"]), d["rate"], tuple(d["ci95"]))
+        k, n = _count(d, "successes", 0), _count(d, "episodes", 0)
+        if k > n:
+            raise MalformedResult(f"field 'successes' ({k}) is more than 'episodes' ({n})")
+        return cls(k, n, typed(d, "rate", "number", "null"), tuple(typed(d, "ci95", "list")))
 
 
 @dataclass(frozen=True)
@@ -116,20 +120,22 @@ class EpisodeOutcome:
 
     @classmethod
     def from_json(cls, d: dict) -> "EpisodeOutcome":
-        per_frame = {k: _numbers(d, k) for k in ("frame_margin", "frame_arm_mm", "draw_margin")}
-        draws = typed(d, "draw_success", "list", "null", default=None)
-        if draws is not None and not all(isinstance(v, bool) for v in draws):
-            raise MalformedResult("field 'draw_success' must be a list of true/false verdicts")
-        if (draws is None) != (per_frame["draw_margin"] is None) or \
-                (draws is not None and (not draws or len(draws) != len(per_frame["draw_margin"]))):
+        """Every field of its type: a scene id and step counts integers >= 0, verdicts true/false (a string such as
+        "false" is refused, never read as a success), per-frame verdicts lists of true/false, readings lists of
+        finite numbers; with several noise draws each draw's verdict and margin (one entry per draw), with a
+        full-scene twin its verdicts."""
+        optional = {k: _count(d, k, 0, optional=True) for k in ("chunks", "judged_step")}
+        draws, draw_margin = _flags(d, "draw_success"), _numbers(d, "draw_margin")
+        if (draws is None) != (draw_margin is None) or \
+                (draws is not None and (not draws or len(draws) != len(draw_margin))):
             raise MalformedResult("fields 'draw_success' and 'draw_margin' must both be absent or lists of one "
                                   "entry per noise draw")
-        twin = typed(d, "twin_verdicts", "list", "null", default=None)
-        if twin is not None and not all(isinstance(v, bool) for v in twin):
-            raise MalformedResult("field 'twin_verdicts' must be a list of true/false")
-        return cls(int(d["scene"]), bool(d["success"]), int(d["steps"]), d.get("chunks"), d.get("judged"),
-                   d.get("judged_step"), d.get("frame_judged"), d.get("frame_true"), d.get("frame_error_mm"),
-                   per_frame["frame_margin"], per_frame["frame_arm_mm"], draws, per_frame["draw_margin"], twin)
+        return cls(_count(d, "scene", 0), typed(d, "success", "bool"), _count(d, "steps", 0), optional["chunks"],
+                   typed(d, "judged", "bool", "null", default=None), optional["judged_step"],
+                   _flags(d, "frame_judged"), _flags(d, "frame_true"), typed(d, "frame_error_mm", "list", "null",
+                                                                             default=None),
+                   _numbers(d, "frame_margin"), _numbers(d, "frame_arm_mm"), draws, draw_margin,
+                   _flags(d, "twin_verdicts"))
 
     @property
     def soft(self) -> float:
@@ -144,12 +150,40 @@ def _draws(d: dict) -> int:
     return value
 
 
+def _count(d: dict, key: str, low: int, optional: bool = False) -> Optional[int]:
+    """``d[key]``: an integer >= ``low`` (or, ``optional``, null or absent), else MalformedResult naming it."""
+    value = typed(d, key, "int", "null", default=None) if optional else typed(d, key, "int")
+    if value is not None and value < low:
+        raise MalformedResult(f"field {key!r} must be an integer >= {low}; got {value}")
+    return value
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _finite(d: dict, key: str, low: float = -math.inf) -> float:
+    """``d[key]``: a finite number >= ``low``, else MalformedResult naming it."""
+    value = typed(d, key, "number")
+    if not math.isfinite(value) or value < low:
+        raise MalformedResult(f"field {key!r} must be a finite number >= {low:g}; got {value!r}")
+    return float(value)
+
+
 def _numbers(d: dict, key: str) -> Optional[list]:
     """``d[key]``: None or a list of finite numbers (a per-frame reading), else MalformedResult naming it."""
     value = typed(d, key, "list", "null", default=None)
     if value is not None and not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                                      for v in value):
         raise MalformedResult(f"field {key!r} must be a list of finite numbers")
+    return value
+
+
+def _flags(d: dict, key: str) -> Optional[list]:
+    """``d[key]``: None or a list of true/false (per-frame verdicts), else MalformedResult naming it."""
+    value = typed(d, key, "list", "null", default=None)
+    if value is not None and not all(isinstance(v, bool) for v in value):
+        raise MalformedResult(f"field {key!r} must be a list of true/false (one verdict per frame)")
     return value
 
 
@@ -210,8 +244,10 @@ class Confusion:
 
     @classmethod
     def from_json(cls, d: dict) -> "Confusion":
-        return cls(int(d["tp"]), int(d["fp"]), int(d["fn"]), int(d["tn"]), int(d["n"]), d["precision"], d["recall"],
-                   d["accuracy"], d["kappa"])
+        counts = [_count(d, k, 0) for k in ("tp", "fp", "fn", "tn", "n")]
+        if sum(counts[:4]) != counts[4]:
+            raise MalformedResult(f"field 'n' ({counts[4]}) is not tp + fp + fn + tn ({sum(counts[:4])})")
+        return cls(*counts, *(typed(d, k, "number", "null") for k in ("precision", "recall", "accuracy", "kappa")))
 
 
 @dataclass(frozen=True)
@@ -281,6 +317,16 @@ def same_judge(a: Optional[JudgeRecord], b: Optional[JudgeRecord]) -> bool:
     return all(getattr(a, k) == getattr(b, k) for k in JUDGE_KEYS)
 
 
+def _episodes(d: dict) -> Episodes:
+    """eval.json's ``episodes`` (player -> task -> outcomes), each outcome named by where it is when malformed."""
+    out: Episodes = {}
+    for p in typed(d, "episodes", "dict"):
+        per = typed(d["episodes"], p, "dict")
+        out[p] = {t: [nested(f"episodes[{p!r}][{t!r}][{i}]", EpisodeOutcome.from_json, o)
+                      for i, o in enumerate(typed(per, t, "list"))] for t in per}
+    return out
+
+
 @dataclass
 class PolicyEvaluation:
     """A closed-loop evaluation of players on held-out scenes, in the simulator (``env`` "synthetic") or inside a world
@@ -335,25 +381,73 @@ class PolicyEvaluation:
     @classmethod
     def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "PolicyEvaluation":
         """From ``to_json``'s dict, or a version-1 eval.json (one ``execute`` for the learned players, none recorded
-        in the simulator)."""
-        learned = list(d.get("learned", []))
-        executed = d.get("executed")
+        in the simulator). Every count, seed and setting of its type (``_count``, ``_finite``), every episode typed
+        (``EpisodeOutcome.from_json``, named by player, task and position), and the episodes those the rows and
+        scenes say (:meth:`episode_problems`): else MalformedResult naming the field."""
+        learned = list(typed(d, "learned", "list", default=[]))
+        executed = typed(d, "executed", "dict", "null", default=None)
         if executed is None:
             executed = {p: d["execute"] for p in learned} if d.get("execute") is not None else {}
-        return cls(env=d["env"], seed=int(d["seed"]), per_task=int(d["per_task"]), max_steps=int(d["max_steps"]),
-                   tasks=list(d["tasks"]), layouts=int(d["layouts"]), jitter=float(d["jitter"]),
-                   resolution=tuple(d["resolution"]), scenes={t: list(v) for t, v in d["scenes"].items()},
-                   rows={n: PolicyRow.from_json(r) for n, r in d["rows"].items()},
-                   episodes={p: {t: [EpisodeOutcome.from_json(o) for o in os_] for t, os_ in per.items()}
-                             for p, per in d["episodes"].items()},
-                   runs={n: r and ScoredRun.from_json(r) for n, r in (d.get("runs") or {}).items()}, learned=learned,
-                   executed=dict(executed),
-                   seconds=float(d["seconds"]), judge=JudgeRecord.from_json(d.get("judge")),
-                   judge_validation=validation_from_json(d.get("judge_validation")),
-                   wm=d.get("wm"),
-                   world_model=d.get("world_model") and ScoredRun.from_json(d["world_model"]),
-                   sampler=d.get("sampler"), timing=d.get("timing"),
-                   episodes_per_minute=d.get("episodes_per_minute"), draws=_draws(d))
+        resolution = typed(d, "resolution", "list")
+        if len(resolution) != 2 or not all(_is_int(v) and v > 0 for v in resolution):
+            raise MalformedResult(f"field 'resolution' must be [height, width] in pixels; got {resolution!r:.80}")
+        scenes = typed(d, "scenes", "dict")
+        for task, ids in scenes.items():
+            if not isinstance(ids, list) or not all(_is_int(i) and i >= 0 for i in ids):
+                raise MalformedResult(f"field 'scenes': task {task!r} must list integer scene ids >= 0")
+        ev = cls(env=typed(d, "env", "str"), seed=typed(d, "seed", "int"), per_task=_count(d, "per_task", 0),
+                 max_steps=_count(d, "max_steps", 1), tasks=list(typed(d, "tasks", "list")),
+                 layouts=_count(d, "layouts", 0), jitter=_finite(d, "jitter", 0.0), resolution=tuple(resolution),
+                 scenes={t: list(v) for t, v in scenes.items()},
+                 rows={n: nested(f"rows[{n!r}]", PolicyRow.from_json, r) for n, r in typed(d, "rows", "dict").items()},
+                 episodes=_episodes(d),
+                 runs={n: r and ScoredRun.from_json(r) for n, r in (d.get("runs") or {}).items()}, learned=learned,
+                 executed=dict(executed),
+                 seconds=_finite(d, "seconds", 0.0), judge=JudgeRecord.from_json(d.get("judge")),
+                 judge_validation=validation_from_json(d.get("judge_validation")),
+                 wm=d.get("wm"),
+                 world_model=d.get("world_model") and ScoredRun.from_json(d["world_model"]),
+                 sampler=d.get("sampler"), timing=d.get("timing"),
+                 episodes_per_minute=d.get("episodes_per_minute"), draws=_draws(d))
+        problems = ev.episode_problems()
+        if problems:
+            raise MalformedResult("its episodes are not those its rows and scenes say (cut short or edited?): "
+                                  + "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3
+                                                               else ""))
+        return ev
+
+    def episode_problems(self) -> list[str]:
+        """Where the episodes disagree with the evaluation's own rows and scenes (an eval.json cut short or edited):
+        a player with a row and no episodes (it would drop out of every statistic read from the episodes) or
+        episodes and no row, a task the evaluation does not have, an episode on a scene it did not draw or two on
+        one scene, a row that counts other successes or episodes than are there."""
+        out = []
+        for p in self.rows:
+            if not any(self.episodes.get(p, {}).values()):
+                out.append(f"policy {p!r} has a row ({self.rows[p].average.episodes} episodes) but no episodes")
+        for p, per in self.episodes.items():
+            if p not in self.rows:
+                out.append(f"policy {p!r} has episodes but no row")
+            if p not in self.rows or not any(per.values()):
+                continue
+            for t in dict.fromkeys([*per, *self.rows[p].tasks]):
+                outs = per.get(t, [])
+                if t not in self.tasks:
+                    out.append(f"policy {p!r} has task {t!r}, not one of the evaluation's tasks {self.tasks}")
+                    continue
+                ids = [o.scene for o in outs]
+                foreign = sorted(set(ids) - set(self.scenes.get(t, [])))
+                if foreign:
+                    out.append(f"policy {p!r}, task {t}: episodes on scenes {foreign[:6]} the evaluation did not draw")
+                twice = sorted({i for i in ids if ids.count(i) > 1})
+                if twice:
+                    out.append(f"policy {p!r}, task {t}: two episodes on scene {twice[0]}")
+                rate = self.rows[p].tasks.get(t)
+                k = sum(o.success for o in outs)
+                if rate is None or (rate.successes, rate.episodes) != (k, len(outs)):
+                    counted = "no count" if rate is None else f"{rate.successes}/{rate.episodes}"
+                    out.append(f"policy {p!r}, task {t}: its row counts {counted}, its episodes hold {k}/{len(outs)}")
+        return out
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "PolicyEvaluation":

@@ -12,45 +12,102 @@ import numpy as np
 from simforcing.errors import ConfigError
 from simforcing.policy.estimate.estimate import (PREDICTORS, EstimateResult, StudyPoint, coverage_study,
                                                  draw_labelled, estimate_policies)
-from simforcing.policy.estimate.trials import ground_truth, world_model_episodes
+from simforcing.policy.estimate.trials import WorldModelEpisodes, ground_truth, world_model_episodes
 
 STUDY_NS = (5, 10, 20, 40)
+DEFAULT_N = 10
 
 
-def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Optional[str | Path] = None, n: int = 10,
-                 draws: int = 0, study_ns: Sequence[int] = STUDY_NS, predictor: str = "learned", alpha: float = 0.05,
-                 seed: int = 0, progress: Callable[[str], None] = print) -> tuple[EstimateResult, list[StudyPoint]]:
-    """The prediction-powered estimate of every policy of the world-model evaluation ``wm_eval`` from the ground
-    truth ``ground_truth_source`` — a trial file (its trials labelled) or a simulator evaluation of the same scenes
-    (``n`` scenes drawn with ``seed`` labelled for every policy; with ``draws`` > 0 also the coverage study over
-    ``study_ns``) — written to ``out`` when given (``policy.estimate.report``)."""
-    if predictor not in PREDICTORS:
-        raise ConfigError(f"--predictor: got {predictor!r}; expected one of {', '.join(PREDICTORS)}")
-    if not 0 < alpha < 1:
+def _integer(flag: str, value, low: int) -> int:
+    """``value`` as an integer >= ``low``, else a ConfigError naming ``flag`` (a bool, 2.5 or "3" is no count)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ConfigError(f"{flag}: got {value!r}; expected an integer >= {low}")
+    return int(value)
+
+
+def choose_predictor(predictor: Optional[str], wm: WorldModelEpisodes) -> tuple[str, list[str]]:
+    """The predictor and a note on the choice: ``learned`` by default, ``verdict`` where the world-model episodes hold
+    no per-frame readings (the learned one would see the verdict alone) — said in a note; ``learned`` asked for on
+    such episodes is a ConfigError naming them. ``predictor`` is one of ``PREDICTORS`` or None (checked by the
+    caller)."""
+    if wm.readings or predictor == "verdict":
+        return predictor or "learned", []
+    why = (f"{wm.without_readings} of the {len(wm.keys)} episodes of {wm.source} hold no per-frame readings "
+           "(frame_margin, frame_arm_mm: an evaluation by an earlier simforcing, or one written without them)")
+    if predictor == "learned":
+        raise ConfigError(f"--predictor learned: {why}, so it would learn from the verdict alone; use --predictor "
+                          "verdict, or evaluate the policies in the world model again (`simforcing policy eval --env "
+                          "world-model`)")
+    return "verdict", [f"predictor verdict (not the default learned one): {why}"]
+
+
+def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Optional[str | Path] = None,
+                 n: Optional[int] = None, draws: int = 0, study_ns: Optional[Sequence[int]] = None,
+                 predictor: Optional[str] = None, alpha: float = 0.05, seed: int = 0,
+                 progress: Callable[[str], None] = print,
+                 policies: Optional[Sequence[str]] = None) -> tuple[EstimateResult, list[StudyPoint]]:
+    """The prediction-powered estimate of the policies of the world-model evaluation ``wm_eval`` (``policies``, or
+    all) from the ground truth ``ground_truth_source`` — a trial file (its trials labelled) or a simulator
+    evaluation of the same scenes (``n`` scenes, default 10, drawn with ``seed`` labelled for every policy; with
+    ``draws`` > 0 also the coverage study over ``study_ns``: each fewer than the evaluation's scenes, by default those
+    of ``STUDY_NS`` that are) — written to ``out`` when given (``policy.estimate.report``). ``predictor``: learned
+    (the default where the episodes hold per-frame readings, else verdict, with a note) or verdict. Every argument —
+    ``out`` too (``outputs.check_results_folder``: a folder of other files or another command's results is refused)
+    — is checked before anything is read or computed; ``out`` is written whole, replacing an earlier estimate there
+    (``outputs.results_folder``); what was chosen or passed over is in the result's ``notes``."""
+    from simforcing.outputs import check_results_folder, results_folder
+    from simforcing.policy.estimate.report import ESTIMATE_FILES, write_estimate
+
+    if out is not None:
+        check_results_folder(out, "--out", "an estimate", ESTIMATE_FILES)
+    if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
         raise ConfigError(f"--alpha: got {alpha}; expected a level in (0, 1), e.g. 0.05 for 95 % intervals")
-    if draws < 0:
-        raise ConfigError(f"--draws: got {draws}; expected 0 (no coverage study) or more")
-    wm = world_model_episodes(wm_eval)
-    truth, sim = ground_truth(ground_truth_source, wm)
-    if sim is None:
+    draws, seed = _integer("--draws", draws, 0), _integer("--seed", seed, 0)
+    n = None if n is None else _integer("--n", n, 2)
+    study_ns = None if study_ns is None else [_integer("--study-n", v, 2) for v in study_ns]
+    if study_ns is not None and not draws:
+        raise ConfigError("--study-n: the coverage study's n values are used with --draws N > 0 only")
+    if predictor is not None and predictor not in PREDICTORS:
+        raise ConfigError(f"--predictor: got {predictor!r}; expected one of {', '.join(PREDICTORS)}")
+    wm = world_model_episodes(wm_eval, policies=policies)
+    gt = ground_truth(ground_truth_source, wm)
+    predictor, notes = choose_predictor(predictor, wm)
+    notes += list(gt.notes)
+    if gt.simulator is None:
         if draws:
             raise ConfigError("--draws: a coverage study needs every episode's truth — a simulator evaluation as "
                               "--ground-truth, not a trial file")
-        labelled = sorted(truth)
-        known = False
+        if n is not None:
+            raise ConfigError(f"--n: the trials of {ground_truth_source} are the labelled episodes; --n draws that "
+                              "many scenes from a simulator evaluation given as --ground-truth")
+        labelled = sorted(gt.truth)
     else:
+        n = DEFAULT_N if n is None else n
         labelled = draw_labelled(wm, n, np.random.default_rng(seed))
-        known = True
-    res = estimate_policies(wm, truth, labelled, predictor, alpha, seed=seed, truth_known=known)
-    study = coverage_study(wm, truth, study_ns, draws, predictor, alpha, seed, progress) if draws else []
+        study_ns = _study_ns(study_ns, wm)
+    res = estimate_policies(wm, gt.truth, labelled, predictor, alpha, seed=seed, truth_known=gt.simulator is not None)
+    res.notes = notes
+    study = coverage_study(wm, gt.truth, study_ns, draws, predictor, alpha, seed, progress) if draws else []
     if out is not None:
-        from simforcing.policy.estimate.report import write_estimate
-
-        inputs = {"ground_truth": str(ground_truth_source), "wm_eval": str(wm_eval), "n": n if known else None,
-                  "seed": seed, "draws": draws, "world_model": wm.evaluation.wm,
-                  "readings": wm.readings}
-        write_estimate(res, study, out, inputs)
+        inputs = {"ground_truth": str(ground_truth_source), "wm_eval": str(wm_eval), "n": n, "seed": seed,
+                  "draws": draws, "world_model": wm.evaluation.wm, "readings": wm.readings,
+                  "policies": wm.policies}
+        with results_folder(out, "--out", "an estimate", ESTIMATE_FILES) as tmp:
+            write_estimate(res, study, tmp, inputs)
     return res, study
+
+
+def _study_ns(given: Optional[Sequence[int]], wm: WorldModelEpisodes) -> list[int]:
+    """The coverage study's n values: ``given`` (each must leave unlabelled scenes: fewer than the evaluation's), or
+    those of ``STUDY_NS`` that do."""
+    scenes = len({k[1:] for k in wm.keys})
+    if given is None:
+        return [v for v in STUDY_NS if v < scenes]
+    for v in given:
+        if v >= scenes:
+            raise ConfigError(f"--study-n: {v} is not fewer than the {scenes} scenes of the world-model evaluation "
+                              f"{wm.source} (the rest are the unlabelled episodes); give values from 2 to {scenes - 1}")
+    return list(dict.fromkeys(given))
 
 
 __all__ = ["run_estimate", "estimate_policies", "coverage_study", "EstimateResult", "StudyPoint", "STUDY_NS"]

@@ -84,13 +84,15 @@ class EstimateResult:
     trust_auroc_unlabelled: Optional[float]
     feature_auroc: dict[str, Optional[float]]
     episodes: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the estimate chose or passed over (the predictor, trials)
 
     def to_json(self) -> dict:
         return {"predictor": self.predictor, "alpha": self.alpha, "labelled": self.labelled,
                 "unlabelled": self.unlabelled, "policies": {p: e.to_json() for p, e in self.policies.items()},
                 "differences": {k: d.to_json() for k, d in self.differences.items()},
                 "trust": {"auroc_labelled_out_of_fold": self.trust_auroc,
-                          "auroc_unlabelled": self.trust_auroc_unlabelled, "single_features": self.feature_auroc}}
+                          "auroc_unlabelled": self.trust_auroc_unlabelled, "single_features": self.feature_auroc},
+                "notes": list(self.notes)}
 
 
 def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequence[int], predictor: str = "learned",
@@ -106,6 +108,9 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
     unl = np.setdiff1d(np.arange(len(wm.keys)), lab)
     y = np.array([truth[wm.keys[i]] for i in lab], float)
     groups = [wm.keys[i][1:] for i in lab]  # (task, scene): one scene's episodes of every policy in one fold
+    if len(set(groups)) < 2:  # a model fitted without the only scene would be fitted on nothing
+        raise ConfigError(f"--predictor learned: the trials are all of one scene ({len(lab)} trial(s)); its "
+                          "cross-fitting needs trials of at least 2 scenes — add trials, or use --predictor verdict")
     cf = crossfit(wm.features[lab], y, groups, wm.features[unl], folds, seed=seed)
     p = np.empty(len(wm.keys))
     p[lab], p[unl] = cf.lab, cf.unl
@@ -149,8 +154,8 @@ def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_k
 
         average = rates(None)
         if average is None:
-            raise ConfigError(f"--ground-truth: no trial of policy {policy!r}; every policy of the world-model "
-                              "evaluation needs at least two ground-truth trials (or leave it out with --policies)")
+            raise ConfigError(f"--ground-truth: no trial of policy {policy!r}; every policy of the estimate needs at "
+                              "least two ground-truth trials (or leave it out with --policies)")
         per_task = {t: r for t in tasks if (r := rates(t)) is not None}
         policies[policy] = PolicyEstimate(average, per_task, (0, 0))
         idx = [i for i, k in enumerate(wm.keys) if k[0] == policy]
@@ -212,19 +217,20 @@ class StudyPoint:
     """Over ``draws`` draws of ``n`` labelled scenes: per policy the coverage of the 95 % intervals (PPI++ CLT,
     ground truth only (Wilson), and their finite-sample versions) of the pool's truth and the mean widths; pooled:
     the ground-truth trials saved at equal width (1 − (w_ppi / w_gt)², the mean over policies of the squared width
-    ratio), the ranking's Pearson with the truth (PPI estimates and ground-truth-only), the trust AUROC; and the
-    within-policy correlation ρ with the truth over the pool's episodes (:func:`within_policy_rho`) of the world
-    model's verdict (``rho_verdict``: its soft verdict with several noise draws; nothing fitted) and of the learned
-    predictor (``rho_predictor``, mean over the draws) — PPI saves about ρ² of the trials."""
+    ratio), the ranking's Pearson with the truth (PPI estimates and ground-truth-only; None where no draw defines it:
+    one policy, or policies whose truths are all equal), the trust AUROC; and the within-policy correlation ρ with the
+    truth over the pool's episodes (:func:`within_policy_rho`) of the world model's verdict (``rho_verdict``: its soft
+    verdict with several noise draws; nothing fitted) and of the learned predictor (``rho_predictor``, mean over the
+    draws) — PPI saves about ρ² of the trials."""
 
     n: int
     draws: int
     coverage: dict[str, dict[str, float]]
     width: dict[str, dict[str, float]]
     saved: float
-    pearson_ppi: float
-    pearson_ground_truth_only: float
-    pearson_world_model: float
+    pearson_ppi: Optional[float]
+    pearson_ground_truth_only: Optional[float]
+    pearson_world_model: Optional[float]
     trust_auroc: Optional[float]
     rho_verdict: Optional[float] = None
     rho_predictor: Optional[float] = None
@@ -308,9 +314,15 @@ def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: i
     ratios = [(width[p]["ppi"] / width[p]["ground_truth_only"]) ** 2 for p in wm.policies
               if width[p]["ground_truth_only"] > 0]
     return StudyPoint(n, draws, {p: {k: h / draws for k, h in c.items()} for p, c in hits.items()}, width,
-                      float(1 - np.mean(ratios)), float(np.nanmean(r_ppi)), float(np.nanmean(r_gt)),
-                      pearson(truths, raw), float(np.mean(aurocs)) if aurocs else None,
+                      float(1 - np.mean(ratios)), _defined_mean(r_ppi), _defined_mean(r_gt),
+                      _defined_mean([pearson(truths, raw)]), float(np.mean(aurocs)) if aurocs else None,
                       within_policy_rho(wm.keys, wm.soft, truth), float(np.mean(rho_pred)) if rho_pred else None)
+
+
+def _defined_mean(values: Sequence[float]) -> Optional[float]:
+    """The mean of the values that are defined (not NaN), None when none is."""
+    v = [x for x in values if not np.isnan(x)]
+    return float(np.mean(v)) if v else None
 
 
 def coverage_study(wm: WorldModelEpisodes, truth: dict[Key, bool], ns: Sequence[int], draws: int = 200,

@@ -119,11 +119,13 @@ def tuned_lambda(y: np.ndarray, f_lab: np.ndarray, f_unl: np.ndarray) -> float:
 @dataclass(frozen=True)
 class Terms:
     """θ̂ = mean(a) + mean(b): the labelled term's values ``a`` = y − λ f_lab and the unlabelled term's ``b`` =
-    λ f_unl, per episode (what differences between policies need: :func:`difference`)."""
+    λ f_unl, per episode (what differences between policies need: :func:`difference`). ``floor``: the least variance
+    of the labelled term's mean (:func:`agresti_caffo_variance` of the outcomes where ``a`` does not vary, else 0)."""
 
     a: np.ndarray
     b: np.ndarray
     lam: float
+    floor: float = 0.0
 
     @property
     def estimate(self) -> float:
@@ -131,9 +133,20 @@ class Terms:
 
     @property
     def variance(self) -> float:
+        """The plug-in Var(mean(a)) + Var(mean(b)); where ``a`` does not vary (every trial succeeded, or none, or a
+        single trial) its plug-in variance 0 would claim the policy's rate known exactly — ``floor`` stands in."""
         var_a = self.a.var(ddof=1) / len(self.a) if len(self.a) > 1 else 0.0
         var_b = self.b.var(ddof=1) / len(self.b) if len(self.b) > 1 else 0.0
-        return float(var_a + var_b)
+        return float(max(var_a, self.floor) + var_b)
+
+
+def agresti_caffo_variance(y: np.ndarray) -> float:
+    """The variance of a binary mean with one success and one failure added (Agresti & Caffo 2000, the adjustment
+    of their interval for a difference of two rates): p̃(1 − p̃)/(n + 2), p̃ = (k + 1)/(n + 2) — never 0, also when
+    every outcome is the same."""
+    n = len(y)
+    p = (float(np.sum(y)) + 1.0) / (n + 2.0)
+    return p * (1.0 - p) / (n + 2.0)
 
 
 def ppi_terms(y, f_lab, f_unl, lam: Optional[float] = None) -> Terms:
@@ -146,7 +159,8 @@ def ppi_terms(y, f_lab, f_unl, lam: Optional[float] = None) -> Terms:
     lam = tuned_lambda(y, f_lab, f_unl) if lam is None else float(lam)
     if not len(f_unl):
         lam = 0.0
-    return Terms(y - lam * f_lab, lam * f_unl, lam)
+    a = y - lam * f_lab
+    return Terms(a, lam * f_unl, lam, agresti_caffo_variance(y) if np.ptp(a) == 0 else 0.0)
 
 
 def empirical_bernstein(x: np.ndarray, delta: float, value_range: float) -> float:
@@ -264,7 +278,9 @@ class PolicyTerms:
 
 def difference(p: PolicyTerms, q: PolicyTerms, alpha: float = 0.05) -> Estimate:
     """θ_p − θ_q with a CLT interval: Var(θ̂_p) + Var(θ̂_q) − 2 Cov, the covariance from the scenes both share
-    (labelled with labelled, unlabelled with unlabelled)."""
+    (labelled with labelled, unlabelled with unlabelled); a policy whose labelled term does not vary (all its trials
+    alike) contributes its ``Terms.floor``, so two policies that succeeded in every trial differ by 0 with an interval
+    around it, and 2/2 against 0/2 is no sure difference."""
     cov = (_shared_cov(p.terms.a, p.lab_ids, q.terms.a, q.lab_ids)
            + _shared_cov(p.terms.b, p.unl_ids, q.terms.b, q.unl_ids))
     var = max(p.terms.variance + q.terms.variance - 2 * cov, 0.0)

@@ -13,17 +13,14 @@ import numpy as np
 
 from simforcing.policy.estimate.estimate import EstimateResult, StudyPoint
 from simforcing.result_files import POLICY_ESTIMATE, tagged
-from simforcing.utils import atomic_write_json, atomic_write_text
+from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num
 
 FORMAT_VERSION = 1
+ESTIMATE_FILES = ("estimate.json", "estimate.md", "episodes.csv", "estimates.png", "coverage.png")  # what it writes
 
 
 def _pct(x: Optional[float]) -> str:
     return "–" if x is None else f"{100 * x:.0f}"
-
-
-def _num(x: Optional[float]) -> str:
-    return "–" if x is None else f"{x:.2f}"
 
 
 def _ci(e) -> str:
@@ -44,8 +41,8 @@ def estimate_markdown(res: EstimateResult, study: Sequence[StudyPoint] = (), inp
             + (" truth |" if truth else ""))
     lines = [f"Success (%) per policy, {100 * (1 - res.alpha):.0f} % intervals: ground truth only (Wilson) and "
              f"prediction-powered (PPI++, predictor `{res.predictor}`); {res.labelled} labelled and {res.unlabelled} "
-             "unlabelled world-model episodes." + (" " + inputs_line(inputs) if inputs else ""), "", head,
-             "|---" * (5 + truth) + "|"]
+             "unlabelled world-model episodes." + (" " + inputs_line(inputs) if inputs else ""), "",
+             *([f"Note: {'; '.join(res.notes)}.", ""] if res.notes else []), head, "|---" * (5 + truth) + "|"]
     for name, p in res.policies.items():
         a = p.average
         row = (f"| {name} | {_pct(a.world_model)} | {_ci(a.ground_truth_only)} ({a.ground_truth_only.n}) | "
@@ -86,9 +83,9 @@ def study_markdown(study: Sequence[StudyPoint]) -> str:
         w_ppi = np.mean([w["ppi"] for w in s.width.values()])
         w_gt = np.mean([w["ground_truth_only"] for w in s.width.values()])
         lines.append(f"| {s.n} | {s.draws} | {100 * cov_ppi:.1f} % | {100 * cov_gt:.1f} % | {100 * w_ppi:.1f} | "
-                     f"{100 * w_gt:.1f} | {100 * s.saved:.0f} % | {s.pearson_ppi:.2f} / "
-                     f"{s.pearson_ground_truth_only:.2f} / {s.pearson_world_model:.2f} | "
-                     f"{_num(s.trust_auroc)} | {_num(s.rho_verdict)} / {_num(s.rho_predictor)} |")
+                     f"{100 * w_gt:.1f} | {100 * s.saved:.0f} % | {fmt_num(s.pearson_ppi, 2)} / "
+                     f"{fmt_num(s.pearson_ground_truth_only, 2)} / {fmt_num(s.pearson_world_model, 2)} | "
+                     f"{fmt_num(s.trust_auroc, 2)} | {fmt_num(s.rho_verdict, 2)} / {fmt_num(s.rho_predictor, 2)} |")
     if all("sampled_by_doubt" in next(iter(s.coverage.values())) for s in study):
         lines += ["", "Where the trials go (the raw verdict as predictor, active inference): n expected trials per "
                   "policy placed uniformly or where the unsupervised doubt (the arm's offset from the actions, a small "
