@@ -43,7 +43,8 @@ from simforcing.flow import euler_schedule, euler_step
 from simforcing.masking import FirstFrameMasker
 from simforcing.media import write_sample_media
 from simforcing.models.world_model import StepContext
-from simforcing.runs.loaded import LoadedWorldModel, collate_one, eval_dataset, load_world_model, sample_generator
+from simforcing.runs.loaded import (LoadedWorldModel, check_student_sampler, collate_one, eval_dataset, load_world_model,
+                                    sample_generator)
 from simforcing.sampler_batch import SamplerBatch
 from simforcing.timing import Stopwatch
 from simforcing.training.compiled import CompiledModels
@@ -505,19 +506,6 @@ def check_student_settings(wm: LoadedWorldModel, n_sim: Optional[int], n_real: O
     """ConfigError naming the setting when a caller asks a few-step student for sampler settings other than its
     own (a sweep of N_s, N_r or w needs its teacher)."""
     check_student_sampler(wm.cfg, wm.name, n_sim, n_real, w)
-
-
-def check_student_sampler(cfg: Config, name: str, n_sim: Optional[float], n_real: Optional[float],
-                          w: Optional[float], flags: tuple[str, str, str] = ("N_s", "N_r", "w")) -> None:
-    """:func:`check_student_settings` of the student ``name`` whose config is ``cfg``, the settings named
-    ``flags`` in the message (``--sample.n_sim`` … where they came from the command line)."""
-    f = cfg.fewstep
-    for flag, got, own in zip(flags, (n_sim, n_real, w), (f.teacher_n_sim, f.steps, f.w)):
-        if got is not None and float(got) != float(own):
-            raise ConfigError(f"{name} is a few-step student ({f.steps} steps at the teacher's w = {f.w:g}, N_s = "
-                              f"{f.teacher_n_sim}); asked {flag} = {got:g}: a student samples only at its own "
-                              "settings — sweep the sampler on its teacher (RUN/teacher.json), or distil another "
-                              "student (`simforcing distill --steps K`)")
 
 
 def sampler_for(wm: LoadedWorldModel, n_sim: Optional[int] = None, n_real: Optional[int] = None,

@@ -24,7 +24,8 @@ from simforcing.policy.estimate.estimate import within_policy_rho
 from simforcing.policy.estimate.trials import read_trials, world_model_episodes
 from simforcing.policy.estimate.trust import Logistic, auroc, crossfit, episode_features
 
-from evalgen import RATES, TASKS, write_known_pool
+from evalgen import RATES, TASKS, evaluation, write_known_pool
+from simforcing.policy.closed_loop.results import WORLD_MODEL, EpisodeOutcome
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -212,11 +213,12 @@ def test_auroc_is_the_pairwise_ordering_probability():
 
 def test_episode_features():
     f = episode_features(True, [False, True, True], [-0.02, 0.01, 0.03], [10.0, 20.0, 60.0])
-    assert f.tolist() == pytest.approx([1.0, 3.0, 2 / 3, 3.0, 6.0, 0.0, 0.0])
-    assert episode_features(False, None, None, None).tolist() == [0.0] * 7
+    assert f.tolist() == pytest.approx([1.0, 3.0, 2 / 3, 3.0, 6.0, 0.0, 0.0, 0.0])
+    assert episode_features(False, None, None, None).tolist() == [0.0] * 8
+    assert episode_features(False, None, None, None, None, True)[-1] == 1.0  # a full-scene twin's own verdict
     # four noise draws, one of them a failure: soft 0.75, i.e. 0.25 below draw 0's verdict; disagreement 4·0.75·0.25
     f = episode_features(True, [True], [0.01], [5.0], [True, True, False, True])
-    assert f[-2:].tolist() == pytest.approx([-0.25, 0.75])
+    assert f[-3:-1].tolist() == pytest.approx([-0.25, 0.75])
 
 
 def test_a_constant_feature_column_leaves_the_predictor_unchanged():
@@ -379,3 +381,26 @@ def test_the_demo_report_section_reads_the_estimate(known_pool, tmp_path):
     assert "## Policies' success from a few ground-truth trials" in text and "| good |" in text
     assert "](wm_eval/estimate_student/coverage.png)" in text and "At n = 10: the worst policy's coverage" in text
     assert collect_estimate(SimpleNamespace(wm_eval=None)) is None and estimate_lines(None, plan) == []
+
+
+def test_the_twins_own_verdict_as_the_predictor(known_pool, tmp_path):
+    """--predictor twin: a full-scene twin's own verdict (``twin_verdicts``) is the prediction, the world model's frames
+    ignored; an evaluation without the twin's verdicts is refused by name, and the learned predictor reads it as a
+    feature."""
+    root, truth = known_pool
+    rng = np.random.default_rng(11)
+    twin = {k: v if rng.random() < 0.9 else not v for k, v in truth.items()}  # a simulator right 90 % of the time
+
+    def wm(p, t, s):
+        v = bool(rng.random() < 0.5)  # a world model that knows nothing
+        return EpisodeOutcome(s, v, 10, frame_judged=[v] * 6, frame_margin=[0.01 if v else -0.01] * 6,
+                              frame_arm_mm=[20.0] * 6, twin_verdicts=[False] * 5 + [twin[(p, t, s)]])
+
+    evaluation(WORLD_MODEL, 20, wm).write(tmp_path / "wm_twin")
+    res, study = run_estimate(root / "sim", tmp_path / "wm_twin", n=10, draws=20, study_ns=(10,), predictor="twin")
+    assert [r["p_success"] for r in res.episodes] == [float(twin[(r["policy"], r["task"], r["scene"])])
+                                                      for r in res.episodes]
+    _, learned = run_estimate(root / "sim", tmp_path / "wm_twin", n=10, draws=20, study_ns=(10,))
+    assert learned[0].rho_predictor > 0.5 > abs(learned[0].rho_verdict)  # the twin's verdict carries it
+    with pytest.raises(ConfigError, match="--predictor twin: .* no full-scene twin"):
+        run_estimate(root / "sim", root / "wm", n=10, predictor="twin")

@@ -13,7 +13,7 @@ from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_st
 from simforcing.evaluate.tables import cfg_markdown, format_result, steps_markdown
 from simforcing.runs.folder import WORLD_MODELS, require_kind
 from simforcing.sample import BASELINES
-from simforcing import result_files
+import simforcing.result_files as result_files
 from simforcing.utils import resolve_device
 
 

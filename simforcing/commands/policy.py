@@ -346,9 +346,11 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", nargs="+", default=None, metavar="NAME",
                         help="the policies to estimate, as the world-model evaluation names them (default: all; the "
                              "trials of the others are not used)")
-    parser.add_argument("--predictor", default=None, choices=("learned", "verdict"),
+    parser.add_argument("--predictor", default=None, choices=("learned", "verdict", "twin"),
                         help="learned (cross-fitted from each episode's features; the default where the episodes "
-                             "hold per-frame readings, else verdict) | verdict (the world model's own verdict)")
+                             "hold per-frame readings, else verdict) | verdict (the world model's own verdict; with "
+                             "--draws the share of draws judged successful) | twin (a full-scene twin's own verdict, "
+                             "the world model's frames ignored: the simulator as the predictor)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 − the intervals' level")
     parser.add_argument("--seed", type=int, default=0, help="the draw of the labelled scenes and of the folds "
                         "(an integer >= 0)")

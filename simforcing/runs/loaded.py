@@ -132,9 +132,7 @@ def check_sampling_overrides(run_cfg: Config, cfg: Config, run: str | Path) -> N
     outside ``SAMPLING_SECTIONS`` and ``SAMPLING_TRAIN_FIELDS`` (the network, its condition path, the flow, the losses,
     the training: the weights were trained as ``run_cfg`` says, and a loaded run samples as them), and for a few-step
     student a sampler's steps or weight other than its own (``STUDENT_SAMPLER_FIELDS``,
-    ``sample.check_student_sampler``). A change to a value the run already has is no change."""
-    from simforcing.sample import check_student_sampler
-
+    :func:`check_student_sampler`). A change to a value the run already has is no change."""
     fixed = [n for n in leaf_fields(run_cfg) if n.split(".")[0] not in SAMPLING_SECTIONS
              and n not in SAMPLING_TRAIN_FIELDS]
     if run_cfg.fewstep.steps:
@@ -146,6 +144,19 @@ def check_sampling_overrides(run_cfg: Config, cfg: Config, run: str | Path) -> N
                           f"it was trained (the setting would not be used); here only the {', '.join(SAMPLING_SECTIONS)}"
                           f" sections and {' / '.join(SAMPLING_TRAIN_FIELDS)} can change — leave it out, or train a run "
                           f"with --{name}={ours} and give that one")
+
+
+def check_student_sampler(cfg: Config, name: str, n_sim: Optional[float], n_real: Optional[float],
+                          w: Optional[float], flags: tuple[str, str, str] = ("N_s", "N_r", "w")) -> None:
+    """:func:`check_student_settings` of the student ``name`` whose config is ``cfg``, the settings named
+    ``flags`` in the message (``--sample.n_sim`` … where they came from the command line)."""
+    f = cfg.fewstep
+    for flag, got, own in zip(flags, (n_sim, n_real, w), (f.teacher_n_sim, f.steps, f.w)):
+        if got is not None and float(got) != float(own):
+            raise ConfigError(f"{name} is a few-step student ({f.steps} steps at the teacher's w = {f.w:g}, N_s = "
+                              f"{f.teacher_n_sim}); asked {flag} = {got:g}: a student samples only at its own "
+                              "settings — sweep the sampler on its teacher (RUN/teacher.json), or distil another "
+                              "student (`simforcing distill --steps K`)")
 
 
 def sampling_overrides(overrides: Sequence[str], leave_out: Sequence[str] = ()) -> list[str]:

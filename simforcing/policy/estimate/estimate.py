@@ -32,7 +32,7 @@ from simforcing.policy.estimate.ppi import (Estimate, PolicyTerms, active_mean, 
 from simforcing.policy.estimate.trials import Key, WorldModelEpisodes
 from simforcing.policy.estimate.trust import FEATURES, auroc, crossfit, trust_scores, unsupervised_doubt
 
-PREDICTORS = ("learned", "verdict")
+PREDICTORS = ("learned", "verdict", "twin")
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,12 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
         raise ConfigError(f"--predictor: got {predictor!r}; expected one of {', '.join(PREDICTORS)}")
     if predictor == "verdict":  # the raw verdict; with several noise draws their share of successes
         return wm.soft.copy()
+    if predictor == "twin":  # the simulator's own verdict (a full-scene twin in the loop), the world model ignored
+        if not wm.twin:
+            raise ConfigError(f"--predictor twin: the episodes of {wm.source} hold no full-scene twin's verdict "
+                              "(twin_verdicts: `policy eval --env world-model --wm-condition render` of a world model "
+                              "trained on `data synth --pairing scene` data records it)")
+        return wm.twin_verdicts.copy()
     lab = np.asarray(labelled, int)
     unl = np.setdiff1d(np.arange(len(wm.keys)), lab)
     y = np.array([truth[wm.keys[i]] for i in lab], float)

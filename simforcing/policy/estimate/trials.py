@@ -60,6 +60,7 @@ class WorldModelEpisodes:
     evaluation: PolicyEvaluation
     left_out: tuple[str, ...] = ()  # the evaluation's policies not estimated (``--policies``)
     without_readings: int = 0  # episodes that hold no per-frame readings
+    twin: bool = False  # every episode holds a full-scene twin's own verdict (``EpisodeOutcome.twin_verdicts``)
 
     def index(self) -> dict[Key, int]:
         return {k: i for i, k in enumerate(self.keys)}
@@ -68,6 +69,11 @@ class WorldModelEpisodes:
     def soft(self) -> np.ndarray:
         """(E,) the share of the world model's noise draws judged successful (the verdict with one draw)."""
         return self.verdicts + self.features[:, FEATURES.index("soft_shift")]
+
+    @property
+    def twin_verdicts(self) -> np.ndarray:
+        """(E,) the full-scene twin's own verdict per episode (0 where the evaluation had none)."""
+        return self.features[:, FEATURES.index("twin")]
 
     @property
     def policies(self) -> list[str]:
@@ -88,19 +94,20 @@ def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
     if unknown or not chosen:
         raise ConfigError(f"--policies: {', '.join(map(repr, unknown)) or 'none given'}: expected policies of the "
                           f"world-model evaluation {folder} (its policies: {', '.join(every)})")
-    keys, feats, verdicts, bare = [], [], [], 0
+    keys, feats, verdicts, bare, twin = [], [], [], 0, True
     for policy in chosen:
         for task, outs in ev.episodes[policy].items():
             for o in outs:
                 keys.append((policy, task, int(o.scene)))
                 feats.append(episode_features(o.success, o.frame_judged, o.frame_margin, o.frame_arm_mm,
-                                              o.draw_success))
+                                              o.draw_success, o.twin_success))
+                twin &= o.twin_verdicts is not None
                 verdicts.append(bool(o.success))
                 bare += not has_readings(o.frame_margin, o.frame_arm_mm)
     if not keys:
         raise ConfigError(f"{what} {folder}: the evaluation holds no episodes")
     return WorldModelEpisodes(keys, np.array(feats).reshape(len(keys), len(FEATURES)), np.array(verdicts, bool),
-                              bare == 0, str(folder), ev, tuple(p for p in every if p not in chosen), bare)
+                              bare == 0, str(folder), ev, tuple(p for p in every if p not in chosen), bare, twin)
 
 
 def simulator_truth(folder: str | Path, what: str = "--ground-truth") -> tuple[dict[Key, bool], PolicyEvaluation]:

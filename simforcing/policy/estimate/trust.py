@@ -14,9 +14,12 @@ with no ground truth, :func:`episode_features`:
     soft_shift  the share of the world model's noise draws judged successful (``policy eval --draws K``: the soft
                 prediction) minus the verdict (draw 0's); 0 with one draw
     disagree    how much the draws disagree: 4·soft·(1 − soft), 0 when they all agree (and with one draw)
+    twin        the digital twin's own verdict on the episode (a full-scene twin in the loop, ``--wm-condition
+                render`` on a world model of the scene pairing: the task predicate on the twin simulation's objects —
+                the simulator's own prediction); 0 without one
 
-(The last two are 0 in an evaluation of one draw per episode: a constant column, which the fitted predictor gives no
-weight, so its predictions are those of the first five alone.)
+(The last three are 0 in an evaluation of one draw per episode without a full-scene twin: constant columns, which the
+fitted predictor gives no weight, so its predictions are those of the first five alone.)
 
 A predictor (:class:`Logistic`, L2-regularised logistic regression on standardised features) learns P(ground truth
 succeeds | features) from labelled episodes; with **cross-fitting** (:func:`crossfit`) a labelled episode's prediction
@@ -33,19 +36,21 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-FEATURES = ("verdict", "margin", "held", "arm_mean", "arm_last", "soft_shift", "disagree")
+FEATURES = ("verdict", "margin", "held", "arm_mean", "arm_last", "soft_shift", "disagree", "twin")
 
 
 def episode_features(verdict: bool, frame_judged: Optional[Sequence], frame_margin: Optional[Sequence],
-                     frame_arm_mm: Optional[Sequence], draw_success: Optional[Sequence] = None) -> np.ndarray:
+                     frame_arm_mm: Optional[Sequence], draw_success: Optional[Sequence] = None,
+                     twin_success: Optional[bool] = None) -> np.ndarray:
     """One episode's features (``FEATURES``; the verdict alone — the readings 0 — where the evaluation predates the
-    per-frame margins and arm readings; ``draw_success``: every noise draw's verdict, None with one draw)."""
+    per-frame margins and arm readings; ``draw_success``: every noise draw's verdict, None with one draw;
+    ``twin_success``: the full-scene twin's verdict, None without one)."""
     held = float(np.mean(frame_judged)) if frame_judged else float(verdict)
     margin = float(np.max(frame_margin)) if frame_margin else 0.0
     arm = np.asarray(frame_arm_mm, np.float64) / 10.0 if frame_arm_mm else np.zeros(1)
     soft = float(np.mean(draw_success)) if draw_success else float(verdict)
     return np.array([float(verdict), margin * 100.0, held, float(arm.mean()), float(arm[-1]), soft - float(verdict),
-                     4.0 * soft * (1.0 - soft)])
+                     4.0 * soft * (1.0 - soft), float(bool(twin_success))])
 
 
 def has_readings(frame_margin, frame_arm_mm) -> bool:
