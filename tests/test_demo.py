@@ -99,9 +99,39 @@ def test_the_demo_graph_distils_a_student_and_scores_it_beside_its_teacher(tmp_p
     assert f"--out {plan.student}" in distill and jobs["distill simforcing"].deps == ("train simforcing",)
     assert f"--ckpt {plan.student}" in plan.commands[f"eval {few_step().name}"]
     assert f"--ckpt {plan.student}" in plan.commands[f"rollout {few_step().name}"]
-    wm = plan.commands[f"wm-eval world model {STUDENT}"]
-    assert f"--wm {plan.student}" in wm and "distill simforcing" in jobs[f"wm-eval world model {STUDENT}"].deps
-    assert f"{STUDENT}=" in plan.commands["wm-eval agreement"]
+    wm = plan.commands[f"estimate wm pool {STUDENT}"]
+    assert f"--wm {plan.student}" in wm and "distill simforcing" in jobs[f"estimate wm pool {STUDENT}"].deps
+    assert f"{STUDENT}=" in plan.commands["pool agreement"]
+
+
+def test_the_evaluator_is_trained_on_its_recipe_and_judges_the_policies_on_the_pool(tmp_path):
+    """The evaluator's jobs: its data with the recipe's operators in the policy layouts, SimForcing's stage 2 on it
+    from the one stage-1 run, its student; every world model of the pool (the students, with and without the twin)
+    evaluated on the same 60 scenes per task, estimated and agreed; the fidelity point is the evaluator student's with
+    the twin. The paper's runs keep the paper's data."""
+    from simforcing.demo.plan import EVALUATOR, build_plan, demo_budget
+    from simforcing.recipes import EVALUATOR as RECIPE
+
+    plan = build_plan(tmp_path / "demo", None, demo_budget())
+    jobs, cmds = {j.name: j for j in plan.jobs}, plan.commands
+    data = plan.evaluator["data"]
+    assert f"--out {data}" in cmds["data evaluator"] and f"--recipe {RECIPE.name}" in cmds["data evaluator"]
+    assert f"--layout-train {plan.budget.evaluator.layout_train}" in cmds["data evaluator"]
+    train = cmds[f"train {EVALUATOR}"]
+    assert f"--data {data}" in train and f"--teacher {plan.out / 'stage1'}" in train and "--method simforcing" in train
+    assert f"--data {plan.data}" in cmds["train simforcing"] and f"--data {plan.data}" in cmds["train sft"]
+    assert set(jobs[f"distill {EVALUATOR}"].deps) == {f"train {EVALUATOR}", "data evaluator"}
+    pool = {n[len("estimate wm pool "):] for n in jobs if n.startswith("estimate wm pool ")}
+    assert pool == {"copy-first", "sft-fewstep", "simforcing-fewstep", "simforcing-fewstep-twin", "evaluator-fewstep",
+                    "evaluator-fewstep-twin"}
+    per_task = f"--per-task {plan.budget.wm_eval.pool_per_task} "
+    assert all(per_task in cmds[f"estimate wm pool {n}"] for n in pool) and per_task in cmds["estimate sim pool"]
+    assert "--wm-condition render" in cmds["estimate wm pool evaluator-fewstep-twin"]
+    assert {n for n in pool if n != "copy-first"} == {n[len("estimate "):] for n in jobs
+                                                      if n.startswith("estimate ") and "pool" not in n}
+    assert f"--draws {plan.budget.wm_eval.estimate_draws}" in cmds["estimate evaluator-fewstep-twin"]
+    fid = cmds["fidelity"]
+    assert "--wm-name evaluator-fewstep-twin" in fid and str(plan.students[EVALUATOR]) in fid
 
 
 def test_stage_1_holds_both_cores_and_the_judge_follows(tmp_path):

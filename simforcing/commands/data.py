@@ -18,6 +18,7 @@ from simforcing.data.check import check_dataset
 from simforcing.data.format import meta_dir
 from simforcing.data.stats import STATS_KEYS, write_stats
 from simforcing.data.text_cache import cache_dir
+from simforcing.recipes import apply_synth_recipe
 from simforcing.utils import check_output_path, resolve_device
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -27,6 +28,9 @@ from simforcing.utils import check_output_path, resolve_device
 
 SYNTH_COUNTS = {"num_train": 20, "num_val": 16, "num_sim_pool": 300, "length": 33}  # the demo's set
 QUICK_COUNTS = {"num_train": 2, "num_val": 2, "num_sim_pool": 4, "length": 17}  # --quick
+# the operator options' defaults (a recipe's, --recipe, may set those still at them)
+SYNTH_OPERATOR_DEFAULTS = {"action_noise": 0.0, "action_noise_splits": None, "pauses": 0, "pause_splits": None,
+                           "failures": 0.0, "failure_splits": None}
 
 
 def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +73,10 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
                         "high, stops short (episodes.jsonl 'failure' says how)")
     parser.add_argument("--failure-splits", nargs="+", default=None, choices=("train", "val", "sim_pool"),
                         help="which episodes --failures applies to (default: those of train, sim_pool that hold episodes)")
+    parser.add_argument("--recipe", default=None, metavar="NAME",
+                        help="the operators of a named recipe (simforcing.recipes; evaluator: noisy, pausing and "
+                             "failing operators in the training episodes — the data a world model that judges "
+                             "policies needs); not with the options it sets")
     parser.add_argument("--quick", action="store_true", help="a tiny set: 2 train, 2 val, 4 sim-only, 17 frames")
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
     parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
@@ -94,6 +102,7 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
     out = dataset_out(args)
     c = synth_counts(args)
+    apply_synth_recipe(args, SYNTH_OPERATOR_DEFAULTS)
     t0 = time.time()
 
     def splits(value):

@@ -12,6 +12,7 @@ from simforcing.commands.runs import report_training
 from simforcing.config import PRETRAIN_METHODS, STAGE1_METHOD, STAGE2_METHODS, VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.methods import method_preset
 from simforcing.prior import video_prior_run
+from simforcing.recipes import train_overrides
 from simforcing.runs.folder import CONFIG_FILE, STAGE_KIND, is_run_folder, require_kind, run_config
 from simforcing.train import train_run
 
@@ -42,6 +43,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher", default=None, help="the stage-1 run folder (RUN1); optional with --resume")
     parser.add_argument("--config", default=None, help="start from this config.json instead of RUN1's (not with "
                         "--resume: the run's own config is the base)")
+    parser.add_argument("--recipe", default=None, metavar="NAME",
+                        help="a named recipe's stage-2 settings before your own overrides (simforcing.recipes; "
+                             "evaluator: a world model to judge policies in — docs/WORLD_MODEL_EVAL.md)")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     add_common_arguments(parser)
 
@@ -98,6 +102,7 @@ def train_config(args: argparse.Namespace) -> Config:
     elif base.train.method != args.method:
         raise ConfigError(f"train.method: {args.out} was trained with {base.train.method!r}, not "
                           f"{args.method!r}; resume it with the same --method")
+    args.overrides = train_overrides(args) + list(getattr(args, "overrides", None) or [])
     return _with_data(config_from_args(args, base=base, validate=False), args)
 
 

@@ -1,64 +1,198 @@
-"""The demo report's section on the prediction-powered estimate (``policy estimate``, docs/REAL_TRIALS.md): per world
-model, each policy's world-model rate against n ground-truth scenes corrected by the rest, and the coverage study."""
+"""The demo report's section on which world model to judge policies in: every world model of the pool (the evaluator's
+few-step student and SimForcing's, each with its own simulation chain and with the twin, `sft`'s; the teachers too with
+--full) on the same 60 scenes per task — its ranking of the policies against the simulator's (Pearson, MMRV with their
+95 % intervals, ``policy agreement``), what its episodes are worth as predictions of the truth (within-policy ρ,
+ground-truth trials saved at n, the worst policy's coverage, the trust AUROC: ``policy estimate``'s coverage study)
+and what it makes of the clean and the noisiest expert — each beside the issue's aim (``AIMS``), then the evaluator's
+own estimate in full (docs/REAL_TRIALS.md)."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
 from simforcing.config import ConfigError
-from simforcing.demo.plan import Plan
+from simforcing.demo.plan import EVALUATOR, TWIN, Plan, student_of
+from simforcing.fidelity import Aim
+from simforcing.policy.closed_loop.results import AgreementResult
 from simforcing.result_files import POLICY_ESTIMATE, read_result
 from simforcing.utils import fmt_num, relative_to
 
+CLEAN, NOISIEST = "scripted expert (ceiling)", "scripted expert, noise 4 cm/step"
+# the evaluator's aims (issue 53): at n = 10 ground-truth scenes per policy, over the coverage study's draws
+AIMS = (Aim("coverage", "worst policy's coverage of its truth (95 % intervals)", 0.93, below=False),
+        Aim("saved", "ground-truth trials saved at equal width", 0.50, below=False),
+        Aim("trust_auroc", "trust AUROC (the verdict being wrong)", 0.80, below=False),
+        Aim("pearson", "Pearson of the raw success rates with the simulator's", 0.90, below=False),
+        Aim("mmrv", "MMRV of the raw success rates", 0.10),
+        Aim("clean_expert", "the clean expert's success inside", 0.80, below=False),
+        Aim("noisiest_expert", "the 4 cm/step expert's success inside", 0.20))
 
-def collect_estimate(plan: Plan) -> Optional[dict]:
-    """world model -> its estimate.json (the episodes' rows left out: they are in episodes.csv); None when the demo
-    has no estimate or none finished."""
-    folders = (plan.wm_eval or {}).get("estimate") or {}
-    out = {}
-    for wm, folder in folders.items():
-        try:
-            body, _ = read_result(Path(folder) / "estimate.json", POLICY_ESTIMATE, 1, f"the estimate section's {wm}")
-        except ConfigError:
+
+@dataclass(frozen=True)
+class EvaluatorRow:
+    """One world model of the pool: its ranking (Pearson and MMRV of the raw rates, 95 % bootstrap intervals), its
+    coverage study at ``n`` (worst coverage, trials saved, trust AUROC, within-policy ρ of its verdict and of the
+    learned predictor) and the two experts' success inside it (None where a job has not finished)."""
+
+    name: str
+    pearson: Optional[float] = None
+    pearson_ci95: Optional[tuple] = None
+    mmrv: Optional[float] = None
+    mmrv_ci95: Optional[tuple] = None
+    n: Optional[int] = None
+    coverage: Optional[float] = None
+    saved: Optional[float] = None
+    trust_auroc: Optional[float] = None
+    rho_verdict: Optional[float] = None
+    rho_predictor: Optional[float] = None
+    clean_expert: Optional[float] = None
+    noisiest_expert: Optional[float] = None
+    folder: Optional[str] = None  # its estimate's folder
+
+    def met(self) -> dict[str, Optional[bool]]:
+        return {a.key: a.met(getattr(self, a.key)) for a in AIMS}
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "aims": self.met()}
+
+
+@dataclass(frozen=True)
+class EvaluatorsSection:
+    """Every world model of the pool (``rows``, in the plan's order), which of them is the demo's evaluator, and the
+    pool's size."""
+
+    rows: dict[str, EvaluatorRow]
+    evaluator: Optional[str]
+    per_task: int
+    draws: int
+
+    def to_json(self) -> dict:
+        return {"rows": {k: r.to_json() for k, r in self.rows.items()}, "evaluator": self.evaluator,
+                "per_task": self.per_task, "draws": self.draws,
+                "aims": {a.key: {"label": a.label, "bound": a.bound, "below": a.below} for a in AIMS}}
+
+
+def _study(folder: Path, n: int) -> Optional[dict]:
+    try:
+        body, _ = read_result(folder / "estimate.json", POLICY_ESTIMATE, 1, f"the estimate section's {folder.name}")
+    except ConfigError:
+        return None
+    return next((s for s in body.get("study") or [] if s.get("n") == n), None)
+
+
+def collect_estimate(plan: Plan) -> Optional[EvaluatorsSection]:
+    """The section's numbers from the files the pool's jobs wrote; None when the demo has no pool or nothing of it
+    finished."""
+    wm = plan.wm_eval or {}
+    evals = wm.get("pool_evals") or {}
+    if not evals:
+        return None
+    try:
+        agreement: Optional[AgreementResult] = AgreementResult.read(wm["pool_agreement"], "the estimate section")
+    except ConfigError:
+        agreement = None
+    w = plan.budget.wm_eval
+    rows = {}
+    for name in evals:
+        if name == "copy-first":
             continue
-        out[wm] = dict(body, folder=str(folder))
-    return out or None
+        row: dict = {"name": name}
+        stats = agreement.ranking.get(name, {}).get("all") if agreement is not None else None
+        if stats is not None:
+            row.update(pearson=_finite(stats.pearson), pearson_ci95=tuple(stats.pearson_ci95),
+                       mmrv=_finite(stats.mmrv), mmrv_ci95=tuple(stats.mmrv_ci95))
+        if agreement is not None and name in agreement.envs:
+            rates = agreement.envs[name]
+            row.update(clean_expert=rates[CLEAN].rate if CLEAN in rates else None,
+                       noisiest_expert=rates[NOISIEST].rate if NOISIEST in rates else None)
+        folder = (wm.get("estimate") or {}).get(name)
+        s = _study(Path(folder), w.estimate_n) if folder is not None else None
+        if s is not None:
+            row.update(n=s["n"], coverage=min(c["ppi"] for c in s["coverage"].values()), saved=s["saved"],
+                       trust_auroc=s.get("trust_auroc"), rho_verdict=s.get("rho_verdict"),
+                       rho_predictor=s.get("rho_predictor"), folder=str(folder))
+        if len(row) > 1:
+            rows[name] = EvaluatorRow(**row)
+    if not rows:
+        return None
+    evaluator = student_of(EVALUATOR) + TWIN
+    return EvaluatorsSection(rows, evaluator if evaluator in rows else None,
+                             w.pool_per_task_full if plan.full else w.pool_per_task, w.estimate_draws)
 
 
-def _study_row(study: list, n: int) -> Optional[dict]:
-    return next((s for s in study if s["n"] == n), None)
+def _finite(v) -> Optional[float]:
+    return None if v is None or v != v else float(v)
 
 
-def estimate_lines(section: Optional[dict], plan: Plan) -> list[str]:
+def _pct(v: Optional[float]) -> str:
+    return "—" if v is None else f"{100 * v:.0f} %"
+
+
+def _ci(v: Optional[float], ci: Optional[tuple]) -> str:
+    if v is None:
+        return "—"
+    lo, hi = ci if ci else (None, None)
+    return fmt_num(v, 2) + ("" if lo is None or hi is None else f" [{fmt_num(lo, 2)}, {fmt_num(hi, 2)}]")
+
+
+def _mark(ok: Optional[bool]) -> str:
+    return "" if ok is None else (" ✓" if ok else " ✗")
+
+
+def evaluators_table(section: EvaluatorsSection) -> list[str]:
+    """One row per world model, the aims' row first; ✓/✗ beside each value against its aim."""
+    head = ("| world model | Pearson vs simulator [95 %] | MMRV [95 %] | within-policy ρ: verdict / predictor "
+            "| trials saved | worst coverage | trust AUROC | clean expert inside | 4 cm/step expert inside |")
+    aims = {a.key: a for a in AIMS}
+
+    def aim(key: str, pct: bool = False) -> str:
+        a = aims[key]
+        return ("≤ " if a.below else "≥ ") + (f"{100 * a.bound:.0f} %" if pct else f"{a.bound:g}")
+
+    lines = [head, "|---|---|---|---|---|---|---|---|---|",
+             f"| *aim* | {aim('pearson')} | {aim('mmrv')} | (≈ 0.71 saves half) | {aim('saved', True)} | "
+             f"{aim('coverage', True)} | {aim('trust_auroc')} | {aim('clean_expert', True)} | "
+             f"{aim('noisiest_expert', True)} |"]
+    for name, r in section.rows.items():
+        m = r.met()
+        label = f"**{name}** (the demo's evaluator)" if name == section.evaluator else name
+        lines.append(f"| {label} | {_ci(r.pearson, r.pearson_ci95)}{_mark(m['pearson'])} | "
+                     f"{_ci(r.mmrv, r.mmrv_ci95)}{_mark(m['mmrv'])} | {fmt_num(r.rho_verdict, 2)} / "
+                     f"{fmt_num(r.rho_predictor, 2)} | {_pct(r.saved)}{_mark(m['saved'])} | "
+                     f"{'—' if r.coverage is None else f'{100 * r.coverage:.1f} %'}{_mark(m['coverage'])} | "
+                     f"{fmt_num(r.trust_auroc, 2)}{_mark(m['trust_auroc'])} | "
+                     f"{_pct(r.clean_expert)}{_mark(m['clean_expert'])} | "
+                     f"{_pct(r.noisiest_expert)}{_mark(m['noisiest_expert'])} |")
+    return lines
+
+
+def estimate_lines(section: Optional[EvaluatorsSection], plan: Plan) -> list[str]:
     if not section:
         return []
     w = plan.budget.wm_eval
-    lines = ["", "## Policies' success from a few ground-truth trials (prediction-powered)", "",
-             f"The policies on a pool of {w.pool_per_task_full if plan.full else w.pool_per_task} scenes per "
-             "task, in the simulator (the truth of every episode) and inside the world model. The world model's raw "
-             f"rate is biased; {w.estimate_n} ground-truth scenes per policy (drawn at random, the same for every "
-             "policy) correct it (PPI++ with power tuning; the predictor learned from each episode's features and "
-             "cross-fitted), and the rest of the pool's world-model episodes narrow it. The coverage study repeats "
-             f"this over {w.estimate_draws} draws of the ground-truth scenes and counts how often each 95 % interval "
-             "holds the truth. What to record and how to read it for a real robot: docs/REAL_TRIALS.md.", ""]
-    for wm, body in section.items():
-        md = (Path(body["folder"]) / "estimate.md")
-        lines += [f"### Inside `{wm}`", ""]
+    lines = ["", "## Which world model to judge policies in", "",
+             f"Every world model on the same pool of {section.per_task} held-out scenes per task (8 policies, "
+             f"{3 * section.per_task * 8} episodes each), against the simulator's verdict on every episode: the raw "
+             "ranking (Pearson, MMRV; 95 % bootstrap intervals over scenes) and, with "
+             f"{w.estimate_n} ground-truth scenes per policy drawn {section.draws} times, what its episodes are worth "
+             "as predictions (`policy estimate`: the within-policy correlation ρ of its verdict and of the learned "
+             "predictor with the truth, the ground-truth trials the prediction-powered interval saves at equal width, "
+             "the worst policy's coverage, the trust AUROC). `-fewstep`: the few-step student (2 network evaluations "
+             "per chunk); `-twin`: the robot's digital twin renders its condition. ✓/✗: the evaluator's aims "
+             "(issue 53). What to record on a robot and how to read an estimate: docs/REAL_TRIALS.md.", "",
+             *evaluators_table(section), ""]
+    ev = section.rows.get(section.evaluator) if section.evaluator else None
+    if ev is not None and ev.folder:
+        folder = Path(ev.folder)
+        lines += [f"### The evaluator's estimate in full (`{ev.name}`)", ""]
         try:
-            lines += md.read_text().rstrip().splitlines()
+            lines += (folder / "estimate.md").read_text().rstrip().splitlines()
         except OSError:
-            lines.append(json.dumps({k: body[k] for k in ("labelled", "unlabelled")}))
+            pass
         for png in ("estimates.png", "coverage.png"):
-            if (Path(body["folder"]) / png).exists():
-                lines += ["", f"![{png}]({relative_to(Path(body['folder']) / png, plan.out)})"]
+            if (folder / png).exists():
+                lines += ["", f"![{png}]({relative_to(folder / png, plan.out)})"]
         lines.append("")
-        row = _study_row(body.get("study") or [], w.estimate_n)
-        if row:
-            cov = min(c["ppi"] for c in row["coverage"].values())
-            lines.append(f"At n = {w.estimate_n}: the worst policy's coverage {100 * cov:.1f} % (aim ≥ 93 %), "
-                         f"{100 * row['saved']:.0f} % of ground-truth trials saved at equal width (aim ≥ 50 %), "
-                         f"ranking Pearson {fmt_num(row['pearson_ppi'], 2)} (aim ≥ 0.9), trust AUROC "
-                         f"{fmt_num(row['trust_auroc'], 2)} (aim ≥ 0.8).")
     return lines

@@ -49,7 +49,7 @@ def _read(kind, folder, what: str):
 def _wm_row(plan: Plan, agreement: Optional[AgreementResult], name: str) -> Optional[dict]:
     """One world model's agreement with the simulator (all players) and its evaluation's speed."""
     try:
-        ev = PolicyEvaluation.read(plan.wm_eval["evals"][f"world model {name}"], f"the few-step section's {name}")
+        ev = PolicyEvaluation.read(plan.wm_eval["pool_evals"][name], f"the few-step section's {name}")
     except (ConfigError, KeyError):
         return None
     stats = agreement.ranking.get(name, {}).get("all") if agreement is not None else None
@@ -81,7 +81,7 @@ def collect_fewstep(plan: Plan) -> Optional[FewStepSection]:
         section.rollout_paired = paired(rolls["student"], rolls["teacher"])
     if plan.wm_eval:
         try:
-            agreement = AgreementResult.read(plan.wm_eval["agreement"], "the few-step section")
+            agreement = AgreementResult.read(plan.wm_eval["pool_agreement"], "the few-step section")
         except ConfigError:
             agreement = None
         section.wm = {who: row for who, name in (("teacher", TEACHER), ("student", STUDENT))

@@ -53,8 +53,9 @@ class WorldModelEvalBudget:
     pool_per_task: int = 20
     pool_per_task_full: int = 30
     estimate_n: int = 10
-    estimate_draws: int = 200
-    estimate_study_n: tuple = (5, 10, 20, 40)
+    estimate_draws: int = 400
+    estimate_study_n: tuple = (10,)
+    estimate_study_n_full: tuple = (5, 10, 20, 40)
 
 
 @dataclass
@@ -72,7 +73,20 @@ class FewStepBudget:
 WM_EVAL_QUICK = WorldModelEvalBudget(per_task=1, per_task_full=1, budgets=(3,), budgets_full=(3,), expert_noise=(0.02,),
                                      judge_steps=20, judge_steps_full=20, judge_rollouts=2, judge_rollouts_full=2,
                                      pool_per_task=2, pool_per_task_full=2, estimate_n=2, estimate_draws=3,
-                                     estimate_study_n=(2, 3))
+                                     estimate_study_n=(2, 3), estimate_study_n_full=(2, 3))
+
+
+@dataclass
+class EvaluatorBudget:
+    """The evaluator world model (``simforcing.recipes.EVALUATOR``, docs/WORLD_MODEL_EVAL.md): SimForcing's stage 2
+    from the demo's stage 1 on paired episodes that show what policies do — the recipe's operators in ``layout_train``
+    episodes of the policy benchmark's layouts beside ``num_train`` of varied scenes — and its few-step student, which
+    the policy evaluations, the estimate and the fidelity point use. The paper's tables keep the paper's data."""
+
+    num_train: int = 20
+    layout_train: int = 100
+    steps: int = 600
+    batch: int = 8
 
 
 @dataclass
@@ -109,12 +123,14 @@ class Budget:
     wm_eval: WorldModelEvalBudget = field(default_factory=WorldModelEvalBudget)
     transfer: TransferBudget = field(default_factory=TransferBudget)  # --full: the video base, seeds × inits
     fewstep: FewStepBudget = field(default_factory=FewStepBudget)
+    evaluator: EvaluatorBudget = field(default_factory=EvaluatorBudget)
 
 
 QUICK = Budget(num_train=4, num_val=3, num_sim_pool=12, length=17, stage1_steps=30, stage1_batch=8, stage2_steps=20,
                eval_windows=1, sweep_windows=1, sweep_n_real=(1, 2), probe_steps=30, report_videos=1, long_val=3,
                long_length=25, rollout_horizon=24, rollout_videos=1, layout_train=4, policy=POLICY_QUICK,
-               wm_eval=WM_EVAL_QUICK, transfer=TRANSFER_QUICK, fewstep=FewStepBudget(distill_steps=3))
+               wm_eval=WM_EVAL_QUICK, transfer=TRANSFER_QUICK, fewstep=FewStepBudget(distill_steps=3),
+               evaluator=EvaluatorBudget(num_train=2, layout_train=4, steps=10, batch=4))
 
 
 def demo_budget(quick: bool = False, stage1_steps: Optional[int] = None,
@@ -186,11 +202,23 @@ def twin_condition(method: str) -> EvalKey:
 
 
 STUDENT = "simforcing-fewstep"  # the few-step student's run tag (and its world model's name in the agreement)
+EVALUATOR = "evaluator"  # the evaluator world model's run tag (EvaluatorBudget)
+TWIN = "-twin"  # a world model's name with the robot's digital twin as its condition (--wm-condition render)
+
+
+def student_of(tag: str) -> str:
+    """The run tag (and world-model name) of the few-step student of run ``tag``."""
+    return f"{tag}-fewstep"
 
 
 def few_step(method: str = "simforcing") -> EvalKey:
     """The few-step student of a method's world model (``simforcing distill``), scored as its teacher is."""
     return EvalKey(method, variant="few-step")
+
+
+def evaluator_oracle() -> EvalKey:
+    """The evaluator's few-step student on one window with the recorded simulation video as its condition."""
+    return EvalKey(student_of(EVALUATOR), variant="oracle condition")
 
 
 def probe_state(method: str) -> EvalKey:
@@ -222,7 +250,9 @@ class Plan:
     rollouts: dict = field(default_factory=dict)  # {"data": the long episodes, "folders": EvalKey -> rollout folder}
     wm_eval: Optional[dict] = None  # the world-model policy evaluation's folders (None without it)
     student: Optional[Path] = None  # the few-step student's run folder
-    fidelity: Optional[Path] = None  # the SimForcing world model's fidelity (``fidelity point``)
+    fidelity: Optional[Path] = None  # the evaluator's fidelity (``fidelity point``)
+    evaluator: Optional[dict] = None  # the evaluator's folders: "data", "run", "student" (None without it)
+    students: dict = field(default_factory=dict)  # run tag -> its few-step student's folder
 
 
 class _Builder:
@@ -242,6 +272,8 @@ class _Builder:
         self.vae, self.probe, self.stage1 = out / "vae", out / "probe", out / "stage1"
         self.video_base_dir: Optional[Path] = None  # --full: stage 0, which stage 1 starts from (video_base_section)
         self.student = out / STUDENT.replace("-", "_")  # the few-step student of the SimForcing world model
+        self.students: dict[str, Path] = {}  # run tag -> its few-step student (:meth:`distill`)
+        self.evaluator_run: Optional[Path] = None  # the evaluator world model (:meth:`evaluator`)
 
     # -- provenance --------------------------------------------------------------------------------------------------
     def record(self, name: str, job_argv: list[str], sizes: dict, seed: Optional[int], inputs: tuple) -> dict:
@@ -353,17 +385,47 @@ class _Builder:
                          run_steps=b.stage2_steps)
         return runs
 
-    def distill(self) -> None:
-        """4a. the few-step student of the SimForcing world model (``simforcing distill``): the same network
-        fine-tuned so that K steps of its conditional branch reproduce the teacher's guided sampler."""
+    def distill(self, tag: str = "simforcing", teacher: Optional[Path] = None, data: Optional[Path] = None,
+                deps: tuple = ()) -> Path:
+        """4a. the few-step student of run ``tag`` (``simforcing distill``; its folder ``teacher``, default OUT/tag,
+        on ``data``, default the demo's): the same network fine-tuned so that K steps of its conditional branch
+        reproduce the teacher's guided sampler (an unconditioned run's: its K-step sampler). Returns its folder."""
         f = self.b.fewstep
-        argv = ["distill", "--teacher", str(self.out / "simforcing"), "--steps", str(f.steps), "--objective",
-                f.objective, "--data", str(self.data), "--out", str(self.student), f"--train.lr={f.lr:g}",
+        teacher, data = teacher or self.out / tag, data or self.data
+        folder = self.student if tag == "simforcing" else self.out / student_of(tag).replace("-", "_")
+        argv = ["distill", "--teacher", str(teacher), "--steps", str(f.steps), "--objective",
+                f.objective, "--data", str(data), "--out", str(folder), f"--train.lr={f.lr:g}",
                 f"--train.batch_size={f.batch_size}", f"--train.max_steps={f.distill_steps}",
                 f"--train.ckpt_every={f.distill_steps}", "--train.threads=1", "--no-progress"]
-        self.add("distill simforcing", argv, self.student, None, ("train simforcing",),
-                 sizes={"distill_steps": f.distill_steps}, seed=SEED, inputs=("train simforcing",), priority=72,
-                 run_steps=f.distill_steps)
+        self.add(f"distill {tag}", argv, folder, None, (f"train {tag}",) + deps,
+                 sizes={"distill_steps": f.distill_steps}, seed=SEED, inputs=(f"train {tag}",) + deps,
+                 priority=72 if tag == "simforcing" else 65, run_steps=f.distill_steps)
+        self.students[tag] = folder
+        return folder
+
+    def evaluator(self) -> dict:
+        """4b. the evaluator world model (``EvaluatorBudget``, ``simforcing.recipes.EVALUATOR``): its data — the
+        recipe's operators in the policy benchmark's layouts — SimForcing's stage 2 on it from the one stage-1
+        checkpoint, and its few-step student."""
+        from simforcing.recipes import EVALUATOR as RECIPE
+
+        b, e = self.b, self.b.evaluator
+        data, run = self.out / "data_evaluator", self.out / EVALUATOR
+        argv = ["data", "synth", "--out", str(data), "--num-train", str(e.num_train), "--num-val", "0",
+                "--num-sim-pool", "0", "--length", str(b.length), "--height", "32", "--width", "48", "--seed", "0",
+                "--workers", "1", "--layout-train", str(e.layout_train), "--layouts", str(b.policy.layouts),
+                "--jitter", f"{b.policy.jitter:g}", "--recipe", RECIPE.name]
+        self.add("data evaluator", argv, data, "meta/stats.json", ("stage1",), priority=68, seed=0,
+                 sizes={"num_train": e.num_train, "layout_train": e.layout_train, "generator": GENERATOR_VERSION,
+                        "recipe": RECIPE.record()}, inputs=(), extra=("--overwrite",) if is_dataset(data) else ())
+        argv = ["train", "--method", "simforcing", "--recipe", RECIPE.name, "--teacher", str(self.stage1), "--data",
+                str(data), "--out", str(run), f"--train.seed={SEED}", f"--train.max_steps={e.steps}",
+                f"--train.batch_size={e.batch}", "--train.threads=1", *self.ov]
+        self.add(f"train {EVALUATOR}", argv, run, None, ("stage1", "data evaluator"), sizes={"steps": e.steps},
+                 seed=SEED, inputs=("stage1", "data evaluator"), priority=69, run_steps=e.steps)
+        self.evaluator_run = run
+        student = self.distill(EVALUATOR, run, data, ("data evaluator",))
+        return {"data": data, "run": run, "student": student}
 
     def evaluations(self, runs: dict[str, Path]) -> dict[EvalKey, Path]:
         """5. evaluation at the paper's sampler (1, 10, 0.6) with the action-following error and its control; the
@@ -374,7 +436,8 @@ class _Builder:
 
         def evaluate(key: EvalKey, argv: list[str], deps: tuple, priority: int = 50) -> None:
             folder = evals[key] = self.out / "eval" / key.name.replace(" ", "_")
-            ov = (self.ov if "--baseline" in argv else self.own_steps_ov if str(self.student) in argv
+            students = {str(f) for f in self.students.values()} | {str(self.student)}
+            ov = (self.ov if "--baseline" in argv else self.own_steps_ov if students & set(argv)
                   else self.sample_ov)
             self.add(f"eval {key.name}", ["evaluate", *argv, "--out", str(folder), *common, *ov], folder,
                      "eval.json", deps + ("probe",), inputs=deps + ("probe",), priority=priority)
@@ -399,6 +462,9 @@ class _Builder:
         evaluate(ORACLE_CONDITION, ["--ckpt", str(runs["simforcing"]), "--sample.condition=oracle"],
                  ("train simforcing",))
         evaluate(few_step(), ["--ckpt", str(self.student)], ("distill simforcing",), priority=55)
+        if EVALUATOR in self.students:  # the evaluator's fidelity point: its real branch given the exact condition
+            evaluate(evaluator_oracle(), ["--ckpt", str(self.students[EVALUATOR]), "--sample.condition=oracle"],
+                     (f"distill {EVALUATOR}",), priority=28)
         return evals
 
     def sweeps_and_videos(self, runs: dict[str, Path], full: bool) -> tuple[dict, dict]:
@@ -449,7 +515,8 @@ class _Builder:
             deps = (job or f"train {run_tag_}", "probe", "data long")
             self.add(f"rollout {key.name}", ["rollout", "--ckpt", str(run or runs[run_tag_]), *common, "--out",
                                              str(folder), *extra,
-                                             *(self.own_steps_ov if run == self.student else self.sample_ov)],
+                                             *(self.own_steps_ov if run in (self.student, *self.students.values())
+                                               else self.sample_ov)],
                      folder, "rollout.json", deps, inputs=deps, priority=52)
 
         for seed in seed_list:
@@ -463,6 +530,10 @@ class _Builder:
         # the few-step student, the paper's own simulation chain: its drift against its teacher's
         add(few_step(), "simforcing", ["--rows", "rollout", "restart", "--videos", "0"], self.student,
             "distill simforcing")
+        if EVALUATOR in self.students:  # the evaluator's fidelity point: its drift with the twin
+            add(twin_condition(student_of(EVALUATOR)), EVALUATOR, ["--sample.condition=render", "--rows", "rollout",
+                                                                    "restart", "--videos", "0"],
+                self.students[EVALUATOR], f"distill {EVALUATOR}")
         if full:
             for m in BASE_METHODS:
                 add(probe_state(m), m, ["--rollout.state=probe", "--rows", "rollout", "--videos", "0"])
@@ -475,8 +546,12 @@ class _Builder:
         benchmark's held-out layout scenes, against the simulator: the success judge fitted on the layout episodes of the
         demo's data and the policy demonstrations; one-camera action-only policies (the world model predicts the
         external camera) from base, the `sft` and the SimForcing world model (two budgets with --full); the
-        scripted expert at several action-noise levels and do-nothing; the simulator's evaluation with the judge on
-        its own frames; each world model's (sft and simforcing of every seed, copy-first: the floor); their agreement."""
+        scripted expert at several action-noise levels and do-nothing. On ``per_task`` scenes the judge's harness
+        check (the simulator's own frames through it) and the floor (copy-first); on the pool of ``pool_per_task``
+        scenes every world model — the few-step students of the evaluator, of SimForcing (each with its own chain and
+        with the twin) and of `sft` (the teachers too with --full) — their agreement with the simulator and the
+        prediction-powered estimate of each (:meth:`estimate_pool`). 15 scenes per policy cannot rank world models
+        (a ranking's interval is 0.4–0.7 wide there); 60 can."""
         b, w, out = self.b, self.b.wm_eval, self.out / "wm_eval"
         pdata = Path(pol["data"])
         self.records["policy data"] = {"command": pol["commands"]["policy data"], "generator": GENERATOR_VERSION}
@@ -508,48 +583,51 @@ class _Builder:
                   "--layouts", str(b.policy.layouts), "--jitter", str(b.policy.jitter), "--judge", str(judge)]
         noise = ["--expert-noise", *(f"{x:g}" for x in w.expert_noise)]
         learned = [f"{n}={p}" for n, p in policies.items()]
+        policy_jobs_ = tuple(f"wm-eval policy {n}" for n in policies)
+        # the judge's harness check: the simulator's own frames through it, on the held-out scenes (and the floor)
         evals = {"sim experts": (out / "sim_experts", ["policy", "eval", *noise, *common]),
                  "sim policies": (out / "sim_policies", ["policy", "eval", "--runs", *learned, "--no-baselines",
-                                                         *common])}
-        # name -> (world-model run or copy-first, its training job, extra flags): every seed's sft and simforcing,
-        # and the SimForcing world model with the robot's digital twin as its condition (--wm-condition render)
-        wms: dict[str, tuple] = {"copy-first": ("copy-first", None, [])}
-        for seed in seeds:
-            for m in ("simforcing", "sft"):
-                wms[run_tag(m, seed)] = (runs[run_tag(m, seed)], f"train {run_tag(m, seed)}", [])
-        wms["simforcing-twin"] = (runs["simforcing"], "train simforcing", ["--wm-condition", "render"])
-        wms[STUDENT] = (self.student, "distill simforcing", [])  # the few-step student: K + 1 forwards per chunk
-        trained = {}
-        for wm, (run, train_job, extra) in wms.items():
-            evals[f"world model {wm}"] = (out / f"wm_{wm}", ["policy", "eval", "--env", "world-model", "--wm", str(run),
-                                                             *extra, "--runs", *learned, *noise, *common])
-            trained[f"world model {wm}"] = train_job
+                                                         *common]),
+                 "world model copy-first": (out / "wm_copy-first", ["policy", "eval", "--env", "world-model", "--wm",
+                                                                   "copy-first", "--runs", *learned, *noise,
+                                                                   *common])}
         for name, (folder, argv) in evals.items():
-            deps = ("judge",) + tuple(f"wm-eval policy {n}" for n in policies if "experts" not in name)
-            deps += (trained[name],) if trained.get(name) else ()
+            deps = ("judge",) + (policy_jobs_ if "experts" not in name else ())
             self.add(f"wm-eval {name}", argv + ["--out", str(folder)], folder, "eval.json", deps, inputs=deps,
                      priority=30)
         agree = out / "agreement"
-        order = [w for w in wms if w != "copy-first"] + ["copy-first"]
-        # the teacher as the reference: the student (and the twin, the other seeds) against it, paired on the scenes
         argv = ["policy", "agreement", "--sim", str(out / "sim_experts"), str(out / "sim_policies"), "--wm",
-                *(f"{w}={out / f'wm_{w}'}" for w in order), "--reference", run_tag("simforcing", SEED),
-                "--out", str(agree)]
+                f"copy-first={out / 'wm_copy-first'}", "--out", str(agree)]
         deps = tuple(f"wm-eval {n}" for n in evals)
         self.add("wm-eval agreement", argv, agree, "agreement.json", deps, inputs=deps, priority=30)
-        pool_wms = {STUDENT: wms[STUDENT]}
+        # the world models on the pool: name -> (run or copy-first, its job, extra flags); the few-step students
+        # (K + 1 forwards per chunk: they rank within their teachers' noise, docs/FEWSTEP.md), each with the robot's
+        # digital twin where it has a simulation branch; --full adds the teachers
+        wms: dict[str, tuple] = {"copy-first": ("copy-first", None, [])}
+        for tag in (EVALUATOR, "simforcing", "sft"):
+            if tag in self.students:
+                name = student_of(tag)
+                wms[name] = (self.students[tag], f"distill {tag}", [])
+                if tag != "sft":
+                    wms[name + TWIN] = (self.students[tag], f"distill {tag}", ["--wm-condition", "render"])
         if full:
-            pool_wms.update((k, wms[k]) for k in (run_tag("simforcing", SEED), "simforcing-twin", run_tag("sft", SEED)))
-        estimates = self.estimate_pool(out, pool_wms, learned, noise, tuple(f"wm-eval policy {n}" for n in policies),
-                                       judge, full)
+            for tag in [t for t in (EVALUATOR, *runs) if t == EVALUATOR or t.split("_")[0] in BASE_METHODS]:
+                run = self.evaluator_run if tag == EVALUATOR else runs[tag]
+                if run is None:
+                    continue
+                wms[tag] = (run, f"train {tag}", [])
+                if not tag.startswith("sft"):
+                    wms[tag + TWIN] = (run, f"train {tag}", ["--wm-condition", "render"])
+        pool = self.estimate_pool(out, wms, learned, noise, policy_jobs_, judge, full)
         return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
-                "evals": {k: v[0] for k, v in evals.items()}, "estimate": estimates}
+                "evals": {k: v[0] for k, v in evals.items()}, **pool}
 
     def estimate_pool(self, out: Path, wms: dict, learned: list[str], noise: list[str], policy_jobs: tuple,
-                      judge: Path, full: bool) -> dict[str, Path]:
-        """9b. the prediction-powered estimate (``policy estimate``): the eight policies on a pool of scenes in the
-        simulator (every episode's truth) and inside each world model of ``wms``, then n ground-truth scenes per
-        policy correcting the rest — one estimate and the coverage study over many draws per world model."""
+                      judge: Path, full: bool) -> dict:
+        """9b. the policies on a pool of scenes per task (``WorldModelEvalBudget.pool_per_task``): in the simulator
+        (every episode's truth) and inside each world model of ``wms``; their agreement with the simulator (Pearson,
+        MMRV with intervals) and, per world model, the prediction-powered estimate (``policy estimate``: n
+        ground-truth scenes per policy correcting the rest) with its coverage study over many draws."""
         b, w = self.b, self.b.wm_eval
         pool = ["--per-task", str(w.pool_per_task_full if full else w.pool_per_task), "--max-steps",
                 str(b.policy.max_steps), "--layouts", str(b.policy.layouts), "--jitter", str(b.policy.jitter),
@@ -557,35 +635,53 @@ class _Builder:
         sim = out / "pool_sim"
         self.add("estimate sim pool", ["policy", "eval", *pool, "--out", str(sim)], sim, "eval.json", policy_jobs,
                  inputs=policy_jobs, priority=30)
-        folders = {}
+        evals, estimates = {}, {}
+        study = w.estimate_study_n_full if full else w.estimate_study_n
         for wm, (run, train_job, extra) in wms.items():
             ev, est = out / f"pool_wm_{wm}", out / f"estimate_{wm}"
-            deps = ("judge",) + policy_jobs + (train_job,)
+            deps = ("judge",) + policy_jobs + ((train_job,) if train_job else ())
             self.add(f"estimate wm pool {wm}", ["policy", "eval", "--env", "world-model", "--wm", str(run), *extra,
                                                 "--judge", str(judge), *pool, "--out", str(ev)], ev, "eval.json", deps,
                      inputs=deps, priority=30)
+            evals[wm] = ev
+            if wm == "copy-first":
+                continue
             deps = ("estimate sim pool", f"estimate wm pool {wm}")
             self.add(f"estimate {wm}", ["policy", "estimate", "--ground-truth", str(sim), "--wm-eval", str(ev),
                                         "--n", str(w.estimate_n), "--draws", str(w.estimate_draws), "--study-n",
-                                        *(str(n) for n in w.estimate_study_n), "--out", str(est)],
+                                        *(str(n) for n in study), "--out", str(est)],
                      est, "estimate.json", deps, inputs=deps, priority=30)
-            folders[wm] = est
-        return folders
+            estimates[wm] = est
+        agree = out / "pool_agreement"
+        order = [n for n in wms if n != "copy-first"] + ["copy-first"]
+        reference = ["--reference", "simforcing"] if "simforcing" in wms else []  # --full: students vs teacher
+        argv = ["policy", "agreement", "--sim", str(sim), "--wm", *(f"{n}={evals[n]}" for n in order), *reference,
+                "--out", str(agree)]
+        deps = ("estimate sim pool",) + tuple(f"estimate wm pool {n}" for n in wms)
+        self.add("pool agreement", argv, agree, "agreement.json", deps, inputs=deps, priority=30)
+        return {"sim_pool": sim, "pool_evals": evals, "estimate": estimates, "pool_agreement": agree}
 
     def fidelity(self, runs: dict[str, Path], evals: dict, rollouts: dict, wm_eval: Optional[dict]) -> Path:
-        """10. the SimForcing world model's fidelity as a simulator (``fidelity point``, docs/FAITHFUL.md), read from
-        results the graph already writes: the oracle condition on one window, the twin's rollout drift, the
-        do-nothing frame change and the ranking inside it with the twin (without the policy section: the first two),
-        and what its training cost in core-seconds."""
+        """10. the evaluator's fidelity as a simulator (``fidelity point``, docs/FAITHFUL.md) — its few-step student,
+        the world model the policy evaluations use — read from results the graph already writes: the oracle
+        condition on one window, the twin's rollout drift, the do-nothing frame change and the ranking inside it with
+        the twin on the pool, and what its training cost in core-seconds (stage 1, stage 2, the distillation).
+        Without the policy section (no evaluator): the SimForcing world model's, its first two."""
         folder = self.out / "fidelity"
-        argv = ["fidelity", "point", "--label", "simforcing", "--oracle", str(evals[ORACLE_CONDITION]), "--twin",
-                str(rollouts["folders"][twin_condition("simforcing")]), "--runs", str(self.stage1),
-                str(runs["simforcing"])]
-        deps = (f"eval {ORACLE_CONDITION.name}", f"rollout {twin_condition('simforcing').name}", "train simforcing")
-        if wm_eval is not None:
-            argv += ["--wm-eval", str(wm_eval["evals"]["world model simforcing-twin"]), "--agreement",
-                     str(wm_eval["agreement"]), "--wm-name", "simforcing-twin"]
-            deps += ("wm-eval world model simforcing-twin", "wm-eval agreement")
+        if wm_eval is not None and EVALUATOR in self.students:
+            student, name = self.students[EVALUATOR], student_of(EVALUATOR)
+            argv = ["fidelity", "point", "--label", EVALUATOR, "--oracle", str(evals[evaluator_oracle()]), "--twin",
+                    str(rollouts["folders"][twin_condition(name)]), "--runs", str(self.stage1),
+                    str(self.evaluator_run), str(student), "--wm-eval", str(wm_eval["pool_evals"][name + TWIN]),
+                    "--agreement", str(wm_eval["pool_agreement"]), "--wm-name", name + TWIN]
+            deps = (f"eval {evaluator_oracle().name}", f"rollout {twin_condition(name).name}", f"distill {EVALUATOR}",
+                    f"estimate wm pool {name + TWIN}", "pool agreement")
+        else:
+            argv = ["fidelity", "point", "--label", "simforcing", "--oracle", str(evals[ORACLE_CONDITION]), "--twin",
+                    str(rollouts["folders"][twin_condition("simforcing")]), "--runs", str(self.stage1),
+                    str(runs["simforcing"])]
+            deps = (f"eval {ORACLE_CONDITION.name}", f"rollout {twin_condition('simforcing').name}",
+                    "train simforcing")
         self.add("fidelity", argv + ["--out", str(folder)], folder, "fidelity.json", deps, inputs=deps, priority=25)
         return folder
 
@@ -648,6 +744,10 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     names = list(BASE_METHODS) + (list(FULL_RUNS) if full else [])
     runs = B.stage2(names, seed_list)
     B.distill()
+    evaluator = None
+    if policy and budget.layout_train:  # the evaluator and the `sft` student: the world models policies are judged in
+        evaluator = B.evaluator()
+        B.distill("sft")
     if full and policy:  # the policy measurement's world-model seeds: sft and simforcing only (the ablations: --seeds)
         extra = [s for s in wm_seed_list(budget.transfer) if s not in seed_list]
         runs.update(B.stage2(list(BASE_METHODS), extra))
@@ -661,7 +761,7 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     commands = {j.name: B.records[j.name]["command"] if "command" in B.records.get(j.name, {}) else j.cite()
                 for j in B.jobs}
     return Plan(out, data, budget, B.jobs, evals, runs, sweeps, videos, pol, tuple(names), seed_list, full, B.notes,
-                commands, rollouts, wm_eval, B.student, fidelity)
+                commands, rollouts, wm_eval, B.student, fidelity, evaluator, dict(B.students))
 
 
 def budget_dict(b: Budget) -> dict:

@@ -21,7 +21,7 @@ from simforcing.demo.plan import (BASE_METHODS, ORACLE_CONDITION, P_RUNS, EvalKe
 from simforcing.demo.fewstep_section import FewStepSection, collect_fewstep, fewstep_lines
 from simforcing.demo.policy_results import PolicySectionResult
 from simforcing.demo.rollout_section import RolloutSection, collect_rollouts, rollout_lines
-from simforcing.demo.estimate_section import collect_estimate, estimate_lines
+from simforcing.demo.estimate_section import EvaluatorsSection, collect_estimate, estimate_lines
 from simforcing.demo.fidelity_section import FidelitySection, collect_fidelity, fidelity_lines
 from simforcing.demo.wm_eval_section import WorldModelEvalSection, collect_wm_eval, wm_eval_lines
 from simforcing.evaluate.results import CfgSweep, StepsSweep, WindowEvaluation, WindowScores
@@ -144,8 +144,8 @@ class DemoResults:
     budget: Optional[dict] = None
     commands: dict[str, str] = field(default_factory=dict)
     fewstep: Optional[FewStepSection] = None
-    estimate: Optional[dict] = None  # world model -> its prediction-powered estimate (``demo.estimate_section``)
-    fidelity: Optional[FidelitySection] = None  # the SimForcing world model's fidelity (``demo.fidelity_section``)
+    estimate: Optional[EvaluatorsSection] = None  # every world model of the pool as an evaluator
+    fidelity: Optional[FidelitySection] = None  # the evaluator's fidelity (``demo.fidelity_section``)
     progress: Optional[dict] = None  # a report written while jobs run: {"done", "jobs", "last"} (None: the final one)
 
     def row(self, key: EvalKey) -> Optional[ScoreRow]:

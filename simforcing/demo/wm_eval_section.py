@@ -18,14 +18,18 @@ from simforcing.utils import relative_to
 
 @dataclass
 class WorldModelEvalSection:
-    """What the section shows: the agreement (``policy agreement``'s result) and, per evaluation job, its size and
-    speed (episodes, seconds, episodes per minute)."""
+    """What the section shows: the agreement of every world model of the pool with the simulator (``policy
+    agreement``'s result on the pool), the judge's harness check (its agreement on the simulator's own frames, and
+    the copy-first floor, on the held-out scenes: ``harness``) and, per evaluation job, its size and speed (episodes,
+    seconds, episodes per minute)."""
 
     agreement: AgreementResult
     timing: dict[str, dict]
+    harness: Optional[AgreementResult] = None
 
     def to_json(self) -> dict:
-        return {"agreement": self.agreement.to_json(), "timing": self.timing}
+        return {"agreement": self.agreement.to_json(), "timing": self.timing,
+                "harness": None if self.harness is None else self.harness.to_json()}
 
 
 def seed_pairs(res: AgreementResult) -> list[tuple[str, str, str]]:
@@ -90,15 +94,19 @@ def _pm(vals: list, unit: str = "") -> str:
 
 
 def collect_wm_eval(plan: Plan) -> Optional[WorldModelEvalSection]:
-    """The section's results from the files its jobs wrote (None when the agreement was not made)."""
+    """The section's results from the files its jobs wrote (None when the pool's agreement was not made)."""
     if not plan.wm_eval:
         return None
     try:
-        agreement = AgreementResult.read(plan.wm_eval["agreement"], "the world-model evaluation section")
+        agreement = AgreementResult.read(plan.wm_eval["pool_agreement"], "the world-model evaluation section")
     except ConfigError:
         return None
+    try:
+        harness = AgreementResult.read(plan.wm_eval["agreement"], "the world-model evaluation section's harness")
+    except ConfigError:
+        harness = None
     timing = {}
-    for name, folder in plan.wm_eval["evals"].items():
+    for name, folder in plan.wm_eval["pool_evals"].items():
         try:
             ev = PolicyEvaluation.read(folder, f"the world-model evaluation section's {name}")
         except ConfigError:
@@ -106,7 +114,27 @@ def collect_wm_eval(plan: Plan) -> Optional[WorldModelEvalSection]:
         timing[name] = {"seconds": round(ev.seconds, 1),
                         "episodes": sum(r.average.episodes for r in ev.rows.values()),
                         "episodes_per_minute": ev.episodes_per_minute}
-    return WorldModelEvalSection(agreement, timing)
+    return WorldModelEvalSection(agreement, timing, harness)
+
+
+def harness_lines(res: Optional[AgreementResult]) -> list[str]:
+    """The judge's harness check: its verdicts on the simulator's own frames against MuJoCo's, per task, and what
+    ranking they give (what no world model judged by it can beat but by luck)."""
+    if res is None:
+        return []
+    judged = next((e for e in res.envs if e not in res.world_models and e != "copy-first"), None)
+    stats = res.ranking.get(judged, {}).get("all") if judged else None
+    v = (res.judge_validation or {}).get("all")
+    out = [f"**The judge's harness check** ({res.scenes} held-out scenes per policy in the simulator, every frame "
+           "through the judge): "]
+    if stats is not None:
+        out[0] += (f"its verdicts rank the policies at Pearson {_f(stats.pearson)} with MuJoCo's "
+                   f"(MMRV {_f(stats.mmrv)}), ")
+    if v is not None:
+        out[0] += (f"and agree with MuJoCo's on {100 * v.episode.accuracy:.0f} % of the episodes (Cohen's κ "
+                   f"{_f(v.episode.kappa)}). " if v.episode.accuracy is not None else "")
+    out[0] += "The copy-first floor and the per-task validation are in `wm_eval/agreement/agreement.md`."
+    return out + [""]
 
 
 def judge_budget_sentence(w, full: bool) -> str:
@@ -130,11 +158,12 @@ def wm_eval_lines(section: Optional[WorldModelEvalSection], plan: Plan) -> list[
              "starts from the simulator's rendering of its first frame and state, then only the world model makes "
              "frames (one batched chunk for all episodes of all policies) and a frozen success judge reads the "
              "task's success from them (the simulator's predicates on the judge's readings of the hand and the "
-             "object). The world models were trained on paired data including "
-             f"{b.layout_train} real episodes of these layouts. Learned policies: action-only, one camera (the "
-             "world model predicts the external view), from base, the `sft` and the SimForcing world model. "
-             + judge_budget_sentence(b.wm_eval, plan.full), "",
-             agreement_markdown(res), "",
+             "object). The paper's world models were trained on paired data including "
+             f"{b.layout_train} real episodes of these layouts, the evaluator on {b.evaluator.layout_train} more "
+             "with noisy, pausing and failing operators (`simforcing.recipes.EVALUATOR`). Learned policies: "
+             "action-only, one camera (the world model predicts the external view), from base, the `sft` and the "
+             "SimForcing world model. " + judge_budget_sentence(b.wm_eval, plan.full), "",
+             *harness_lines(section.harness), agreement_markdown(res), "",
              f"![world model vs simulator success]({relative_to(res.scatter, plan.out)})",
              ""]
     for gif in res.videos:
