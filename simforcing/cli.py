@@ -31,7 +31,7 @@ import argparse
 import importlib
 import sys
 
-from simforcing import __version__
+from simforcing import __version__, inductor_cache
 from simforcing.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, CheckpointError, ConfigError,
                                DataError, OutputError)
 
@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simforcing: unknown command {argv[0]!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
     words, target, help_ = match
+    inductor_cache.guard()  # an unusable TORCHINDUCTOR_CACHE_DIR would fail torch's compiler at its import
     try:  # importing the command's module imports torch (seconds): Ctrl-C there is an interrupt like any other
         sub = subcommand(target)
     except KeyboardInterrupt:
