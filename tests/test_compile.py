@@ -216,9 +216,9 @@ def _record_layer0(model: torch.nn.Module) -> list:
 
 def test_the_graphs_branches_on_a_cpu(monkeypatch, capsys):
     """What "graphs" adds to "regional", run on a CPU where no CUDA graph can be captured (the device check answered
-    yes, the reduce-overhead mode left out): each step begins with cudagraph_mark_step_begin; a no-grad layer call
-    (the frozen teacher's) returns copies of the compiled function's outputs (out of the graphs' pool), a call with
-    gradients (the student's) its outputs themselves; the step's numbers are eager's."""
+    yes, the reduce-overhead mode left out): each step begins with cudagraph_mark_step_begin; a layer call that needs
+    no backward (the frozen teacher's, under no_grad or not) returns copies of the compiled function's outputs (out of
+    the graphs' pool), a call with gradients (the student's) its outputs themselves; the step's numbers are eager's."""
     monkeypatch.setitem(COMPILE_OPTIONS, "backend", BACKEND)
     monkeypatch.setattr(compiled_module, "GRAPHS_MODE", None)
     monkeypatch.setattr(compiled_module, "_on_cuda", lambda modules: True)
@@ -232,15 +232,17 @@ def test_the_graphs_branches_on_a_cpu(monkeypatch, capsys):
     try:
         assert compiled.mode == "graphs" and compiled.active
         student_calls, teacher_calls = _record_layer0(student), _record_layer0(teacher)
+        teacher_args = []
+        teacher.layers[0].register_forward_pre_hook(lambda module, args: teacher_args.append(args))
         loss, grads = compiled.run(lambda: _loss_and_grads(cfg, step_fn, student, teacher, batch))
-        compiled.run(lambda: None)
+        compiled.run(lambda: teacher.layers[0](*teacher_args[0]))  # the frozen layer with gradients on: no backward
     finally:
         compiled.uncompile()
     assert marks == [1, 1] and capsys.readouterr().err == ""
-    assert len(student_calls) == len(teacher_calls) == 1
-    (raw, returned), = teacher_calls
-    assert all(torch.equal(r, c) and r.untyped_storage().data_ptr() != c.untyped_storage().data_ptr()
-               for r, c in zip(raw, returned) if r is not None)
+    assert len(student_calls) == 1 and len(teacher_calls) == 2
+    for raw, returned in teacher_calls:  # no_grad, then a frozen module's call with gradients on: copies
+        assert all(torch.equal(r, c) and r.untyped_storage().data_ptr() != c.untyped_storage().data_ptr()
+                   for r, c in zip(raw, returned) if r is not None)
     (raw, returned), = student_calls
     assert returned is raw
     loss_gap, grad_gap = _max_gaps(loss, grads, eager_loss, eager_grads)

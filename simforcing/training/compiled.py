@@ -22,11 +22,11 @@ Modes (``config.COMPILE_MODES``; a config's ``true`` is "module", ``false`` "off
   (CUDA graph trees, one private memory pool) and replays it as one launch, which removes the host's dispatch of
   every operation. What it takes here: static shapes (``dynamic=False``: each batch size gets its own graph, run
   once, recorded at its second call, replayed from the third); a new step marked (``torch.compiler.cudagraph_mark_step_begin``) at each :meth:`run`, i.e. each
-  training step and each sampler call; no random numbers drawn inside the network (none is); the outputs of no-grad
-  calls (the frozen teacher, the sampler, the student's own rollout) copied out of the graphs' pool before the next
-  layer runs — without gradients each compiled call starts a new generation of the pool, which would overwrite the
-  previous layer's output (pytorch/pytorch#152887), while a forward with gradients keeps its generation until its
-  backward — and the checkpoint inside the region (a checkpoint around it would run forward graphs during the
+  training step and each sampler call; no random numbers drawn inside the network (none is); the outputs of calls
+  that need no backward (the frozen teacher, the sampler, the student's own rollout) copied out of the graphs' pool
+  before the next layer runs — without a backward to wait for, each compiled call starts a new generation of the
+  pool, which would overwrite the previous layer's output (pytorch/pytorch#152887), while a forward with gradients
+  keeps its generation until its backward — and the checkpoint inside the region (a checkpoint around it would run forward graphs during the
   backward, which starts new generations and overwrites the gradients flowing between the layers). Refused under
   FSDP2 (a ConfigError naming the field: CUDA graphs replay fixed addresses and FSDP2 gathers each layer's parameters
   anew in every forward). Off CUDA it runs as "regional", with one line saying so.
@@ -57,7 +57,7 @@ import sys
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import torch
-from torch.utils._pytree import tree_map_only
+from torch.utils._pytree import tree_leaves, tree_map_only
 from torch.utils.checkpoint import checkpoint
 
 from simforcing import inductor_cache
@@ -93,8 +93,13 @@ class Region:
         self.layer, self.fn, self.checkpointed, self.copy_out_of_graphs = layer, fn, checkpointed, copy_out_of_graphs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        out = self.fn(self.layer, self.checkpointed, *args, **kwargs)
-        if self.copy_out_of_graphs and not torch.is_grad_enabled():  # "graphs": see the module docstring
+        # a frozen layer (the teacher) is never checkpointed, gradients on or not: nothing of it is kept for a backward
+        # (and a checkpoint in a graph without a backward is one torch cannot compile)
+        checkpointed = self.checkpointed and any(p.requires_grad for p in self.layer.parameters())
+        out = self.fn(self.layer, checkpointed, *args, **kwargs)
+        # "graphs": a call whose outputs need no backward (no grad mode, or a frozen module) ran an inference graph,
+        # whose outputs the next compiled call may overwrite: copied out of the graphs' pool (module docstring)
+        if self.copy_out_of_graphs and not any(t.requires_grad for t in tree_leaves(out) if torch.is_tensor(t)):
             out = tree_map_only(torch.Tensor, torch.clone, out)
         return out
 

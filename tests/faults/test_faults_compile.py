@@ -105,8 +105,7 @@ def test_sample_compile_with_an_unusable_cache_samples_eagerly(tmp_path, monkeyp
     assert not sampler.compiled.active and torch.equal(out.real_latents, eager.real_latents)
 
 
-@pytest.mark.parametrize("mode", ["module", "regional"])
-def test_a_compiler_that_fails_only_at_the_backward(mode, monkeypatch, capsys):
+def test_a_compiler_that_fails_only_at_the_backward(monkeypatch, capsys):
     """The forward compiles, the backward's compilation raises (at the first backward): the step is taken again
     eagerly — the eager step's loss and gradients bit for bit — with the one line. Control: the same compiler with a
     working backward compiles the step (no line, the eager numbers to rounding)."""
@@ -120,13 +119,13 @@ def test_a_compiler_that_fails_only_at_the_backward(mode, monkeypatch, capsys):
         raise RuntimeError("backward lowering failed: no kernel for this op")
 
     torch.set_num_threads(1)
-    cfg, step_fn, student, teacher = _models("simforcing", "--model.gradient_checkpointing=true")
+    cfg, step_fn, student, teacher = _models("sim_pretrain", "--model.gradient_checkpointing=true")
     batch = latent_batch(cfg, 2, torch.device("cpu"))
     eager_loss, eager_grads = _loss_and_grads(cfg, step_fn, student, teacher, batch)
     for bw, fails in ((boxed_nop, False), (broken_backward, True)):
         torch._dynamo.reset()  # graphs of the other compiler would be reused
         monkeypatch.setitem(COMPILE_OPTIONS, "backend", aot_autograd(fw_compiler=boxed_nop, bw_compiler=bw))
-        compiled = CompiledModels([student, teacher], "train.compile", mode)
+        compiled = CompiledModels([student], "train.compile", "regional")  # (each mode runs its attempts alike)
         try:
             loss, grads = compiled.run(lambda: _loss_and_grads(cfg, step_fn, student, teacher, batch),
                                        reset=lambda: student.zero_grad(set_to_none=True))
