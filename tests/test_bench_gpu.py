@@ -164,6 +164,14 @@ def test_a_run_past_its_budget_records_skipped_rows(tmp_path, monkeypatch):
     assert "| simforcing | CUDA graphs | 2 | skipped: " in text and "FSDP2: skipped: " in text
 
 
+def test_params_in_gives_each_parameter_its_dtype_back():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2))
+    model[0].to(torch.bfloat16)  # as store_teacher_for_autocast leaves a teacher: linear weights bf16, norms fp32
+    with gpu.params_in(model, torch.bfloat16):
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert [p.dtype for p in model.parameters()] == [torch.bfloat16] * 2 + [torch.float32] * 2
+
+
 def test_wan_vae_must_match_the_wan22_architecture():
     cfg = load_config("bridge", ["--model.vae.latent_channels=16"])
     with pytest.raises(ConfigError, match="Wan2.2 VAE"):

@@ -455,14 +455,16 @@ def sampler_rows(wm: LoadedWorldModel, batch: SamplerBatch, plan: GpuPlan, mode:
 
 @contextlib.contextmanager
 def params_in(model: torch.nn.Module, dtype: torch.dtype):
-    """The model's parameters (not its buffers) in ``dtype`` inside the block, back in float32 after it."""
-    for p in model.parameters():
+    """The model's parameters (not its buffers) in ``dtype`` inside the block, each back in its own dtype after it
+    (the teacher's linear weights stay in the bf16 ``store_teacher_for_autocast`` gave them, for the FSDP2 section)."""
+    before = [(p, p.dtype) for p in model.parameters()]
+    for p, _ in before:
         p.data = p.data.to(dtype)
     try:
         yield model
     finally:
-        for p in model.parameters():
-            p.data = p.data.float()
+        for p, was in before:
+            p.data = p.data.to(was)
 
 
 def sampler_section(student, spare, cfg: Config, device: torch.device, plan: GpuPlan, fwd_flops: float, tokens: int,
