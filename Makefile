@@ -43,7 +43,8 @@ $(LIBERO_STAMP): pyproject.toml
 test-libero: $(LIBERO_STAMP)
 	MUJOCO_GL=$${MUJOCO_GL:-egl} SIMFORCING_TEST_LIBERO=1 $(LIBERO_VENV)/bin/python -m pytest -q tests/test_policy.py -k libero
 
-# GPU readiness on one CUDA GPU (under 8 minutes): the 5B bridge preset with random weights -> runs/bench_gpu.{json,md};
+# GPU readiness on one CUDA GPU (under 4 minutes): the 5B bridge preset with random weights, eager / compiled / CUDA
+# graphs -> runs/bench_gpu.{json,md};
 # without CUDA it says so and exits with 69
 bench-gpu: $(STAMP)
 	$(BIN)/simforcing bench --gpu --out runs/bench_gpu.json

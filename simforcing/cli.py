@@ -31,6 +31,7 @@ import argparse
 import importlib
 import sys
 
+import simforcing.inductor_cache as inductor_cache
 from simforcing.version import __version__
 from simforcing.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, CheckpointError, ConfigError,
                                DataError, OutputError)
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simforcing: unknown command {argv[0]!r}\n\n{_top_help()}", file=sys.stderr)
         return 2
     words, target, help_ = match
+    inductor_cache.guard()  # an unusable TORCHINDUCTOR_CACHE_DIR would fail torch's compiler at its import
     try:  # importing the command's module imports torch (seconds): Ctrl-C there is an interrupt like any other
         sub = subcommand(target)
     except KeyboardInterrupt:

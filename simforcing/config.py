@@ -29,6 +29,31 @@ PRETRAIN_METHODS = (VIDEO_PRIOR_METHOD, STAGE1_METHOD)  # what `simforcing pretr
 STAGE2_METHODS = ("sft", "joint_fm", "value_distill", "motion_distill", "simforcing")
 METHOD_NAMES = (VIDEO_PRIOR_METHOD, STAGE1_METHOD, *STAGE2_METHODS)
 
+# train.compile / sample.compile (simforcing.training.compiled): "off"; "module": each network's calls compiled whole
+# (what `true` meant before the modes); "regional": each layer of model.layers compiled on its own (one graph serves
+# every layer alike: seconds of compiling instead of minutes); "graphs": "regional" with CUDA graphs
+# (mode="reduce-overhead": each layer's kernels replayed as one launch), CUDA only
+COMPILE_MODES = ("off", "module", "regional", "graphs")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")  # a boolean's spellings
+
+
+class CompileMode(str):
+    """The type of ``train.compile`` / ``sample.compile``: one of :data:`COMPILE_MODES`, the booleans of before
+    (true/false in a config file, a run's config.json or ``--train.compile=true``) read as "module"/"off"."""
+
+
+def compile_mode(value: Any, name: str) -> str:
+    """``value`` (a mode, or a boolean in any spelling) as one of :data:`COMPILE_MODES`; ConfigError naming ``name``."""
+    if isinstance(value, bool):
+        return "module" if value else "off"
+    s = str(value).strip().lower()
+    if s in COMPILE_MODES:
+        return s
+    if s in _TRUE or s in _FALSE:
+        return "module" if s in _TRUE else "off"
+    raise ConfigError(f"{name}: got {value!r}; expected one of {', '.join(COMPILE_MODES)} (true = module, "
+                      "false = off)")
+
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Sections
@@ -199,10 +224,11 @@ class TrainConfig:
     log_every: int = 10
     device: str = "auto"  # "auto", "cpu", "cuda"
     threads: str = "auto"  # CPU threads: "auto" (all cores, fewer while other processes keep cores busy) or N
-    # the step's network calls through torch.compile (training.compiled; a failure: one warning, then eager). Off: at
-    # the demo's sizes on a 2-core CPU it makes a step ~1.2-1.35x faster but compiles for minutes from a cold cache,
-    # more than the demo's steps save (docs/BENCHMARK.md); same function to float rounding, same random numbers
-    compile: bool = False
+    # the step's network calls through torch.compile (training.compiled; a failure: one warning, then eager): "off",
+    # "module", "regional" or "graphs" (COMPILE_MODES; true = module). Off: at the demo's sizes on a 2-core CPU it
+    # makes a step ~1.2-1.35x faster but compiles for minutes from a cold cache, more than the demo's steps save
+    # (docs/BENCHMARK.md); same function to float rounding, same random numbers. On one GPU: "graphs"
+    compile: CompileMode = "off"
     # training on the model's own rollouts (against the drift of long rollouts; the paper has none): with this
     # probability per sample, the window's first frame is the model's own prediction of it from the previous chunk
     # (methods.own_first_frames), as a long rollout hands a chunk over; 0 = always the recorded frame
@@ -229,11 +255,11 @@ class SampleConfig:
     twin: str = "synthetic"  # the SimRenderer of condition=render: "synthetic" (the embedded benchmark's arm twin) or
     #                          a registered name (your robot's: simforcing.twin.register_renderer)
     # the sampler's network calls through torch.compile (simforcing.training.compiled: inductor, static shapes; a
-    # compilation failure: one named warning, the call again eagerly with the same noise). Off by default: on a
-    # 2-core CPU at the demo's sizes a window of one shape samples 1.5x faster after ~35 s of compiling, but a
-    # rollout's calls come in several shapes and run slower than eager even from inductor's cache (docs/BENCHMARK.md,
-    # the `sample.compile` measurement)
-    compile: bool = False
+    # compilation failure: one named warning, the call again eagerly with the same noise), a mode as train.compile's.
+    # Off by default: on a 2-core CPU at the demo's sizes a window of one shape samples 1.5x faster after ~35 s of
+    # compiling, but a rollout's calls come in several shapes and run slower than eager even from inductor's cache
+    # (docs/BENCHMARK.md, the `sample.compile` measurement). On one GPU: "graphs"
+    compile: CompileMode = "off"
 
 
 @dataclass
@@ -446,6 +472,7 @@ class Config:
         _check(str(t.threads).strip().lower() == "auto" or (str(t.threads).isdigit() and int(t.threads) >= 1),
                "train.threads", t.threads, "'auto' or an integer >= 1")
         _check(t.ckpt_every >= 1, "train.ckpt_every", t.ckpt_every, "an integer >= 1")
+        compile_mode(t.compile, "train.compile")
         _check(0.0 <= t.rollout_prob <= 1.0, "train.rollout_prob", t.rollout_prob, "a probability in [0, 1]")
         _check(0.0 <= t.context_noise <= 1.0, "train.context_noise", t.context_noise, "a noise level in [0, 1]")
         _check(0.0 <= t.context_ghost <= 1.0, "train.context_ghost", t.context_ghost, "a blend weight in [0, 1]")
@@ -468,6 +495,7 @@ class Config:
                "'rollout', 'oracle' or 'render'")
         _check(s.mask_mode in ("mask-file", "sam3", "paired-sim"), "sample.mask_mode", s.mask_mode,
                "'mask-file', 'sam3' or 'paired-sim'")
+        compile_mode(s.compile, "sample.compile")
         e = self.eval
         _check(e.windows_per_episode >= 1, "eval.windows_per_episode", e.windows_per_episode, "an integer >= 1")
         _check(e.probe_moving_threshold >= 0, "eval.probe_moving_threshold", e.probe_moving_threshold, ">= 0")
@@ -648,15 +676,15 @@ def _coerce(raw: Any, tp: Any, key: str) -> Any:
         if not isinstance(raw, dict):
             raise ConfigError(f"--{key}: expected a section (mapping), got {raw!r}")
         return _from_dict(tp, raw, key.lstrip("-"))
+    if tp is CompileMode:
+        return compile_mode(raw, key if ":" in key else f"--{key}")
     try:
         if tp is bool:
             if isinstance(raw, bool):
                 return raw
             s = str(raw).lower()
-            if s in ("1", "true", "yes", "on"):
-                return True
-            if s in ("0", "false", "no", "off"):
-                return False
+            if s in _TRUE or s in _FALSE:
+                return s in _TRUE
             raise ValueError(raw)
         if tp is int:
             if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):

@@ -454,8 +454,8 @@ class GuidedSampler:
         self.condition = condition or condition_source(cfg)
         # SAM3 is loaded once here, and only when a simulation rollout will run
         self.masker = masker or (FirstFrameMasker.from_config(cfg, model_device(model)) if self.w != 0 else None)
-        # sample.compile: the network's calls compiled in place (its weights and state_dict unchanged)
-        self.compiled = CompiledModels([model], "sample.compile", bool(cfg.sample.compile))
+        # sample.compile: the network's calls (or each of its layers) compiled in place (weights, state_dict unchanged)
+        self.compiled = CompiledModels([model], "sample.compile", cfg.sample.compile)
 
     def __call__(self, batch: SamplerBatch, generator: Generators = None,
                  reuse_sim: Optional[SimRollout] = None) -> SampleResult:

@@ -154,12 +154,35 @@ def _gib(x) -> str:
     return "-" if x is None else f"{x / 2**30:.1f}"
 
 
+def _seconds(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+COMPILE_NAMES = {"off": "eager", "module": "compiled (module)", "regional": "compiled", "graphs": "CUDA graphs"}
+
+
+def _compile_cell(r: dict) -> str:
+    """A ``bench --gpu`` row's compile mode as run: eager / compiled / CUDA graphs, what it ran as when that differs
+    (graphs off CUDA), a fallback to eager, the graphs inductor declined to capture."""
+    asked = r.get("compile", "off")
+    text = COMPILE_NAMES.get(asked, asked)
+    ran = r.get("compile_mode", asked)
+    if r.get("compile_failure"):
+        text += " (failed: eager)"
+    elif ran != asked:
+        text += f" (ran as {COMPILE_NAMES.get(ran, ran)})"
+    if r.get("cudagraph_skips"):
+        text += f", {r['cudagraph_skips']} graphs not captured"
+    return text
+
+
 def _train_line(name: str, r: dict) -> str:
-    if "error" in r:
-        return f"| {name} | {r['batch_size']} | {r['error']} | | | | | | | |"
-    return (f"| {name} | {r['batch_size']} | {r['step_s']:.3f} | {r['fwd_bwd_s']:.3f} | {r['update_s']:.3f} | "
+    cells = f"| {name} | {_compile_cell(r)} | {r['batch_size']} |"
+    if "error" in r or "skipped" in r:
+        return f"{cells} {r.get('error') or r['skipped']} | | | | | | | | |"
+    return (f"{cells} {r['step_s']:.3f} | {r['fwd_bwd_s']:.3f} | {r['update_s']:.3f} | "
             f"{r['tokens_per_s']:.0f} | {_pct(r['mfu'])} | {_pct(r['of_measured_matmul'])} | {_pct(r['hfu'])} | "
-            f"{_gib(r.get('peak_allocated_bytes'))} |")
+            f"{_gib(r.get('peak_allocated_bytes'))} | {_seconds(r.get('compile_s'))} |")
 
 
 def _gpu_header(results: dict) -> list[str]:
@@ -179,8 +202,9 @@ def _gpu_header(results: dict) -> list[str]:
         model += (f", {mo['parameters'] / 1e9:.3f} B parameters, {mo['tokens_per_sample']} tokens per sample, "
                   f"{mo['forward_flops_per_sample'] / 1e12:.3f} TFLOP per forward; random weights, fp32 weights with "
                   "bf16 autocast, activation checkpointing per layer")
-    return [device, model + ".", f"Whole run: {results.get('seconds', 0):.0f} s (limit {results['time_limit_s']:.0f} s).",
-            ""]
+    limit = results.get("time_limit_s")
+    return [device, model + ".", f"Whole run: {results.get('seconds', 0):.0f} s"
+            + (f" (budget {limit:.0f} s; a row past its section's share is skipped)." if limit else "."), ""]
 
 
 def format_gpu_tables(results: dict) -> str:
@@ -189,11 +213,14 @@ def format_gpu_tables(results: dict) -> str:
     t, f, s = results.get("train", {}), results.get("fsdp", {}), results.get("sampler", {})
     if t.get("rows") or "step" in f:
         lines += ["Training step (one process; fwd+bwd, then gradient clipping + AdamW; frozen fp32 teacher resident; "
-                  "MFU = model FLOPs (teacher fwd + 3 × student fwd, no recomputation) / s / peak; HFU counts the "
-                  "recomputation; peak = max allocated during one step, weights and optimizer state included; "
+                  "train.compile: eager, compiled = each layer compiled (regional), CUDA graphs = each layer compiled "
+                  "and replayed as a CUDA graph; MFU = model FLOPs (teacher fwd + 3 × student fwd, no recomputation) "
+                  "/ s / peak; HFU counts the recomputation; peak = max allocated during one step, weights and "
+                  "optimizer state included; warm-up = the seconds of the warm-up steps beyond a step, compiling; "
                   f"predicted peak {_gib(t.get('predicted_peak_bytes'))} GiB):", "",
-                  "| step | batch | step (s) | fwd+bwd (s) | clip + AdamW (s) | tokens/s | MFU | of measured matmul | "
-                  "HFU | peak memory (GiB) |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| step | train.compile | batch | step (s) | fwd+bwd (s) | clip + AdamW (s) | tokens/s | MFU | "
+                  "of measured matmul | HFU | peak memory (GiB) | warm-up (s) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [_train_line(r["method"], r) for r in t.get("rows", [])]
         if "step" in f:
             lines.append(_train_line(f"simforcing, FSDP2 ({f['backend']}, world size 1, {f['param_dtype']} params)",
@@ -205,21 +232,26 @@ def format_gpu_tables(results: dict) -> str:
                   f"FSDP (relative difference {f['loss_relative_difference']:.1e}); gradient norm "
                   f"{f['grad_norm_fsdp']:.6g} against {f['grad_norm_plain']:.6g} "
                   f"({f['grad_norm_relative_difference']:.1e}).", ""]
-    elif "error" in f:
-        lines += [f"FSDP2: {f['error']}", ""]
+    elif "error" in f or "skipped" in f:
+        lines += [f"FSDP2: {f.get('error') or f['skipped']}", ""]
     if s.get("configs"):
         lines += [f"Sampler (batch 1, {s['vae']} VAE ({s['vae_parameters'] / 1e6:.0f} M parameters, random weights, "
-                  f"{s['vae_dtype']}); latency per sample = first-frame encode + simulation + real rollout + decode, "
-                  f"median of {s['configs'][0]['repeats']} after {s['warmup']} warm-up):", "",
-                  "| N_s | N_r | w | weights | latency (s) | paper (s) | ours / paper | forwards | phases (ms) | "
-                  "network MFU |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  f"{s['vae_dtype']}); sample.compile as the training step's; latency per sample = first-frame "
+                  "encode + simulation + real rollout + decode, median of the timed samples after the warm-up ones; "
+                  "warm-up = their seconds beyond a sample, compiling):", "",
+                  "| N_s | N_r | w | weights | sample.compile | latency (s) | paper (s) | ours / paper | forwards | "
+                  "phases (ms) | network MFU | warm-up (s) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         extra = s.get("bf16_weights")
         for r in s["configs"] + (extra if isinstance(extra, list) else []):
+            cells = f"| {r['n_sim']} | {r['n_real']} | {r['w']:g} | {r['weights']} | {_compile_cell(r)} |"
+            if "skipped" in r:
+                lines.append(f"{cells} {r['skipped']} | | | | | | |")
+                continue
             phases = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in r["phases_s"].items())
             paper = "-" if r["paper_latency_s"] is None else f"{r['paper_latency_s']:.3f}"
             ratio = "-" if r["ratio_to_paper"] is None else f"{r['ratio_to_paper']:.3f}"
-            lines.append(f"| {r['n_sim']} | {r['n_real']} | {r['w']:g} | {r['weights']} | {r['latency_s']:.3f} | "
-                         f"{paper} | {ratio} | {r['forwards']} | {phases} | {_pct(r['network_mfu'])} |")
+            lines.append(f"{cells} {r['latency_s']:.3f} | {paper} | {ratio} | {r['forwards']} | {phases} | "
+                         f"{_pct(r['network_mfu'])} | {_seconds(r.get('compile_s'))} |")
         if isinstance(extra, dict):
             lines += ["", f"With bf16 weights: {extra['error']}"]
         lines.append("")

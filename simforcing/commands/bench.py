@@ -34,9 +34,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                         "in fp32 against bf16 autocast at 1 and 2 threads)")
     parser.add_argument("--gpu", action="store_true",
                         help="GPU readiness instead: the bridge preset (5B, random weights) on one CUDA GPU in bf16 "
-                             "with activation checkpointing: training step (peak memory, tokens/s, MFU), sampler "
-                             "latency against the paper, FSDP2 on one process (under 8 minutes); without CUDA it "
-                             f"stops with exit code {EXIT_NO_DEVICE} unless --device cpu")
+                             "with activation checkpointing: the SimForcing training step eager, compiled and in CUDA "
+                             "graphs (train.compile off/regional/graphs) at batch 1 and 8 (peak memory, tokens/s, "
+                             "MFU), sampler latency against the paper eager and in CUDA graphs, FSDP2 on one process "
+                             f"(under 4 minutes); without CUDA it stops with exit code {EXIT_NO_DEVICE} unless "
+                             "--device cpu")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="--gpu: the device's dense bf16 peak in TFLOP/s for MFU (default: by device name, "
                              "H100/H200/A100 and others; see simforcing.bench.measure.PEAK_BF16)")

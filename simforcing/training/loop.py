@@ -15,6 +15,7 @@ stop requests are results (exit codes 3 and 75), not exceptions.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from simforcing.runs.checkpoint import Checkpoint, list_checkpoints, save_checkp
 from simforcing.threads import configure_threads
 from simforcing.training.checkpointer import Checkpointer
 from simforcing.training.checks import data_record
+from simforcing.training.compiled import check_sharded_run
 from simforcing.training.faults import FaultPlan, StopFlag
 from simforcing.training.folder import RunFolder
 from simforcing.training.optim import build_optimizer
@@ -108,6 +110,7 @@ class Trainer:
         if cfg.data.latent_cache is None and not cfg.data.root:
             raise ConfigError("data.root: not set; pass --data DIR (or --data.latent_cache=CACHE)")
         resolve_device(cfg.train.device)  # a device this machine has, before anything is built
+        check_sharded_run("train.compile", cfg.train.compile, int(os.environ.get("WORLD_SIZE", "1")))
         check_output_path(self.folder.path, "--out")
         self.folder.check(cfg)
         self.start = self.stage.start(cfg, self.folder, self.start)

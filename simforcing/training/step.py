@@ -125,8 +125,9 @@ class TrainStep:
         self.hooks, self.rollout_domain = hooks, rollout_domain
         self.params = [p for p in student.parameters() if p.requires_grad]
         self.gen = torch.Generator(device=device)
-        # train.compile: the student's and the teacher's calls compiled (training.compiled; eager after a failure)
-        self.compiled = CompiledModels([student, teacher], "train.compile", bool(cfg.train.compile),
+        # train.compile: the student's and the teacher's calls (or layers) compiled (training.compiled; eager after a
+        # failure; "graphs" under FSDP2: a ConfigError)
+        self.compiled = CompiledModels([student, teacher], "train.compile", cfg.train.compile,
                                        methods=forward_methods, passthrough=(NonFiniteLoss,))
 
     def __call__(self, batch: dict, step: int) -> tuple[dict, float]:
