@@ -60,7 +60,7 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map_only
 from torch.utils.checkpoint import checkpoint
 
-from simforcing import inductor_cache
+import simforcing.inductor_cache as inductor_cache
 from simforcing.config import ConfigError, compile_mode
 
 T = TypeVar("T")
