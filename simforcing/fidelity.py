@@ -50,7 +50,8 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
-from simforcing.errors import ConfigError
+from simforcing.data.format import read_episodes, read_info, read_splits
+from simforcing.errors import ConfigError, DataError
 from simforcing.evaluate.results import FORMAT_VERSION as WINDOW_VERSION, RolloutDrift, WindowEvaluation
 from simforcing.policy.closed_loop.results import (ENV_NAMES, FORMAT_VERSION as POLICY_VERSION, WORLD_MODEL,
                                                    AgreementResult, PolicyEvaluation)
@@ -68,7 +69,7 @@ CLEAN_EXPERT = "scripted expert (ceiling)"
 JUDGE_ON_SIM = "simulator frames through the judge"  # an agreement's environment that is not a world model
 STILL_STEPS = (5, 10, 30)
 POINT_FILES = ("fidelity.json", "fidelity.md")
-CURVE_FILES = ("fidelity_curve.json", "fidelity_curve.md", "fidelity_curve.png")
+CURVE_FILES = ("fidelity_curve.json", "fidelity_curve.md", "fidelity_curve.png", "fidelity_curve_data.png")
 
 
 @dataclass(frozen=True)
@@ -449,6 +450,49 @@ class TrainingCost(_Record):
         return cls(None if missing else sum(per.values()), per, "metrics core_s", missing, steps)
 
 
+@dataclass(frozen=True)
+class TrainingData(_Record):
+    """What the world model was trained on (the data axis of the curve): its run's dataset (``data.root`` of the run's
+    config.json), its paired training episodes (all, and those in the policy benchmark's layouts), and the operators
+    that drove them — the synthetic benchmark's ``data synth`` settings (``scripted``; else the noisy, pausing and
+    failing operators' levels and the recipe, where the dataset records them)."""
+
+    root: str
+    paired: int
+    layout: int
+    operators: str
+    action_noise: Optional[float] = None
+    pauses: Optional[int] = None
+    failures: Optional[float] = None
+
+    @classmethod
+    def measure(cls, runs: Sequence[str | Path], world_model: Optional[WorldModelId] = None,
+                what: str = "--runs") -> Optional["TrainingData"]:
+        """From the world model's own run among ``runs`` (else the last run given): None where its dataset is no longer
+        there to read (the point then has no data axis, said in fidelity.md)."""
+        own = [r for r in runs if world_model is not None and world_model.same_as(WorldModelId(str(r)))]
+        run = Path(own[0] if own else runs[-1])
+        try:
+            root = Path(json.loads((run / "config.json").read_text())["data"]["root"])
+            info, splits = read_info(root), read_splits(root)
+            episodes = read_episodes(root)
+        except (OSError, ValueError, KeyError, TypeError, ConfigError, DataError):
+            return None
+        train = [e for e in splits.get("train", []) if e in episodes and episodes[e].has_real]
+        synth = info.get("synth") or {}
+        layout = int(synth.get("layout_train") or 0)
+        noise = (synth.get("action_noise") or {}).get("sigma_max") if "train" in ((synth.get("action_noise") or {})
+                                                                                    .get("splits") or ()) else None
+        pauses = (synth.get("pauses") or {}).get("per_episode") if "train" in ((synth.get("pauses") or {})
+                                                                               .get("splits") or ()) else None
+        failures = (synth.get("failures") or {}).get("fraction") if "train" in ((synth.get("failures") or {})
+                                                                                .get("splits") or ()) else None
+        mix = [f"noise ≤ {100 * noise:g} cm" if noise else "", f"{pauses} pauses" if pauses else "",
+               f"{100 * failures:g} % failing" if failures else ""]
+        return cls(str(root), len(train), layout, ", ".join(m for m in mix if m) or "scripted",
+                   _finite(noise), pauses, _finite(failures))
+
+
 def _core_s(run: Path, at_step: Optional[int], what: str) -> tuple[Optional[int], Optional[float]]:
     """(the step of the metrics row read, its core_s or None) of ``run``: the last row, or the last at or before
     ``at_step``."""
@@ -508,6 +552,7 @@ class Headline(_Record):
     pearson: Optional[float] = None
     mmrv: Optional[float] = None
     clean_expert: Optional[float] = None
+    paired_episodes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -534,8 +579,9 @@ class FidelityPoint:
     training: Optional[TrainingCost] = None
     world_model: Optional[WorldModelId] = None
     config: Optional[dict] = None
+    data: Optional[TrainingData] = None
 
-    SECTIONS: ClassVar[tuple[str, ...]] = ("oracle", "twin", "still", "inside", "training")
+    SECTIONS: ClassVar[tuple[str, ...]] = ("oracle", "twin", "still", "inside", "training", "data")
 
     @property
     def headline(self) -> Headline:
@@ -543,7 +589,8 @@ class FidelityPoint:
         return Headline(core_s=self.training and self.training.core_s, oracle_af_cm=o and o.af_cm,
                         oracle_psnr=o and o.psnr, twin_drift_cm=t and t.drift_cm, twin_drift_db=t and t.drift_db,
                         twin_rollout_cm=t and t.rollout_cm, still_30=self.still and self.still.at(30),
-                        pearson=i and i.pearson, mmrv=i and i.mmrv, clean_expert=i and i.clean_expert)
+                        pearson=i and i.pearson, mmrv=i and i.mmrv, clean_expert=i and i.clean_expert,
+                        paired_episodes=self.data and self.data.paired)
 
     def aims(self) -> dict[str, AimCheck]:
         values = self.headline
@@ -601,6 +648,10 @@ class FidelityPoint:
             tr = self.training
             extra.append(f"training: {_fmt(tr.core_s, '.0f')} core-seconds" if tr.core_s is not None else
                          "training: core-seconds not recorded by " + ", ".join(tr.not_recorded or ()))
+        if self.data:
+            d = self.data
+            extra.append(f"data: {d.paired} paired training episodes ({d.layout} in the policy layouts), operators: "
+                         f"{d.operators} ({d.root})")
         if self.world_model:
             silent = [k for k in self.SECTIONS[:4] if getattr(self, k) and getattr(self, k).world_model is None]
             extra.append(f"world model: {self.world_model.describe()}"
@@ -658,7 +709,7 @@ def fidelity_point(oracle=None, twin=None, wm_eval=None, agreement=None, wm_name
                 TrainingCost.measure(runs, wm) if runs else None)
     o, t, s, i = (m for _, m in measured)
     return FidelityPoint(label, oracle=o, twin=t, still=s, inside=i, training=training, world_model=wm,
-                         config=dict(config) if config else None)
+                         config=dict(config) if config else None, data=TrainingData.measure(runs, wm) if runs else None)
 
 
 def _curve_point(p: Any) -> FidelityPoint:
@@ -670,6 +721,8 @@ def _curve_point(p: Any) -> FidelityPoint:
 
 
 # -- the curve ---------------------------------------------------------------------------------------------------------
+CURVE_AXES = {"core_s": "training core-seconds (stage 1 + stage 2)",
+              "paired_episodes": "paired training episodes (the data axis)"}
 CURVE_PANELS = (("oracle_af_cm", "oracle one-window action error (cm)"),
                 ("twin_drift_cm", "twin drift over the rollout (cm)"),
                 ("still_30", "do-nothing frame change, step 30"),
@@ -700,19 +753,21 @@ class FidelityCurve:
 
     def markdown(self) -> str:
         """One row per point, in order of training core-seconds."""
-        head = ("| point | training core-s | oracle action error (cm) | oracle PSNR | twin drift (cm / dB) | "
-                "do-nothing change, step 30 | Pearson inside (twin) | MMRV | clean expert |")
-        lines = [head, "|" + "---|" * 9]
+        head = ("| point | paired episodes (operators) | training core-s | oracle action error (cm) | oracle PSNR | "
+                "twin drift (cm / dB) | do-nothing change, step 30 | Pearson inside (twin) | MMRV | clean expert |")
+        lines = [head, "|" + "---|" * 10]
         for name, p in sorted(self.points.items(), key=lambda kv: kv[1].headline.core_s or math.inf):
-            v = p.headline
-            lines.append(f"| {name} | {_fmt(v.core_s, '.0f')} | {_fmt(v.oracle_af_cm)} | {_fmt(v.oracle_psnr)} "
+            v, d = p.headline, p.data
+            data = "—" if d is None else f"{d.paired} ({d.operators})"
+            lines.append(f"| {name} | {data} | {_fmt(v.core_s, '.0f')} | {_fmt(v.oracle_af_cm)} | {_fmt(v.oracle_psnr)} "
                          f"| {_fmt(v.twin_drift_cm)} / {_fmt(v.twin_drift_db)} | {_fmt(v.still_30)} | "
                          f"{_fmt(v.pearson)} | {_fmt(v.mmrv)} | {_fmt(v.clean_expert, '.0%')} |")
         return "\n".join(lines) + "\n"
 
-    def plot(self, path: str | Path) -> Path:
-        """Each fidelity number against training core-seconds (log x), one panel each, the aim drawn as a line; one
-        colour and marker per point, named in the legend below the panels."""
+    def plot(self, path: str | Path, x: str = "core_s") -> Path:
+        """Each fidelity number against ``x`` (``CURVE_AXES``: training core-seconds, or paired training episodes —
+        the data axis), log x, one panel each, the aim drawn as a line; one colour and marker per point, named in the
+        legend below the panels."""
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=(11, 8.5))
@@ -723,16 +778,16 @@ class FidelityCurve:
         for ax, (key, title) in zip(axes, CURVE_PANELS):
             for k, (name, p) in enumerate(self.points.items()):
                 v = p.headline
-                if v.core_s is None or getattr(v, key) is None:
+                if getattr(v, x) is None or getattr(v, key) is None:
                     continue
-                handles[name] = ax.scatter([v.core_s], [getattr(v, key)], s=46, color=f"C{k % 10}",
+                handles[name] = ax.scatter([getattr(v, x)], [getattr(v, key)], s=46, color=f"C{k % 10}",
                                            marker=markers[k % len(markers)])
             if key in aims:
                 ax.axhline(aims[key].bound, color="0.5", ls="--", lw=1)
                 ax.annotate(f"aim {aims[key].bound:g}", (0.01, aims[key].bound), xycoords=("axes fraction", "data"),
                             fontsize=7, color="0.4", xytext=(0, 2), textcoords="offset points")
             ax.set_xscale("log")
-            ax.set_xlabel("training core-seconds (stage 1 + stage 2)")
+            ax.set_xlabel(CURVE_AXES[x])
             ax.set_title(title, fontsize=9)
             ax.grid(alpha=0.3)
         fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=3, fontsize=8, frameon=False)
@@ -750,4 +805,6 @@ class FidelityCurve:
             atomic_write_json(tmp / "fidelity_curve.json", self.to_json())
             atomic_write_text(tmp / "fidelity_curve.md", self.markdown())
             self.plot(tmp / "fidelity_curve.png")
+            if any(p.data is not None for p in self.points.values()):
+                self.plot(tmp / "fidelity_curve_data.png", "paired_episodes")
         return Path(out) / "fidelity_curve.json"

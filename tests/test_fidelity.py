@@ -7,6 +7,7 @@ world model or kind, a malformed log or point file, NaN) are in tests/faults/tes
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,9 @@ def test_the_point_and_the_curve_are_read_back_through_their_types(tmp_path):
     assert both.to_json()["training"] == {"core_s": 687.01, "runs": {}, "measured": "given"}  # as version 1 wrote it
     old = json.loads((DOCS_CURVE / "fidelity_curve.json").read_text())
     for name, point in docs.points.items():
-        assert point.headline.to_json() == pytest.approx(old["table"][name]), name  # the same numbers
+        headline = point.headline.to_json()
+        assert headline.pop("paired_episodes") is None  # the data axis came later: not in those files
+        assert headline == pytest.approx(old["table"][name]), name  # the same numbers
         assert {k: a.to_json() for k, a in point.aims().items()} == old["points"][name]["aims"], name
     assert docs.markdown() == (DOCS_CURVE / "fidelity_curve.md").read_text()
 
@@ -156,17 +159,23 @@ def test_the_demo_measures_its_world_models_fidelity_from_what_it_wrote(tmp_path
     from types import SimpleNamespace
 
     from simforcing.demo.fidelity_section import collect_fidelity, fidelity_lines
-    from simforcing.demo.plan import ORACLE_CONDITION, build_plan, demo_budget, twin_condition
+    from simforcing.demo.plan import (EVALUATOR, ORACLE_CONDITION, build_plan, demo_budget, evaluator_oracle,
+                                      twin_condition)
 
     plan = build_plan(tmp_path / "demo", None, demo_budget())
     jobs = {j.name: j for j in plan.jobs}
-    cmd = plan.commands["fidelity"]
-    assert f"--oracle {plan.evals[ORACLE_CONDITION]}" in cmd
-    assert f"--twin {plan.rollouts['folders'][twin_condition('simforcing')]}" in cmd
-    assert "--wm-name simforcing-twin" in cmd and f"--runs {plan.out / 'stage1'} {plan.runs['simforcing']}" in cmd
-    assert {"wm-eval world model simforcing-twin", "wm-eval agreement", "train simforcing"} <= set(jobs["fidelity"].deps)
-    no_policy = build_plan(tmp_path / "demo2", None, demo_budget(), policy=False)
-    assert "--wm-eval" not in no_policy.commands["fidelity"]
+    cmd = plan.commands["fidelity"]  # the evaluator's student: the world model the policy sections use
+    student = plan.students[EVALUATOR]
+    assert f"--oracle {plan.evals[evaluator_oracle()]}" in cmd
+    assert f"--twin {plan.rollouts['folders'][twin_condition('evaluator-fewstep')]}" in cmd
+    assert "--wm-name evaluator-fewstep-twin" in cmd
+    assert f"--runs {plan.out / 'stage1'} {plan.evaluator['run']} {student}" in cmd
+    assert {"estimate wm pool evaluator-fewstep-twin", "pool agreement", f"distill {EVALUATOR}"} <= \
+        set(jobs["fidelity"].deps)
+    no_policy = build_plan(tmp_path / "demo2", None, demo_budget(), policy=False)  # no evaluator: SimForcing's
+    cmd = no_policy.commands["fidelity"]
+    assert "--wm-eval" not in cmd and f"--oracle {no_policy.evals[ORACLE_CONDITION]}" in cmd
+    assert f"--twin {no_policy.rollouts['folders'][twin_condition('simforcing')]}" in cmd
     assert collect_fidelity(SimpleNamespace(fidelity=tmp_path / "absent")) is None and fidelity_lines(None) == []
     d = tmp_path / "written"
     i = _inputs(d)
@@ -178,3 +187,42 @@ def test_the_demo_measures_its_world_models_fidelity_from_what_it_wrote(tmp_path
     assert "inside" not in saved and saved["aims"]["pearson"]["met"] is None and saved["folder"] == str(d / "fid")
     text = "\n".join(fidelity_lines(section))
     assert "How faithful the world model is" in text and "| 6.25 | ≤ 4 | no |" in text and "4 core-seconds" in text
+
+
+def test_the_data_axis_reads_what_the_world_model_was_trained_on(tmp_path):
+    """The point's data section: the world model's run's dataset (its config's data.root) — its paired training
+    episodes, those in the policy layouts and the operators that drove them — and the curve's second plot against
+    paired episodes; a dataset no longer there gives no data axis, never an error."""
+    from simforcing.data.format import EpisodeInfo, write_meta
+
+    def dataset(root, paired: int, synth: dict):
+        eps = [EpisodeInfo(f"ep_{i:05d}", 33, "reach", True) for i in range(paired)] + \
+            [EpisodeInfo("ep_sim", 33, "reach", False)]
+        write_meta(root, {"fps": 10, "height": 32, "width": 48, "action_dim": 7, "state_dim": 7,
+                          "video_layout": "separate", "synth": synth},
+                   eps, {"train": [e.episode_id for e in eps], "val": [], "sim_pool": []})
+        return root
+
+    points = {}
+    for name, paired, synth in (("scripted", 40, {"layout_train": 20}),
+                                ("evaluator", 120, {"layout_train": 100,
+                                                    "action_noise": {"sigma_max": 0.05, "splits": ["train"]},
+                                                    "pauses": {"per_episode": 2, "splits": ["train"]},
+                                                    "failures": {"fraction": 0.25, "splits": ["train"]}})):
+        i = _inputs(tmp_path / name)
+        run = Path(i["runs"][1])
+        (run / "config.json").write_text(json.dumps({"data": {"root": str(dataset(tmp_path / name / "data", paired,
+                                                                                     synth))}}))
+        points[name] = F.fidelity_point(**i)
+    assert points["scripted"].data == F.TrainingData(str(tmp_path / "scripted/data"), 40, 20, "scripted")
+    d = points["evaluator"].data
+    assert (d.paired, d.layout, d.action_noise, d.pauses, d.failures) == (120, 100, 0.05, 2, 0.25)
+    assert d.operators == "noise ≤ 5 cm, 2 pauses, 25 % failing" and points["evaluator"].headline.paired_episodes == 120
+    assert "120 paired training episodes (100 in the policy layouts)" in points["evaluator"].markdown()
+    curve = F.FidelityCurve(points)
+    curve.write(tmp_path / "curve")
+    assert F.FidelityCurve.read(tmp_path / "curve", "--curve") == curve
+    assert (tmp_path / "curve/fidelity_curve_data.png").stat().st_size > 10000
+    assert "| 120 (noise ≤ 5 cm, 2 pauses, 25 % failing) |" in (tmp_path / "curve/fidelity_curve.md").read_text()
+    shutil.rmtree(tmp_path / "scripted" / "data")  # the dataset gone: no data axis
+    assert F.fidelity_point(**_inputs(tmp_path / "scripted")).data is None
