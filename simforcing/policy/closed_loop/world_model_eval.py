@@ -76,7 +76,7 @@ class StartFrame:
     world model's own simulation chain starts from."""
 
     def __init__(self, env: SyntheticTaskEnv, domain: SimDomain = SimDomain(), twin: Optional[SyntheticTwin] = None):
-        renderer = RealRenderer(env.ep.model, env._renderer.height, env._renderer.width)
+        renderer = RealRenderer(env.ep.model, env.height, env.width)
         try:
             self.image, self.mask = renderer.render(env.ep.data, env._camera)
         finally:
