@@ -114,7 +114,7 @@ def test_the_evaluator_is_trained_on_its_recipe_and_judges_the_policies_on_the_p
 
     plan = build_plan(tmp_path / "demo", None, demo_budget())
     jobs, cmds = {j.name: j for j in plan.jobs}, plan.commands
-    data = plan.evaluator["data"]
+    data = plan.evaluator.data
     assert f"--out {data}" in cmds["data evaluator"] and f"--recipe {RECIPE.name}" in cmds["data evaluator"]
     assert f"--layout-train {plan.budget.evaluator.layout_train}" in cmds["data evaluator"]
     train = cmds[f"train {EVALUATOR}"]

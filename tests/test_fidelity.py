@@ -169,7 +169,7 @@ def test_the_demo_measures_its_world_models_fidelity_from_what_it_wrote(tmp_path
     assert f"--oracle {plan.evals[evaluator_oracle()]}" in cmd
     assert f"--twin {plan.rollouts['folders'][twin_condition('evaluator-fewstep')]}" in cmd
     assert "--wm-name evaluator-fewstep-twin" in cmd
-    assert f"--runs {plan.out / 'stage1'} {plan.evaluator['run']} {student}" in cmd
+    assert f"--runs {plan.out / 'stage1'} {plan.evaluator.run} {student}" in cmd
     assert {"estimate wm pool evaluator-fewstep-twin", "pool agreement", f"distill {EVALUATOR}"} <= \
         set(jobs["fidelity"].deps)
     no_policy = build_plan(tmp_path / "demo2", None, demo_budget(), policy=False)  # no evaluator: SimForcing's

@@ -98,28 +98,36 @@ def collect_estimate(plan: Plan) -> Optional[EvaluatorsSection]:
     for name in evals:
         if name == "copy-first":
             continue
-        row: dict = {"name": name}
-        stats = agreement.ranking.get(name, {}).get("all") if agreement is not None else None
-        if stats is not None:
-            row.update(pearson=_finite(stats.pearson), pearson_ci95=tuple(stats.pearson_ci95),
-                       mmrv=_finite(stats.mmrv), mmrv_ci95=tuple(stats.mmrv_ci95))
-        if agreement is not None and name in agreement.envs:
-            rates = agreement.envs[name]
-            row.update(clean_expert=rates[CLEAN].rate if CLEAN in rates else None,
-                       noisiest_expert=rates[NOISIEST].rate if NOISIEST in rates else None)
-        folder = (wm.get("estimate") or {}).get(name)
-        s = _study(Path(folder), w.estimate_n) if folder is not None else None
-        if s is not None:
-            row.update(n=s["n"], coverage=min(c["ppi"] for c in s["coverage"].values()), saved=s["saved"],
-                       trust_auroc=s.get("trust_auroc"), rho_verdict=s.get("rho_verdict"),
-                       rho_predictor=s.get("rho_predictor"), folder=str(folder))
-        if len(row) > 1:
-            rows[name] = EvaluatorRow(**row)
+        row = evaluator_row(name, agreement, (wm.get("estimate") or {}).get(name), w.estimate_n)
+        if row is not None:
+            rows[name] = row
     if not rows:
         return None
     evaluator = student_of(EVALUATOR) + TWIN
     return EvaluatorsSection(rows, evaluator if evaluator in rows else None,
                              w.pool_per_task_full if plan.full else w.pool_per_task, w.estimate_draws)
+
+
+def evaluator_row(name: str, agreement: Optional[AgreementResult], estimate: Optional[Path], n: int,
+                  env: Optional[str] = None) -> Optional[EvaluatorRow]:
+    """World model ``name``'s row: its ranking and the experts' success inside it from ``agreement`` (as ``env``
+    there, default ``name``), its coverage study at ``n`` from the ``estimate`` folder; None where neither finished."""
+    env = env or name
+    row: dict = {"name": name}
+    stats = agreement.ranking.get(env, {}).get("all") if agreement is not None else None
+    if stats is not None:
+        row.update(pearson=_finite(stats.pearson), pearson_ci95=tuple(stats.pearson_ci95), mmrv=_finite(stats.mmrv),
+                   mmrv_ci95=tuple(stats.mmrv_ci95))
+    if agreement is not None and env in agreement.envs:
+        rates = agreement.envs[env]
+        row.update(clean_expert=rates[CLEAN].rate if CLEAN in rates else None,
+                   noisiest_expert=rates[NOISIEST].rate if NOISIEST in rates else None)
+    s = _study(Path(estimate), n) if estimate is not None else None
+    if s is not None:
+        row.update(n=s["n"], coverage=min(c["ppi"] for c in s["coverage"].values()), saved=s["saved"],
+                   trust_auroc=s.get("trust_auroc"), rho_verdict=s.get("rho_verdict"),
+                   rho_predictor=s.get("rho_predictor"), folder=str(estimate))
+    return EvaluatorRow(**row) if len(row) > 1 else None
 
 
 def _finite(v) -> Optional[float]:

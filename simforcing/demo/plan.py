@@ -231,6 +231,42 @@ def probe_state(method: str) -> EvalKey:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class EvaluatorRuns:
+    """The evaluator's folders (``_Builder.evaluator``): its data, its stage-2 run and its few-step student."""
+
+    data: Path
+    run: Path
+    student: Path
+
+
+@dataclass(frozen=True)
+class PoolFolders:
+    """The pool's folders (``_Builder.estimate_pool``): the simulator's evaluation (the truth), each world model's
+    evaluation and estimate by name, and their agreement."""
+
+    sim_pool: Path
+    pool_evals: dict
+    estimate: dict
+    pool_agreement: Path
+
+
+@dataclass(frozen=True)
+class SceneFolders:
+    """--full's full-scene pairing (``_Builder.full_scene``): its data, runs and students by method, one-window
+    evaluations and rollouts by name, the pool's evaluations and estimates by name, their agreement."""
+
+    out: Path
+    data: Path
+    runs: dict
+    students: dict
+    evals: dict
+    rollouts: dict
+    pool: dict
+    estimates: dict
+    agreement: Path
+
+
 @dataclass
 class Plan:
     out: Path
@@ -251,8 +287,9 @@ class Plan:
     wm_eval: Optional[dict] = None  # the world-model policy evaluation's folders (None without it)
     student: Optional[Path] = None  # the few-step student's run folder
     fidelity: Optional[Path] = None  # the evaluator's fidelity (``fidelity point``)
-    evaluator: Optional[dict] = None  # the evaluator's folders: "data", "run", "student" (None without it)
+    evaluator: Optional[EvaluatorRuns] = None  # the evaluator's folders (None without the policy section)
     students: dict = field(default_factory=dict)  # run tag -> its few-step student's folder
+    scene: Optional[SceneFolders] = None  # --full: the full-scene pairing's folders (``_Builder.full_scene``)
 
 
 class _Builder:
@@ -274,6 +311,7 @@ class _Builder:
         self.student = out / STUDENT.replace("-", "_")  # the few-step student of the SimForcing world model
         self.students: dict[str, Path] = {}  # run tag -> its few-step student (:meth:`distill`)
         self.evaluator_run: Optional[Path] = None  # the evaluator world model (:meth:`evaluator`)
+        self.pool_args: list[str] = []  # the pool's `policy eval` arguments (:meth:`estimate_pool`)
 
     # -- provenance --------------------------------------------------------------------------------------------------
     def record(self, name: str, job_argv: list[str], sizes: dict, seed: Optional[int], inputs: tuple) -> dict:
@@ -403,7 +441,7 @@ class _Builder:
         self.students[tag] = folder
         return folder
 
-    def evaluator(self) -> dict:
+    def evaluator(self) -> EvaluatorRuns:
         """4b. the evaluator world model (``EvaluatorBudget``, ``simforcing.recipes.EVALUATOR``): its data — the
         recipe's operators in the policy benchmark's layouts — SimForcing's stage 2 on it from the one stage-1
         checkpoint, and its few-step student."""
@@ -425,7 +463,7 @@ class _Builder:
                  seed=SEED, inputs=("stage1", "data evaluator"), priority=69, run_steps=e.steps)
         self.evaluator_run = run
         student = self.distill(EVALUATOR, run, data, ("data evaluator",))
-        return {"data": data, "run": run, "student": student}
+        return EvaluatorRuns(data, run, student)
 
     def evaluations(self, runs: dict[str, Path]) -> dict[EvalKey, Path]:
         """5. evaluation at the paper's sampler (1, 10, 0.6) with the action-following error and its control; the
@@ -620,10 +658,10 @@ class _Builder:
                     wms[tag + TWIN] = (run, f"train {tag}", ["--wm-condition", "render"])
         pool = self.estimate_pool(out, wms, learned, noise, policy_jobs_, judge, full)
         return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
-                "evals": {k: v[0] for k, v in evals.items()}, **pool}
+                "evals": {k: v[0] for k, v in evals.items()}, **vars(pool)}
 
     def estimate_pool(self, out: Path, wms: dict, learned: list[str], noise: list[str], policy_jobs: tuple,
-                      judge: Path, full: bool) -> dict:
+                      judge: Path, full: bool) -> PoolFolders:
         """9b. the policies on a pool of scenes per task (``WorldModelEvalBudget.pool_per_task``): in the simulator
         (every episode's truth) and inside each world model of ``wms``; their agreement with the simulator (Pearson,
         MMRV with intervals) and, per world model, the prediction-powered estimate (``policy estimate``: n
@@ -633,6 +671,7 @@ class _Builder:
                 str(b.policy.max_steps), "--layouts", str(b.policy.layouts), "--jitter", str(b.policy.jitter),
                 "--runs", *learned, *noise]
         sim = out / "pool_sim"
+        self.pool_args = pool  # the pool's scenes and players: every world model of it, the full scene's too
         self.add("estimate sim pool", ["policy", "eval", *pool, "--out", str(sim)], sim, "eval.json", policy_jobs,
                  inputs=policy_jobs, priority=30)
         evals, estimates = {}, {}
@@ -659,7 +698,105 @@ class _Builder:
                 "--out", str(agree)]
         deps = ("estimate sim pool",) + tuple(f"estimate wm pool {n}" for n in wms)
         self.add("pool agreement", argv, agree, "agreement.json", deps, inputs=deps, priority=30)
-        return {"sim_pool": sim, "pool_evals": evals, "estimate": estimates, "pool_agreement": agree}
+        return PoolFolders(sim, evals, estimates, agree)
+
+    def full_scene(self, wm_eval: dict) -> SceneFolders:
+        """--full, 11. the benchmark's second pairing (issue 54, docs/WORLD_MODEL_EVAL.md "The full-scene pairing"):
+        the same real episodes paired with a simulation of the whole scene — arm and objects, plain, with physics of its
+        own (``data synth --pairing scene``, the physics gap at 1) — its VAE, stage 1, `sft` and SimForcing from it and
+        their students; the paper's one-window table and the long rollouts on it; and the policies on the same pool as
+        the arm pairing's (the same real scenes: the same truth) inside the students, with the full-scene twin and with
+        their own chain, each estimated — and the twin's own verdict as a third predictor (the simulator alone)."""
+        b, out = self.b, self.out / "scene"
+        data, vae, stage1 = out / "data", out / "vae", out / "stage1"
+        synth = ["data", "synth", "--num-train", str(b.num_train), "--num-val", str(b.num_val), "--length",
+                 str(b.length), "--height", "32", "--width", "48", "--seed", "0", "--workers", "1", "--pairing",
+                 "scene", "--physics-gap", "1"]
+        self.add("scene data", synth + ["--out", str(data), "--num-sim-pool", str(b.num_sim_pool), "--layout-train",
+                                        str(b.layout_train), "--layouts", str(b.policy.layouts), "--jitter",
+                                        f"{b.policy.jitter:g}"], data, "meta/stats.json", ("stage1",), priority=20,
+                 seed=0, sizes={"generator": GENERATOR_VERSION}, inputs=(),
+                 extra=("--overwrite",) if is_dataset(data) else ())
+        long = out / "data_long"
+        self.add("scene data long", ["data", "synth", "--out", str(long), "--num-train", "0", "--num-val",
+                                     str(b.long_val), "--num-sim-pool", "0", "--length", str(b.long_length), "--height",
+                                     "32", "--width", "48", "--seed", "1", "--workers", "1", "--pairing", "scene",
+                                     "--physics-gap", "1"], long, "meta/stats.json", ("stage1",), priority=20, seed=1,
+                 sizes={"generator": GENERATOR_VERSION}, inputs=(), extra=("--overwrite",) if is_dataset(long) else ())
+        self.add("scene vae", ["model", "fit-vae", "--data", str(data), "--out", str(vae)], vae, "config.json",
+                 ("scene data",), inputs=("scene data",), priority=20)
+        self.add("scene stage1", ["pretrain", "--preset", "demo", "--data", str(data), "--out", str(stage1),
+                                  f"--model.vae.path={vae}", f"--train.max_steps={b.stage1_steps}",
+                                  f"--train.batch_size={b.stage1_batch}", "--train.threads=1", *self.ov], stage1, None,
+                 ("scene vae",), sizes={"stage1_steps": b.stage1_steps}, seed=SEED, inputs=("scene data", "scene vae"),
+                 priority=20, run_steps=b.stage1_steps)
+        runs, students, evals, rollouts = {}, {}, {}, {}
+        probe = ["--split", "val", "--num-samples", str(b.num_val * b.eval_windows), f"--eval.probe={self.probe}",
+                 f"--eval.windows_per_episode={b.eval_windows}", "--sample.mask_mode=paired-sim"]
+        for m in BASE_METHODS:
+            run = runs[m] = out / m
+            self.add(f"scene train {m}", ["train", "--method", m, "--teacher", str(stage1), "--data", str(data),
+                                          "--out", str(run), f"--train.seed={SEED}",
+                                          f"--train.max_steps={b.stage2_steps}", f"--train.batch_size={b.stage2_batch}",
+                                          "--train.threads=1", *self.ov], run, None, ("scene stage1",),
+                     sizes={"stage2_steps": b.stage2_steps}, seed=SEED, inputs=("scene stage1",), priority=20,
+                     run_steps=b.stage2_steps)
+            f = self.b.fewstep
+            student = students[m] = out / f"{m}_fewstep"
+            self.add(f"scene distill {m}", ["distill", "--teacher", str(run), "--steps", str(f.steps), "--objective",
+                                            f.objective, "--data", str(data), "--out", str(student),
+                                            f"--train.lr={f.lr:g}", f"--train.batch_size={f.batch_size}",
+                                            f"--train.max_steps={f.distill_steps}",
+                                            f"--train.ckpt_every={f.distill_steps}", "--train.threads=1",
+                                            "--no-progress"], student, None, (f"scene train {m}",),
+                     sizes={"distill_steps": f.distill_steps}, seed=SEED, inputs=(f"scene train {m}",), priority=20,
+                     run_steps=f.distill_steps)
+            evals[m] = out / "eval" / m
+            self.add(f"scene eval {m}", ["evaluate", "--ckpt", str(run), "--data", str(data), *probe, "--out",
+                                         str(evals[m]), *self.sample_ov], evals[m], "eval.json",
+                     (f"scene train {m}", "probe"), inputs=(f"scene train {m}", "probe"), priority=20)
+        evals["copy-first"] = out / "eval" / "copy-first"
+        self.add("scene eval copy-first", ["evaluate", "--baseline", "copy-first", "--preset", "demo",
+                                           f"--model.vae.path={vae}", "--data", str(data), *probe, "--out",
+                                           str(evals["copy-first"])], evals["copy-first"], "eval.json",
+                 ("scene vae", "probe"), inputs=("scene vae", "probe"), priority=20)
+        for name, extra in (("simforcing", ["--rows", "rollout", "restart", "sim chain"]),
+                            ("simforcing twin", ["--sample.condition=render", "--rows", "rollout", "restart"])):
+            folder = rollouts[name] = out / "rollout" / name.replace(" ", "_")
+            deps = ("scene train simforcing", "scene data long", "probe")
+            self.add(f"scene rollout {name}", ["rollout", "--ckpt", str(runs["simforcing"]), "--data", str(long),
+                                               "--horizon", str(b.rollout_horizon), f"--eval.probe={self.probe}",
+                                               "--sample.mask_mode=paired-sim", *extra, "--videos", "1", "--out",
+                                               str(folder), *self.sample_ov], folder, "rollout.json", deps, inputs=deps,
+                     priority=20)
+        # the policies on the arm pairing's pool (the same real scenes and truth) inside the full-scene students
+        w = b.wm_eval
+        pool_args = self.pool_args
+        pool, estimates = {}, {}
+        for name, (m, extra) in {"scene-simforcing-fewstep-twin": ("simforcing", ["--wm-condition", "render"]),
+                                 "scene-simforcing-fewstep": ("simforcing", []),
+                                 "scene-sft-fewstep": ("sft", [])}.items():
+            ev = pool[name] = out / f"pool_{name}"
+            deps = ("judge", f"scene distill {m}", "estimate sim pool")
+            self.add(f"scene pool {name}", ["policy", "eval", "--env", "world-model", "--wm", str(students[m]), *extra,
+                                            *pool_args, "--judge", str(wm_eval["judge"]), "--out", str(ev)], ev,
+                     "eval.json", deps, inputs=deps, priority=20)
+            predictors = ("learned", "verdict") + (("twin",) if "twin" in name else ())
+            for predictor in predictors:
+                key = "scene-simulator" if predictor == "twin" else f"{name} ({predictor})"
+                est = estimates[key] = out / f"estimate_{key.replace(' ', '_').replace('(', '').replace(')', '')}"
+                deps = ("estimate sim pool", f"scene pool {name}")
+                self.add(f"scene estimate {key}", ["policy", "estimate", "--ground-truth", str(wm_eval["sim_pool"]),
+                                                   "--wm-eval", str(ev), "--predictor", predictor, "--n",
+                                                   str(w.estimate_n), "--draws", str(w.estimate_draws), "--study-n",
+                                                   str(w.estimate_n), "--out", str(est)], est, "estimate.json", deps,
+                         inputs=deps, priority=20)
+        agree = out / "pool_agreement"
+        deps = ("estimate sim pool",) + tuple(f"scene pool {n}" for n in pool)
+        self.add("scene pool agreement", ["policy", "agreement", "--sim", str(wm_eval["sim_pool"]), "--wm",
+                                          *(f"{n}={f}" for n, f in pool.items()), "--out", str(agree)], agree,
+                 "agreement.json", deps, inputs=deps, priority=20)
+        return SceneFolders(out, data, runs, students, evals, rollouts, pool, estimates, agree)
 
     def fidelity(self, runs: dict[str, Path], evals: dict, rollouts: dict, wm_eval: Optional[dict]) -> Path:
         """10. the evaluator's fidelity as a simulator (``fidelity point``, docs/FAITHFUL.md) — its few-step student,
@@ -758,10 +895,11 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     pol = B.policy_section(runs, full) if policy else None
     wm_eval = B.world_model_eval(runs, pol, full, seed_list) if policy and budget.layout_train else None
     fidelity = B.fidelity(runs, evals, rollouts, wm_eval)
+    scene = B.full_scene(wm_eval) if full and wm_eval is not None else None
     commands = {j.name: B.records[j.name]["command"] if "command" in B.records.get(j.name, {}) else j.cite()
                 for j in B.jobs}
     return Plan(out, data, budget, B.jobs, evals, runs, sweeps, videos, pol, tuple(names), seed_list, full, B.notes,
-                commands, rollouts, wm_eval, B.student, fidelity, evaluator, dict(B.students))
+                commands, rollouts, wm_eval, B.student, fidelity, evaluator, dict(B.students), scene)
 
 
 def budget_dict(b: Budget) -> dict:

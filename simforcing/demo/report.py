@@ -22,6 +22,7 @@ from simforcing.demo.fewstep_section import FewStepSection, collect_fewstep, few
 from simforcing.demo.policy_results import PolicySectionResult
 from simforcing.demo.rollout_section import RolloutSection, collect_rollouts, rollout_lines
 from simforcing.demo.estimate_section import EvaluatorsSection, collect_estimate, estimate_lines
+from simforcing.demo.scene_section import SceneSection, collect_scene, scene_lines
 from simforcing.demo.fidelity_section import FidelitySection, collect_fidelity, fidelity_lines
 from simforcing.demo.wm_eval_section import WorldModelEvalSection, collect_wm_eval, wm_eval_lines
 from simforcing.evaluate.results import CfgSweep, StepsSweep, WindowEvaluation, WindowScores
@@ -146,6 +147,7 @@ class DemoResults:
     fewstep: Optional[FewStepSection] = None
     estimate: Optional[EvaluatorsSection] = None  # every world model of the pool as an evaluator
     fidelity: Optional[FidelitySection] = None  # the evaluator's fidelity (``demo.fidelity_section``)
+    scene: Optional[SceneSection] = None  # --full: the full-scene pairing (``demo.scene_section``)
     progress: Optional[dict] = None  # a report written while jobs run: {"done", "jobs", "last"} (None: the final one)
 
     def row(self, key: EvalKey) -> Optional[ScoreRow]:
@@ -167,7 +169,8 @@ class DemoResults:
                 "wm_eval": self.wm_eval, "policy": self.policy, "wall_time_s": self.wall_time_s,
                 "summary": self.summary.to_json(), "wall_time_reused": self.wall_time_reused,
                 "commands": self.commands, "fewstep": self.fewstep, "estimate": self.estimate,
-                "fidelity": self.fidelity, **({"in_progress": self.progress} if self.progress else {})}
+                "fidelity": self.fidelity, "scene": self.scene,
+                **({"in_progress": self.progress} if self.progress else {})}
 
 
 def collect(plan: Plan, wall: dict, policy: Optional[PolicySectionResult], reused: Optional[list] = None,
@@ -181,7 +184,8 @@ def collect(plan: Plan, wall: dict, policy: Optional[PolicySectionResult], reuse
                 for m, folder in plan.videos.items()},
         rollouts=collect_rollouts(plan), wm_eval=collect_wm_eval(plan), policy=policy, wall_time_s=wall,
         summary=summarize(evals, plan), wall_time_reused=list(reused or []), budget=budget,
-        fewstep=collect_fewstep(plan), estimate=collect_estimate(plan), fidelity=collect_fidelity(plan))
+        fewstep=collect_fewstep(plan), estimate=collect_estimate(plan), fidelity=collect_fidelity(plan),
+        scene=collect_scene(plan))
 
 
 def summarize(evals: dict[EvalKey, Optional[ScoreRow]], plan: Plan) -> DemoSummary:
@@ -273,7 +277,7 @@ def report_markdown(res: DemoResults, plan: Plan, commands: dict) -> str:
     sections = (_windows_section(res, plan), _paired_section(res.summary), _decomposition_section(res),
                 _ablation_section(res, plan), _sweep_section(res, plan), rollout_lines(res.rollouts, plan),
                 _policy_section(res.policy, plan), wm_eval_lines(res.wm_eval, plan), estimate_lines(res.estimate, plan),
-                fidelity_lines(res.fidelity), fewstep_lines(res.fewstep),
+                fidelity_lines(res.fidelity), scene_lines(res.scene, plan), fewstep_lines(res.fewstep),
                 _media_section(res, plan), _wall_time_and_commands(res, commands))
     return "\n".join(line for section in sections for line in section)
 
