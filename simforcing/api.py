@@ -321,7 +321,7 @@ def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:
 
 def estimate_success(ground_truth: str | Path, wm_eval: str | Path, out: Optional[str | Path] = None, **kwargs):
     """Each policy's success from a few ground-truth trials and many world-model episodes, with valid intervals
-    (``simforcing policy estimate``; docs/REAL_TRIALS.md): ``ground_truth`` a trial file (CSV/JSONL: policy, task,
+    (``simforcing policy estimate``; docs/POLICY_EVALUATION.md): ``ground_truth`` a trial file (CSV/JSONL: policy, task,
     scene, success) or a simulator evaluation folder, ``wm_eval`` a world-model evaluation folder (a
     ``policy eval --env world-model`` output, or :func:`evaluate_policies`' result written with ``.write(folder)``).
     Returns ``(EstimateResult, coverage study)`` (``policy.estimate``); ``kwargs``: n, draws, study_ns, predictor,

@@ -86,7 +86,7 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("policy", "probe"), "simforcing.commands.policy:PROBE",
      "linear probe: what action-only policies read from their frozen video expert (hand and object positions)"),
     (("fidelity", "point"), "simforcing.commands.fidelity:POINT",
-     "a world model's fidelity as a simulator: oracle error, twin drift, stillness, ranking (docs/FAITHFUL.md)"),
+     "a world model's fidelity as a simulator: oracle error, twin drift, stillness, ranking (docs/ROLLOUTS.md)"),
     (("fidelity", "curve"), "simforcing.commands.fidelity:CURVE", "fidelity against training core-seconds -> JSON/MD/PNG"),
     (("bench",), "simforcing.commands.bench:BENCH", "latency, training-step cost, data throughput and scaling -> JSON"),
     (("demo",), "simforcing.commands.demo:DEMO", "the whole paper on the embedded synthetic benchmark"),

@@ -258,7 +258,7 @@ class SampleConfig:
     # compilation failure: one named warning, the call again eagerly with the same noise), a mode as train.compile's.
     # Off by default: on a 2-core CPU at the demo's sizes a window of one shape samples 1.5x faster after ~35 s of
     # compiling, but a rollout's calls come in several shapes and run slower than eager even from inductor's cache
-    # (docs/BENCHMARK.md, the `sample.compile` measurement). On one GPU: "graphs"
+    # (docs/notebook/benchmark.md, the `sample.compile` measurement). On one GPU: "graphs"
     compile: CompileMode = "off"
 
 

@@ -1,5 +1,5 @@
 """How faithful a world model is as a simulator, in a few numbers read from results its commands already wrote
-(docs/FAITHFUL.md), and the fidelity–compute curve over several trained models.
+(docs/ROLLOUTS.md), and the fidelity–compute curve over several trained models.
 
     point = fidelity_point(oracle="eval_oracle", twin="rollout_twin", wm_eval="wm_twin", agreement="agreement",
                            wm_name="simforcing-twin", runs=["stage1", "stage2"])      # a FidelityPoint
@@ -28,7 +28,7 @@ The numbers, each optional (a missing input leaves its entry out; nothing is gue
 A point is one world model's: each measurement records the world model its input was made with (run, checkpoint,
 step: :class:`WorldModelId`, read from the input's own record), and inputs of two different world models — or
 training runs that do not include the world model's run — are refused by name. Each number is compared with the aim
-of docs/FAITHFUL.md (``AIMS``); the comparison is written beside it.
+of docs/ROLLOUTS.md (``AIMS``; how they stand: docs/notebook/faithful.md); the comparison is written beside it.
 
 Every input is read through its own typed reader (``WindowEvaluation``, ``RolloutDrift``, ``PolicyEvaluation``,
 ``AgreementResult``), and the point and the curve through theirs: a missing, ill-typed or non-finite field is a
@@ -85,7 +85,7 @@ class Aim:
         return value <= self.bound if self.below else value >= self.bound
 
 
-# docs/FAITHFUL.md's aims for the demo's default world model (issue 44)
+# the aims (docs/notebook/faithful.md, "The aims") for the demo's default world model (issue 44)
 AIMS = (Aim("oracle_af_cm", "oracle condition, one window: action error (cm)", 4.0),
         Aim("twin_drift_cm", "twin, rollout − restarted: action error (cm)", 2.0),
         Aim("twin_drift_db", "twin, restarted − rollout: PSNR (dB)", 1.0),
@@ -557,7 +557,7 @@ class Headline(_Record):
 
 @dataclass(frozen=True)
 class AimCheck(_Record):
-    """One aim of docs/FAITHFUL.md against the point's value: met (True/False) or not measured (None)."""
+    """One aim (``AIMS``) against the point's value: met (True/False) or not measured (None)."""
 
     label: str
     value: Optional[float]

@@ -3,7 +3,7 @@
     simforcing data synth --out DIR --layout-train 100 --recipe evaluator     # the synthetic benchmark's operators
     simforcing train --method simforcing --recipe evaluator --teacher RUN1 --data DIR --out RUN
 
-``evaluator`` — a world model to judge policies in (docs/WORLD_MODEL_EVAL.md, "An evaluator"). The paper's recipe
+``evaluator`` — a world model to judge policies in (docs/POLICY_EVALUATION.md, "An evaluator"). The paper's recipe
 trains on scarce, clean demonstrations: every paired episode is a competent operator, so the world model never sees
 what a bad policy commands, never sees a commanded stillness and never sees a task fail — and inside it a noisy policy
 looks like a clean one. The evaluator keeps SimForcing's stage 2 (from the same stage-1 checkpoint: the simulation

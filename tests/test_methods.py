@@ -364,7 +364,7 @@ def test_real_world_model_gate_zero_equals_unconditioned(monkeypatch, real_setup
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Beyond the paper: the arm's region weighted, the student's context degraded (docs/FAITHFUL.md)
+# Beyond the paper: the arm's region weighted, the student's context degraded (docs/notebook/faithful.md)
 # ----------------------------------------------------------------------------------------------------------------------
 
 

@@ -39,33 +39,47 @@ def test_the_python_quick_start_runs_as_written(tmp_path):
 
 
 def test_the_demo_tables_are_the_recorded_run():
-    """The README's demo tables are render() of the timing.json entry their block names — written from the recorded
-    run by `docs/demo_timing/record.py --readme`, so no figure there is copied by hand — and every figure is one."""
+    """The README's demo tables are the docs table ``demo`` (``simforcing.docs_tables``): ``readme_tables.render`` of
+    the timing.json entry their block names — written from the recorded run by `python -m simforcing.docs_tables
+    --write` (or `docs/demo_timing/record.py --readme LABEL`), so no figure there is copied by hand."""
+    from simforcing.docs_tables import blocks, render_block
+
+    found = [b for b in blocks(README.read_text()) if b.name == "demo"]
+    assert len(found) == 1, "README: the demo table's block (<!-- table demo: ... -->) is missing or twice"
+    assert found[0].entry, "README: the demo block must name the timing.json entry it shows"
+    assert found[0].text == render_block("demo", "README.md", found[0].entry)
+
+
+def test_the_readme_quotes_a_run_with_every_figure():
+    """The entry the README shows holds every figure its tables print: a run recorded before a figure was kept
+    would print "—" in the README."""
     import json
 
-    from simforcing.demo.readme_tables import find_block, render
+    from simforcing.docs_tables import blocks
 
-    found = find_block(README.read_text())
-    assert found is not None, "README: the demo-table block's markers are missing"
-    label, block = found
+    label = next(b.entry for b in blocks(README.read_text()) if b.name == "demo")
     runs = {r["label"]: r for r in json.loads((README.parent / "docs/demo_timing/timing.json").read_text())}
     assert label in runs and "figures" in runs[label], label
-    assert block == render(runs[label])
     assert all(isinstance(v, float) for v in runs[label]["figures"].values()), runs[label]["figures"]
-    assert "—" not in block
+    block = next(b.text for b in blocks(README.read_text()) if b.name == "demo")
+    assert "—" not in block, "README: its demo entry lacks figures the tables print; record a newer `make demo`"
 
 
 def test_demo_figures_come_from_the_results_file():
-    """figures() reads each README number from its place in a demo's results.json (metres shown as centimetres)."""
+    """figures() reads each README number from its place in a demo's results.json (metres shown as centimetres): the
+    one-window rows, the student, the rollouts, the harness check and each pool world model's estimate row."""
     from simforcing.demo.readme_tables import figures
 
-    rank = {"all": {"pearson": 0.5}}
     res = {"baselines": {"copy-first": {"psnr": 22.0, "af_pos": 0.1}},
            "summary": {"rows": {"sft": {"psnr": 23.0, "af_pos": 0.09}, "simforcing": {"psnr": 24.0, "af_pos": 0.08}}},
            "fewstep": {"windows": {"psnr": {"student": 23.5}, "af_pos": {"student": 0.085}}},
            "rollouts": {"runs": {"simforcing": {"rows": {"rollout": {"mean": {"psnr": 20.0, "af_pos": 0.15}}}}}},
-           "wm_eval": {"agreement": {"ranking": {"sft": {"all": {"pearson": 0.1}}, "simforcing": rank}}}}
+           "wm_eval": {"harness": {"ranking": {"simulator frames through the judge": {"all": {"pearson": 0.97}}}}},
+           "estimate": {"rows": {"simforcing-fewstep": {"pearson": 0.5, "pearson_ci95": [0.2, 0.7],
+                                                        "rho_predictor": 0.3, "saved": 0.1}}}}
     f = figures(res)
     assert f["copy_cm"] == 10.0 and f["simforcing_psnr"] == 24.0 and abs(f["student_cm"] - 8.5) < 1e-9
-    assert f["rollout_psnr"] == 20.0 and f["rollout_twin_psnr"] is None and f["pearson_simforcing"] == 0.5
-    assert f["pearson_twin"] is None and f["pearson_sft"] == 0.1
+    assert f["rollout_psnr"] == 20.0 and f["rollout_twin_psnr"] is None and f["pearson_harness"] == 0.97
+    assert (f["pearson_simforcing"], f["pearson_simforcing_lo"], f["pearson_simforcing_hi"]) == (0.5, 0.2, 0.7)
+    assert f["rho_simforcing"] == 0.3 and f["saved_simforcing"] == 0.1
+    assert f["pearson_sft"] is None and f["pearson_evaluator_twin"] is None

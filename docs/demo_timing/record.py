@@ -1,8 +1,9 @@
-"""Record one `make demo` timing into timing.json (the figures docs/RESULTS.md and the README cite).
+"""Record one `make demo` timing into timing.json (the record of the docs' demo tables: README, WORLD_MODELS,
+ROLLOUTS, RESULTS).
 
     /usr/bin/time -v make demo > demo.log 2>&1      # in a clean clone, on a quiet machine
     python docs/demo_timing/record.py LABEL CLONE/runs/demo demo.log "MACHINE" [--commit C]
-    python docs/demo_timing/record.py --readme LABEL      # the README's demo tables from that entry
+    python docs/demo_timing/record.py --readme LABEL      # the docs' demo tables from that entry
 
 Keeps each job's seconds (the demo's results.json), the wall time from nothing and the CPU time (/usr/bin/time's
 lines in the log), the minute the one-window table was complete (the log's "[mm:ss] eval ...: done" lines of its
@@ -16,7 +17,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from simforcing.demo.readme_tables import figures, rewrite
+from simforcing import docs_tables
+from simforcing.demo.readme_tables import figures
 
 TABLE_JOBS = ("eval copy-first", "eval sft", "eval simforcing")  # the one-window table's rows
 
@@ -27,17 +29,17 @@ def _clock(s: str) -> float:
 
 
 TIMING = Path(__file__).with_name("timing.json")
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def write_readme(label: str) -> None:
-    """Rewrite the README's demo tables from the timing.json entry ``label``."""
+    """Point every docs block that shows one timing.json run (the README's demo tables and the rest) at the entry
+    ``label`` and rewrite the pages (``simforcing.docs_tables``)."""
     runs = {r["label"]: r for r in json.loads(TIMING.read_text())}
     if label not in runs or "figures" not in runs[label]:
         raise SystemExit(f"{TIMING}: no entry {label!r} with figures; entries with figures: "
                          f"{[k for k, r in runs.items() if 'figures' in r]}")
-    README.write_text(rewrite(README.read_text(), runs[label]))
-    print(f"{README}: demo tables from {label!r}")
+    for page in docs_tables.write(entries={docs_tables.TIMING: label}):
+        print(f"{page}: demo tables from {label!r}")
 
 
 def main() -> None:
@@ -47,7 +49,7 @@ def main() -> None:
     ap.add_argument("log", type=Path, nargs="?", help="make demo's output under /usr/bin/time -v")
     ap.add_argument("machine", nargs="?")
     ap.add_argument("--commit", default=None)
-    ap.add_argument("--readme", action="store_true", help="only rewrite the README's tables from entry LABEL")
+    ap.add_argument("--readme", action="store_true", help="only rewrite the docs' demo tables from entry LABEL")
     a = ap.parse_args()
     if a.readme:
         return write_readme(a.label)

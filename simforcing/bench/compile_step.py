@@ -1,7 +1,7 @@
 """Benchmark section ``compile`` (opt-in: ``--sections compile``): what ``train.compile`` buys and costs.
 
 For each model variant (the preset, and with a 1×1 patch: ``model.patch_size`` (1, 1, 1), four times the tokens —
-docs/FAITHFUL.md's capacity lever) and each thread count (1 and 2): a stage-1 step (``sim_pretrain``, batch 16 as
+docs/notebook/faithful.md's capacity lever) and each thread count (1 and 2): a stage-1 step (``sim_pretrain``, batch 16 as
 the demo's stage 1) and a stage-2 step (``simforcing``, batch 8 as the demo's stage 2) — ``training.step.train_step``
 with its AdamW update — eager and compiled (``training.compiled``) on two copies of the same model, timed in turns;
 the first compiled step's wall time (compiling its forward and backward, from inductor's cache as it stands: cold on

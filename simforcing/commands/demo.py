@@ -23,7 +23,7 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
                              "(value_distill), Tab. A1 (p = 0, 0.3, 1); the video base (stage 0) that stage 1 then "
                              "starts from; and the policy section as the seeds × initialisations measurement (random, "
                              "video base, sft, SimForcing × 3 world-model seeds × 3 policy seeds, two budgets, the "
-                             "joint settings, 30 scenes per task, the probe: docs/VIDEO_PRIOR.md)")
+                             "joint settings, 30 scenes per task, the probe: docs/POLICY_TRANSFER.md)")
     parser.add_argument("--seeds", type=int, default=1, help="stage-2 seeds (paired differences simforcing − sft)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="jobs side by side (default: the cores this process may use); results do not depend on it")

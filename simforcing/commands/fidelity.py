@@ -1,4 +1,4 @@
-"""`simforcing fidelity point | curve` (``simforcing.fidelity``, docs/FAITHFUL.md).
+"""`simforcing fidelity point | curve` (``simforcing.fidelity``, docs/ROLLOUTS.md).
 
     simforcing fidelity point --oracle EVAL --twin ROLLOUT --wm-eval WM_EVAL --agreement AGREEMENT \\
         [--wm-name NAME] --runs STAGE1 STAGE2 --out DIR          (fidelity.json + fidelity.md: one model's fidelity)

@@ -45,7 +45,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "--resume: the run's own config is the base)")
     parser.add_argument("--recipe", default=None, metavar="NAME",
                         help="a named recipe's stage-2 settings before your own overrides (simforcing.recipes; "
-                             "evaluator: a world model to judge policies in — docs/WORLD_MODEL_EVAL.md)")
+                             "evaluator: a world model to judge policies in — docs/POLICY_EVALUATION.md)")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     add_common_arguments(parser)
 

@@ -4,7 +4,7 @@ few-step student and SimForcing's, each with its own simulation chain and with t
 95 % intervals, ``policy agreement``), what its episodes are worth as predictions of the truth (within-policy ρ,
 ground-truth trials saved at n, the worst policy's coverage, the trust AUROC: ``policy estimate``'s coverage study)
 and what it makes of the clean and the noisiest expert — each beside the issue's aim (``AIMS``), then the evaluator's
-own estimate in full (docs/REAL_TRIALS.md)."""
+own estimate in full (docs/POLICY_EVALUATION.md)."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def estimate_lines(section: Optional[EvaluatorsSection], plan: Plan) -> list[str
              "predictor with the truth, the ground-truth trials the prediction-powered interval saves at equal width, "
              "the worst policy's coverage, the trust AUROC). `-fewstep`: the few-step student (2 network evaluations "
              "per chunk); `-twin`: the robot's digital twin renders its condition. ✓/✗: the evaluator's aims "
-             "(issue 53). What to record on a robot and how to read an estimate: docs/REAL_TRIALS.md.", "",
+             "(issue 53). What to record on a robot and how to read an estimate: docs/POLICY_EVALUATION.md.", "",
              *evaluators_table(section), ""]
     ev = section.rows.get(section.evaluator) if section.evaluator else None
     if ev is not None and ev.folder:

@@ -1,5 +1,5 @@
 """The demo report's section on how faithful its evaluator (without the policy section: its SimForcing world model) is
-as a simulator (``fidelity point``, docs/FAITHFUL.md): the oracle condition on one window, the twin's rollout drift,
+as a simulator (``fidelity point``, docs/ROLLOUTS.md): the oracle condition on one window, the twin's rollout drift,
 the do-nothing frame change and the ranking of the policies inside it with the twin, each beside its aim, and what
 training it cost."""
 
@@ -41,11 +41,11 @@ def fidelity_lines(section: Optional[FidelitySection]) -> list[str]:
         return []
     core_s = section.point.headline.core_s
     cost = "" if core_s is None else (f" Its training (stage 1 + stage 2) took {core_s:.0f} core-seconds; "
-                                      "docs/FAITHFUL.md's fidelity–compute curve says what more buys.")
+                                      "docs/ROLLOUTS.md's fidelity–compute curve says what more buys.")
     who = ("The evaluator's few-step student (the world model the policy sections use)" if section.point.label ==
            "evaluator" else "The SimForcing world model")
     return ["", "## How faithful the world model is as a simulator", "",
             f"{who} given an exact condition (the recorded simulation video on one window, the robot's digital twin "
             "over a rollout) — what is left is its real branch's own error — and commanded to stay still; then the "
             "policies ranked inside it with the twin against the simulator. Each number beside its aim "
-            f"(docs/FAITHFUL.md).{cost}", "", *section.point.markdown().rstrip().splitlines()]
+            f"(docs/ROLLOUTS.md).{cost}", "", *section.point.markdown().rstrip().splitlines()]

@@ -37,8 +37,8 @@ class WorldModelEvalBudget:
     budgets: tuple = (500,)  # training steps of the one-camera policies (the default demo)
     budgets_full: tuple = (250, 500)  # with --full: two budgets
     expert_noise: tuple = (0.01, 0.02, 0.04)  # metres per step: the scripted expert degraded
-    # the success judge (its accuracy caps the agreement; both validated in docs/WORLD_MODEL_EVAL.md): fitting steps,
-    # simulator rollouts it is also fitted on (another scene seed), and the rendered frames of each rollout
+    # the success judge (its accuracy caps the agreement; both validated in docs/notebook/policy_evaluation.md): fitting
+    # steps, simulator rollouts it is also fitted on (another scene seed), and the rendered frames of each rollout
     # (``model fit-judge --sim-frames K``: only K frames rendered, so many more scenes for the time; None: every frame)
     judge_steps: int = 5000
     judge_steps_full: int = 5000
@@ -46,8 +46,8 @@ class WorldModelEvalBudget:
     judge_rollouts_full: int = 600
     judge_frames: Optional[int] = 8
     judge_frames_full: Optional[int] = None
-    # the prediction-powered estimate (``policy estimate``, docs/REAL_TRIALS.md): a pool of scenes per task evaluated
-    # in the simulator (the truth) and inside the world models (the few-step student by default: 2 network
+    # the prediction-powered estimate (``policy estimate``, docs/POLICY_EVALUATION.md): a pool of scenes per task
+    # evaluated in the simulator (the truth) and inside the world models (the few-step student by default: 2 network
     # evaluations per chunk; --full also SimForcing, sft and the twin), n ground-truth scenes per policy drawn
     # ``estimate_draws`` times for the coverage study over ``estimate_study_n``
     pool_per_task: int = 20
@@ -78,7 +78,7 @@ WM_EVAL_QUICK = WorldModelEvalBudget(per_task=1, per_task_full=1, budgets=(3,), 
 
 @dataclass
 class EvaluatorBudget:
-    """The evaluator world model (``simforcing.recipes.EVALUATOR``, docs/WORLD_MODEL_EVAL.md): SimForcing's stage 2
+    """The evaluator world model (``simforcing.recipes.EVALUATOR``, docs/POLICY_EVALUATION.md): SimForcing's stage 2
     from the demo's stage 1 on paired episodes that show what policies do — the recipe's operators in ``layout_train``
     episodes of the policy benchmark's layouts beside ``num_train`` of varied scenes — and its few-step student, which
     the policy evaluations, the estimate and the fidelity point use. The paper's tables keep the paper's data."""
@@ -101,9 +101,9 @@ class Budget:
     stage1_batch: int = 16
     # stage 1's threads and slots. 2: both cores to itself (1.5x faster than one thread; the judge and the policy
     # benchmark's data after it), so the one-window table comes ~2 minutes sooner for ~1 more minute of demo
-    # (docs/RESULTS.md, "Wall time"); its threads follow the governor (train.threads=auto: 2 on a quiet machine, the
-    # same float sums every run; fewer, logged, while another program keeps a core busy). 1: one fixed thread, the
-    # judge beside it on the other core.
+    # (docs/notebook/world_models.md, "Wall time"); its threads follow the governor (train.threads=auto: 2 on a quiet
+    # machine, the same float sums every run; fewer, logged, while another program keeps a core busy). 1: one fixed
+    # thread, the judge beside it on the other core.
     stage1_threads: int = 2
     stage2_steps: int = 600
     stage2_batch: int = 8
@@ -701,7 +701,7 @@ class _Builder:
         return PoolFolders(sim, evals, estimates, agree)
 
     def full_scene(self, wm_eval: dict) -> SceneFolders:
-        """--full, 11. the benchmark's second pairing (issue 54, docs/WORLD_MODEL_EVAL.md "The full-scene pairing"):
+        """--full, 11. the benchmark's second pairing (issue 54, docs/POLICY_EVALUATION.md "The full-scene pairing"):
         the same real episodes paired with a simulation of the whole scene — arm and objects, plain, with physics of its
         own (``data synth --pairing scene``, the physics gap at 1) — its VAE, stage 1, `sft` and SimForcing from it and
         their students; the paper's one-window table and the long rollouts on it; and the policies on the same pool as
@@ -799,7 +799,7 @@ class _Builder:
         return SceneFolders(out, data, runs, students, evals, rollouts, pool, estimates, agree)
 
     def fidelity(self, runs: dict[str, Path], evals: dict, rollouts: dict, wm_eval: Optional[dict]) -> Path:
-        """10. the evaluator's fidelity as a simulator (``fidelity point``, docs/FAITHFUL.md) — its few-step student,
+        """10. the evaluator's fidelity as a simulator (``fidelity point``, docs/ROLLOUTS.md) — its few-step student,
         the world model the policy evaluations use — read from results the graph already writes: the oracle
         condition on one window, the twin's rollout drift, the do-nothing frame change and the ranking inside it with
         the twin on the pool, and what its training cost in core-seconds (stage 1, stage 2, the distillation).

@@ -1,21 +1,17 @@
 """The README's two demo tables, written from a recorded run rather than copied by hand.
 
 ``figures(results)`` takes the numbers the README quotes out of a demo's ``results.json``;
-``docs/demo_timing/record.py`` keeps them in ``timing.json`` beside that run's times, and
-``docs/demo_timing/record.py --readme LABEL`` rewrites the README's block between :data:`BEGIN` and :data:`END` with
-:func:`render` of that entry. ``tests/test_readme.py`` checks that the block is the rendering of the entry it names, so
-the README cannot drift from the recorded run.
+``docs/demo_timing/record.py`` keeps them in ``timing.json`` beside that run's times, and :func:`render` of that entry
+is the README's table ``demo`` (``simforcing.docs_tables``: ``python -m simforcing.docs_tables --write`` rewrites the
+block, ``docs/demo_timing/record.py --readme LABEL`` points it at another run; ``tests/test_docs.py`` checks the block
+is the rendering of the entry it names, so the README cannot drift from the recorded run).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from simforcing.demo.report import CM
-
-BEGIN = "<!-- demo tables from docs/demo_timing/timing.json: {label} -->"
-END = "<!-- end of demo tables -->"
 
 # (figure key, world model as the pool's agreement and estimates name it)
 RANKED = (("sft", "sft-fewstep"), ("simforcing", "simforcing-fewstep"), ("simforcing_twin", "simforcing-fewstep-twin"),
@@ -76,10 +72,10 @@ def _ranked(f: dict, key: str, label: str) -> str:
 
 
 def render(entry: dict) -> str:
-    """The block for one timing.json entry (its ``figures``, ``commit``, ``machine`` and ``date``)."""
+    """The two tables of one timing.json entry's ``figures`` (its commit, machine and date: the block's last line,
+    ``simforcing.docs_tables``)."""
     f = entry["figures"]
-    lines = [BEGIN.format(label=entry["label"]),
-             "| `make demo`, held-out real episodes | PSNR (dB) ↑ | action error (cm) ↓ |", "|---|---|---|",
+    lines = ["| `make demo`, held-out real episodes | PSNR (dB) ↑ | action error (cm) ↓ |", "|---|---|---|",
              f"| one window: copy the first frame / `sft` / **SimForcing** | {_f(f['copy_psnr'])} / "
              f"{_f(f['sft_psnr'])} / **{_f(f['simforcing_psnr'])}** | {_f(f['copy_cm'])} / {_f(f['sft_cm'])} / "
              f"**{_f(f['simforcing_cm'])}** |",
@@ -96,22 +92,5 @@ def render(entry: dict) -> str:
              _ranked(f, "simforcing", "inside SimForcing's (the paper's data)"),
              _ranked(f, "simforcing_twin", "inside SimForcing's, with the robot's digital twin"),
              _ranked(f, "evaluator", "inside **the evaluator** (SimForcing on evaluation data)"),
-             _ranked(f, "evaluator_twin", "inside **the evaluator, with the twin**"), "",
-             f"*Both tables: `make demo` on a clean clone of `{entry['commit']}` on a {entry['machine']} "
-             f"({entry['date']}; [timing.json](docs/demo_timing/timing.json), entry \"{entry['label']}\").*", END]
+             _ranked(f, "evaluator_twin", "inside **the evaluator, with the twin**")]
     return "\n".join(lines)
-
-
-def find_block(text: str) -> Optional[tuple[str, str]]:
-    """(the label the README's block names, the whole block) or None when the README has no block."""
-    m = re.search(re.escape(BEGIN).replace(re.escape("{label}"), "(.+?)") + r".*?" + re.escape(END), text, re.S)
-    return (m.group(1), m.group(0)) if m else None
-
-
-def rewrite(text: str, entry: dict) -> str:
-    """``text`` (the README) with its block replaced by :func:`render` of ``entry``."""
-    found = find_block(text)
-    if found is None:
-        raise ValueError(f"README: no demo-table block ({BEGIN.format(label='LABEL')} ... {END}); add the two "
-                         "markers where the tables belong")
-    return text.replace(found[1], render(entry))

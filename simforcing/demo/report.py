@@ -383,9 +383,9 @@ def _policy_section(pol: Optional[PolicySectionResult], plan: Plan) -> list[str]
     lines = ["", "## Policy transfer (paper Tab. 5): closed-loop success on held-out scenes", "",
              pol.table_md, "", _policy_setup(pol.budget) +
              "Success % with 95 % Wilson intervals; every policy on the same scenes. One world model and one "
-             "policy seed per row: a difference inside the intervals is not established (docs/"
-             "POLICY_TRANSFER.md: three policy seeds, and world models retrained under load, where the rows "
-             "tie). "
+             "policy seed per row: a difference inside the intervals is not established "
+             "(docs/notebook/policy_transfer.md: three policy seeds, and world models retrained under load, where the "
+             "rows tie). "
              "Initialisations: " + "; ".join(f"{k}: {v.inherited} tensors inherited, {v.new} new"
                                              for k, v in pol.init.items())]
     if pol.full:  # demo --full: the seeds × initialisations measurement (demo.transfer_section)

@@ -351,6 +351,6 @@ def default_note(rows: dict, episodes: dict, inits: dict, labels: dict) -> str:
         text += f" ({'; '.join(parts)}; intervals from the {n} scenes only)"
     text += (". What it cannot show: which initialisation is the better start — another world-model seed or policy "
              "seed moves a row by more than these intervals; `simforcing demo --full` measures that noise "
-             "(docs/VIDEO_PRIOR.md). A run of the same commands on another machine or under load differs within "
-             "the intervals.")
+             "(docs/notebook/video_prior.md). A run of the same commands on another machine or under load differs "
+             "within the intervals.")
     return text

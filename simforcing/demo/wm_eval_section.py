@@ -144,7 +144,7 @@ def judge_budget_sentence(w, full: bool) -> str:
     rendered = "every frame rendered" if frames is None else f"{frames} frames of each rendered"
     return (f"The success judge was fitted on {rollouts} simulator rollouts ({rendered}) for {steps} steps; its "
             "agreement with MuJoCo (the harness row and the last table) caps what any world model judged by it can "
-            "show (docs/WORLD_MODEL_EVAL.md).")
+            "show (docs/notebook/policy_evaluation.md).")
 
 
 def wm_eval_lines(section: Optional[WorldModelEvalSection], plan: Plan) -> list[str]:

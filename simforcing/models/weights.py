@@ -311,9 +311,9 @@ def store_autocast_weights(frozen: nn.Module, dtype: torch.dtype) -> int:
     """Store the weights and biases of a frozen model's linear and convolution layers in ``dtype`` once, the casts
     autocast to ``dtype`` otherwise makes on every call: autocast caches the casts of trainable weights within its
     context, but not of frozen ones, so a frozen teacher paid two casts per layer per forward (a sixth of a bf16
-    SimForcing step's operations were casts, docs/BENCHMARK.md). The same values reach every product — its outputs
-    under that autocast are bit-identical (``tests/test_compile.py``) — and its memory halves. Only for a model
-    that runs under autocast to ``dtype`` (outside it the products would be in ``dtype``) and has no gradients.
+    SimForcing step's operations were casts, docs/notebook/benchmark.md). The same values reach every product — its
+    outputs under that autocast are bit-identical (``tests/test_compile.py``) — and its memory halves. Only for a
+    model that runs under autocast to ``dtype`` (outside it the products would be in ``dtype``) and has no gradients.
     Returns the number of tensors stored."""
     if any(p.requires_grad for p in frozen.parameters()):
         raise ValueError("store_autocast_weights: the model has trainable parameters; expected a frozen model "

@@ -44,7 +44,7 @@ failed (...); continuing without it`` on stderr, the compiled calls removed for 
 exception is the step's. Never a compiler traceback. An unusable inductor cache folder (``TORCHINDUCTOR_CACHE_DIR``,
 ``simforcing.inductor_cache``) gives up before compiling, with the same one line.
 
-Cost and gain (docs/BENCHMARK.md, "Compiled training steps"): at the demo's sizes on a 2-core CPU a compiled step is
+Cost and gain (docs/notebook/benchmark.md): at the demo's sizes on a 2-core CPU a compiled step is
 ~1.2-1.35x faster, but compiling it from a cold cache takes minutes there, more than the demo's 2,000 stage-1 steps
 save; so the field is off by default and pays for long runs, or where the compiled graphs are cached already
 (inductor's cache, ``TORCHINDUCTOR_CACHE_DIR``, keeps them across processes: a second run of the same shapes compiles

@@ -248,7 +248,7 @@ class Trainer:
     def _log(self, run: Setup, step: int, lr: float, logs: dict, grad_norm: float, dt: float, t_start: float) -> dict:
         """One metrics row (the loss terms averaged over the ranks)."""
         # core_s: the process CPU time of every rank since the start (kept across resumes): what training cost in
-        # core-seconds, whatever the thread count (docs/FAITHFUL.md's fidelity-compute curve reads it)
+        # core-seconds, whatever the thread count (docs/ROLLOUTS.md's fidelity-compute curve reads it)
         logs = parallel.all_reduce_mean({**{k: float(v) for k, v in logs.items()},
                                          "core_s": time.process_time() - self._core_start}, run.dist.device)
         core_s = logs.pop("core_s") * run.dist.world_size
