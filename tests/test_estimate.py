@@ -361,25 +361,48 @@ def test_every_rate_lies_inside_its_interval_at_the_ends():
         assert e.lo <= e.estimate <= e.hi
 
 
-def test_the_demo_report_section_reads_the_estimate(known_pool, tmp_path):
-    """The demo's section (``demo.estimate_section``): results.json's ``estimate`` entry is the written estimate.json
-    (its study included) and the report shows its table, pictures and the aims' line."""
+def test_the_demo_report_section_reads_every_world_models_estimate(known_pool, tmp_path):
+    """The demo's section (``demo.estimate_section``): one row per world model of the pool — its ranking and the
+    experts' success from the pool's agreement, its coverage study at n from its estimate — beside the aims, and the
+    evaluator's estimate in full; results.json's ``estimate`` is the rows' JSON."""
     from types import SimpleNamespace
 
-    from simforcing.demo.estimate_section import collect_estimate, estimate_lines
+    from simforcing.demo.estimate_section import AIMS, collect_estimate, estimate_lines
     from simforcing.demo.plan import demo_budget
+    from simforcing.policy.agreement.statistics import agreement
+    from simforcing.policy.closed_loop.results import PolicyEvaluation
 
-    root, _ = known_pool
-    folder = tmp_path / "wm_eval" / "estimate_student"
+    import dataclasses
+
+    from simforcing.policy.closed_loop.results import JudgeRecord
+    from simforcing.utils import atomic_write_json
+
+    root, truth = known_pool
+    folder = tmp_path / "wm_eval" / "estimate_evaluator-fewstep-twin"
     run_estimate(root / "sim", root / "wm", folder, n=10, draws=5, study_ns=(10,))
-    plan = SimpleNamespace(wm_eval={"estimate": {"student": folder, "missing": tmp_path / "none"}}, out=tmp_path,
-                           budget=demo_budget(False), full=False)
+    judge = JudgeRecord({}, 2, "j")
+    sim, wm = (dataclasses.replace(PolicyEvaluation.read(root / f, f), judge=judge) for f in ("sim", "wm"))
+    ag = agreement(sim, {"evaluator-fewstep-twin": wm}, n_boot=20)
+    atomic_write_json(tmp_path / "wm_eval" / "pool_agreement" / "agreement.json", ag.to_json())
+    plan = SimpleNamespace(wm_eval={"pool_evals": {"copy-first": None, "evaluator-fewstep-twin": root / "wm",
+                                                   "missing": tmp_path / "none"},
+                                    "estimate": {"evaluator-fewstep-twin": folder},
+                                    "pool_agreement": tmp_path / "wm_eval" / "pool_agreement"},
+                           out=tmp_path, budget=demo_budget(False), full=False)
     section = collect_estimate(plan)
-    assert set(section) == {"student"} and section["student"]["format"] == "simforcing.policy-estimate"
-    assert section["student"]["study"][0]["n"] == 10
+    assert set(section.rows) == {"evaluator-fewstep-twin"} and section.evaluator == "evaluator-fewstep-twin"
+    row = section.rows["evaluator-fewstep-twin"]
+    study = json.loads((folder / "estimate.json").read_text())["study"][0]
+    assert row.saved == study["saved"] and row.rho_predictor == study["rho_predictor"]
+    assert row.coverage == min(c["ppi"] for c in study["coverage"].values())
+    assert row.pearson == ag.ranking["evaluator-fewstep-twin"]["all"].pearson
+    assert row.clean_expert is None  # the pool's players hold no scripted expert
+    body = json.loads(json.dumps(section.to_json()))
+    assert set(body["aims"]) == {a.key for a in AIMS} and body["rows"]["evaluator-fewstep-twin"]["aims"]["saved"] in \
+        (True, False)
     text = "\n".join(estimate_lines(section, plan))
-    assert "## Policies' success from a few ground-truth trials" in text and "| good |" in text
-    assert "](wm_eval/estimate_student/coverage.png)" in text and "At n = 10: the worst policy's coverage" in text
+    assert "## Which world model to judge policies in" in text and "**evaluator-fewstep-twin** (the demo's" in text
+    assert "| *aim* | ≥ 0.9 | ≤ 0.1 |" in text and "](wm_eval/estimate_evaluator-fewstep-twin/coverage.png)" in text
     assert collect_estimate(SimpleNamespace(wm_eval=None)) is None and estimate_lines(None, plan) == []
 
 

@@ -53,7 +53,7 @@ def _finish(plan) -> None:
         if job.on_start:
             job.on_start()
         folder = Path(job.argv[job.argv.index("--out") + 1]) if "--out" in job.argv else None
-        if job.name.startswith("data"):  # the benchmark, the long held-out episodes
+        if job.name.startswith(("data", "scene data")):  # the benchmarks (arm and full scene), the long episodes
             folder = plan.data if job.name == "data" else folder
             (folder / "meta").mkdir(parents=True, exist_ok=True)
             (folder / "meta" / "info.json").write_text(json.dumps({"format": "simforcing-paired"}))

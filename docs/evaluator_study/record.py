@@ -1,0 +1,55 @@
+"""The evaluator study's record (docs/POLICY_EVALUATION.md, "An evaluator world model"): each world model measured on
+the demo's 60-scene pool — what it was trained on, its condition, its raw ranking against the simulator, what its
+episodes are worth beside 10 real trials per policy, and the experts' success inside it — from the folders the
+commands wrote (docs/evaluator_study/study.sh makes them from a finished `make demo`).
+
+    python docs/evaluator_study/record.py NAME=EVAL_DIR:ESTIMATE_DIR[:AGREEMENT_DIR:ENV] ... --out docs/evaluator_study/study.json
+
+Every number is read from a command's output (eval.json, estimate.json, agreement.json, the run's dataset meta through
+``fidelity.TrainingData``); nothing is typed here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from simforcing.demo.estimate_section import evaluator_row
+from simforcing.fidelity import TrainingData
+from simforcing.policy.closed_loop.results import AgreementResult, PolicyEvaluation
+
+
+def row(name: str, eval_dir: Path, estimate: Path, agreement: Path | None, env: str | None) -> dict:
+    ev = PolicyEvaluation.read(eval_dir, f"{name}'s evaluation")
+    ag = AgreementResult.read(agreement, f"{name}'s agreement") if agreement else None
+    r = evaluator_row(name, ag, estimate, 10, env=env)
+    wm = ev.world_model
+    run = None if wm is None else (Path(wm.run) if Path(wm.run).is_absolute() else eval_dir.parent / wm.run)
+    data = TrainingData.measure([run]) if run is not None else None
+    sampler = ev.sampler or {}
+    return {**r.to_json(), "world_model": None if wm is None else wm.run, "condition": sampler.get("condition"),
+            "draws": ev.draws, "data": None if data is None else data.to_json(),
+            "clean_expert": ev.rows["scripted expert (ceiling)"].average.rate,
+            "noisiest_expert": ev.rows.get("scripted expert, noise 4 cm/step") and
+            ev.rows["scripted expert, noise 4 cm/step"].average.rate}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("rows", nargs="+", metavar="NAME=EVAL_DIR:ESTIMATE_DIR[:AGREEMENT_DIR:ENV]")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    rows = {}
+    for spec in args.rows:
+        name, rest = spec.split("=", 1)
+        parts = rest.split(":")
+        rows[name] = row(name, Path(parts[0]), Path(parts[1]), Path(parts[2]) if len(parts) > 2 else None,
+                         parts[3] if len(parts) > 3 else None)
+    Path(args.out).write_text(json.dumps({"format": "simforcing.evaluator-study", "rows": rows}, indent=2) + "\n")
+    print(f"wrote {len(rows)} rows to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
