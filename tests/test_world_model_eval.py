@@ -212,6 +212,14 @@ def test_every_player_sees_the_same_scenes_and_noise(world_model_run, judge_dir,
     assert [(t, o.scene) for t, os_ in sim.episodes["a"].items() for o in os_] == scenes["a"]
 
 
+def test_the_commanded_gap_is_the_first_readings_hand_plus_the_commanded_displacement():
+    from simforcing.policy.closed_loop.world_model_eval import commanded_gap_mm
+
+    r0 = np.array([0.03, -0.04, 0.0, 0.0, 0.0, 0.0])  # the hand 5 cm from the object at the start
+    commanded = np.array([[0.0, 0.0, 0.0], [-0.03, 0.04, 0.0], [-0.03, 0.04, 0.12]])
+    np.testing.assert_allclose(commanded_gap_mm(r0, commanded), [50.0, 0.0, 120.0])
+
+
 def test_noise_draws_keep_draw_zero_and_record_every_draws_verdict(world_model_run, judge_dir):
     """--draws K: draw 0 of every episode is the one-draw evaluation's episode (the same noise, so the same verdict,
     step and readings), and each episode records K verdicts whose mean is its soft prediction."""
@@ -232,6 +240,9 @@ def test_noise_draws_keep_draw_zero_and_record_every_draws_verdict(world_model_r
                 assert f[FEATURES.index("soft_shift")] == b.soft - b.success
                 assert f[FEATURES.index("disagree")] == 4 * b.soft * (1 - b.soft)
     assert one.rows == three.rows  # rates count draw 0: what they mean at one draw
+    for per in one.episodes.values():  # the commanded hand's distance from the object's start, every executed action
+        for outs in per.values():
+            assert all(len(o.frame_gap_mm) == len(o.frame_judged) and min(o.frame_gap_mm) >= 0 for o in outs)
     back = PolicyEvaluation.from_json(three.to_json())
     assert back.draws == 3 and back.episodes == three.episodes
     with pytest.raises(ConfigError, match="--draws"):

@@ -98,6 +98,7 @@ class EpisodeOutcome:
     draw_success: Optional[list] = None
     draw_margin: Optional[list] = None
     twin_verdicts: Optional[list] = None
+    frame_gap_mm: Optional[list] = None  # the commanded hand's distance from the object's start (world_model_eval)
 
     @property
     def twin_success(self) -> Optional[bool]:
@@ -112,7 +113,7 @@ class EpisodeOutcome:
     def to_json(self) -> dict:
         out = {"scene": self.scene, "success": self.success, "steps": self.steps}
         for key in ("chunks", "judged", "judged_step", "frame_judged", "frame_true", "frame_error_mm", "frame_margin",
-                    "frame_arm_mm", "draw_success", "draw_margin", "twin_verdicts"):
+                    "frame_arm_mm", "draw_success", "draw_margin", "twin_verdicts", "frame_gap_mm"):
             value = getattr(self, key)
             if value is not None or (key == "judged_step" and self.judged is not None):
                 out[key] = value
@@ -135,7 +136,7 @@ class EpisodeOutcome:
                    _flags(d, "frame_judged"), _flags(d, "frame_true"), typed(d, "frame_error_mm", "list", "null",
                                                                              default=None),
                    _numbers(d, "frame_margin"), _numbers(d, "frame_arm_mm"), draws, draw_margin,
-                   _flags(d, "twin_verdicts"))
+                   _flags(d, "twin_verdicts"), _numbers(d, "frame_gap_mm"))
 
     @property
     def soft(self) -> float:

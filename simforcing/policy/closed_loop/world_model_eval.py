@@ -390,12 +390,20 @@ def arm_offsets_mm(readings: np.ndarray, reading0: np.ndarray, commanded: np.nda
     return 1000.0 * np.linalg.norm(seen - commanded, axis=1)
 
 
+def commanded_gap_mm(reading0: np.ndarray, commanded: np.ndarray) -> np.ndarray:
+    """How far from the task object's start the executed actions put the hand, per frame (mm): the judge's reading of
+    the first frame, hand relative to object r̂_0, plus the commanded displacement since — what the actions and the real
+    first frame alone say, the world model's frames unused. reading0 (6,), commanded (T, 3) -> (T,)."""
+    return 1000.0 * np.linalg.norm(reading0[None, :3] + commanded, axis=1)
+
+
 def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, consecutive: int = 1,
                      reading0: Optional[np.ndarray] = None, twin_verdicts: Optional[list[np.ndarray]] = None
                      ) -> dict[str, dict[str, list[EpisodeOutcome]]]:
     """Per player and task the outcomes: success at the first run of ``consecutive`` judged frames, its step, the
     per-frame verdicts and, for the episode's trust score, the predicate's margins and (with ``reading0``, the
-    judge's reading of each first frame) the arm's offsets from the commanded actions — all of draw 0; with several
+    judge's reading of each first frame) the arm's offsets from the commanded actions and the commanded hand's distance
+    from the object's start (``frame_gap_mm``) — all of draw 0; with several
     noise draws per episode, every draw's verdict (``draw_success``) and largest margin (``draw_margin``);
     ``twin_verdicts`` (a full-scene twin in the loop, ``Episodes.twin_verdicts``) the twin's own verdict after each
     executed action."""
@@ -413,10 +421,12 @@ def collect_episodes(ep: Episodes, readings: np.ndarray, tasks, max_steps: int, 
             continue
         arm = (np.round(arm_offsets_mm(readings[i], reading0[i], commanded[i]), 1).tolist()
                if reading0 is not None and commanded is not None else None)
+        gap = (np.round(commanded_gap_mm(reading0[i], commanded[i]), 1).tolist()
+               if reading0 is not None and commanded is not None else None)
         out[name][s.scene.task].append(EpisodeOutcome(s.scene.index, hit is not None,
                                                       hit + 1 if hit is not None else max_steps,
                                                       frame_judged=verdicts.tolist(), frame_margin=margin,
-                                                      frame_arm_mm=arm,
+                                                      frame_arm_mm=arm, frame_gap_mm=gap,
                                                       draw_success=[hit is not None] if several else None,
                                                       draw_margin=[max(margin)] if several else None,
                                                       twin_verdicts=None if twin_verdicts is None

@@ -100,7 +100,7 @@ def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
             for o in outs:
                 keys.append((policy, task, int(o.scene)))
                 feats.append(episode_features(o.success, o.frame_judged, o.frame_margin, o.frame_arm_mm,
-                                              o.draw_success, o.twin_success))
+                                              o.draw_success, o.twin_success, o.frame_gap_mm))
                 twin &= o.twin_verdicts is not None
                 verdicts.append(bool(o.success))
                 bare += not has_readings(o.frame_margin, o.frame_arm_mm)

@@ -17,9 +17,14 @@ with no ground truth, :func:`episode_features`:
     twin        the digital twin's own verdict on the episode (a full-scene twin in the loop, ``--wm-condition
                 render`` on a world model of the scene pairing: the task predicate on the twin simulation's objects —
                 the simulator's own prediction); 0 without one
+    gap_min     how close the executed actions bring the hand to the task object's start (cm): the judge's reading of
+                the real first frame plus the commanded displacement — the actions' own geometry, the world model's
+                frames unused (0 where the evaluation did not record it)
+    gap_last    that distance after the last action (cm)
 
-(The last three are 0 in an evaluation of one draw per episode without a full-scene twin: constant columns, which the
-fitted predictor gives no weight, so its predictions are those of the first five alone.)
+(The last five are 0 in an evaluation of one draw per episode without a full-scene twin and without the commanded
+gaps (an earlier simforcing's): constant columns, which the fitted predictor gives no weight, so its predictions are
+those of the first five alone.)
 
 A predictor (:class:`Logistic`, L2-regularised logistic regression on standardised features) learns P(ground truth
 succeeds | features) from labelled episodes; with **cross-fitting** (:func:`crossfit`) a labelled episode's prediction
@@ -36,21 +41,24 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-FEATURES = ("verdict", "margin", "held", "arm_mean", "arm_last", "soft_shift", "disagree", "twin")
+FEATURES = ("verdict", "margin", "held", "arm_mean", "arm_last", "soft_shift", "disagree", "twin", "gap_min",
+            "gap_last")
 
 
 def episode_features(verdict: bool, frame_judged: Optional[Sequence], frame_margin: Optional[Sequence],
                      frame_arm_mm: Optional[Sequence], draw_success: Optional[Sequence] = None,
-                     twin_success: Optional[bool] = None) -> np.ndarray:
+                     twin_success: Optional[bool] = None, frame_gap_mm: Optional[Sequence] = None) -> np.ndarray:
     """One episode's features (``FEATURES``; the verdict alone — the readings 0 — where the evaluation predates the
     per-frame margins and arm readings; ``draw_success``: every noise draw's verdict, None with one draw;
-    ``twin_success``: the full-scene twin's verdict, None without one)."""
+    ``twin_success``: the full-scene twin's verdict, None without one; ``frame_gap_mm``: the commanded hand's distance
+    from the object's start per frame, None where not recorded)."""
     held = float(np.mean(frame_judged)) if frame_judged else float(verdict)
     margin = float(np.max(frame_margin)) if frame_margin else 0.0
     arm = np.asarray(frame_arm_mm, np.float64) / 10.0 if frame_arm_mm else np.zeros(1)
     soft = float(np.mean(draw_success)) if draw_success else float(verdict)
+    gap = np.asarray(frame_gap_mm, np.float64) / 10.0 if frame_gap_mm else np.zeros(1)
     return np.array([float(verdict), margin * 100.0, held, float(arm.mean()), float(arm[-1]), soft - float(verdict),
-                     4.0 * soft * (1.0 - soft), float(bool(twin_success))])
+                     4.0 * soft * (1.0 - soft), float(bool(twin_success)), float(gap.min()), float(gap[-1])])
 
 
 def has_readings(frame_margin, frame_arm_mm) -> bool:
