@@ -203,6 +203,27 @@ def render_evaluators(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     return "\n".join(evaluators_table(section))
 
 
+def render_study(paths: tuple[Path, ...], entry: Optional[str]) -> str:
+    """A study of world models as evaluators (docs/evaluator_study/record.py): the evaluators' table with what each
+    was trained on (paired episodes and their operators) and its condition before the figures."""
+    from simforcing.demo.estimate_section import evaluators_table
+
+    body = _json(paths[0])
+    try:
+        section = evaluators_section({"rows": body["rows"], "per_task": 20, "draws": 400})
+        cells = {}
+        for name, r in body["rows"].items():
+            d = r.get("data") or {}
+            trained = "—" if not d else f"{d['paired']} ({d['operators']})"
+            cond = {"render": "twin", "rollout": "own chain"}.get(r.get("condition"), r.get("condition") or "—")
+            cells[name] = (trained, cond + (f", {r['draws']} draws" if (r.get("draws") or 1) > 1 else ""),
+                           r.get("predictor") or "learned")
+    except (KeyError, TypeError, ValueError) as e:
+        raise TableError(f"{paths[0]}: not a study record ({e!r}); record it with docs/evaluator_study/record.py") \
+            from None
+    return "\n".join(evaluators_table(section, ("paired episodes (operators)", "condition", "predictor"), cells))
+
+
 def section_of(key: str, what: str) -> Callable[[Any], dict]:
     """The record from a command's output: its section ``key`` (a demo's results.json), or the output itself when it
     is that section (``rows`` at its top), else a TableError saying it is not ``what``."""
@@ -402,6 +423,12 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "`make demo`, then `python -m simforcing.docs_tables --record evaluators runs/demo/results.json "
           "--machine M --commit C`", "docs/POLICY_EVALUATION.md",
           "which world model to judge policies in", extract=evaluators_of),
+    Table("evaluator_study", ("docs/evaluator_study/study.json",), render_study,
+          "`docs/evaluator_study/study.sh DEMO_ROOT` (the variants; docs/evaluator_study/record.py writes the record)",
+          "docs/POLICY_EVALUATION.md", "an evaluator: what data, which action conditioning, how many noise draws"),
+    Table("full_scene", ("docs/evaluator_study/scene.json",), render_study,
+          "`docs/evaluator_study/study.sh DEMO_ROOT` (its full-scene part; docs/evaluator_study/record.py)",
+          "docs/POLICY_EVALUATION.md", "the full-scene pairing: the simulator alone against the world model with it"),
     Table("estimate", ("docs/real_trials_demo/estimate.json",), render_estimate,
           "`simforcing policy estimate --ground-truth SIM_EVAL --wm-eval WM_EVAL --draws 200 --study-n 5 10 20 40 "
           "--out docs/real_trials_demo` (the demo's estimate job)", "docs/POLICY_EVALUATION.md",

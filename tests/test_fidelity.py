@@ -149,6 +149,12 @@ def test_point_and_curve_commands_write_their_files(tmp_path, capsys):
     assert curve["table"]["cfg1"]["oracle_af_cm"] == pytest.approx(5.0)
     assert main(["fidelity", "curve", "--points", pts[0], pts[0], "--out", str(tmp_path / "c2")]) == 2
     assert "two points are named 'cfg0'" in capsys.readouterr().err
+    # an earlier curve's folder gives all its points, beside new ones
+    assert main(["fidelity", "curve", "--points", str(tmp_path / "c"), "extra=" + pts[1], "--out",
+                 str(tmp_path / "c3")]) == 0
+    again = json.loads((tmp_path / "c3/fidelity_curve.json").read_text())
+    assert set(again["points"]) == {"cfg0", "named", "cfg2", "cfg1", "extra"}
+    assert main(["fidelity", "curve", "--points", str(tmp_path / "c"), pts[0], "--out", str(tmp_path / "c4")]) == 2
     assert main(["fidelity", "point", "--out", str(tmp_path / "none")]) == 2
     assert "nothing to measure" in capsys.readouterr().err
 

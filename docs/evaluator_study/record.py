@@ -11,41 +11,62 @@ Every number is read from a command's output (eval.json, estimate.json, agreemen
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from simforcing.demo.estimate_section import evaluator_row
+from simforcing.policy.agreement.statistics import mmrv, pearson
 from simforcing.fidelity import TrainingData
 from simforcing.policy.closed_loop.results import AgreementResult, PolicyEvaluation
 
 
-def row(name: str, eval_dir: Path, estimate: Path, agreement: Path | None, env: str | None) -> dict:
+def twin_rates(ev: PolicyEvaluation) -> dict[str, float]:
+    """Each player's success as the full-scene twin's own verdicts say (the simulator alone)."""
+    return {p: float(np.mean([o.twin_success for outs in per.values() for o in outs]))
+            for p, per in ev.episodes.items()}
+
+
+def row(name: str, eval_dir: Path, estimate: Path, agreement: Path | None, env: str | None,
+        truth: Path | None) -> dict:
     ev = PolicyEvaluation.read(eval_dir, f"{name}'s evaluation")
     ag = AgreementResult.read(agreement, f"{name}'s agreement") if agreement else None
     r = evaluator_row(name, ag, estimate, 10, env=env)
+    predictor = json.loads((estimate / "estimate.json").read_text()).get("predictor")
+    rates = {p: row.average.rate for p, row in ev.rows.items()}
+    if predictor == "twin":  # the simulator alone: its rates and ranking are the twin's verdicts', not the frames'
+        rates = twin_rates(ev)
+        sim = PolicyEvaluation.read(truth, "the simulator's evaluation")
+        players = list(rates)
+        r = dataclasses.replace(r, pearson=pearson(np.array([sim.rows[p].average.rate for p in players]),
+                                                   np.array([rates[p] for p in players])), pearson_ci95=None,
+                                mmrv=mmrv([sim.rows[p].average.rate for p in players], [rates[p] for p in players]),
+                                mmrv_ci95=None)
     wm = ev.world_model
     run = None if wm is None else (Path(wm.run) if Path(wm.run).is_absolute() else eval_dir.parent / wm.run)
     data = TrainingData.measure([run]) if run is not None else None
     sampler = ev.sampler or {}
     return {**r.to_json(), "world_model": None if wm is None else wm.run, "condition": sampler.get("condition"),
-            "draws": ev.draws, "data": None if data is None else data.to_json(),
-            "clean_expert": ev.rows["scripted expert (ceiling)"].average.rate,
-            "noisiest_expert": ev.rows.get("scripted expert, noise 4 cm/step") and
-            ev.rows["scripted expert, noise 4 cm/step"].average.rate}
+            "draws": ev.draws, "data": None if data is None else data.to_json(), "predictor": predictor,
+            "clean_expert": rates.get("scripted expert (ceiling)"),
+            "noisiest_expert": rates.get("scripted expert, noise 4 cm/step")}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rows", nargs="+", metavar="NAME=EVAL_DIR:ESTIMATE_DIR[:AGREEMENT_DIR:ENV]")
+    ap.add_argument("--truth", type=Path, required=True, help="the simulator's evaluation of the pool (the truth)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     rows = {}
     for spec in args.rows:
         name, rest = spec.split("=", 1)
         parts = rest.split(":")
-        rows[name] = row(name, Path(parts[0]), Path(parts[1]), Path(parts[2]) if len(parts) > 2 else None,
-                         parts[3] if len(parts) > 3 else None)
+        rows[name] = row(name, Path(parts[0]), Path(parts[1]), Path(parts[2]) if len(parts) > 2 and parts[2] else None,
+                         parts[3] if len(parts) > 3 else None, args.truth)
     Path(args.out).write_text(json.dumps({"format": "simforcing.evaluator-study", "rows": rows}, indent=2) + "\n")
     print(f"wrote {len(rows)} rows to {args.out}")
     return 0

@@ -57,7 +57,7 @@ def point(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--points", nargs="+", required=True, metavar="[NAME=]DIR",
                         help="folders `simforcing fidelity point` wrote (named by NAME, else by the point's label, "
-                        "else by the folder)")
+                        "else by the folder), or an earlier curve's folder (every point of it, by its names)")
     parser.add_argument("--out", required=True, help="folder for fidelity_curve.json, .md and .png")
 
 
@@ -69,11 +69,15 @@ def curve(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     curve = FidelityCurve()
     for entry in args.points:
         name, _, folder = entry.rpartition("=") if "=" in entry and not Path(entry).exists() else ("", "", entry)
-        p = FidelityPoint.read(folder, "--points")
-        name = name or p.label or Path(folder).name
-        if name in curve.points:
-            raise ConfigError(f"--points: two points are named {name!r}; name them NAME=DIR")
-        curve.points[name] = p
+        if (Path(folder) / "fidelity_curve.json").exists() and not name:  # an earlier curve: all its points
+            points = FidelityCurve.read(folder, "--points").points
+        else:
+            p = FidelityPoint.read(folder, "--points")
+            points = {name or p.label or Path(folder).name: p}
+        for name, p in points.items():
+            if name in curve.points:
+                raise ConfigError(f"--points: two points are named {name!r}; name them NAME=DIR")
+            curve.points[name] = p
     path = curve.write(args.out)
     print(curve.markdown().rstrip())
     print(f"wrote {path}, fidelity_curve.md and fidelity_curve.png")

@@ -149,9 +149,12 @@ def _mark(ok: Optional[bool]) -> str:
     return "" if ok is None else (" ✓" if ok else " ✗")
 
 
-def evaluators_table(section: EvaluatorsSection) -> list[str]:
-    """One row per world model, the aims' row first; ✓/✗ beside each value against its aim."""
-    head = ("| world model | Pearson vs simulator [95 %] | MMRV [95 %] | within-policy ρ: verdict / predictor "
+def evaluators_table(section: EvaluatorsSection, columns: tuple[str, ...] = (),
+                     cells: Optional[dict[str, tuple[str, ...]]] = None) -> list[str]:
+    """One row per world model, the aims' row first; ✓/✗ beside each value against its aim. ``columns``: more
+    columns after the world model's name, each row's ``cells`` for them (by the row's name)."""
+    more = "".join(f" {c} |" for c in columns)
+    head = (f"| world model |{more} Pearson vs simulator [95 %] | MMRV [95 %] | within-policy ρ: verdict / predictor "
             "| trials saved | worst coverage | trust AUROC | clean expert inside | 4 cm/step expert inside |")
     aims = {a.key: a for a in AIMS}
 
@@ -159,14 +162,16 @@ def evaluators_table(section: EvaluatorsSection) -> list[str]:
         a = aims[key]
         return ("≤ " if a.below else "≥ ") + (f"{100 * a.bound:.0f} %" if pct else f"{a.bound:g}")
 
-    lines = [head, "|---|---|---|---|---|---|---|---|---|",
-             f"| *aim* | {aim('pearson')} | {aim('mmrv')} | (≈ 0.71 saves half) | {aim('saved', True)} | "
+    lines = [head, "|---|" + "---|" * len(columns) + "---|---|---|---|---|---|---|---|",
+             f"| *aim* |{' |' * len(columns)} {aim('pearson')} | {aim('mmrv')} | (≈ 0.71 saves half) | "
+             f"{aim('saved', True)} | "
              f"{aim('coverage', True)} | {aim('trust_auroc')} | {aim('clean_expert', True)} | "
              f"{aim('noisiest_expert', True)} |"]
     for name, r in section.rows.items():
         m = r.met()
         label = f"**{name}** (the demo's evaluator)" if name == section.evaluator else name
-        lines.append(f"| {label} | {_ci(r.pearson, r.pearson_ci95)}{_mark(m['pearson'])} | "
+        extra = "".join(f" {c} |" for c in (cells or {}).get(name, ("",) * len(columns)))
+        lines.append(f"| {label} |{extra} {_ci(r.pearson, r.pearson_ci95)}{_mark(m['pearson'])} | "
                      f"{_ci(r.mmrv, r.mmrv_ci95)}{_mark(m['mmrv'])} | {fmt_num(r.rho_verdict, 2)} / "
                      f"{fmt_num(r.rho_predictor, 2)} | {_pct(r.saved)}{_mark(m['saved'])} | "
                      f"{'—' if r.coverage is None else f'{100 * r.coverage:.1f} %'}{_mark(m['coverage'])} | "
