@@ -425,10 +425,10 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "which world model to judge policies in", extract=evaluators_of),
     Table("evaluator_study", ("docs/evaluator_study/study.json",), render_study,
           "`docs/evaluator_study/study.sh DEMO_ROOT` (the variants; docs/evaluator_study/record.py writes the record)",
-          "docs/POLICY_EVALUATION.md", "an evaluator: what data, which action conditioning, how many noise draws"),
+          "docs/POLICY_EVALUATION.md", None),
     Table("full_scene", ("docs/evaluator_study/scene.json",), render_study,
           "`docs/evaluator_study/study.sh DEMO_ROOT` (its full-scene part; docs/evaluator_study/record.py)",
-          "docs/POLICY_EVALUATION.md", "the full-scene pairing: the simulator alone against the world model with it"),
+          "docs/POLICY_EVALUATION.md", None),
     Table("estimate", ("docs/real_trials_demo/estimate.json",), render_estimate,
           "`simforcing policy estimate --ground-truth SIM_EVAL --wm-eval WM_EVAL --draws 200 --study-n 5 10 20 40 "
           "--out docs/real_trials_demo` (the demo's estimate job)", "docs/POLICY_EVALUATION.md",
@@ -570,7 +570,10 @@ FIGURE = re.compile(r"(?<![\w.])\d+\.\d{2,}(?![\d])")  # a measured figure as th
 CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)  # commands and config values, not quoted results
 # numbers a user page states that are not measurements but happen to print like a table's figure: page -> {token: why}
 NOT_FIGURES = {"docs/GUIDE.md": {"0.95": "AdamW's beta2 default", "0.15": "the physics gap's ±15 % size range",
-                                 "0.05": "a loss weight's and the warm-up's defaults"}}
+                                 "0.05": "a loss weight's and the warm-up's defaults",
+                                 "0.25": "a loss weight's default (md_real)",
+                                 "0.02": "eval.probe_moving_threshold's default"},
+               "README.md": {"0.24": "torchvision 0.24.1, a version"}}
 
 
 def figures_of(text: str) -> set[str]:

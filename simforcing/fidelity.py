@@ -754,14 +754,15 @@ class FidelityCurve:
     def markdown(self) -> str:
         """One row per point, in order of training core-seconds."""
         head = ("| point | paired episodes (operators) | training core-s | oracle action error (cm) | oracle PSNR | "
-                "twin drift (cm / dB) | do-nothing change, step 30 | Pearson inside (twin) | MMRV | clean expert |")
+                "twin drift (cm / dB) | do-nothing change, step 30 | Pearson inside (twin), scenes | MMRV | clean expert |")
         lines = [head, "|" + "---|" * 10]
         for name, p in sorted(self.points.items(), key=lambda kv: kv[1].headline.core_s or math.inf):
             v, d = p.headline, p.data
             data = "—" if d is None else f"{d.paired} ({d.operators})"
             lines.append(f"| {name} | {data} | {_fmt(v.core_s, '.0f')} | {_fmt(v.oracle_af_cm)} | {_fmt(v.oracle_psnr)} "
                          f"| {_fmt(v.twin_drift_cm)} / {_fmt(v.twin_drift_db)} | {_fmt(v.still_30)} | "
-                         f"{_fmt(v.pearson)} | {_fmt(v.mmrv)} | {_fmt(v.clean_expert, '.0%')} |")
+                         f"{_fmt(v.pearson)}{'' if p.inside is None else f', {p.inside.scenes}'} | {_fmt(v.mmrv)} | "
+                         f"{_fmt(v.clean_expert, '.0%')} |")
         return "\n".join(lines) + "\n"
 
     def plot(self, path: str | Path, x: str = "core_s") -> Path:

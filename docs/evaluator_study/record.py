@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -44,10 +45,15 @@ def row(name: str, eval_dir: Path, estimate: Path, agreement: Path | None, env: 
         r = dataclasses.replace(r, pearson=pearson(np.array([sim.rows[p].average.rate for p in players]),
                                                    np.array([rates[p] for p in players])), pearson_ci95=None,
                                 mmrv=mmrv([sim.rows[p].average.rate for p in players], [rates[p] for p in players]),
-                                mmrv_ci95=None)
+                                mmrv_ci95=None, rho_verdict=r.rho_predictor)  # its verdict is the predictor
     wm = ev.world_model
     run = None if wm is None else (Path(wm.run) if Path(wm.run).is_absolute() else eval_dir.parent / wm.run)
-    data = TrainingData.measure([run]) if run is not None else None
+    here = os.getcwd()
+    try:  # a run's data.root is spelled from where its command ran: the experiment's folder
+        os.chdir(eval_dir.resolve().parent)
+        data = TrainingData.measure([run.resolve()]) if run is not None else None
+    finally:
+        os.chdir(here)
     sampler = ev.sampler or {}
     return {**r.to_json(), "world_model": None if wm is None else wm.run, "condition": sampler.get("condition"),
             "draws": ev.draws, "data": None if data is None else data.to_json(), "predictor": predictor,

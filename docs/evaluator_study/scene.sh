@@ -32,4 +32,5 @@ for WHO in simforcing_student:render simforcing_student:rollout sft_student:roll
 done
 E=pool_simforcing_student_render
 [ -f est_simulator_twin/estimate.json ] || { $SF policy estimate --ground-truth $D/wm_eval/pool_sim --wm-eval $E --n 10 --draws 400 --study-n 10 --predictor twin --out est_simulator_twin > est_simulator_twin.log 2>&1; log "estimate simulator (twin verdict)"; }
+[ -f agreement/agreement.json ] || $SF policy agreement --sim $D/wm_eval/pool_sim --wm twin=pool_simforcing_student_render own=pool_simforcing_student_rollout sft=pool_sft_student_rollout --out agreement > agreement.log 2>&1
 log "all done"
