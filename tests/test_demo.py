@@ -148,6 +148,9 @@ def test_stage_1_holds_both_cores_and_the_judge_follows(tmp_path):
     # every one-window score needs the probe: after SimForcing's stage 2, before sft's and the student's
     assert jobs["train simforcing"].priority > jobs["probe"].priority > max(jobs["train sft"].priority,
                                                                              jobs["distill simforcing"].priority)
+    # the one-window table's scores before the evaluator's data and stage 2 (the table is the demo's first answer)
+    table = ("eval copy-first", "eval vae-recon", "eval sft", "eval simforcing")
+    assert min(jobs[n].priority for n in table) > max(jobs["data evaluator"].priority, jobs["train evaluator"].priority)
     one = demo_budget()
     one.stage1_threads = 1
     jobs = {j.name: j for j in build_plan(tmp_path / "one", None, one, jobs=2).jobs}

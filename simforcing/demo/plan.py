@@ -482,10 +482,11 @@ class _Builder:
 
         vae = f"--model.vae.path={self.vae}"
         for base in ("copy-first", "vae-recon"):  # the one-window table's floor and ceiling: as soon as the probe is
-            evaluate(EvalKey(base), ["--baseline", base, "--preset", "demo", vae], ("vae",), priority=56)
+            evaluate(EvalKey(base), ["--baseline", base, "--preset", "demo", vae], ("vae",), priority=71)
             evaluate(EvalKey(base, "sim"), ["--baseline", base, "--preset", "demo", vae, "--domain", "sim"], ("vae",))
-        for tag, run in runs.items():
-            evaluate(EvalKey(tag), ["--ckpt", str(run)], (f"train {tag}",), priority=55)
+        for tag, run in runs.items():  # before the evaluator's data and stage 2 (68, 69): a minute of jobs that
+            # completes the table ~5 minutes sooner (docs/demo_timing/replay.py on 7fd1d3f's run: 16.4 -> 11.3 min)
+            evaluate(EvalKey(tag), ["--ckpt", str(run)], (f"train {tag}",), priority=70)
         for m in BASE_METHODS:  # the network's one-step prediction (its conditional mean), an extra row
             evaluate(one_step(m), ["--ckpt", str(runs[m]), "--sample.n_real=1", "--eval.action_control=false"],
                      (f"train {m}",))

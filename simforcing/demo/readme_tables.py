@@ -88,9 +88,9 @@ def render(entry: dict) -> str:
              "| within-policy ρ ↑ | real trials saved at n = 10 ↑ |", "|---|---|---|---|",
              f"| the simulator's own frames through the success judge (its harness check, 15 scenes) | "
              f"{_f(f.get('pearson_harness'))} | | |",
-             _ranked(f, "sft", "inside `sft`'s world model"),
-             _ranked(f, "simforcing", "inside SimForcing's (the paper's data)"),
-             _ranked(f, "simforcing_twin", "inside SimForcing's, with the robot's digital twin"),
-             _ranked(f, "evaluator", "inside **the evaluator** (SimForcing on evaluation data)"),
+             _ranked(f, "sft", "inside `sft`'s few-step student"),
+             _ranked(f, "simforcing", "inside SimForcing's few-step student (the paper's data)"),
+             _ranked(f, "simforcing_twin", "the same, with the robot's digital twin"),
+             _ranked(f, "evaluator", "inside **the evaluator** (the same, trained on evaluation data)"),
              _ranked(f, "evaluator_twin", "inside **the evaluator, with the twin**")]
     return "\n".join(lines)
