@@ -770,8 +770,14 @@ class _Builder:
                                                "--sample.mask_mode=paired-sim", *extra, "--videos", "1", "--out",
                                                str(folder), *self.sample_ov], folder, "rollout.json", deps, inputs=deps,
                      priority=20)
-        # the policies on the arm pairing's pool (the same real scenes and truth) inside the full-scene students
-        w = b.wm_eval
+        pool, estimates, agree = self._scene_pool(out, students, wm_eval)
+        return SceneFolders(out, data, runs, students, evals, rollouts, pool, estimates, agree)
+
+    def _scene_pool(self, out: Path, students: dict[str, Path], wm_eval: dict) -> tuple[dict, dict, Path]:
+        """The policies on the arm pairing's pool (the same real scenes and truth) inside the full-scene students, each
+        estimated with its predictors (the full-scene twin's own verdict too), and their agreement with the simulator
+        -> (pool evaluations, estimates, agreement folder)."""
+        w = self.b.wm_eval
         pool_args = self.pool_args
         pool, estimates = {}, {}
         for name, (m, extra) in {"scene-simforcing-fewstep-twin": ("simforcing", ["--wm-condition", "render"]),
@@ -797,7 +803,7 @@ class _Builder:
         self.add("scene pool agreement", ["policy", "agreement", "--sim", str(wm_eval["sim_pool"]), "--wm",
                                           *(f"{n}={f}" for n, f in pool.items()), "--out", str(agree)], agree,
                  "agreement.json", deps, inputs=deps, priority=20)
-        return SceneFolders(out, data, runs, students, evals, rollouts, pool, estimates, agree)
+        return pool, estimates, agree
 
     def fidelity(self, runs: dict[str, Path], evals: dict, rollouts: dict, wm_eval: Optional[dict]) -> Path:
         """10. the evaluator's fidelity as a simulator (``fidelity point``, docs/ROLLOUTS.md) — its few-step student,
