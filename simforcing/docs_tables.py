@@ -425,9 +425,12 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "which world model to judge policies in", extract=evaluators_of),
     Table("evaluator_study", ("docs/evaluator_study/study.json",), render_study,
           "`docs/evaluator_study/study.sh DEMO_ROOT` (the variants; docs/evaluator_study/record.py writes the record)",
-          "docs/POLICY_EVALUATION.md", None),
+          "docs/notebook/evaluator.md", None),
     Table("full_scene", ("docs/evaluator_study/scene.json",), render_study,
           "`docs/evaluator_study/study.sh DEMO_ROOT` (its full-scene part; docs/evaluator_study/record.py)",
+          "docs/POLICY_EVALUATION.md", None),
+    Table("predictors", ("docs/evaluator_study/predictors.json",), render_study,
+          "`docs/evaluator_study/predictors.sh DEMO_ROOT` (docs/evaluator_study/record.py)",
           "docs/POLICY_EVALUATION.md", None),
     Table("estimate", ("docs/real_trials_demo/estimate.json",), render_estimate,
           "`simforcing policy estimate --ground-truth SIM_EVAL --wm-eval WM_EVAL --draws 200 --study-n 5 10 20 40 "

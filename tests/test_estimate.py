@@ -429,3 +429,42 @@ def test_the_twins_own_verdict_as_the_predictor(known_pool, tmp_path):
     assert learned[0].rho_predictor > 0.5 > abs(learned[0].rho_verdict)  # the twin's verdict carries it
     with pytest.raises(ConfigError, match="--predictor twin: .* no full-scene twin"):
         run_estimate(root / "sim", root / "wm", n=10, predictor="twin")
+
+
+def test_the_hand_from_the_executed_actions_as_the_predictor(known_pool, tmp_path):
+    """--predictor hand: a reach episode's verdict is the simulator's reach predicate (``tasks.task_success``) on the
+    hand the executed actions command (frame_gap_mm: its distance from the object's start per action), any action
+    counting as the simulator counts it; push and grasp keep the world model's verdict. --predictor actions: the same
+    with the objects left in place (push and grasp fail): no frame of the world model read. An evaluation without
+    frame_gap_mm is refused by name."""
+    from simforcing.data.synthetic.tasks import Task, task_success
+
+    root, truth = known_pool
+    rng = np.random.default_rng(12)
+    obj0 = np.array([0.5, 0.1, 0.02])
+    reach = Task("reach", "reach the red cube", 0, "red cube")
+    want = {}
+
+    def wm(p, t, s):
+        ee = obj0 + rng.normal(0, 0.09, (6, 3))  # the commanded hand after each executed action
+        want[(p, t, s)] = any(task_success(reach, e, obj0, obj0) for e in ee)
+        v = bool(rng.random() < 0.5)  # the world model's own verdict, right or wrong
+        gap = np.round(1000 * np.linalg.norm(ee - obj0, axis=1), 1).tolist()
+        return EpisodeOutcome(s, v, 10, frame_judged=[v] * 6, frame_margin=[0.01 if v else -0.01] * 6,
+                              frame_arm_mm=[20.0] * 6, frame_gap_mm=gap)
+
+    evaluation(WORLD_MODEL, 20, wm).write(tmp_path / "wm_hand")
+    own = {(p, t, o.scene): o.success for p, per in world_model_episodes(tmp_path / "wm_hand").evaluation
+           .episodes.items() for t, outs in per.items() for o in outs}
+    for predictor in ("hand", "actions"):
+        res, _ = run_estimate(root / "sim", tmp_path / "wm_hand", n=10, predictor=predictor)
+        for r in res.episodes:
+            k = (r["policy"], r["task"], r["scene"])
+            other = float(own[k]) if predictor == "hand" else 0.0
+            assert r["p_success"] == (float(want[k]) if r["task"] == "reach" else other), (predictor, k)
+    assert 0 < np.mean([want[k] for k in want if k[1] == "reach"]) < 1  # both outcomes occur
+    with pytest.raises(ConfigError, match="--predictor hand: .* no commanded hand per frame"):
+        run_estimate(root / "sim", root / "wm", n=10, predictor="hand")
+    assert main(["policy", "estimate", "--ground-truth", str(root / "sim"), "--wm-eval", str(tmp_path / "wm_hand"),
+                 "--predictor", "actions", "--out", str(tmp_path / "est")]) == 0
+    assert json.loads((tmp_path / "est" / "estimate.json").read_text())["predictor"] == "actions"

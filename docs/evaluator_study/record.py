@@ -23,6 +23,8 @@ from simforcing.demo.estimate_section import evaluator_row
 from simforcing.policy.agreement.statistics import mmrv, pearson
 from simforcing.fidelity import TrainingData
 from simforcing.policy.closed_loop.results import AgreementResult, PolicyEvaluation
+from simforcing.policy.estimate.estimate import KINEMATIC
+from simforcing.policy.estimate.trials import world_model_episodes
 
 
 def twin_rates(ev: PolicyEvaluation) -> dict[str, float]:
@@ -31,15 +33,22 @@ def twin_rates(ev: PolicyEvaluation) -> dict[str, float]:
             for p, per in ev.episodes.items()}
 
 
+def predicted_rates(eval_dir: Path, predictor: str) -> dict[str, float]:
+    """Each player's success as a predictor that fits nothing says (``hand``, ``actions``: its verdict per episode)."""
+    wm = world_model_episodes(eval_dir)
+    v = wm.kinematic(KINEMATIC[predictor])
+    return {p: float(np.mean([x for k, x in zip(wm.keys, v) if k[0] == p])) for p in wm.policies}
+
+
 def row(name: str, eval_dir: Path, estimate: Path, agreement: Path | None, env: str | None,
-        truth: Path | None) -> dict:
+        truth: Path | None, runs_from: Path | None = None) -> dict:
     ev = PolicyEvaluation.read(eval_dir, f"{name}'s evaluation")
     ag = AgreementResult.read(agreement, f"{name}'s agreement") if agreement else None
     r = evaluator_row(name, ag, estimate, 10, env=env)
     predictor = json.loads((estimate / "estimate.json").read_text()).get("predictor")
     rates = {p: row.average.rate for p, row in ev.rows.items()}
-    if predictor == "twin":  # the simulator alone: its rates and ranking are the twin's verdicts', not the frames'
-        rates = twin_rates(ev)
+    if predictor in ("twin", *KINEMATIC):  # a verdict fitted on nothing: its rates and ranking are its own
+        rates = twin_rates(ev) if predictor == "twin" else predicted_rates(eval_dir, predictor)
         sim = PolicyEvaluation.read(truth, "the simulator's evaluation")
         players = list(rates)
         r = dataclasses.replace(r, pearson=pearson(np.array([sim.rows[p].average.rate for p in players]),
@@ -49,8 +58,8 @@ def row(name: str, eval_dir: Path, estimate: Path, agreement: Path | None, env: 
     wm = ev.world_model
     run = None if wm is None else (Path(wm.run) if Path(wm.run).is_absolute() else eval_dir.parent / wm.run)
     here = os.getcwd()
-    try:  # a run's data.root is spelled from where its command ran: the experiment's folder
-        os.chdir(eval_dir.resolve().parent)
+    try:  # a run's data.root is spelled from where its command ran: the experiment's folder (a demo: its clone)
+        os.chdir(runs_from or eval_dir.resolve().parent)
         data = TrainingData.measure([run.resolve()]) if run is not None else None
     finally:
         os.chdir(here)
@@ -66,13 +75,15 @@ def main(argv=None) -> int:
     ap.add_argument("rows", nargs="+", metavar="NAME=EVAL_DIR:ESTIMATE_DIR[:AGREEMENT_DIR:ENV]")
     ap.add_argument("--truth", type=Path, required=True, help="the simulator's evaluation of the pool (the truth)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--runs-from", type=Path, default=None, help="where the world models' commands ran (their "
+                    "data.root is spelled from there; default: each evaluation's parent folder)")
     args = ap.parse_args(argv)
     rows = {}
     for spec in args.rows:
         name, rest = spec.split("=", 1)
         parts = rest.split(":")
         rows[name] = row(name, Path(parts[0]), Path(parts[1]), Path(parts[2]) if len(parts) > 2 and parts[2] else None,
-                         parts[3] if len(parts) > 3 else None, args.truth)
+                         parts[3] if len(parts) > 3 else None, args.truth, args.runs_from)
     Path(args.out).write_text(json.dumps({"format": "simforcing.evaluator-study", "rows": rows}, indent=2) + "\n")
     print(f"wrote {len(rows)} rows to {args.out}")
     return 0

@@ -346,11 +346,14 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", nargs="+", default=None, metavar="NAME",
                         help="the policies to estimate, as the world-model evaluation names them (default: all; the "
                              "trials of the others are not used)")
-    parser.add_argument("--predictor", default=None, choices=("learned", "verdict", "twin"),
+    parser.add_argument("--predictor", default=None, choices=("learned", "verdict", "twin", "hand", "actions"),
                         help="learned (cross-fitted from each episode's features; the default where the episodes "
                              "hold per-frame readings, else verdict) | verdict (the world model's own verdict; with "
                              "--draws the share of draws judged successful) | twin (a full-scene twin's own verdict, "
-                             "the world model's frames ignored: the simulator as the predictor)")
+                             "the world model's frames ignored: the simulator as the predictor) | hand (reach from "
+                             "where the executed actions put the hand, push and grasp from the world model's "
+                             "verdict) | actions (the same with the objects left in place: no world model, the "
+                             "control)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 − the intervals' level")
     parser.add_argument("--seed", type=int, default=0, help="the draw of the labelled scenes and of the folds "
                         "(an integer >= 0)")

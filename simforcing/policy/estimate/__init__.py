@@ -30,7 +30,7 @@ def choose_predictor(predictor: Optional[str], wm: WorldModelEpisodes) -> tuple[
     no per-frame readings (the learned one would see the verdict alone) — said in a note; ``learned`` asked for on
     such episodes is a ConfigError naming them. ``predictor`` is one of ``PREDICTORS`` or None (checked by the
     caller)."""
-    if wm.readings or predictor in ("verdict", "twin"):
+    if wm.readings or predictor not in (None, "learned"):
         return predictor or "learned", []
     why = (f"{wm.without_readings} of the {len(wm.keys)} episodes of {wm.source} hold no per-frame readings "
            "(frame_margin, frame_arm_mm: an evaluation by an earlier simforcing, or one written without them)")

@@ -8,7 +8,12 @@ unlabelled ones every other world-model episode of the same policy. The predicto
 
 - ``verdict``: the world model's own verdict (the judge's success), no fitting;
 - ``learned`` (default): P(success | the episode's features), a logistic regression pooled over policies and
-  cross-fitted by scene (``policy.estimate.trust``) — its prediction on a labelled episode never saw that scene.
+  cross-fitted by scene (``policy.estimate.trust``) — its prediction on a labelled episode never saw that scene;
+- ``twin``: a full-scene twin's own verdict, the world model's frames ignored (the simulator as the predictor);
+- ``hand``: the verdict of a task whose predicate is on the hand (reach) from where the executed actions put the hand
+  (``trials.hand_success``), the world model's verdict for the others (what only its frames say: where the objects
+  go); ``actions``: the same with the objects left where they started — no world model at all, the control that says
+  what a world model's frames add. Neither is fitted (``WorldModelEpisodes.kinematic``).
 
 Per policy and per task: the world model's raw rate (what ``policy eval --env world-model`` prints), the
 ground-truth-only estimate (Wilson / Clopper–Pearson) and the prediction-powered one (PPI++ CLT / finite-sample);
@@ -32,7 +37,8 @@ from simforcing.policy.estimate.ppi import (Estimate, PolicyTerms, active_mean, 
 from simforcing.policy.estimate.trials import Key, WorldModelEpisodes
 from simforcing.policy.estimate.trust import FEATURES, auroc, crossfit, trust_scores, unsupervised_doubt
 
-PREDICTORS = ("learned", "verdict", "twin")
+PREDICTORS = ("learned", "verdict", "twin", "hand", "actions")
+KINEMATIC = {"hand": "world model", "actions": "stay"}  # predictor -> what says where the objects go
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,11 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
                               "(twin_verdicts: `policy eval --env world-model --wm-condition render` of a world model "
                               "trained on `data synth --pairing scene` data records it)")
         return wm.twin_verdicts.copy()
+    if predictor in KINEMATIC:  # the hand from the executed actions; the objects from the frames, or left in place
+        try:
+            return wm.kinematic(KINEMATIC[predictor])
+        except ConfigError as e:
+            raise ConfigError(f"--predictor {predictor}: {e}") from None
     lab = np.asarray(labelled, int)
     unl = np.setdiff1d(np.arange(len(wm.keys)), lab)
     y = np.array([truth[wm.keys[i]] for i in lab], float)

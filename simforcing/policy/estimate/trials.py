@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from simforcing.data.synthetic.tasks import REACH_RADIUS
 from simforcing.errors import ConfigError, DataError
 from simforcing.policy.closed_loop.results import SIMULATOR, WORLD_MODEL, PolicyEvaluation
 from simforcing.policy.estimate.trust import FEATURES, episode_features, has_readings
@@ -38,6 +39,7 @@ from simforcing.result_files import POLICY_EVALUATION
 
 Key = tuple[str, str, int]  # (policy, task, scene)
 TRIAL_FIELDS = ("policy", "task", "scene", "success")
+HAND_TASKS = ("reach",)  # the benchmark's tasks whose predicate is on the hand (push and grasp: on the object)
 MIN_TRIALS = 2  # per estimated policy: one trial says nothing of its outcomes' spread
 _TRUE, _FALSE = {"1", "true", "yes", "success"}, {"0", "false", "no", "failure"}
 _SEPARATORS = (",", ";", "\t")  # a spreadsheet's CSV: commas, or semicolons where the comma is the decimal mark
@@ -61,6 +63,8 @@ class WorldModelEpisodes:
     left_out: tuple[str, ...] = ()  # the evaluation's policies not estimated (``--policies``)
     without_readings: int = 0  # episodes that hold no per-frame readings
     twin: bool = False  # every episode holds a full-scene twin's own verdict (``EpisodeOutcome.twin_verdicts``)
+    on_hand: Optional[np.ndarray] = None  # (E,) bool: the task's predicate is on the hand (``HAND_TASKS``)
+    hand: Optional[np.ndarray] = None  # (E,) bool: the hand the executed actions command meets it (None: unrecorded)
 
     def index(self) -> dict[Key, int]:
         return {k: i for i, k in enumerate(self.keys)}
@@ -79,6 +83,18 @@ class WorldModelEpisodes:
     def policies(self) -> list[str]:
         return list(dict.fromkeys(k[0] for k in self.keys))
 
+    def kinematic(self, objects: str) -> np.ndarray:
+        """(E,) a verdict with the hand where the executed actions put it (:func:`hand_success`) for every task whose
+        predicate is on the hand, and for the others ``objects``: ``"world model"`` — the world model's verdict on its
+        frames (``soft``: the share of its noise draws with several), what it alone can say (where the objects go) —
+        or ``"stay"`` — failure: the objects stay where they started, the world model unused. None of it is fitted."""
+        if self.hand is None or self.on_hand is None:
+            raise ConfigError(f"the episodes of {self.source} hold no commanded hand per frame (frame_gap_mm: an "
+                              "evaluation by an earlier simforcing); evaluate the policies in the world model again "
+                              "(`simforcing policy eval --env world-model`)")
+        other = self.soft if objects == "world model" else np.zeros(len(self.keys))
+        return np.where(self.on_hand, self.hand.astype(float), other)
+
 
 def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
                          policies: Optional[Sequence[str]] = None) -> WorldModelEpisodes:
@@ -94,7 +110,7 @@ def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
     if unknown or not chosen:
         raise ConfigError(f"--policies: {', '.join(map(repr, unknown)) or 'none given'}: expected policies of the "
                           f"world-model evaluation {folder} (its policies: {', '.join(every)})")
-    keys, feats, verdicts, bare, twin = [], [], [], 0, True
+    keys, feats, verdicts, bare, twin, hand = [], [], [], 0, True, []
     for policy in chosen:
         for task, outs in ev.episodes[policy].items():
             for o in outs:
@@ -104,10 +120,25 @@ def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
                 twin &= o.twin_verdicts is not None
                 verdicts.append(bool(o.success))
                 bare += not has_readings(o.frame_margin, o.frame_arm_mm)
+                hand.append(hand_success(o.frame_gap_mm))
     if not keys:
         raise ConfigError(f"{what} {folder}: the evaluation holds no episodes")
+    known = all(h is not None for h in hand)
     return WorldModelEpisodes(keys, np.array(feats).reshape(len(keys), len(FEATURES)), np.array(verdicts, bool),
-                              bare == 0, str(folder), ev, tuple(p for p in every if p not in chosen), bare, twin)
+                              bare == 0, str(folder), ev, tuple(p for p in every if p not in chosen), bare, twin,
+                              np.array([k[1] in HAND_TASKS for k in keys]) if known else None,
+                              np.array(hand, bool) if known else None)
+
+
+def hand_success(frame_gap_mm: Optional[Sequence]) -> Optional[bool]:
+    """Whether the hand the executed actions command came within ``REACH_RADIUS`` of the task object's start after any
+    executed action — the reach predicate read from the actions and the real first frame alone (``frame_gap_mm``,
+    ``world_model_eval.commanded_gap_mm``), as the simulator decides it (its first success, no run of frames asked
+    for: nothing here is a judge's reading of a predicted frame); None where the evaluation did not record it."""
+    if frame_gap_mm is None:
+        return None
+    gap = np.asarray(frame_gap_mm, np.float64)
+    return bool(gap.size) and bool(np.any(gap <= 1000.0 * REACH_RADIUS))
 
 
 def simulator_truth(folder: str | Path, what: str = "--ground-truth") -> tuple[dict[Key, bool], PolicyEvaluation]:
