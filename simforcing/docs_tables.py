@@ -433,8 +433,9 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "`docs/evaluator_study/predictors.sh DEMO_ROOT` (docs/evaluator_study/record.py)",
           "docs/POLICY_EVALUATION.md", None),
     Table("estimate", ("docs/real_trials_demo/estimate.json",), render_estimate,
-          "`simforcing policy estimate --ground-truth SIM_EVAL --wm-eval WM_EVAL --draws 200 --study-n 5 10 20 40 "
-          "--out docs/real_trials_demo` (the demo's estimate job)", "docs/POLICY_EVALUATION.md",
+          "`simforcing policy estimate --ground-truth SIM_EVAL --wm-eval WM_EVAL --predictor hand --draws 400 "
+          "--study-n 5 10 20 40 --out docs/real_trials_demo` (the demo's evaluator with the twin)",
+          "docs/POLICY_EVALUATION.md",
           "a few real trials correcting many world-model episodes: coverage and the trials saved"),
     Table("fewstep", ("docs/fewstep_ranking/agreement.json", "docs/fewstep_ranking/drift.json"), render_fewstep,
           "`docs/fewstep_ranking/study.sh DEMO_ROOT`", "docs/FEWSTEP.md",
