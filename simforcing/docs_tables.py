@@ -30,13 +30,18 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import re
+import tempfile
 import subprocess
 import sys
 from dataclasses import dataclass, fields
 from os.path import relpath
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
+
+from simforcing.errors import ConfigError
+from simforcing.result_files import MalformedResult, finite_number, nested
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCE = "docs/records.json"  # record path -> {"commit", "machine", "date", "note"} for records that lack them
@@ -120,11 +125,24 @@ def provenance(table: Table, entry: Optional[str], root: Path) -> str:
 # The renderings
 # ----------------------------------------------------------------------------------------------------------------------
 
-def _f(v: Optional[float], nd: int = 2) -> str:
+def table_number(v: Any) -> Optional[float]:
+    """A record's number as a table shows it: None, or NaN (a statistic its command left undefined, e.g. a Pearson
+    without spread), is None — shown "—", never "nan"; anything but a finite number (a string, true/false, inf) is a
+    ValueError naming it (:func:`render_block` names the record and the table)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if not finite_number(v):
+        raise ValueError(f"{v!r:.40} where a finite number belongs")
+    return float(v)
+
+
+def figure(v: Any, nd: int = 2) -> str:
+    v = table_number(v)
     return "—" if v is None else f"{v:.{nd}f}"
 
 
-def _pct(v: Optional[float]) -> str:
+def percent(v: Any) -> str:
+    v = table_number(v)
     return "—" if v is None else f"{100 * v:.0f} %"
 
 
@@ -148,7 +166,7 @@ def render_one_window(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     rows = (("copy the first frame (a model that does not move)", "copy"), ("`sft`: real data only", "sft"),
             ("**SimForcing**", "simforcing"), ("SimForcing's few-step student", "student"))
     return "\n".join(["| one window, held-out real episodes, the paper's sampler | PSNR (dB) ↑ | action error (cm) ↓ |",
-                      "|---|---|---|"] + [f"| {label} | {_f(f.get(f'{k}_psnr'))} | {_f(f.get(f'{k}_cm'))} |"
+                      "|---|---|---|"] + [f"| {label} | {figure(f.get(f'{k}_psnr'))} | {figure(f.get(f'{k}_cm'))} |"
                                           for label, k in rows])
 
 
@@ -157,7 +175,7 @@ def render_rollouts(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     rows = (("its own simulation chain (the paper's sampler)", "rollout"),
             ("**the robot's digital twin** renders the condition", "rollout_twin"))
     return "\n".join(["| SimForcing, long rollouts of held-out episodes | PSNR (dB) ↑ | action error (cm) ↓ |",
-                      "|---|---|---|"] + [f"| {label} | {_f(f.get(f'{k}_psnr'))} | {_f(f.get(f'{k}_cm'))} |"
+                      "|---|---|---|"] + [f"| {label} | {figure(f.get(f'{k}_psnr'))} | {figure(f.get(f'{k}_cm'))} |"
                                           for label, k in rows])
 
 
@@ -168,9 +186,10 @@ def render_demo_runs(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     for e in _json(paths[0]):
         f = e.get("figures") or {}
         lines.append(f"| {e['label']} | `{e['commit']}` | {e['date']} | {e['machine']} | "
-                     f"{_f(e.get('from_nothing_min'), 1)} | {_f(e.get('jobs_min'), 1)} | {_f(e.get('one_window_table_min'), 1)} | "
-                     f"{_f(f.get('sft_psnr'))} / {_f(f.get('simforcing_psnr'))} | {_f(f.get('sft_cm'))} / "
-                     f"{_f(f.get('simforcing_cm'))} |")
+                     f"{figure(e.get('from_nothing_min'), 1)} | {figure(e.get('jobs_min'), 1)} | "
+                     f"{figure(e.get('one_window_table_min'), 1)} | "
+                     f"{figure(f.get('sft_psnr'))} / {figure(f.get('simforcing_psnr'))} | {figure(f.get('sft_cm'))} / "
+                     f"{figure(f.get('simforcing_cm'))} |")
     return "\n".join(lines)
 
 
@@ -178,7 +197,11 @@ def render_fidelity_curve(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     """``simforcing fidelity curve``'s own table (``FidelityCurve.markdown``), read through its typed reader."""
     from simforcing.fidelity import FidelityCurve
 
-    return FidelityCurve.read(paths[0], f"the docs' table from {paths[0]}").markdown().rstrip()
+    curve = FidelityCurve.read(paths[0], f"the docs' table from {paths[0]}")
+    if not curve.points:
+        raise TableError(f"{paths[0]}: a fidelity curve of no points; record one made with `simforcing fidelity curve "
+                         "--points P1 P2 ...`")
+    return curve.markdown().rstrip()
 
 
 def evaluators_section(body: dict):
@@ -186,7 +209,18 @@ def evaluators_section(body: dict):
     from simforcing.demo.estimate_section import EvaluatorRow, EvaluatorsSection
 
     known = {f.name for f in fields(EvaluatorRow)}
-    rows = {name: EvaluatorRow(**{k: v for k, v in r.items() if k in known}) for name, r in body["rows"].items()}
+
+    def value(name: str, key: str, v: Any) -> Any:
+        """A row's figure as the table shows it (``table_number``: NaN undefined, a word refused by its row)."""
+        if key in ("name", "folder"):
+            return v
+        try:
+            return None if v is None else [table_number(x) for x in v] if isinstance(v, list) else table_number(v)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"rows[{name!r}].{key}: {e}") from None
+
+    rows = {name: EvaluatorRow(**{k: value(name, k, v) for k, v in r.items() if k in known})
+            for name, r in body["rows"].items()}
     return EvaluatorsSection(rows, body.get("evaluator"), int(body["per_task"]), int(body["draws"]))
 
 
@@ -245,16 +279,20 @@ def render_estimate(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     from simforcing.result_files import POLICY_ESTIMATE, read_result
 
     body, _ = read_result(paths[0], POLICY_ESTIMATE, 1, f"the docs' table from {paths[0]}")
-    known = {f.name for f in fields(StudyPoint)}
-    md = study_markdown([StudyPoint(**{k: v for k, v in s.items() if k in known}) for s in body["study"]])
+    study = body.get("study")
+    if not isinstance(study, list) or not study:
+        raise TableError(f"{paths[0]}: an estimate without a coverage study (its 'study' is {study!r:.40}); record one "
+                         "made with --draws and --study-n")
+    md = study_markdown([nested(f"study[{i}]", StudyPoint.from_json, s) for i, s in enumerate(study)])
     return md.split("\n\nWhere the trials go")[0]  # placing trials by doubt: the estimate's own estimate.md
 
 
 def _ci(v: Optional[float], ci: Optional[Sequence], nd: int = 2, signed: bool = False) -> str:
+    v, ci = table_number(v), None if not ci else [table_number(x) for x in ci]
     if v is None:
         return "—"
     s = f"{v:+.{nd}f}" if signed else f"{v:.{nd}f}"
-    if not ci or ci[0] is None:
+    if not ci or None in ci:
         return s
     return s + (f" [{ci[0]:+.{nd}f}, {ci[1]:+.{nd}f}]" if signed else f" [{ci[0]:.{nd}f}, {ci[1]:.{nd}f}]")
 
@@ -276,7 +314,7 @@ def render_fewstep(paths: tuple[Path, ...], entry: Optional[str]) -> str:
         drift_diff = ("" if not d.get("minus_teacher_ci95")
                       else _ci(d["minus_teacher_cm"], d["minus_teacher_ci95"], signed=True))
         lines.append(f"| {f'K = {k.group(1)} student' if k else name} | {_ci(r.pearson, r.pearson_ci95)} | {diff} | "
-                     f"{agree} | {_f(d.get('drift_cm'))} | {drift_diff} |")
+                     f"{agree} | {figure(d.get('drift_cm'))} | {drift_diff} |")
     return "\n".join(lines)
 
 
@@ -490,6 +528,19 @@ def _table(name: str, where: str) -> Table:
     return TABLES[name]
 
 
+def rendering(table: Table, paths: tuple[Path, ...], entry: Optional[str] = None) -> str:
+    """``table.render(paths, entry)``, a record it cannot show — a key missing, a value of the wrong type, a number
+    that is not finite — a TableError naming the record, the table and the fix, never a traceback."""
+    try:
+        return table.render(paths, entry)
+    except (TableError, ConfigError):
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, MalformedResult) as e:
+        why = f"no {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+        raise TableError(f"{paths[0]}: table {table.name} cannot be shown from it ({why}); restore the record from git "
+                         f"or record it again: {table.command}") from None
+
+
 def render_block(name: str, page: str, entry: Optional[str] = None, root: Path = ROOT) -> str:
     """The block of table ``name`` on ``page`` (a path from the root: the record's link is relative to it)."""
     table = _table(name, page)
@@ -499,7 +550,7 @@ def render_block(name: str, page: str, entry: Optional[str] = None, root: Path =
         body = f"*No record yet: {table.command} writes `{table.records[0]}`.*"
     else:
         links = ", ".join(f"[{Path(r).name}]({relpath(root / r, (root / page).parent)})" for r in table.records)
-        body = (table.render(paths, entry).rstrip() + "\n\n"
+        body = (rendering(table, paths, entry).rstrip() + "\n\n"
                 f"*{provenance(table, entry, root)}. Record{'s' if len(table.records) > 1 else ''}: {links}"
                 + (f" entry \"{entry}\"" if entry else "") + f", made by {table.command}; this table: `{WRITE}`.*")
     return f"{head}\n{body}\n<!-- end of table {name} -->"
@@ -638,9 +689,16 @@ def record(name: str, source: Path, machine: str, commit: Optional[str] = None, 
         if git.returncode != 0:
             raise TableError(f"{source}: not in a git checkout; give the commit it was made at with --commit")
         commit = git.stdout.strip()
-    out = root / table.records[0]
+    out, text = root / table.records[0], json.dumps(body, indent=1) + "\n"
+    with tempfile.TemporaryDirectory() as tmp:  # the table renders from it, or the record there is left as it was
+        (Path(tmp) / out.name).write_text(text)
+        try:
+            rendering(table, (Path(tmp) / out.name,))
+        except (TableError, ValueError) as e:
+            raise TableError(f"{source}: not recorded, {table.records[0]} is left as it was: "
+                             + str(e).replace(str(Path(tmp) / out.name), "the record")) from None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(body, indent=1) + "\n")
+    out.write_text(text)
     set_provenance(table.records[0], commit, machine, date or datetime.date.today().isoformat(),
                    f"recorded from {source.name} by `python -m simforcing.docs_tables --record {name}`", root)
     return out
@@ -670,8 +728,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("nothing to do: give --write, --check, --list or --record NAME FILE")
     if a.record and not a.machine:
         ap.error("--record needs --machine (the machine it ran on, in words)")
-    from simforcing.config import ConfigError
-
     try:
         if a.record:
             print(f"{record(a.record[0], Path(a.record[1]), a.machine, a.commit, a.date)}: recorded")

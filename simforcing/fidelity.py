@@ -138,14 +138,33 @@ def _json(record: Any) -> dict:
 
 
 class _Record:
-    """A record of this module: its JSON is its fields (``_json``), read back field by field (``_from_fields``)."""
+    """A record of this module: its JSON is its fields (``_json``), read back field by field (``_from_fields``), each
+    number within its field's ``BOUNDS`` (a count, a distance, a rate: an edited -5 core-seconds or a success of 7 is
+    named, never plotted) and the record whole (``problem``: e.g. one frame change per step)."""
+
+    BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {}
 
     def to_json(self) -> dict:
         return _json(self)
 
+    def problem(self) -> Optional[str]:
+        """What makes the record inconsistent as a whole (None: nothing)."""
+        return None
+
     @classmethod
     def from_json(cls, d: Any):
-        return _from_fields(cls, d)
+        rec = _from_fields(cls, d)
+        for key, (low, high) in cls.BOUNDS.items():
+            value = getattr(rec, key)
+            values = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else [value]
+            bad = [v for v in values if v is not None and not low <= v <= high]
+            if bad:
+                within = f">= {low:g}" if high == math.inf else f"within [{low:g}, {high:g}]"
+                raise MalformedResult(f"field {key!r} must be {within}; got {bad[0]!r}")
+        problem = rec.problem()
+        if problem:
+            raise MalformedResult(problem)
+        return rec
 
 
 def _finite(v: Any, key: str = "value") -> Optional[float]:
@@ -240,6 +259,8 @@ class OracleWindow(_Record):
     folder: str
     world_model: Optional[WorldModelId] = None
 
+    BOUNDS = {"af_cm": (0, math.inf), "floor_cm": (0, math.inf), "latency_s": (0, math.inf), "windows": (1, math.inf)}
+
     @classmethod
     def measure(cls, path: str | Path, what: str = "--oracle") -> "OracleWindow":
         """The evaluation at ``path`` (a folder of ``evaluate``, or its eval.json), which must have used the oracle
@@ -275,6 +296,9 @@ class TwinDrift(_Record):
     last_chunk_cm: float
     folder: str
     world_model: Optional[WorldModelId] = None
+
+    BOUNDS = {"chunks": (1, math.inf), "episodes": (1, math.inf), "rollout_cm": (0, math.inf),
+              "restart_cm": (0, math.inf), "last_chunk_cm": (0, math.inf)}
 
     @classmethod
     def measure(cls, path: str | Path, what: str = "--twin") -> "TwinDrift":
@@ -322,6 +346,14 @@ class StillChange(_Record):
     episodes: int
     folder: str
     world_model: Optional[WorldModelId] = None
+
+    BOUNDS = {"steps": (0, math.inf), "change": (0, 255), "episodes": (1, math.inf)}
+
+    def problem(self) -> Optional[str]:
+        if len(self.steps) != len(self.change):
+            return (f"fields 'steps' and 'change' must hold one frame change per step; got {len(self.steps)} steps and "
+                    f"{len(self.change)} changes")
+        return None
 
     def at(self, step: int) -> Optional[float]:
         return dict(zip(self.steps, self.change)).get(step)
@@ -387,6 +419,14 @@ class Inside(_Record):
     folder: str
     world_model: Optional[WorldModelId] = None
 
+    BOUNDS = {"pearson": (-1, 1), "pearson_ci95": (-1, 1), "spearman": (-1, 1), "mmrv": (0, 1),
+              "n_policies": (2, math.inf), "clean_expert": (0, 1), "clean_expert_ci95": (0, 1), "scenes": (1, math.inf)}
+
+    def problem(self) -> Optional[str]:
+        bad = [k for k in ("pearson_ci95", "clean_expert_ci95") if getattr(self, k) not in (None, ())
+               and len(getattr(self, k)) != 2]
+        return f"field {bad[0]!r} must be an interval of two numbers (or null)" if bad else None
+
     @classmethod
     def measure(cls, path: str | Path, wm_name: Optional[str] = None, what: str = "--agreement") -> "Inside":
         """From ``policy agreement``'s folder or agreement.json; without ``wm_name`` the agreement must hold one
@@ -427,6 +467,8 @@ class TrainingCost(_Record):
     not_recorded: Optional[tuple[str, ...]] = None
     steps: Optional[dict[str, Optional[int]]] = None
 
+    BOUNDS = {"core_s": (0, math.inf), "runs": (0, math.inf), "steps": (0, math.inf)}
+
     def to_json(self) -> dict:
         """Its fields; a given number lists no runs without a record and no steps (as version 1 wrote it)."""
         return {k: v for k, v in _json(self).items() if v is not None or k == "core_s"}
@@ -464,6 +506,9 @@ class TrainingData(_Record):
     action_noise: Optional[float] = None
     pauses: Optional[int] = None
     failures: Optional[float] = None
+
+    BOUNDS = {"paired": (0, math.inf), "layout": (0, math.inf), "action_noise": (0, math.inf),
+              "pauses": (0, math.inf), "failures": (0, 1)}
 
     @classmethod
     def measure(cls, runs: Sequence[str | Path], world_model: Optional[WorldModelId] = None,

@@ -11,6 +11,7 @@ is refused by the kind it holds; a newer version than this code reads is refused
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -122,6 +123,11 @@ _TYPES = {"int": ("an integer", lambda v: isinstance(v, int) and not isinstance(
           "list": ("a list", lambda v: isinstance(v, list)),
           "null": ("null", lambda v: v is None)}
 _REQUIRED = object()
+
+
+def finite_number(v: object) -> bool:
+    """Whether ``v`` is a finite JSON number (not true/false, not NaN or infinite): what a measured field must be."""
+    return _TYPES["number"][1](v) and math.isfinite(v)
 
 
 def typed(d: object, key: str, *types: str, default: object = _REQUIRED):

@@ -52,3 +52,15 @@ def write_known_pool(root: Path) -> tuple[Path, dict]:
     evaluation(SIMULATOR, 20, sim).write(root / "sim")
     evaluation(WORLD_MODEL, 20, wm).write(root / "wm")
     return root, truth
+
+
+def edited(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
+    """DST: a copy of the evaluation folder ``src`` whose eval.json ``edit(body)`` changed (a file cut short, edited,
+    or written by another version)."""
+    import json
+
+    body = json.loads((src / "eval.json").read_text())
+    edit(body)
+    dst.mkdir(parents=True)
+    (dst / "eval.json").write_text(json.dumps(body))
+    return dst

@@ -170,10 +170,10 @@ def parse_runs(specs: list[str], pairs: list[list[str]] = ()) -> dict[str, str]:
     return out
 
 
-def _add_row(out: dict[str, str], name: str, path: str, spec: str) -> None:
+def _add_row(out: dict[str, str], name: str, path: str, spec: str, flag: str = "--runs",
+             fix: str = "label the runs NAME=RUN (or --run NAME RUN) with different names") -> None:
     if name in out:
-        raise ConfigError(f"--runs: {spec!r}: the row name {name!r} is given twice; label the runs NAME=RUN (or --run "
-                          "NAME RUN) with different names")
+        raise ConfigError(f"{flag}: {spec!r}: the row name {name!r} is given twice; {fix}")
     out[name] = path
 
 
@@ -321,7 +321,7 @@ def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         name, _, path = spec.partition("=")
         if not name or not path:
             raise ConfigError(f"--wm: {spec!r}: expected NAME=EVAL_FOLDER")
-        _add_row(wms, name, path, spec)
+        _add_row(wms, name, path, spec, "--wm", "label the world-model evaluations NAME=EVAL with different names")
     with results_folder(args.out, "--out", "an agreement", AGREEMENT_FILES) as tmp:
         res = write_agreement(args.sim, wms, args.out, args.bootstrap, args.video_policy, args.reference, into=tmp)
     print((Path(args.out) / "agreement.md").read_text().rstrip())

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from simforcing.demo.report import CM
+from simforcing.docs_tables import figure as _f, percent as _pct, table_number
 
 # (figure key, world model as the pool's agreement and estimates name it)
 RANKED = (("sft", "sft-fewstep"), ("simforcing", "simforcing-fewstep"), ("simforcing_twin", "simforcing-fewstep-twin"),
@@ -20,22 +21,52 @@ HARNESS = "simulator frames through the judge"
 
 
 def _get(d: dict, *keys) -> Optional[float]:
+    """The number at ``keys`` below ``d``: None where a section or row is missing (a job that did not run or failed)
+    or the statistic is undefined (null, NaN); a value of another type a ValueError naming where it is."""
     for k in keys:
         if not isinstance(d, dict) or d.get(k) is None:
             return None
         d = d[k]
-    return float(d)
+    return _number(d, ".".join(map(str, keys)))
+
+
+def _number(v, where: str) -> Optional[float]:
+    try:
+        return table_number(v)
+    except ValueError as e:
+        raise ValueError(f"results.json: {where}: {e}") from None
+
+
+def _section(d: dict, *keys) -> dict:
+    """The object at ``keys`` below ``d`` ({} where it is missing), a value that is no object a ValueError naming it."""
+    for i, k in enumerate(keys):
+        d = d.get(k) if isinstance(d, dict) else None
+        if d is None:
+            return {}
+        if not isinstance(d, dict):
+            raise ValueError(f"results.json: {'.'.join(keys[:i + 1])} is a JSON {type(d).__name__}, not an object; "
+                             "not a demo's results.json as `simforcing demo` writes it")
+    return d
+
+
+def missing_sections(results: dict) -> list[str]:
+    """The sections of a demo's results.json the README's tables read that it lacks (a job that failed or did not
+    run): their figures are shown "—"."""
+    return [k for k in ("summary", "baselines", "fewstep", "rollouts", "wm_eval", "estimate") if not results.get(k)]
 
 
 def figures(results: dict) -> dict[str, Optional[float]]:
-    """The README's numbers from a demo's results.json (None where the run made no such row)."""
-    rows = (results.get("summary") or {}).get("rows") or {}
-    copy_first = (results.get("baselines") or {}).get("copy-first") or {}
-    few = (results.get("fewstep") or {}).get("windows") or {}
-    runs = (results.get("rollouts") or {}).get("runs") or {}
-    wm_eval = results.get("wm_eval") or {}
-    harness = ((wm_eval.get("harness") or {}).get("ranking") or {}).get(HARNESS) or {}
-    rows_ev = (results.get("estimate") or {}).get("rows") or {}
+    """The README's numbers from a demo's results.json (None where the run made no such row, or a statistic was
+    undefined; :func:`missing_sections` names the sections that are not there); a section or number of the wrong
+    type is a ValueError naming it."""
+    if not isinstance(results, dict):
+        raise ValueError(f"results.json is a JSON {type(results).__name__}, not a demo's results (an object)")
+    rows = _section(results, "summary", "rows")
+    copy_first = _section(results, "baselines", "copy-first")
+    few = _section(results, "fewstep", "windows")
+    runs = _section(results, "rollouts", "runs")
+    harness = _section(results, "wm_eval", "harness", "ranking", HARNESS)
+    rows_ev = _section(results, "estimate", "rows")
 
     def cm(v: Optional[float]) -> Optional[float]:
         return None if v is None else v * CM
@@ -45,49 +76,48 @@ def figures(results: dict) -> dict[str, Optional[float]]:
         out[f"{m}_psnr"], out[f"{m}_cm"] = _get(rows, m, "psnr"), cm(_get(rows, m, "af_pos"))
     out["student_psnr"], out["student_cm"] = _get(few, "psnr", "student"), cm(_get(few, "af_pos", "student"))
     for key, run in (("rollout", "simforcing"), ("rollout_twin", "simforcing twin")):
-        mean = ((runs.get(run) or {}).get("rows") or {}).get("rollout", {}).get("mean", {})
+        mean = _section(runs, run, "rows", "rollout", "mean")
         out[f"{key}_psnr"], out[f"{key}_cm"] = _get(mean, "psnr"), cm(_get(mean, "af_pos"))
     out["pearson_harness"] = _get(harness, "all", "pearson")
     for key, name in RANKED:
-        row = rows_ev.get(name) or {}
+        row = _section(rows_ev, name)
         out[f"pearson_{key}"], out[f"rho_{key}"] = _get(row, "pearson"), _get(row, "rho_predictor")
         out[f"saved_{key}"] = _get(row, "saved")
         ci = row.get("pearson_ci95") or (None, None)
-        out[f"pearson_{key}_lo"], out[f"pearson_{key}_hi"] = (None if v is None else float(v) for v in ci)
+        if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+            raise ValueError(f"results.json: estimate.rows.{name}.pearson_ci95 must be two numbers; got {ci!r:.40}")
+        out[f"pearson_{key}_lo"], out[f"pearson_{key}_hi"] = (_number(v, f"estimate.rows.{name}.pearson_ci95")
+                                                              for v in ci)
     return out
 
 
-def _f(v: Optional[float]) -> str:
-    return "—" if v is None else f"{v:.2f}"
-
-
-def _pct(v: Optional[float]) -> str:
-    return "—" if v is None else f"{100 * v:.0f} %"
-
-
 def _ranked(f: dict, key: str, label: str) -> str:
-    ci = "" if f.get(f"pearson_{key}_lo") is None else f" [{_f(f[f'pearson_{key}_lo'])}, {_f(f[f'pearson_{key}_hi'])}]"
+    lo, hi = f.get(f"pearson_{key}_lo"), f.get(f"pearson_{key}_hi")
+    ci = "" if lo is None or hi is None else f" [{_f(lo)}, {_f(hi)}]"
     return (f"| {label} | {_f(f.get(f'pearson_{key}'))}{ci} | {_f(f.get(f'rho_{key}'))} | "
             f"{_pct(f.get(f'saved_{key}'))} |")
 
 
 def render(entry: dict) -> str:
     """The two tables of one timing.json entry's ``figures`` (its commit, machine and date: the block's last line,
-    ``simforcing.docs_tables``)."""
+    ``simforcing.docs_tables``); a figure the entry lacks (recorded before it was kept) or left undefined is "—"."""
     f = entry["figures"]
+
+    def v(key: str) -> str:
+        return _f(f.get(key))
+
     lines = ["| `make demo`, held-out real episodes | PSNR (dB) ↑ | action error (cm) ↓ |", "|---|---|---|",
-             f"| one window: copy the first frame / `sft` / **SimForcing** | {_f(f['copy_psnr'])} / "
-             f"{_f(f['sft_psnr'])} / **{_f(f['simforcing_psnr'])}** | {_f(f['copy_cm'])} / {_f(f['sft_cm'])} / "
-             f"**{_f(f['simforcing_cm'])}** |",
+             f"| one window: copy the first frame / `sft` / **SimForcing** | {v('copy_psnr')} / {v('sft_psnr')} / "
+             f"**{v('simforcing_psnr')}** | {v('copy_cm')} / {v('sft_cm')} / **{v('simforcing_cm')}** |",
              f"| SimForcing's few-step student: one window in 2 network evaluations instead of 21 | "
-             f"{_f(f['student_psnr'])} | {_f(f['student_cm'])} |",
+             f"{v('student_psnr')} | {v('student_cm')} |",
              f"| SimForcing, 8-chunk rollout: condition from its own simulation chain / **from the robot's digital "
-             f"twin** | {_f(f['rollout_psnr'])} / **{_f(f['rollout_twin_psnr'])}** | {_f(f['rollout_cm'])} / "
-             f"**{_f(f['rollout_twin_cm'])}** |", "",
+             f"twin** | {v('rollout_psnr')} / **{v('rollout_twin_psnr')}** | {v('rollout_cm')} / "
+             f"**{v('rollout_twin_cm')}** |", "",
              "| `make demo`, 8 policies on 60 held-out scenes each | Pearson with the simulator's ranking [95 %] ↑ "
              "| within-policy ρ ↑ | real trials saved at n = 10 ↑ |", "|---|---|---|---|",
              f"| the simulator's own frames through the success judge (its harness check, 15 scenes) | "
-             f"{_f(f.get('pearson_harness'))} | | |",
+             f"{v('pearson_harness')} | | |",
              _ranked(f, "sft", "inside `sft`'s few-step student"),
              _ranked(f, "simforcing", "inside SimForcing's few-step student (the paper's data)"),
              _ranked(f, "simforcing_twin", "the same, with the robot's digital twin"),

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from faultkit import digest, refused
 
-from evalgen import RATES, TASKS, evaluation, write_known_pool
+from evalgen import RATES, TASKS, edited, evaluation, write_known_pool
 from simforcing.cli import main
 from simforcing.errors import ConfigError
 from simforcing.policy.closed_loop.results import (SIMULATOR, WORLD_MODEL, EpisodeOutcome, JudgeRecord,
@@ -40,15 +40,6 @@ def pool(tmp_path_factory) -> tuple[Path, dict, Path]:
 
 def _estimate(gt, wm, out, *extra) -> list[str]:
     return ["policy", "estimate", "--ground-truth", str(gt), "--wm-eval", str(wm), "--out", str(out), *extra]
-
-
-def _edited(src: Path, dst: Path, edit) -> Path:
-    """A copy of the evaluation folder ``src`` whose eval.json ``edit(body)`` changed."""
-    body = json.loads((src / "eval.json").read_text())
-    edit(body)
-    dst.mkdir(parents=True)
-    (dst / "eval.json").write_text(json.dumps(body))
-    return dst
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -174,7 +165,7 @@ def _without_readings(src: Path, dst: Path) -> Path:
                     o.pop("frame_margin", None)
                     o.pop("frame_arm_mm", None)
 
-    return _edited(src, dst, strip)
+    return edited(src, dst, strip)
 
 
 def test_episodes_without_readings_are_estimated_with_the_verdict_and_say_so(pool, tmp_path, capsys):
@@ -270,7 +261,7 @@ def test_an_evaluation_cut_short_or_edited_is_refused_by_field(pool, tmp_path, c
     root, _, plain = pool
     change, needle = EDITS[edit]
     for flag, src in (("--wm-eval", "wm"), ("--ground-truth", "sim")):
-        bad = _edited(root / src, tmp_path / src, change)
+        bad = edited(root / src, tmp_path / src, change)
         gt, wm = (plain, bad) if flag == "--wm-eval" else (bad, root / "wm")
         if flag == "--ground-truth" and "frame_judged" in edit:
             continue  # the simulator's episodes record no per-frame verdicts without a judge

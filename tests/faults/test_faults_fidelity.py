@@ -110,7 +110,8 @@ def test_nan_in_an_input_is_refused_or_recorded_as_undefined(tmp_path, capsys):
 
 @pytest.mark.parametrize("path, value", [(("ranking", "wm", "all", "pearson"), "abc"),
                                          (("ranking", "wm", "all", "pearson_ci95"), "abc"),
-                                         (("envs", "wm", "scripted expert (ceiling)", "rate"), [0.5])])
+                                         (("envs", "wm", "scripted expert (ceiling)", "rate"), [0.5]),
+                                         (("ranking", "wm", "all", "pearson"), float("inf"))])
 def test_an_ill_typed_agreement_is_refused_by_name(tmp_path, capsys, path, value):
     words = _point(tmp_path)
     f = tmp_path / "a" / "agreement.json"
@@ -133,6 +134,12 @@ def test_an_ill_typed_agreement_is_refused_by_name(tmp_path, capsys, path, value
     (("training", "core_s"), "12", "field 'core_s' must be a finite number"),
     (("world_model", "step"), "3", "field 'step' must be an integer"),
     (("oracle", "windows"), None, "field 'windows' must be an integer"),
+    # within range and whole (round 7): each was drawn or tabled without a word
+    (("oracle", "windows"), -3, "field 'windows' must be >= 1"),
+    (("training", "core_s"), -5.0, "field 'core_s' must be >= 0"),
+    (("inside", "clean_expert"), 7.0, "field 'clean_expert' must be within [0, 1]"),
+    (("inside", "pearson_ci95"), [0.5], "field 'pearson_ci95' must be an interval of two numbers"),
+    (("still", "steps"), [5, 10], "one frame change per step; got 2 steps and 3 changes"),
 ])
 def test_a_malformed_point_file_is_refused_by_the_curve_by_name(tmp_path, capsys, field, value, needle):
     assert main(_point(tmp_path, out="p1")) == 0

@@ -357,6 +357,14 @@ def write_agreement(sim_dirs: list[str | Path], wm_dirs: dict[str, str | Path], 
     folder that becomes ``out``: the files record their paths under ``out``)."""
     from simforcing.policy.agreement.media import scatter_plot  # matplotlib: only here
 
+    seen = {}
+    for d in sim_dirs:  # one evaluation given twice would be refused as overlapping policies: name the folder
+        key = Path(d).resolve()
+        if key in seen:
+            also = "" if str(seen[key]) == str(d) else f" (also as {seen[key]})"
+            raise ConfigError(f"--sim: {d} is given twice{also}; give each simulator evaluation once (several only "
+                              "for disjoint policies)")
+        seen[key] = d
     sim = merge_evals([read_eval(d, "--sim", SIMULATOR) for d in sim_dirs])
     wms = {name: read_eval(d, f"--wm {name}", WORLD_MODEL) for name, d in wm_dirs.items()}
     res = agreement(sim, wms, n_boot, reference)

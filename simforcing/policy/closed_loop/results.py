@@ -21,8 +21,8 @@ from typing import Optional
 
 import numpy as np
 
-from simforcing.result_files import (AGREEMENT, POLICY_EVALUATION, MalformedResult, nested, read_typed, tagged,
-                                     typed)
+from simforcing.result_files import (AGREEMENT, POLICY_EVALUATION, MalformedResult, finite_number, nested,
+                                     read_typed, tagged, typed)
 from simforcing.runs.scored import ScoredRun
 
 FORMAT_VERSION = 2
@@ -63,10 +63,19 @@ class Rate:
 
     @classmethod
     def from_json(cls, d: dict) -> "Rate":
+        """Counts integers >= 0 (successes at most episodes), ``rate`` a number in [0, 1] (null only without
+        episodes), ``ci95`` two numbers in [0, 1]: a NaN or out-of-range rate is named, never shown as a success."""
         k, n = _count(d, "successes", 0), _count(d, "episodes", 0)
         if k > n:
             raise MalformedResult(f"field 'successes' ({k}) is more than 'episodes' ({n})")
-        return cls(k, n, typed(d, "rate", "number", "null"), tuple(typed(d, "ci95", "list")))
+        rate = typed(d, "rate", "number", "null")
+        if (rate is None) != (n == 0) or (rate is not None and not 0 <= rate <= 1):
+            raise MalformedResult(f"field 'rate' must be a number in [0, 1] (null only with 0 episodes); got {rate!r} "
+                                  f"with {n} episodes")
+        ci = typed(d, "ci95", "list")
+        if len(ci) != 2 or not all(finite_number(v) and 0 <= v <= 1 for v in ci):
+            raise MalformedResult(f"field 'ci95' must be two numbers in [0, 1]; got {ci!r:.80}")
+        return cls(k, n, rate, tuple(ci))
 
 
 @dataclass(frozen=True)
@@ -163,9 +172,11 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _finite(d: dict, key: str, low: float = -math.inf) -> float:
-    """``d[key]``: a finite number >= ``low``, else MalformedResult naming it."""
-    value = typed(d, key, "number")
+def _finite(d: dict, key: str, low: float = -math.inf, optional: bool = False) -> Optional[float]:
+    """``d[key]``: a finite number >= ``low`` (or, ``optional``, null or absent), else MalformedResult naming it."""
+    value = typed(d, key, "number", "null", default=None) if optional else typed(d, key, "number")
+    if value is None:
+        return None
     if not math.isfinite(value) or value < low:
         raise MalformedResult(f"field {key!r} must be a finite number >= {low:g}; got {value!r}")
     return float(value)
@@ -174,8 +185,7 @@ def _finite(d: dict, key: str, low: float = -math.inf) -> float:
 def _numbers(d: dict, key: str) -> Optional[list]:
     """``d[key]``: None or a list of finite numbers (a per-frame reading), else MalformedResult naming it."""
     value = typed(d, key, "list", "null", default=None)
-    if value is not None and not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                                     for v in value):
+    if value is not None and not all(finite_number(v) for v in value):
         raise MalformedResult(f"field {key!r} must be a list of finite numbers")
     return value
 
@@ -218,7 +228,8 @@ class PolicyRow:
             tasks = d["tasks"]
         else:  # version 1: the tasks beside "average" and "seconds"
             tasks = {t: r for t, r in d.items() if t not in ("average", "seconds")}
-        return cls({t: Rate.from_json(r) for t, r in tasks.items()}, Rate.from_json(d["average"]), d.get("seconds"))
+        return cls({t: nested(f"tasks[{t!r}]", Rate.from_json, r) for t, r in tasks.items()},
+                   nested("average", Rate.from_json, d["average"]), d.get("seconds"))
 
 
 Episodes = dict[str, dict[str, list[EpisodeOutcome]]]  # player -> task -> outcomes in scene order
@@ -307,7 +318,9 @@ class JudgeRecord:
     def from_json(cls, d: Optional[dict]) -> Optional["JudgeRecord"]:
         if d is None:
             return None
-        return cls(d.get("benchmark"), d.get("consecutive"), d.get("weights_sha256"), d.get("path"), d.get("sha256"))
+        return cls(typed(d, "benchmark", "dict", "null", default=None),
+                   typed(d, "consecutive", "int", "null", default=None),
+                   *(typed(d, k, "str", "null", default=None) for k in ("weights_sha256", "path", "sha256")))
 
 
 def same_judge(a: Optional[JudgeRecord], b: Optional[JudgeRecord]) -> bool:
@@ -392,24 +405,29 @@ class PolicyEvaluation:
         resolution = typed(d, "resolution", "list")
         if len(resolution) != 2 or not all(_is_int(v) and v > 0 for v in resolution):
             raise MalformedResult(f"field 'resolution' must be [height, width] in pixels; got {resolution!r:.80}")
-        scenes = typed(d, "scenes", "dict")
+        scenes, tasks = typed(d, "scenes", "dict"), typed(d, "tasks", "list")
         for task, ids in scenes.items():
             if not isinstance(ids, list) or not all(_is_int(i) and i >= 0 for i in ids):
                 raise MalformedResult(f"field 'scenes': task {task!r} must list integer scene ids >= 0")
+        for task in tasks:  # `policy eval` draws --per-task >= 1 scenes of every task
+            if not isinstance(task, str) or not scenes.get(task):
+                raise MalformedResult(f"field 'scenes': task {task!r} of 'tasks' has no scenes (an evaluation draws "
+                                      "at least one scene of every task)")
         ev = cls(env=typed(d, "env", "str"), seed=typed(d, "seed", "int"), per_task=_count(d, "per_task", 0),
-                 max_steps=_count(d, "max_steps", 1), tasks=list(typed(d, "tasks", "list")),
+                 max_steps=_count(d, "max_steps", 1), tasks=list(tasks),
                  layouts=_count(d, "layouts", 0), jitter=_finite(d, "jitter", 0.0), resolution=tuple(resolution),
                  scenes={t: list(v) for t, v in scenes.items()},
                  rows={n: nested(f"rows[{n!r}]", PolicyRow.from_json, r) for n, r in typed(d, "rows", "dict").items()},
                  episodes=_episodes(d),
-                 runs={n: r and ScoredRun.from_json(r) for n, r in (d.get("runs") or {}).items()}, learned=learned,
+                 runs={n: r and nested(f"runs[{n!r}]", ScoredRun.from_json, r)
+                       for n, r in (typed(d, "runs", "dict", "null", default=None) or {}).items()}, learned=learned,
                  executed=dict(executed),
-                 seconds=_finite(d, "seconds", 0.0), judge=JudgeRecord.from_json(d.get("judge")),
+                 seconds=_finite(d, "seconds", 0.0), judge=nested("judge", JudgeRecord.from_json, d.get("judge")),
                  judge_validation=validation_from_json(d.get("judge_validation")),
                  wm=d.get("wm"),
                  world_model=d.get("world_model") and ScoredRun.from_json(d["world_model"]),
                  sampler=d.get("sampler"), timing=d.get("timing"),
-                 episodes_per_minute=d.get("episodes_per_minute"), draws=_draws(d))
+                 episodes_per_minute=_finite(d, "episodes_per_minute", 0.0, optional=True), draws=_draws(d))
         problems = ev.episode_problems()
         if problems:
             raise MalformedResult("its episodes are not those its rows and scenes say (cut short or edited?): "
@@ -540,11 +558,34 @@ def judge_validation_md(jv: JudgeValidation) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def _stat_json(v: float) -> Optional[float]:
+    """A statistic as agreement.json holds it: null where it is undefined (NaN: e.g. no spread), so that the file is
+    standard JSON (a bare NaN is not) and every reader sees "undefined", never a number."""
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _stat_read(d: dict, key: str) -> float:
+    """A statistic of agreement.json: a finite number, or null (and NaN, as an earlier version wrote it) read as NaN
+    (undefined); anything else a MalformedResult naming it."""
+    v = typed(d, key, "number", "null")
+    if v is not None and math.isinf(v):
+        raise MalformedResult(f"field {key!r} must be a finite number or null (undefined); got {v!r}")
+    return math.nan if v is None else float(v)
+
+
+def _interval_read(d: dict, key: str) -> tuple:
+    """An interval of agreement.json: two finite numbers, or (None, None) where no resample defined it."""
+    ci = typed(d, key, "list")
+    if len(ci) != 2 or not (ci == [None, None] or all(finite_number(v) for v in ci)):
+        raise MalformedResult(f"field {key!r} must be two finite numbers or [null, null]; got {ci!r:.80}")
+    return tuple(ci)
+
+
 @dataclass(frozen=True)
 class RankingStats:
     """Agreement of ``n_policies`` policies' average success across two environments: Pearson, Spearman and MMRV,
     each with its 95 % bootstrap interval over scenes ((None, None) where no resample defined it; NaN where the point
-    value is undefined, e.g. no spread)."""
+    value is undefined, e.g. no spread — null in agreement.json)."""
 
     n_policies: int
     pearson: float
@@ -555,16 +596,18 @@ class RankingStats:
     mmrv_ci95: tuple
 
     def to_json(self) -> dict:
-        return {"n_policies": self.n_policies, "pearson": self.pearson, "pearson_ci95": list(self.pearson_ci95),
-                "spearman": self.spearman, "spearman_ci95": list(self.spearman_ci95), "mmrv": self.mmrv,
+        return {"n_policies": self.n_policies, "pearson": _stat_json(self.pearson),
+                "pearson_ci95": list(self.pearson_ci95), "spearman": _stat_json(self.spearman),
+                "spearman_ci95": list(self.spearman_ci95), "mmrv": _stat_json(self.mmrv),
                 "mmrv_ci95": list(self.mmrv_ci95)}
 
     @classmethod
     def from_json(cls, d: Optional[dict]) -> Optional["RankingStats"]:
         if d is None:
             return None
-        return cls(int(d["n_policies"]), d["pearson"], tuple(d["pearson_ci95"]), d["spearman"],
-                   tuple(d["spearman_ci95"]), d["mmrv"], tuple(d["mmrv_ci95"]))
+        return cls(_count(d, "n_policies", 2), _stat_read(d, "pearson"), _interval_read(d, "pearson_ci95"),
+                   _stat_read(d, "spearman"), _interval_read(d, "spearman_ci95"), _stat_read(d, "mmrv"),
+                   _interval_read(d, "mmrv_ci95"))
 
 
 @dataclass(frozen=True)
@@ -603,14 +646,16 @@ class ReferenceComparison:
 
     def to_json(self) -> dict:
         return {"reference": self.reference, "to_reference": self.to_reference.to_json(),
-                "episodes_agreeing": self.episodes_agreeing, "pearson_diff": self.pearson_diff,
-                "pearson_diff_ci95": list(self.pearson_diff_ci95), "mmrv_diff": self.mmrv_diff,
+                "episodes_agreeing": self.episodes_agreeing, "pearson_diff": _stat_json(self.pearson_diff),
+                "pearson_diff_ci95": list(self.pearson_diff_ci95), "mmrv_diff": _stat_json(self.mmrv_diff),
                 "mmrv_diff_ci95": list(self.mmrv_diff_ci95)}
 
     @classmethod
     def from_json(cls, d: dict) -> "ReferenceComparison":
-        return cls(d["reference"], RankingStats.from_json(d["to_reference"]), float(d["episodes_agreeing"]),
-                   d["pearson_diff"], tuple(d["pearson_diff_ci95"]), d["mmrv_diff"], tuple(d["mmrv_diff_ci95"]))
+        return cls(typed(d, "reference", "str"), nested("to_reference", RankingStats.from_json, d["to_reference"]),
+                   _finite(d, "episodes_agreeing", 0.0), _stat_read(d, "pearson_diff"),
+                   _interval_read(d, "pearson_diff_ci95"), _stat_read(d, "mmrv_diff"),
+                   _interval_read(d, "mmrv_diff_ci95"))
 
 
 @dataclass

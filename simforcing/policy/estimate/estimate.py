@@ -259,6 +259,36 @@ class StudyPoint:
                 "pearson_world_model": self.pearson_world_model, "trust_auroc": self.trust_auroc,
                 "rho_verdict": self.rho_verdict, "rho_predictor": self.rho_predictor}
 
+    @classmethod
+    def from_json(cls, d: dict) -> "StudyPoint":
+        """From ``to_json``'s dict, every field of its type: ``n`` and ``draws`` integers >= 1, each policy's
+        coverages and widths numbers in [0, 1], ``saved`` a finite number, each statistic a finite number or null
+        (undefined); else a ``result_files.MalformedResult`` naming the field."""
+        from simforcing.result_files import MalformedResult, finite_number, typed
+
+        def unit_table(key: str) -> dict[str, dict[str, float]]:
+            table = typed(d, key, "dict")
+            for policy, per in table.items():
+                if not isinstance(per, dict) or not all(finite_number(v) and 0 <= v <= 1 for v in per.values()):
+                    raise MalformedResult(f"field {key!r}: policy {policy!r} must map each interval to a number in "
+                                          f"[0, 1]; got {per!r:.80}")
+            return table
+
+        def stat(key: str) -> Optional[float]:
+            v = typed(d, key, "number", "null", default=None)
+            if v is not None and not finite_number(v):
+                raise MalformedResult(f"field {key!r} must be a finite number or null (undefined); got {v!r}")
+            return v
+
+        counts = {k: typed(d, k, "int") for k in ("n", "draws")}
+        if min(counts.values()) < 1:
+            raise MalformedResult(f"fields 'n' and 'draws' must be integers >= 1; got {counts}")
+        if stat("saved") is None:
+            raise MalformedResult("field 'saved' must be a finite number; got null")
+        return cls(counts["n"], counts["draws"], unit_table("coverage"), unit_table("width"), stat("saved"),
+                   *(stat(k) for k in ("pearson_ppi", "pearson_ground_truth_only", "pearson_world_model",
+                                       "trust_auroc", "rho_verdict", "rho_predictor")))
+
 
 def within_policy_rho(keys: Sequence[Key], values: np.ndarray, truth: dict[Key, bool]) -> Optional[float]:
     """The mean over policies of the Pearson correlation between ``values`` (E,) and the truth across one policy's

@@ -243,13 +243,18 @@ def active_mean(f: np.ndarray, y: np.ndarray, labelled: np.ndarray, pi: np.ndarr
     """Active inference (Zrnic & Candès 2024, *Active statistical inference*): every episode's prediction ``f``
     (N,), its ground truth ``y`` where ``labelled`` (drawn independently with probability ``pi``; y elsewhere is
     ignored) -> θ̂ = mean(f_i + ξ_i/π_i (y_i − f_i)), unbiased for any π > 0, with the CLT interval of that mean.
-    The predictor must not be fitted on the labelled episodes (the raw verdict, or a model from other data)."""
+    The predictor must not be fitted on the labelled episodes (the raw verdict, or a model from other data). Where
+    the terms do not vary (every verdict and every trial alike) their plug-in variance 0 would claim the rate known
+    exactly: the labelled outcomes' :func:`agresti_caffo_variance` stands in (as for :class:`Terms`)."""
     f, pi = np.asarray(f, np.float64), np.asarray(pi, np.float64)
     xi = np.asarray(labelled, bool)
     yv = np.where(xi, np.asarray(y, np.float64), 0.0)
     z = f + np.where(xi, (yv - f) / pi, 0.0)
     est = float(z.mean())
-    half = stats.norm.ppf(1 - alpha / 2) * float(z.std(ddof=1)) / math.sqrt(len(z))
+    var = float(z.var(ddof=1)) / len(z) if len(z) > 1 else 0.0
+    if len(z) < 2 or np.ptp(z) == 0:
+        var = max(var, agresti_caffo_variance(yv[xi]))
+    half = stats.norm.ppf(1 - alpha / 2) * math.sqrt(var)
     return _bounded(est, est - half, est + half, 0.0, 1.0, int(xi.sum()), len(z) - int(xi.sum()), 1.0)
 
 
