@@ -213,11 +213,17 @@ def test_auroc_is_the_pairwise_ordering_probability():
 
 def test_episode_features():
     f = episode_features(True, [False, True, True], [-0.02, 0.01, 0.03], [10.0, 20.0, 60.0])
-    assert f.tolist() == pytest.approx([1.0, 3.0, 2 / 3, 3.0, 6.0, 0.0, 0.0, 0.0, 0.0, 0.0])
-    assert episode_features(False, None, None, None).tolist() == [0.0] * 10
+    assert f.tolist() == pytest.approx([1.0, 3.0, 2 / 3, 3.0, 6.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    assert episode_features(False, None, None, None).tolist() == [0.0] * 13
+    # a reach (its predicate on the hand): the commanded hand within 10 cm of the object's start after any action
+    # decides it, the world model's verdict (here a failure) not read; a push keeps the verdict
+    assert episode_features(False, None, None, None, None, None, [120.0, 99.0, 130.0], True)[-3:].tolist() == [1, 1, 1]
+    assert episode_features(False, None, None, None, None, None, [120.0, 101.0], True)[-3:].tolist() == [1, 0, 0]
+    assert episode_features(True, None, None, None, None, None, [120.0, 40.0], False)[-3:].tolist() == [0, 0, 1]
+    assert episode_features(True, None, None, None, None, None, None, True)[-3:].tolist() == [0, 0, 1]  # unrecorded
     assert episode_features(False, None, None, None, None, True)[7] == 1.0  # a full-scene twin's own verdict
     # the commanded hand's distance from the object's start: closest and last (cm)
-    assert episode_features(False, None, None, None, None, None, [120.0, 40.0, 90.0])[-2:].tolist() == [4.0, 9.0]
+    assert episode_features(False, None, None, None, None, None, [120.0, 40.0, 90.0])[8:10].tolist() == [4.0, 9.0]
     # four noise draws, one of them a failure: soft 0.75, i.e. 0.25 below draw 0's verdict; disagreement 4·0.75·0.25
     f = episode_features(True, [True], [0.01], [5.0], [True, True, False, True])
     assert f[5:7].tolist() == pytest.approx([-0.25, 0.75])

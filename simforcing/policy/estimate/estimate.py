@@ -11,7 +11,7 @@ unlabelled ones every other world-model episode of the same policy. The predicto
   cross-fitted by scene (``policy.estimate.trust``) — its prediction on a labelled episode never saw that scene;
 - ``twin``: a full-scene twin's own verdict, the world model's frames ignored (the simulator as the predictor);
 - ``hand``: the verdict of a task whose predicate is on the hand (reach) from where the executed actions put the hand
-  (``trials.hand_success``), the world model's verdict for the others (what only its frames say: where the objects
+  (``trust.hand_success``), the world model's verdict for the others (what only its frames say: where the objects
   go); ``actions``: the same with the objects left where they started — no world model at all, the control that says
   what a world model's frames add. Neither is fitted (``WorldModelEpisodes.kinematic``).
 

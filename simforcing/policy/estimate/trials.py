@@ -31,10 +31,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from simforcing.data.synthetic.tasks import REACH_RADIUS
 from simforcing.errors import ConfigError, DataError
 from simforcing.policy.closed_loop.results import SIMULATOR, WORLD_MODEL, PolicyEvaluation
-from simforcing.policy.estimate.trust import FEATURES, episode_features, has_readings
+from simforcing.policy.estimate.trust import FEATURES, episode_features, hand_success, has_readings
 from simforcing.result_files import POLICY_EVALUATION
 
 Key = tuple[str, str, int]  # (policy, task, scene)
@@ -116,7 +115,7 @@ def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
             for o in outs:
                 keys.append((policy, task, int(o.scene)))
                 feats.append(episode_features(o.success, o.frame_judged, o.frame_margin, o.frame_arm_mm,
-                                              o.draw_success, o.twin_success, o.frame_gap_mm))
+                                              o.draw_success, o.twin_success, o.frame_gap_mm, task in HAND_TASKS))
                 twin &= o.twin_verdicts is not None
                 verdicts.append(bool(o.success))
                 bare += not has_readings(o.frame_margin, o.frame_arm_mm)
@@ -129,16 +128,6 @@ def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
                               np.array([k[1] in HAND_TASKS for k in keys]) if known else None,
                               np.array(hand, bool) if known else None)
 
-
-def hand_success(frame_gap_mm: Optional[Sequence]) -> Optional[bool]:
-    """Whether the hand the executed actions command came within ``REACH_RADIUS`` of the task object's start after any
-    executed action — the reach predicate read from the actions and the real first frame alone (``frame_gap_mm``,
-    ``world_model_eval.commanded_gap_mm``), as the simulator decides it (its first success, no run of frames asked
-    for: nothing here is a judge's reading of a predicted frame); None where the evaluation did not record it."""
-    if frame_gap_mm is None:
-        return None
-    gap = np.asarray(frame_gap_mm, np.float64)
-    return bool(gap.size) and bool(np.any(gap <= 1000.0 * REACH_RADIUS))
 
 
 def simulator_truth(folder: str | Path, what: str = "--ground-truth") -> tuple[dict[Key, bool], PolicyEvaluation]:

@@ -21,10 +21,18 @@ with no ground truth, :func:`episode_features`:
                 the real first frame plus the commanded displacement — the actions' own geometry, the world model's
                 frames unused (0 where the evaluation did not record it)
     gap_last    that distance after the last action (cm)
+    on_hand     1 where the task's predicate is on the hand (reach; push and grasp are on the object) and the gaps
+                are recorded
+    hand_reached  on such a task, whether the commanded hand came within the reach radius of the object's start
+                (:func:`hand_success`: the simulator's own rule on the actions' geometry — it agrees with the
+                simulator's verdict on 99 % of the demo's reach episodes, where the world models' frames give 60–76 %)
+    hand_verdict  that where the predicate is on the hand, else the world model's (soft) verdict: the ``hand``
+                predictor of ``policy estimate``; with the two above the fitted predictor can weigh the hand and
+                the frames per kind of task, which a pooled logistic on the other features cannot
 
-(The last five are 0 in an evaluation of one draw per episode without a full-scene twin and without the commanded
-gaps (an earlier simforcing's): constant columns, which the fitted predictor gives no weight, so its predictions are
-those of the first five alone.)
+(Columns 6–13 are 0 — the last the verdict — in an evaluation of one draw per episode without a full-scene twin and
+without the commanded gaps (an earlier simforcing's): constant columns or a copy of the verdict, which the fitted
+predictor gives no weight beyond the verdict's, so its predictions are those of the first five alone.)
 
 A predictor (:class:`Logistic`, L2-regularised logistic regression on standardised features) learns P(ground truth
 succeeds | features) from labelled episodes; with **cross-fitting** (:func:`crossfit`) a labelled episode's prediction
@@ -41,24 +49,44 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from simforcing.data.synthetic.tasks import REACH_RADIUS
+
 FEATURES = ("verdict", "margin", "held", "arm_mean", "arm_last", "soft_shift", "disagree", "twin", "gap_min",
-            "gap_last")
+            "gap_last", "on_hand", "hand_reached", "hand_verdict")
 
 
 def episode_features(verdict: bool, frame_judged: Optional[Sequence], frame_margin: Optional[Sequence],
                      frame_arm_mm: Optional[Sequence], draw_success: Optional[Sequence] = None,
-                     twin_success: Optional[bool] = None, frame_gap_mm: Optional[Sequence] = None) -> np.ndarray:
+                     twin_success: Optional[bool] = None, frame_gap_mm: Optional[Sequence] = None,
+                     on_hand: bool = False) -> np.ndarray:
     """One episode's features (``FEATURES``; the verdict alone — the readings 0 — where the evaluation predates the
     per-frame margins and arm readings; ``draw_success``: every noise draw's verdict, None with one draw;
     ``twin_success``: the full-scene twin's verdict, None without one; ``frame_gap_mm``: the commanded hand's distance
-    from the object's start per frame, None where not recorded)."""
+    from the object's start per frame, None where not recorded; ``on_hand``: the task's predicate is on the hand
+    (reach). From the last two, with nothing of the world model's frames: ``on_hand`` (where the gap is known),
+    ``hand_reached`` (:func:`hand_success` on such a task) and ``hand_verdict`` — that, or the world model's (soft)
+    verdict on a task whose predicate is on the objects: the ``hand`` predictor of ``policy estimate``)."""
     held = float(np.mean(frame_judged)) if frame_judged else float(verdict)
     margin = float(np.max(frame_margin)) if frame_margin else 0.0
     arm = np.asarray(frame_arm_mm, np.float64) / 10.0 if frame_arm_mm else np.zeros(1)
     soft = float(np.mean(draw_success)) if draw_success else float(verdict)
     gap = np.asarray(frame_gap_mm, np.float64) / 10.0 if frame_gap_mm else np.zeros(1)
+    hand = on_hand and bool(frame_gap_mm)  # the hand's verdict is known
+    reached = float(hand and bool(hand_success(frame_gap_mm)))
     return np.array([float(verdict), margin * 100.0, held, float(arm.mean()), float(arm[-1]), soft - float(verdict),
-                     4.0 * soft * (1.0 - soft), float(bool(twin_success)), float(gap.min()), float(gap[-1])])
+                     4.0 * soft * (1.0 - soft), float(bool(twin_success)), float(gap.min()), float(gap[-1]),
+                     float(hand), reached, reached if hand else soft])
+
+
+def hand_success(frame_gap_mm: Optional[Sequence]) -> Optional[bool]:
+    """Whether the hand the executed actions command came within ``REACH_RADIUS`` of the task object's start after any
+    executed action — the reach predicate read from the actions and the real first frame alone (``frame_gap_mm``,
+    ``world_model_eval.commanded_gap_mm``), as the simulator decides it (its first success, no run of frames asked
+    for: nothing here is a judge's reading of a predicted frame); None where the evaluation did not record it."""
+    if frame_gap_mm is None:
+        return None
+    gap = np.asarray(frame_gap_mm, np.float64)
+    return bool(gap.size) and bool(np.any(gap <= 1000.0 * REACH_RADIUS))
 
 
 def has_readings(frame_margin, frame_arm_mm) -> bool:
