@@ -154,6 +154,25 @@ def test_a_resumed_student_refuses_a_teacher_that_is_gone_or_retrained(student, 
     assert digest(run) == before
 
 
+def test_a_resumed_stage2_run_refuses_a_retrained_teacher(stage2, ref, tiny, tmp_path, capsys):
+    """The same check for `train --resume` (its teacher.json was rewritten with the teacher's newest checkpoint);
+    the control: the teacher's recorded checkpoint back, the resume runs."""
+    teacher = copy_run(ref, tmp_path / "stage1")
+    run = copy_run(stage2, tmp_path / "stage2")
+    rec = json.loads((run / "teacher.json").read_text())
+    name = Path(rec["checkpoint"]).name
+    (run / "teacher.json").write_text(json.dumps({**rec, "run": str(teacher.resolve())}))
+    shutil.move(teacher / "checkpoints" / name, tmp_path / name)
+    before = digest(run)
+    words = ["train", "--method", "sft", "--resume", "--out", run, "--data", tiny[0], "--no-progress",
+             "--train.max_steps=2"]
+    refused(words, capsys, "--teacher", name, "no longer there")
+    assert digest(run) == before
+    shutil.move(tmp_path / name, teacher / "checkpoints" / name)
+    assert main([str(w) for w in words]) == 0
+    assert json.loads((run / "teacher.json").read_text())["checkpoint"].endswith(name)
+
+
 def test_a_resume_finds_the_recorded_teacher_checkpoint_from_another_directory(student, stage2, tmp_path,
                                                                                 monkeypatch, capsys):
     """teacher.json recorded the checkpoint relative to the directory the run started in; from elsewhere the resume
