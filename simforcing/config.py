@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -693,7 +694,11 @@ def _coerce(raw: Any, tp: Any, key: str) -> Any:
         if tp is float:
             if isinstance(raw, bool):
                 raise ValueError(raw)
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):  # `--sample.w=inf` scored NaN; no setting means NaN or infinity
+                where = key if ":" in key else f"--{key}"
+                raise ConfigError(f"{where}: got {raw!r}; expected a finite number")
+            return value
         if tp is str:
             if not isinstance(raw, str):
                 raise ValueError(raw)
@@ -702,6 +707,8 @@ def _coerce(raw: Any, tp: Any, key: str) -> Any:
             if isinstance(raw, str):
                 raw = [int(x) for x in raw.strip("()[] ").split(",")]
             return tuple(int(x) for x in raw)
+    except ConfigError:
+        raise
     except (TypeError, ValueError):
         name = getattr(tp, "__name__", str(tp))
         where = key if ":" in key else f"--{key}"

@@ -20,6 +20,7 @@ the two would be ignored); its ``train`` are ``--section.field=value`` settings 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from simforcing.config import ConfigError
 
@@ -62,16 +63,53 @@ def recipe(name: str, flag: str = "--recipe") -> Recipe:
 
 
 def apply_synth_recipe(args, defaults: dict) -> None:
-    """Set the recipe's ``data synth`` options on ``args`` (``args.recipe`` a name or None); an option given on the
-    command line too (its value not ``defaults``') is refused by name."""
-    if getattr(args, "recipe", None) is None:
+    """Set the recipe's ``data synth`` options on ``args`` (``args.recipe`` a name or None), then the ``defaults`` of
+    those still None (not given). An option the recipe sets that was given too — even at its default value:
+    `--recipe evaluator --pauses 0` once took the recipe's 2 pauses without a word — is refused by name."""
+    if getattr(args, "recipe", None) is not None:
+        r = recipe(args.recipe)
+        for dest, value in r.synth:
+            if getattr(args, dest) is not None:
+                raise ConfigError(f"--{dest.replace('_', '-')}: set by --recipe {r.name} "
+                                  f"({' '.join(r.synth_flags())}); give the recipe or the option, not both")
+            setattr(args, dest, list(value) if isinstance(value, tuple) else value)
+    for dest, value in defaults.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+
+
+# where a dataset's info.json "synth" record keeps each ``data synth`` operator option (``data.synthetic.generate``)
+RECORDED_AS = {"action_noise": ("action_noise", "sigma_max"), "action_noise_splits": ("action_noise", "splits"),
+               "pauses": ("pauses", "per_episode"), "pause_splits": ("pauses", "splits"),
+               "failures": ("failures", "fraction"), "failure_splits": ("failures", "splits")}
+
+
+def check_recipe_data(name: Optional[str], root) -> None:
+    """With ``--recipe NAME`` on a stage-2 run: a synthetic dataset (info.json ``synth``) must have been made with the
+    recipe's operators (``train --recipe evaluator`` on data without them trained the paper's recipe under the
+    evaluator's name); ConfigError naming the first option it was made without. Recorded data keeps no such record:
+    said in a note (record it with the recipe's operators, GUIDE "What data an evaluator needs")."""
+    import sys
+
+    from simforcing.data.format import read_info
+
+    if name is None:
         return
-    r = recipe(args.recipe)
+    r = recipe(name)
+    synth = read_info(root).get("synth")
+    if not isinstance(synth, dict):
+        print(f"note: --recipe {r.name}: {root} is recorded data (no synthetic record); its episodes must show the "
+              "recipe's operators (noisy, pausing, failing) — nothing here can check that", file=sys.stderr)
+        return
     for dest, value in r.synth:
-        if getattr(args, dest) != defaults[dest]:
-            raise ConfigError(f"--{dest.replace('_', '-')}: set by --recipe {r.name} "
-                              f"({' '.join(r.synth_flags())}); give the recipe or the option, not both")
-        setattr(args, dest, list(value) if isinstance(value, tuple) else value)
+        section, key = RECORDED_AS[dest]
+        record = synth.get(section)
+        got = record.get(key) if isinstance(record, dict) else None
+        want = list(value) if isinstance(value, tuple) else value
+        if got != want:
+            raise ConfigError(f"--recipe {r.name}: {root} was made with {dest} {got!r}, the recipe's data has "
+                              f"{want!r}; train it on data made by `simforcing data synth --recipe {r.name}`, or "
+                              "leave out --recipe")
 
 
 def train_overrides(args) -> list[str]:

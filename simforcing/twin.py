@@ -120,13 +120,23 @@ def check_record(name: str, record: dict, episode_id: Optional[str] = None) -> d
 def read_dataset_records(cfg: Config, root, episode_ids: Sequence[str]) -> list[dict]:
     """The twin records of the episodes ``episode_ids`` of dataset ``root``, each checked for ``cfg.sample.twin``
     (:func:`check_record`) before anything is rendered: DataError ``missing_file`` / ``bad_twin`` naming the episode
-    and its twin.json."""
-    from simforcing.data.format import TWIN_FILE, episode_file, read_twin_record
+    and its twin.json. A synthetic twin's record of the other pairing than the dataset's (info.json ``pairing``) is
+    ``bad_twin`` too: an arm-only record in a full-scene dataset rendered the arm alone against videos of the whole
+    scene (or the reverse), a low PSNR that read as the twin's."""
+    from simforcing.data.format import TWIN_FILE, dataset_pairing, episode_file, read_info, read_twin_record
 
+    def shows(full: bool) -> str:
+        return "the whole scene" if full else "the arm alone"
+
+    scene = dataset_pairing(read_info(root)) == "scene"
     records = []
     for eid in episode_ids:
         record = read_twin_record(root, eid)
         try:
+            if str(cfg.sample.twin) == SYNTHETIC and ("scene" in record) != scene:
+                raise ValueError(f"a record of {shows('scene' in record)} in a dataset whose simulation videos show "
+                                 f"{shows(scene)} (meta/info.json pairing): the twin would render the one against "
+                                 "the other; write records of the dataset's pairing (`data synth --pairing`)")
             check_record(str(cfg.sample.twin), record, eid)
         except ValueError as e:
             raise DataError(f"{TWIN_FILE}: {e} (twin {cfg.sample.twin!r})", eid, episode_file(root, eid, TWIN_FILE),

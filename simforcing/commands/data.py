@@ -28,7 +28,7 @@ from simforcing.utils import check_output_path, resolve_device
 
 SYNTH_COUNTS = {"num_train": 20, "num_val": 16, "num_sim_pool": 300, "length": 33}  # the demo's set
 QUICK_COUNTS = {"num_train": 2, "num_val": 2, "num_sim_pool": 4, "length": 17}  # --quick
-# the operator options' defaults (a recipe's, --recipe, may set those still at them)
+# the operator options' defaults (their flags default to None: --recipe sets those not given)
 SYNTH_OPERATOR_DEFAULTS = {"action_noise": 0.0, "action_noise_splits": None, "pauses": 0, "pause_splits": None,
                            "failures": 0.0, "failure_splits": None}
 
@@ -57,17 +57,17 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --pairing scene: how far the simulation's physics is from the real scene's, a "
                         "scale of the stated ranges (object mass x1/2..2, sliding friction x1/1.75..1.75, size "
                         "±15%%, servo gains x2/3..1.5 at 1; 0 = the real physics) (default: 1)")
-    parser.add_argument("--action-noise", type=float, default=0.0, metavar="SIGMA",
+    parser.add_argument("--action-noise", type=float, default=None, metavar="SIGMA",
                         help="drive the episodes of --action-noise-splits by a noisy operator: N(0, σ²) per step and "
                         "axis on the position actions, σ ~ U(0, SIGMA) per episode (metres; 0: scripted motions only)")
     parser.add_argument("--action-noise-splits", nargs="+", default=None, choices=("train", "val", "sim_pool"),
                         help="which episodes --action-noise drives (default: sim_pool, when it holds episodes)")
-    parser.add_argument("--pauses", type=int, default=0, metavar="N",
+    parser.add_argument("--pauses", type=int, default=None, metavar="N",
                         help="the operator of the --pause-splits episodes stops N times (0-4), holding its target "
                              "for 2-5 frames (zero actions) before the motion goes on")
     parser.add_argument("--pause-splits", nargs="+", default=None, choices=("train", "val", "sim_pool"),
                         help="which episodes --pauses applies to (default: those of train, sim_pool that hold episodes)")
-    parser.add_argument("--failures", type=float, default=0.0, metavar="F",
+    parser.add_argument("--failures", type=float, default=None, metavar="F",
                         help="a fraction F (0-1) of the --failure-splits episodes is driven by an operator that "
                         "attempts the task and fails it: misses the object by several cm, closes the gripper too "
                         "high, stops short (episodes.jsonl 'failure' says how)")

@@ -8,7 +8,7 @@ import argparse
 import copy
 
 from simforcing.commands import Subcommand, config_from_args
-from simforcing.commands.runs import report_training
+from simforcing.commands.runs import check_counts, report_training
 from simforcing.commands.train import _resumed_config, _with_data
 from simforcing.config import FEWSTEP_OBJECTIVES, Config, ConfigError
 from simforcing.fewstep.stage import TEACHER_KINDS, distill_config, distill_run
@@ -39,6 +39,8 @@ def config(args: argparse.Namespace) -> Config:
     teacher's weights, leaving a run folder without a checkpoint)."""
     from simforcing.runs.loaded import check_teacher_architecture
 
+    # --steps 0 passed --dry-run (refused as fewstep.steps only once the run started); --w inf was baked in
+    check_counts((("--steps", args.steps, 1), ("--w", args.w, 0)))
     base = _resumed_config(args, "distill")
     if base is None:
         if not args.teacher:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from simforcing.commands import Subcommand, add_config_args, config_from_args
-from simforcing.commands.runs import config_for_run
+from simforcing.commands.runs import check_counts, config_for_run
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.run import DOMAINS, evaluate_run
 from simforcing.evaluate.sweeps import PAPER_STEPS, PAPER_W, sweep_cfg, sweep_steps
@@ -46,6 +46,7 @@ def evaluate(args: argparse.Namespace, cfg: Config) -> int:
     evaluation's eval.json too — or a user's files are refused) and written whole (``outputs.results_folder``)."""
     from simforcing.outputs import check_results_folder, results_folder
 
+    check_counts((("--num-samples", args.num_samples, 1),))
     check_results_folder(args.out, "--out", "a one-window evaluation", *WINDOW_EVAL)
     device = resolve_device(args.device, "--device") if args.device else resolve_device(cfg.train.device)
     with results_folder(args.out, "--out", "a one-window evaluation", *WINDOW_EVAL) as tmp:
@@ -98,8 +99,13 @@ def sweep_config(args: argparse.Namespace) -> Config:
 
 def sweep(args: argparse.Namespace, cfg: Config) -> int:
     """--out checked before any sample (a run, a dataset, another command's results or a user's files refused: the
-    sweep's three files, each written atomically, would go beside them)."""
+    sweep's three files, each written atomically, would go beside them), and so are its values (a --w of NaN or inf
+    was swept into NaN scores; a step count of 0 was refused only once the run had loaded)."""
     from simforcing.outputs import check_results_folder
+
+    steps = [] if args.command == ("sweep", "cfg") else [("--n-sim", n, 1) for n in args.n_sim] + \
+        [("--n-real", n, 1) for n in args.n_real]
+    check_counts([("--num-samples", args.num_samples, 1), *steps, *(("--w", w, 0) for w in args.w)])
 
     name, kind = (("sweep_cfg", result_files.SWEEP_CFG) if args.command == ("sweep", "cfg")
                   else ("sweep_steps", result_files.SWEEP_STEPS))

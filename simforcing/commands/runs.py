@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import sys
-from typing import Optional
+from typing import Iterable, Optional
 
 import simforcing.parallel as parallel
 from simforcing.commands import config_from_args, refuse_config_with
-from simforcing.config import Config
+from simforcing.config import Config, ConfigError
 from simforcing.runs.folder import WORLD_MODELS, run_config
 
 
@@ -31,6 +32,16 @@ def config_for_run(args: argparse.Namespace, run: Optional[str] = None) -> Confi
     check_sampling_overrides(base, cfg, run)
     check_twin_can_act(cfg, str(run), cfg.sample.condition)
     return cfg
+
+
+def check_counts(counts: Iterable[tuple[str, Optional[float], float]]) -> None:
+    """ConfigError naming the first flag of ``counts`` — (flag, value, lowest allowed) — whose value is below its
+    lowest or not a finite number (None: not given). Called before any work: a count of 0 wrote an empty result
+    (`generate --num-samples 0`), --fps 0 divided by zero, a guidance weight of NaN scored NaN."""
+    for flag, value, low in counts:
+        if value is not None and not (math.isfinite(value) and value >= low):
+            kind = "an integer" if isinstance(value, int) else "a finite number"
+            raise ConfigError(f"{flag}: got {value:g}; expected {kind} >= {low:g}")
 
 
 def report_training(prog: str, result: dict) -> int:

@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 
 from simforcing.commands import Subcommand, add_config_args
-from simforcing.commands.runs import config_for_run
-from simforcing.config import Config, ConfigError
+from simforcing.commands.runs import check_counts, config_for_run
+from simforcing.config import Config
 from simforcing.evaluate.rollouts import ROWS, evaluate_rollouts
 from simforcing.sample import generate_run
 from simforcing.utils import fmt_num, resolve_device
@@ -33,9 +33,11 @@ SAMPLE_FILES = ("sample_*.mp4", "sample_*.gif", "sample_*.png")  # what `generat
 def generate(args: argparse.Namespace, cfg: Config) -> int:
     """--out checked before any sample is generated (a run, a dataset, another command's results or a user's files
     are refused) and written whole: an earlier generate's samples there are replaced, none left beside fewer new
-    ones (``outputs.results_folder``)."""
+    ones (``outputs.results_folder``). Its counts are checked first: --num-samples 0 wrote nothing and said so as a
+    success, --fps 0 ended in a division by zero."""
     from simforcing.outputs import check_results_folder, results_folder
 
+    check_counts((("--num-samples", args.num_samples, 1), ("--upscale", args.upscale, 1), ("--fps", args.fps, 1)))
     check_results_folder(args.out, "--out", "generated samples", SAMPLE_FILES)
     device = resolve_device(args.device, "--device")
     with results_folder(args.out, "--out", "generated samples", SAMPLE_FILES) as tmp:
@@ -75,10 +77,8 @@ def rollout(args: argparse.Namespace, cfg: Config) -> int:
     from simforcing.outputs import check_results_folder, results_folder
 
     check_results_folder(args.out, "--out", "a rollout", ROLLOUT_FILES)
-    for flag, value, low in (("--num-episodes", args.num_episodes, 1), ("--batch-size", args.batch_size, 1),
-                             ("--videos", args.videos, 0)):
-        if value is not None and value < low:
-            raise ConfigError(f"{flag}: got {value}; expected an integer >= {low}")
+    check_counts((("--num-episodes", args.num_episodes, 1), ("--batch-size", args.batch_size, 1),
+                  ("--videos", args.videos, 0)))
     device = resolve_device(args.device, "--device") if args.device else None
     with results_folder(args.out, "--out", "a rollout", ROLLOUT_FILES) as tmp:
         res = evaluate_rollouts(args.ckpt, args.data, cfg, args.split, args.horizon, tmp,

@@ -12,7 +12,7 @@ from simforcing.commands.runs import report_training
 from simforcing.config import PRETRAIN_METHODS, STAGE1_METHOD, STAGE2_METHODS, VIDEO_PRIOR_METHOD, Config, ConfigError
 from simforcing.methods import method_preset
 from simforcing.prior import video_prior_run
-from simforcing.recipes import train_overrides
+from simforcing.recipes import check_recipe_data, train_overrides
 from simforcing.runs.folder import CONFIG_FILE, STAGE_KIND, is_run_folder, require_kind, run_config
 from simforcing.train import train_run
 
@@ -103,7 +103,9 @@ def train_config(args: argparse.Namespace) -> Config:
         raise ConfigError(f"train.method: {args.out} was trained with {base.train.method!r}, not "
                           f"{args.method!r}; resume it with the same --method")
     args.overrides = train_overrides(args) + list(getattr(args, "overrides", None) or [])
-    return _with_data(config_from_args(args, base=base, validate=False), args)
+    cfg = _with_data(config_from_args(args, base=base, validate=False), args)
+    check_recipe_data(args.recipe, cfg.data.root)
+    return cfg
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:

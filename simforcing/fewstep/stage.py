@@ -23,10 +23,10 @@ from simforcing.errors import CheckpointError
 from simforcing.fewstep.objective import fewstep_step
 from simforcing.models.weights import frozen_copy
 from simforcing.models.world_model import build_world_model
-from simforcing.runs.folder import CHECKPOINTS_DIR, check_same_teacher, open_run
+from simforcing.runs.folder import CHECKPOINTS_DIR, check_same_teacher, open_run, own_sampler
 from simforcing.runs.loaded import check_teacher_architecture, differing_fields
 from simforcing.train import STAGE2
-from simforcing.training.checks import recorded_teacher
+from simforcing.training.checks import resumed_teacher
 from simforcing.training.loop import Trainer
 from simforcing.training.stage import Models, Stage, Start, StartFolder
 
@@ -38,16 +38,17 @@ FIXED_FIELDS = ("fewstep.steps", "fewstep.objective", "fewstep.w", "fewstep.teac
 def distill_config(teacher_cfg: Config, steps: int, objective: str = "trajectory",
                    w: Optional[float] = None) -> Config:
     """The student's config: the teacher's (a copy), the ``fewstep`` section set to K = ``steps``, ``objective``
-    and the teacher's sampler (its ``sample`` section's N_s, N_r and w; ``w`` given: that weight instead), and the
-    training levers that read earlier chunks (``train.rollout_prob``, ``context_ghost``, ``context_noise``) off: the
-    student learns the teacher's samples of the given window."""
+    and the teacher's sampler (its ``sample`` section's N_s, N_r and w; ``w`` given: that weight instead), its own
+    ``sample`` section the sampler it samples with (``runs.folder.own_sampler``), and the training levers that read
+    earlier chunks (``train.rollout_prob``, ``context_ghost``, ``context_noise``) off: the student learns the
+    teacher's samples of the given window."""
     cfg = copy.deepcopy(teacher_cfg)
     s = cfg.sample
     cfg.fewstep = dataclasses.replace(cfg.fewstep, steps=int(steps), objective=objective,
                                       w=float(s.w if w is None else w), teacher_n_sim=s.n_sim,
                                       teacher_n_real=s.n_real)
     cfg.train.rollout_prob = cfg.train.context_ghost = cfg.train.context_noise = 0.0
-    return cfg
+    return own_sampler(cfg)
 
 
 def _check(cfg: Config) -> None:
@@ -64,13 +65,12 @@ def _resume_check(theirs: Config, cfg: Config, run_dir: Path) -> None:
 
 def _start(cfg: Config, folder: StartFolder, start: Start) -> Start:
     """The teacher: ``--teacher`` (on --resume it may be left out: teacher.json names it, and its checkpoint is
-    reused while it exists), a stage-2 run of the same architecture."""
+    the one reused — one no longer there is refused by name, ``training.checks.resumed_teacher``), a stage-2 run of
+    the same architecture."""
     teacher_run, checkpoint = start.teacher_run, None
     if folder.resume:
         check_same_teacher(folder.path, teacher_run)  # another --teacher is refused by name
-        recorded_run, recorded_ckpt = recorded_teacher(folder.path)
-        teacher_run = teacher_run if teacher_run is not None else recorded_run
-        checkpoint = recorded_ckpt if recorded_ckpt is not None and recorded_ckpt.is_dir() else None
+        teacher_run, checkpoint = resumed_teacher(folder.path, teacher_run)  # its recorded weights, or refused
     if teacher_run is None:
         raise ConfigError("--teacher: `simforcing distill` needs the world model to distil (a `simforcing train` "
                           "run folder)")

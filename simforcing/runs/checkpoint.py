@@ -29,6 +29,7 @@ with (``runs.folder.trained_config``).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -102,21 +103,28 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def config_hash(cfg: Config) -> str:
-    """The first 16 hex digits of the sha256 of the config's JSON. A world model's config (``model.action_head``
-    false) is hashed without the fields the downstream policy added (``model.action_head``, the ``policy`` section),
-    so its hash is what it was before they existed and older checkpoints keep verifying against their config.json.
-    Likewise the ``fewstep`` section of any run but a few-step student (``fewstep.steps`` 0),
-    ``model.action_conditioning`` at its default ("expert") and ``data.pairing`` when None."""
-    d = cfg.to_dict()
-    if not d["model"].get("action_head"):
-        d["model"].pop("action_head", None)
+    """The first 16 hex digits of the sha256 of the config's JSON (:func:`config_dict_hash` of ``cfg.to_dict()``)."""
+    return config_dict_hash(cfg.to_dict())
+
+
+def config_dict_hash(config: dict) -> str:
+    """:func:`config_hash` of a config as a JSON object — a config.json as a run wrote it, with no field added since.
+    A world model's config (``model.action_head`` false) is hashed without the fields the downstream policy added
+    (``model.action_head``, the ``policy`` section), so its hash is what it was before they existed and older
+    checkpoints keep verifying against their config.json. Likewise the ``fewstep`` section of any run but a few-step
+    student (``fewstep.steps`` 0), ``model.action_conditioning`` at its default ("expert") and ``data.pairing`` when
+    None."""
+    d = copy.deepcopy(config)
+    model, data = d.get("model") or {}, d.get("data") or {}
+    if not model.get("action_head"):
+        model.pop("action_head", None)
         d.pop("policy", None)
-    if d["model"].get("action_conditioning") == "expert":
-        d["model"].pop("action_conditioning")
-    if not d["fewstep"]["steps"]:
-        d.pop("fewstep")
-    if d["data"].get("pairing") is None:  # a field added later, None unless a config set it
-        d["data"].pop("pairing", None)
+    if model.get("action_conditioning") == "expert":
+        model.pop("action_conditioning")
+    if not (d.get("fewstep") or {}).get("steps"):
+        d.pop("fewstep", None)
+    if "pairing" in data and data["pairing"] is None:  # a field added later, None unless a config set it
+        data.pop("pairing")
     return hashlib.sha256(json.dumps(d, indent=2).encode()).hexdigest()[:16]
 
 

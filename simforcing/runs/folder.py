@@ -46,9 +46,9 @@ from simforcing.version import __version__
 from simforcing.config import STAGE1_METHOD, VIDEO_PRIOR_METHOD, Config, ConfigError, config_diff
 from simforcing.errors import CheckpointError
 from simforcing.models.world_model import build_world_model
-from simforcing.runs.checkpoint import (CHECKPOINTS_DIR, CONFIG_FILE, Checkpoint, checkpoint_config, config_hash,
-                                        find_resumable, list_checkpoints, load_checkpoint, load_model_state, read_meta,
-                                        step_dir)
+from simforcing.runs.checkpoint import (CHECKPOINTS_DIR, CONFIG_FILE, Checkpoint, checkpoint_config,
+                                        config_dict_hash, config_hash, find_resumable, list_checkpoints,
+                                        load_checkpoint, load_model_state, read_meta, step_dir)
 from simforcing.runs.locking import LOCK_FILE, is_locked
 
 RUN_RECORD = "run.json"
@@ -350,7 +350,9 @@ def trained_config(run_dir: str | Path, ckpt: "Checkpoint | _MetaOnly") -> tuple
     if own is not None:
         return own, config_diff(own, run_cfg)
     recorded = ckpt.meta.get("config_hash")
-    if recorded and recorded != config_hash(run_cfg):
+    # config.json as written (a field added to Config since is not in it; loaded, it holds the field's default and
+    # hashed otherwise: an old checkpoint was refused), or as loaded (a config.json a later version wrote again)
+    if recorded and recorded not in (config_dict_hash(json.loads(cfg_path.read_text())), config_hash(run_cfg)):
         raise CheckpointError(f"config_hash {config_hash(run_cfg)} differs from {recorded} in {ckpt.path.name}"
                               f"/meta.json: config.json is not the config this checkpoint was written with (was it "
                               "rewritten by another run?) and the checkpoint holds no copy; restore config.json",
@@ -453,8 +455,18 @@ def run_config(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = 
         if not path.exists():
             raise ConfigError(f"{flag}: {path} is missing; expected a training run folder written by `simforcing "
                               "pretrain/train/policy train`")
-        return Config.load(path)
-    return trained_config(run_dir, ref)[0]
+        return own_sampler(Config.load(path))
+    return own_sampler(trained_config(run_dir, ref)[0])
+
+
+def own_sampler(cfg: Config) -> Config:
+    """``cfg`` with a few-step student's ``sample`` section set to the sampler it samples with — N_s its teacher's,
+    N_r its K, w the weight it distilled — (a student's config once kept its teacher's N_r, so `--sample.n_real=10`
+    on a K = 1 student read as no change and was dropped without a word); any other run's config as it is."""
+    f = cfg.fewstep
+    if f.steps > 0:
+        cfg.sample.n_sim, cfg.sample.n_real, cfg.sample.w = f.teacher_n_sim, f.steps, f.w
+    return cfg
 
 
 def load_model_from_run(run_dir: str | Path, device: str | torch.device = "cpu",

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Optional
 
 from simforcing.version import __version__
 from simforcing.errors import ConfigError
-from simforcing.runs.folder import STATUS_FILE, is_run_folder
+from simforcing.runs.folder import is_run_folder, read_status
 from simforcing.runs.locking import lock_folder
 from simforcing.utils import atomic_write_json
 
@@ -149,12 +149,13 @@ def why_stale(stale: list[str]) -> str:
 
 
 def run_finished(run: str | Path, steps: int) -> bool:
-    """The run's status.json says finished at ``steps`` or later."""
-    try:
-        st = json.loads((Path(run) / STATUS_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return st.get("state") == "finished" and int(st.get("step", -1)) >= steps
+    """The run's status.json says finished at ``steps`` or later: its state "finished" and its step an integer (a
+    status.json of other types — a list, a step "600", NaN or 2.5 — ended the demo in a traceback, or read 2.5 as 2;
+    it reads as not finished, so the run is continued or trained again)."""
+    st = read_status(run)
+    step = st.get("step")
+    return (st.get("state") == "finished" and isinstance(step, int) and not isinstance(step, bool)
+            and step >= steps)
 
 
 def remove_stale_run(folder: str | Path, stale: list[str]) -> str:

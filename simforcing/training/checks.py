@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from simforcing.config import Config, ConfigError
 from simforcing.errors import CheckpointError
+from simforcing.runs.checkpoint import list_checkpoints
 from simforcing.runs.folder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config,
                                     open_run, resume_command)
 from simforcing.runs.loaded import (STUDENT_ADDITIONS, architecture_fields, check_teacher_architecture,
@@ -61,28 +62,60 @@ def check_resume_config(cfg: Config, theirs: Config, stage: Stage, run_dir: Path
 
 
 def recorded_teacher(run_dir: Path) -> tuple[Optional[Path], Optional[Path]]:
-    """(run, checkpoint) from RUN/teacher.json; (None, None) when there is none."""
+    """(run, checkpoint) from RUN/teacher.json; (None, None) when there is none. The checkpoint is found by its name
+    in the recorded run's checkpoints/ (teacher.json once recorded it relative to the working directory of the run's
+    start, so a resume from another directory did not find it and took the teacher's newest). A record that is not
+    {run, checkpoint, step} of their types is a CheckpointError naming the file."""
+    from simforcing.result_files import typed
+
     path = run_dir / TEACHER_FILE
     if not path.exists():
         return None, None
     try:
         rec = json.loads(path.read_text())
-        return Path(rec["run"]), Path(rec["checkpoint"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"cannot read the stage-2 teacher record ({e}); expected {{run, checkpoint, step}} as "
-                              "written by `simforcing train`", path) from e
+        run, checkpoint = Path(typed(rec, "run", "str")), Path(typed(rec, "checkpoint", "str"))
+        step = typed(rec, "step", "int", default=0)
+        if step < 0:
+            raise ValueError(f"field 'step' must be a step >= 0; got {step}")
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read the teacher record ({e}); expected {{run, checkpoint, step}} as written "
+                              "by `simforcing train` / `simforcing distill`", path) from e
+    return run, run / CHECKPOINTS_DIR / checkpoint.name
+
+
+def resumed_teacher(run_dir: Path, teacher_run: Optional[Path]) -> tuple[Optional[Path], Optional[Path]]:
+    """On --resume: (the teacher run, the checkpoint of it to open; None: its newest) — the run teacher.json
+    records (``--teacher`` may leave it out) and the checkpoint it recorded. A resumed run keeps its teacher's weights:
+    a recorded teacher folder or checkpoint that is no longer there (removed; retrained or pruned since) is a
+    ConfigError naming it (the resume took the teacher's newest checkpoint without a word, and recorded it in place of
+    the first one). A ``--teacher`` standing in for a recorded teacher that is gone (``runs.folder.check_same_teacher``
+    warns) is opened at its newest."""
+    recorded_run, recorded_ckpt = recorded_teacher(run_dir)
+    if recorded_run is None or recorded_ckpt is None:
+        return teacher_run, None
+    if teacher_run is not None and Path(teacher_run).resolve() != recorded_run.resolve():
+        return teacher_run, None  # the stand-in for a teacher that is gone
+    keep = "a resumed run keeps its teacher's weights"
+    if not recorded_run.is_dir():
+        raise ConfigError(f"--teacher: {run_dir} was started from the teacher {recorded_run} ({TEACHER_FILE}), which "
+                          f"is no longer there; {keep} — restore it, or give --teacher RUN of the same weights (it "
+                          "stands in, with a warning)")
+    if not recorded_ckpt.is_dir():
+        steps = [s for s, _ in list_checkpoints(recorded_run)]
+        raise ConfigError(f"--teacher: {run_dir} was started from {recorded_ckpt.name} of {recorded_run} "
+                          f"({TEACHER_FILE}), which is no longer there (the teacher holds steps {steps or 'none'} now: "
+                          f"retrained or pruned since); {keep} — restore that checkpoint, or start a new run in "
+                          "another --out")
+    return recorded_run, recorded_ckpt
 
 
 def resolve_teacher(run_dir: Path, teacher_run: Optional[Path], resume: bool, cfg: Config) -> tuple[Path, Run]:
     """(the stage-1 run, the opened teacher checkpoint) stage 2 starts from: ``--teacher`` (on ``--resume`` it may be
-    left out: teacher.json names it, and its recorded checkpoint is reused while it exists). ConfigError when it is
-    not a stage-1 run or has another architecture than ``cfg``."""
+    left out: teacher.json names it, and its recorded checkpoint is the one reused: :func:`resumed_teacher`).
+    ConfigError when it is not a stage-1 run or has another architecture than ``cfg``."""
     checkpoint = None
     if resume:
-        recorded_run, recorded_ckpt = recorded_teacher(run_dir)
-        teacher_run = teacher_run if teacher_run is not None else recorded_run
-        if recorded_ckpt is not None and recorded_ckpt.is_dir():
-            checkpoint = recorded_ckpt
+        teacher_run, checkpoint = resumed_teacher(run_dir, teacher_run)
     if teacher_run is None:
         raise ConfigError("--teacher: stage 2 needs the stage-1 run folder (RUN1)")
     if not teacher_run.is_dir():

@@ -211,6 +211,7 @@ def load_judge(folder: str | Path, device: str | torch.device = "cpu") -> Succes
         meta = json.loads(meta_path.read_text())
         if meta.get("format") != "simforcing-success-judge":
             raise ValueError(f"format {meta.get('format')!r}")
+        benchmark, report, consecutive = _judge_record(meta)
         net = JudgeNet(probe_config(meta, meta_path))
         net.load_state_dict(load_file(str(weights)))
         if not all(torch.isfinite(v).all() for v in net.state_dict().values() if v.is_floating_point()):
@@ -218,8 +219,28 @@ def load_judge(folder: str | Path, device: str | torch.device = "cpu") -> Succes
     except Exception as e:  # safetensors' own error type, JSON, shapes: all "not a judge", named below
         raise ValueError(f"--judge: {meta_path} / {weights.name} cannot be read as a success judge ({e}); fit it "
                          "again with `simforcing model fit-judge`") from e
-    return SuccessJudge(net.to(device), meta.get("benchmark", {}), meta.get("report"), meta.get("consecutive", 1),
-                        judge_identity(folder))
+    return SuccessJudge(net.to(device), benchmark, report, consecutive, judge_identity(folder))
+
+
+def _judge_record(meta: dict) -> tuple[dict, Optional[dict], int]:
+    """(benchmark, report, consecutive) of a judge.json, each of its type (``result_files.typed``): the benchmark an
+    object whose resolution is two sizes >= 1 and whose layouts a count >= 0, the report an object or null, the
+    consecutive-frames rule an integer >= 1 (a 0 judged every episode a success at its first frame; a string ended
+    in a traceback, a missing benchmark passed as an empty one; version 1, before the rule: 1)."""
+    from simforcing.result_files import MalformedResult, typed
+
+    benchmark = typed(meta, "benchmark", "dict")
+    resolution, layouts = typed(benchmark, "resolution", "list"), typed(benchmark, "layouts", "int")
+    if len(resolution) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in resolution):
+        raise MalformedResult(f"benchmark.resolution must be [height, width], two integers >= 1; got {resolution!r}")
+    if layouts < 0:
+        raise MalformedResult(f"benchmark.layouts must be a count >= 0; got {layouts}")
+    # a judge of format version 1 predates the rule: it judged one frame (consecutive 1)
+    consecutive = typed(meta, "consecutive", "int", **({"default": 1} if meta.get("version") == 1 else {}))
+    if consecutive < 1:
+        raise MalformedResult(f"field 'consecutive' must be an integer >= 1 (judged frames in a row that make a "
+                              f"success); got {consecutive}")
+    return benchmark, typed(meta, "report", "dict", "null", default=None), consecutive
 
 
 # ----------------------------------------------------------------------------------------------------------------------
