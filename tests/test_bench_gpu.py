@@ -112,7 +112,7 @@ def test_the_large_batch_is_the_largest_that_fits(monkeypatch):
     plan = gpu.plan_gpu_bench(cfg, H200_BYTES)
     fits = [b for b in range(1, 9) if 24 * params + b * gpu.GIB <= gpu.memory_budget(H200_BYTES)]
     assert plan.num_layers == 30 and {b for _, b, _ in plan.train_rows} == {1, max(fits)} and max(fits) < 8
-    assert f"batch 8 needs" in plan.batch_note and f"{max(fits)} is the largest that fits" in plan.batch_note
+    assert "batch 8 needs" in plan.batch_note and f"{max(fits)} is the largest that fits" in plan.batch_note
 
 
 def test_schedule():

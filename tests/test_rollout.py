@@ -17,7 +17,7 @@ from simforcing.rollout import Recorded, WorldModelRollout, chunk_sizes, integra
 from simforcing.runs.loaded import LoadedWorldModel, sample_generator
 from simforcing.sample import GuidedSampler, sample_videos
 from simforcing.sampler_batch import SamplerBatch
-from test_sample import make_data, make_run, random_batch, tiny_cfg, tiny_model, tiny_vae
+from test_sample import make_run, random_batch, tiny_cfg, tiny_model, tiny_vae
 
 IDENTITY = Normalizer({"action": {"min": [-1.0] * 7, "max": [1.0] * 7},
                        "state": {"min": [-1.0] * 7, "max": [1.0] * 7}})  # normalise(x) == x exactly

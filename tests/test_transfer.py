@@ -17,16 +17,13 @@ from scipy import stats
 
 from simforcing.demo.policy_section import QUICK, PolicyBudget, policy_jobs
 from simforcing.demo.transfer_section import TRANSFER_QUICK, full_policy_jobs, policy_specs, wm_key
-from simforcing.demo.transfer_stats import (cluster_mean, default_note, paired_scene_diff, successes, transfer_analysis,
-                                            transfer_markdown, welch)
-from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyRow
 from simforcing.config import ConfigError
 from simforcing.demo.policy_results import FullMeasurement, PolicyInit, PolicySectionResult
 from simforcing.policy.probe import ProbeResult, ProbeScore, RunProbe, probe_table, ridge_probe, score
 from simforcing.policy.closed_loop.results import EpisodeOutcome, PolicyRow
 from simforcing.demo.transfer_stats import (ClusterMean, InitSummary, RunRate, TransferAnalysis, TransferBlock,
-                                        cluster_mean, default_note, paired_scene_diff, successes, transfer_analysis,
-                                        transfer_markdown, welch)
+                                            cluster_mean, default_note, paired_scene_diff, successes, transfer_analysis,
+                                            transfer_markdown, welch)
 
 
 def outcomes(v):

@@ -18,7 +18,7 @@ from simforcing.policy.closed_loop.results import Confusion, EpisodeOutcome, Jud
 from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv, held_out_scenes
 from simforcing.policy.closed_loop.tables import agreement_markdown
 from simforcing.policy.infer import PolicyRunner
-from simforcing.policy.judge.success_judge import (JudgeFitOptions, SuccessJudge, confusion, fit_judge, first_success,
+from simforcing.policy.judge.success_judge import (JudgeFitOptions, confusion, fit_judge, first_success,
                                                    frame_verdicts, load_judge, save_judge, true_readings)
 from simforcing.policy.train import policy_train_run
 from simforcing.runs.scored import ScoredRun

@@ -49,7 +49,7 @@ from simforcing.models.world_model import build_world_model
 from simforcing.runs.checkpoint import (CHECKPOINTS_DIR, CONFIG_FILE, Checkpoint, checkpoint_config,
                                         config_dict_hash, config_hash, find_resumable, list_checkpoints,
                                         load_checkpoint, load_model_state, read_meta, step_dir)
-from simforcing.runs.locking import LOCK_FILE, is_locked
+from simforcing.runs.locking import LOCK_FILE
 
 RUN_RECORD = "run.json"
 STATUS_FILE = "status.json"

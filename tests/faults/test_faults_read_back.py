@@ -7,7 +7,6 @@ init.json records (another ``--init`` is refused by name). Every refusal has its
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from faultkit import ckpt, copy_run, digest, refused

@@ -8,7 +8,6 @@ import json
 import re
 import shlex
 import warnings
-from pathlib import Path
 
 import pytest
 from faultkit import copy_run, quiet_eval_args, status, steps, refused
