@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import re
 import tempfile
 import subprocess
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from simforcing.errors import ConfigError
-from simforcing.result_files import MalformedResult, finite_number, nested
+from simforcing.result_files import MalformedResult, figure, nested, table_number
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCE = "docs/records.json"  # record path -> {"commit", "machine", "date", "note"} for records that lack them
@@ -124,27 +123,6 @@ def provenance(table: Table, entry: Optional[str], root: Path) -> str:
 # ----------------------------------------------------------------------------------------------------------------------
 # The renderings
 # ----------------------------------------------------------------------------------------------------------------------
-
-def table_number(v: Any) -> Optional[float]:
-    """A record's number as a table shows it: None, or NaN (a statistic its command left undefined, e.g. a Pearson
-    without spread), is None — shown "—", never "nan"; anything but a finite number (a string, true/false, inf) is a
-    ValueError naming it (:func:`render_block` names the record and the table)."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    if not finite_number(v):
-        raise ValueError(f"{v!r:.40} where a finite number belongs")
-    return float(v)
-
-
-def figure(v: Any, nd: int = 2) -> str:
-    v = table_number(v)
-    return "—" if v is None else f"{v:.{nd}f}"
-
-
-def percent(v: Any) -> str:
-    v = table_number(v)
-    return "—" if v is None else f"{100 * v:.0f} %"
-
 
 def render_demo(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     """The README's demo tables (``simforcing.demo.readme_tables.render``) of one timing.json run."""

@@ -172,3 +172,27 @@ def folder_contents(folder: Path) -> str:
     """What ``folder`` holds, by the files that mark each kind of output ("nothing simforcing wrote" otherwise)."""
     found = [name for marker, name in _FOLDER_MARKERS if (folder / marker).is_file()]
     return " and ".join(found) if found else "nothing simforcing wrote"
+
+
+# What the docs' tables show of a record's numbers (``simforcing.docs_tables``, ``demo.readme_tables``)
+
+
+def table_number(v: object) -> Optional[float]:
+    """A record's number as a table shows it: None, or NaN (a statistic its command left undefined, e.g. a Pearson
+    without spread), is None — shown "—", never "nan"; anything but a finite number (a string, true/false, inf) is a
+    ValueError naming it (``docs_tables.render_block`` names the record and the table)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if not finite_number(v):
+        raise ValueError(f"{v!r:.40} where a finite number belongs")
+    return float(v)
+
+
+def figure(v: object, nd: int = 2) -> str:
+    v = table_number(v)
+    return "—" if v is None else f"{v:.{nd}f}"
+
+
+def percent(v: object) -> str:
+    v = table_number(v)
+    return "—" if v is None else f"{100 * v:.0f} %"

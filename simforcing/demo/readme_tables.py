@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from simforcing.demo.report import CM
-from simforcing.docs_tables import figure as _f, percent as _pct, table_number
+from simforcing.result_files import figure as _f, percent as _pct, table_number
 
 # (figure key, world model as the pool's agreement and estimates name it)
 RANKED = (("sft", "sft-fewstep"), ("simforcing", "simforcing-fewstep"), ("simforcing_twin", "simforcing-fewstep-twin"),
