@@ -33,7 +33,7 @@ import numpy as np
 
 from simforcing.errors import ConfigError, DataError
 from simforcing.policy.closed_loop.results import SIMULATOR, WORLD_MODEL, PolicyEvaluation
-from simforcing.policy.estimate.trust import FEATURES, episode_features, hand_success, has_readings
+from simforcing.policy.estimate.trust import FEATURES, episode_features, has_readings
 from simforcing.result_files import POLICY_EVALUATION
 
 Key = tuple[str, str, int]  # (policy, task, scene)
@@ -62,8 +62,7 @@ class WorldModelEpisodes:
     left_out: tuple[str, ...] = ()  # the evaluation's policies not estimated (``--policies``)
     without_readings: int = 0  # episodes that hold no per-frame readings
     twin: bool = False  # every episode holds a full-scene twin's own verdict (``EpisodeOutcome.twin_verdicts``)
-    on_hand: Optional[np.ndarray] = None  # (E,) bool: the task's predicate is on the hand (``HAND_TASKS``)
-    hand: Optional[np.ndarray] = None  # (E,) bool: the hand the executed actions command meets it (None: unrecorded)
+    gaps: bool = False  # every episode holds the commanded hand's distance per frame (``frame_gap_mm``)
 
     def index(self) -> dict[Key, int]:
         return {k: i for i, k in enumerate(self.keys)}
@@ -83,16 +82,16 @@ class WorldModelEpisodes:
         return list(dict.fromkeys(k[0] for k in self.keys))
 
     def kinematic(self, objects: str) -> np.ndarray:
-        """(E,) a verdict with the hand where the executed actions put it (:func:`hand_success`) for every task whose
+        """(E,) a verdict with the hand where the executed actions put it (``trust.hand_success``) for every task whose
         predicate is on the hand, and for the others ``objects``: ``"world model"`` — the world model's verdict on its
         frames (``soft``: the share of its noise draws with several), what it alone can say (where the objects go) —
-        or ``"stay"`` — failure: the objects stay where they started, the world model unused. None of it is fitted."""
-        if self.hand is None or self.on_hand is None:
+        or ``"stay"`` — failure: the objects stay where they started, the world model unused. None of it is fitted:
+        the features ``hand_verdict`` and ``hand_reached`` (``trust.episode_features``)."""
+        if not self.gaps:
             raise ConfigError(f"the episodes of {self.source} hold no commanded hand per frame (frame_gap_mm: an "
                               "evaluation by an earlier simforcing); evaluate the policies in the world model again "
                               "(`simforcing policy eval --env world-model`)")
-        other = self.soft if objects == "world model" else np.zeros(len(self.keys))
-        return np.where(self.on_hand, self.hand.astype(float), other)
+        return self.features[:, FEATURES.index("hand_verdict" if objects == "world model" else "hand_reached")].copy()
 
 
 def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
@@ -109,7 +108,7 @@ def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
     if unknown or not chosen:
         raise ConfigError(f"--policies: {', '.join(map(repr, unknown)) or 'none given'}: expected policies of the "
                           f"world-model evaluation {folder} (its policies: {', '.join(every)})")
-    keys, feats, verdicts, bare, twin, hand = [], [], [], 0, True, []
+    keys, feats, verdicts, bare, twin, gaps = [], [], [], 0, True, True
     for policy in chosen:
         for task, outs in ev.episodes[policy].items():
             for o in outs:
@@ -119,14 +118,11 @@ def world_model_episodes(folder: str | Path, what: str = "--wm-eval",
                 twin &= o.twin_verdicts is not None
                 verdicts.append(bool(o.success))
                 bare += not has_readings(o.frame_margin, o.frame_arm_mm)
-                hand.append(hand_success(o.frame_gap_mm))
+                gaps &= o.frame_gap_mm is not None
     if not keys:
         raise ConfigError(f"{what} {folder}: the evaluation holds no episodes")
-    known = all(h is not None for h in hand)
     return WorldModelEpisodes(keys, np.array(feats).reshape(len(keys), len(FEATURES)), np.array(verdicts, bool),
-                              bare == 0, str(folder), ev, tuple(p for p in every if p not in chosen), bare, twin,
-                              np.array([k[1] in HAND_TASKS for k in keys]) if known else None,
-                              np.array(hand, bool) if known else None)
+                              bare == 0, str(folder), ev, tuple(p for p in every if p not in chosen), bare, twin, gaps)
 
 
 
