@@ -345,7 +345,7 @@ def test_the_scene_pairing_keeps_the_real_episodes_and_simulates_the_scene(datas
             sim_scene = read_episode_videos(scene_dataset, info, read_episodes(scene_dataset)[eid])[0]
             table = sim_arm.max(axis=-1) <= 3  # black in the arm pairing's sim
             assert sim_scene[table].mean() > 60  # the scene's table (grey 0.6, lit) and objects there
-            assert read_twin_record(dataset, eid).keys() == {"episode_id", "camera"}
+            assert read_twin_record(dataset, eid).keys() == {"episode_id", "camera", "mesh"}
             record = read_twin_record(scene_dataset, eid)
             assert record["camera"] == read_twin_record(dataset, eid)["camera"]
             assert [o["name"] for o in record["scene"]["objects"]][:2] == ["obj0", "obj1"]

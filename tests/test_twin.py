@@ -50,7 +50,7 @@ def episodes():
 
 
 def _start(ep) -> TwinEpisode:
-    return TwinEpisode(ep.states[0], {"camera": asdict(ep.camera)})
+    return TwinEpisode(ep.states[0], ep.twin_record)
 
 
 def test_the_twin_renders_a_recorded_episode_again(twin, episodes):
@@ -79,6 +79,38 @@ def _fresh_windows(start: TwinEpisode, a: np.ndarray, ends: tuple) -> tuple[list
         return out, (ref.executed(0) if start.has_scene else None)
     finally:
         ref.close()
+
+
+def test_the_twin_renders_at_its_records_tessellation(twin, episodes):
+    """A record names the tessellation its videos were rendered with (generator 5: scene.MESH); one without it (an older
+    dataset) is rendered at MuJoCo's default — each frame exactly the arm model of that tessellation at the twin's
+    joint positions, rendered on its own."""
+    import mujoco
+
+    from simforcing.data.synthetic.offscreen import SharedContextRenderer
+    from simforcing.data.synthetic.scene import DEFAULT_MESH, MESH, sim_xml
+
+    ep = episodes[1]
+    assert ep.twin_record["mesh"] == list(MESH)
+    old = {k: v for k, v in ep.twin_record.items() if k != "mesh"}
+    frames = {}
+    for mesh, record in ((MESH, ep.twin_record), (DEFAULT_MESH, old)):
+        frames[mesh] = twin.start([TwinEpisode(ep.states[0], record)])[0]
+        m = mujoco.MjModel.from_xml_string(sim_xml(mesh))
+        d = mujoco.MjData(m)
+        d.qpos[:] = twin.episodes[0].data.qpos
+        mujoco.mj_forward(m, d)
+        r = SharedContextRenderer(m, H, W)
+        try:
+            r.update_scene(d, camera=twin.episodes[0].camera)
+            np.testing.assert_array_equal(frames[mesh], r.render())
+        finally:
+            r.close()
+    changed = (frames[MESH] != frames[DEFAULT_MESH]).any(-1).mean()
+    assert 0 < changed < 0.1  # edge pixels (2–5 % measured): the same arm, fewer facets
+    for bad in ([14], [14, 1], [14.0, 8], "14x8", [True, 8], [200, 8]):
+        with pytest.raises(ConfigError, match=r"mesh: .*numslices, numstacks"):
+            twin.start([TwinEpisode(ep.states[0], {**ep.twin_record, "mesh": bad})])
 
 
 def test_a_window_executes_only_its_first_keep_actions(twin, episodes):

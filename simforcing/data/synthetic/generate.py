@@ -52,13 +52,14 @@ from simforcing.data.synthetic.motions import (FAILURE_TEXT, ArmController, inse
                                                perturb_targets, script_motion)
 from simforcing.data.synthetic.scene import (  # noqa: E402
     ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, PHYSICS_GAP, TIMESTEP,
-    CameraPose, NOMINAL_CAMERA, draw_sim_scene, fixed_layout, paint_textures, real_xml, sample_appearance,
+    MESH, CameraPose, NOMINAL_CAMERA, draw_sim_scene, fixed_layout, paint_textures, real_xml, sample_appearance,
     sample_camera, sample_objects, sim_xml)
 
 SIM_BACKGROUND = "black"
 # 2: objects.npz beside every paired episode; layout episodes (--layout-train); 3: twin.json; 4: --pairing scene
-# (twin.json's "scene", objects.npz's "sim_xyz"), --failures (episodes.jsonl's "failure"); info.json's "pairing"
-GENERATOR_VERSION = 4
+# (twin.json's "scene", objects.npz's "sim_xyz"), --failures (episodes.jsonl's "failure"); info.json's "pairing";
+# 5: round geoms rendered at scene.MESH (twin.json's "mesh"; before: MuJoCo's default tessellation)
+GENERATOR_VERSION = 5
 PAIRINGS = ("arm", "scene")
 # the streams of an episode's own (SeedSequence([seed, index, k])): beside its scene, motion and noise (spawn(3))
 NOISE_STREAM, PAUSE_STREAM, SIM_PHYSICS_STREAM, FAILURE_STREAM = 11, 13, 17, 19
@@ -210,11 +211,12 @@ class EpisodePhysics:
         return np.random.default_rng(np.random.SeedSequence([self.seed, self.index, k]))
 
     def twin_record(self, pairing: str = "arm", physics_gap: float = 1.0) -> dict:
-        """The episode's twin record (``twin.json``, as JSON holds it): the camera; with the ``scene`` pairing also its
+        """The episode's twin record (``twin.json``, as JSON holds it): the camera and the renders' tessellation
+        (``scene.MESH``); with the ``scene`` pairing also its
         simulation (``scene.SimScene.to_record``: the objects with the simulation's own physics drawn at
         ``physics_gap`` from the episode's stream ``SIM_PHYSICS_STREAM``, the servos' gains) — the same for ``data
         synth`` and the policy benchmark's scene of the same (seed, index)."""
-        record: dict = {"camera": asdict(self.camera)}
+        record: dict = {"camera": asdict(self.camera), "mesh": list(MESH)}
         if pairing == "scene":
             record["scene"] = draw_sim_scene(self.objects, self.stream(SIM_PHYSICS_STREAM), physics_gap).to_record()
         elif pairing != "arm":

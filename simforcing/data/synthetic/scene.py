@@ -33,6 +33,13 @@ WRIST_CAMERA = "wrist"  # on the hand, behind the palm, looking past the fingert
 ARM_GEOM_PREFIX = "arm_"
 HOME_Q = (0.0, 0.35, 1.75, 1.04, 0.0, 0.0)  # elbow-up, gripper pointing down (pitches sum to π)
 TIMESTEP = 0.001  # s, physics step (0.002 lets pinched objects spring away too often)
+# The tessellation (numslices, numstacks) of every render's capsules, cylinders and spheres (MuJoCo's <visual><quality>):
+# half of MuJoCo's default. At the benchmark's resolutions the frames are the same to within a few edge pixels (32×48:
+# ~2 % of the twin's pixels, ≤ 13 of 255 levels; 0.7 % of a real frame's, ≤ 4) while a software rasteriser draws
+# each frame 2–3× faster (docs/notebook/benchmark.md). Generator version 5; the twin record names it ("mesh"), and a
+# record without one (generator ≤ 4) was rendered at MuJoCo's default.
+MESH = (14, 8)
+DEFAULT_MESH = (28, 16)
 # Reach (m): shoulder joint height, wrist joint above the ee site when the gripper points down, upper + fore arm.
 SHOULDER_Z, WRIST_ABOVE_EE, ARM_REACH = 0.16, 0.125, 0.62
 
@@ -158,14 +165,20 @@ def _actuators_xml(gains=SERVO_GAINS, finger=FINGER_GAINS) -> str:
     return f"<actuator>{arm}{fingers}\n  </actuator>"
 
 
-def _sim_model_xml(model: str, world: str, actuators: str, assets: str = "") -> str:
+def _quality_xml(mesh: tuple[int, int], extra: str = "") -> str:
+    return f'<quality{extra} numslices="{int(mesh[0])}" numstacks="{int(mesh[1])}"/>'
+
+
+def _sim_model_xml(model: str, world: str, actuators: str, assets: str = "", mesh: tuple[int, int] = MESH) -> str:
     """A simulation-domain model: evenly lit by the headlight and one shadowless key light, black where nothing is
-    (no skybox, floor or shadows), the real scene's timestep and integrator; ``world`` after the key light."""
+    (no skybox, floor or shadows), the real scene's timestep and integrator; ``world`` after the key light; its round
+    geoms tessellated at ``mesh`` (:data:`MESH`)."""
     return f"""<mujoco model="{model}">
   <compiler angle="radian"/>
   <option timestep="{TIMESTEP}" integrator="implicitfast"/>
   <visual>
     <global offwidth="640" offheight="480"/>
+    {_quality_xml(mesh)}
     <headlight ambient="0.45 0.45 0.45" diffuse="0.45 0.45 0.45" specular="0.05 0.05 0.05"/>
     <rgba haze="0 0 0 1"/>
   </visual>
@@ -180,12 +193,13 @@ def _sim_model_xml(model: str, world: str, actuators: str, assets: str = "") -> 
 """
 
 
-def sim_xml() -> str:
+def sim_xml(mesh: tuple[int, int] = MESH) -> str:
     """The digital twin: the arm alone, evenly lit, flat black background (no skybox, floor or shadows), with the real
     scene's servos and integrator, so that it renders the simulation videos (``generate.TwinRenderer``: joint positions
     set, no physics) and runs the benchmark's controller on its own (``twin.SyntheticTwin``: the actions' physics, no
-    objects). Actuators are invisible: the renders do not depend on them."""
-    return _sim_model_xml("simforcing-synth-sim", _arm_xml(), _actuators_xml())
+    objects). Actuators are invisible: the renders do not depend on them. ``mesh``: the tessellation the episode's
+    simulation video was rendered with (its twin record's; :data:`MESH` since generator version 5)."""
+    return _sim_model_xml("simforcing-synth-sim", _arm_xml(), _actuators_xml(), mesh=mesh)
 
 
 def object_friction(geom: str) -> tuple[float, float, float]:
@@ -300,7 +314,7 @@ def draw_sim_scene(objects: list[SceneObject], rng: np.random.Generator, scale: 
     return SimScene(own, gains, finger, s, {"objects": per_object, "servo": servo.tolist()})
 
 
-def sim_scene_xml(scene: SimScene) -> str:
+def sim_scene_xml(scene: SimScene, mesh: tuple[int, int] = MESH) -> str:
     """The full-scene simulation model (module docstring): the arm, a plain grey table where the real one stands (its
     legs, the wall and the floor unseen; a floor of the real one's friction below, hidden, catches what falls), the
     scene's objects in their flat colours (matte), the scene's servo gains."""
@@ -310,7 +324,7 @@ def sim_scene_xml(scene: SimScene) -> str:
     <geom name="table" type="box" size="0.48 0.6 0.03" pos="0.3 0 -0.03" rgba="{SIM_TABLE_RGBA}" contype="1"
           conaffinity="3" friction="{SIM_TABLE_FRICTION}"/>{_arm_xml()}{objs}"""
     return _sim_model_xml("simforcing-synth-sim-scene", world, _actuators_xml(scene.servo_gains, scene.finger_gains),
-                          SIM_OBJECT_MATERIAL)
+                          SIM_OBJECT_MATERIAL, mesh)
 
 
 def _light_xml(i: int, light: dict) -> str:
@@ -330,7 +344,7 @@ def real_xml(objects: list[SceneObject], look: Appearance) -> str:
   <option timestep="{TIMESTEP}" integrator="implicitfast"/>
   <visual>
     <global offwidth="640" offheight="480"/>
-    <quality shadowsize="256"/>
+    {_quality_xml(MESH, ' shadowsize="256"')}
     <headlight ambient="{h:.3g} {h:.3g} {h:.3g}" diffuse="{h:.3g} {h:.3g} {h:.3g}" specular="0.05 0.05 0.05"/>
   </visual>
   <asset>{ARM_MATERIALS}

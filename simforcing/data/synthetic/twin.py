@@ -2,7 +2,8 @@
 driving what an episode's twin record holds, rendered as its simulation videos were.
 
 - an **arm** record (``{"camera"}``, the Bridge-like pairing and every dataset before generator version 4): one MuJoCo
-  model for all such episodes (``scene.sim_xml``: the very model the recorded simulation videos were rendered with,
+  model for all such episodes of a tessellation (``scene.sim_xml``: the very model the recorded simulation videos were
+  rendered with, at the record's ``mesh``, :func:`mesh_of`;
   its servos and integrator those of the real scene), the arm alone — no objects;
 - a **full-scene** record (``{"camera", "scene"}``, ``data synth --pairing scene``): the episode's own simulation
   rebuilt from the record (``scene.SimScene.from_record`` -> ``scene.sim_scene_xml``: the arm, a plain table and the
@@ -36,8 +37,8 @@ from simforcing.config import ConfigError
 from simforcing.data.synthetic.servo import servo_frame
 from simforcing.data.synthetic.motions import ArmController, CommandedTarget
 from simforcing.data.synthetic.offscreen import SharedContextRenderer
-from simforcing.data.synthetic.scene import (ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, CameraPose,
-                                             SimScene, sim_scene_xml, sim_xml)
+from simforcing.data.synthetic.scene import (ARM_JOINTS, DEFAULT_MESH, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q,
+                                             MESH, CameraPose, SimScene, sim_scene_xml, sim_xml)
 from simforcing.data.synthetic.tasks import Task, task_success
 from simforcing.data.twin_episode import (TwinEpisode, check_synthetic_camera, check_synthetic_scene,
                                           window_frame_steps)
@@ -52,6 +53,23 @@ def _checked(check, record: dict):
         return check(record)
     except ValueError as e:
         raise ConfigError(f"twin record: {e}; got {json.dumps(record, default=str)[:300]}") from None
+
+
+def mesh_of(record: dict) -> tuple[int, int]:
+    """The tessellation (numslices, numstacks) the episode's simulation video was rendered with: the record's
+    ``mesh`` (``scene.MESH`` since generator version 5), MuJoCo's default where the record has none (older datasets,
+    whose twin thus renders their videos as they were); ConfigError naming the field otherwise."""
+    mesh = record.get("mesh")
+    if mesh is None:
+        return DEFAULT_MESH
+    ok = (isinstance(mesh, list) and len(mesh) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in mesh)
+          and 3 <= mesh[0] <= 64 and 2 <= mesh[1] <= 64)
+    if not ok:
+        raise ConfigError(f"twin record: mesh: got {json.dumps(mesh, default=str)[:60]}; expected [numslices, "
+                          "numstacks], two integers (3–64, 2–64): the tessellation the simulation videos were "
+                          f"rendered with ({list(MESH)} since generator version 5; without the field, MuJoCo's default "
+                          f"{list(DEFAULT_MESH)})")
+    return mesh[0], mesh[1]
 
 
 def camera_of(record: dict) -> CameraPose:
@@ -114,21 +132,22 @@ class SyntheticTwin:
 
         self.mj = mujoco
         self.height, self.width = int(height), int(width)
-        self._arm: Optional[_Sim] = None  # built on the first arm-only episode
+        self._arms: dict[tuple[int, int], _Sim] = {}  # the arm alone, by its tessellation (built on first use)
         self._scenes: dict[str, _Sim] = {}  # full-scene models by their record, while their episodes run
         self.episodes: list[_Episode] = []
         self._spec = mujoco.mjtState.mjSTATE_INTEGRATION
 
     def _sim(self, record: dict) -> _Sim:
+        mesh = mesh_of(record)
         if "scene" not in record:
-            if self._arm is None:
-                self._arm = _Sim(self.mj, sim_xml(), self.height, self.width)
-            return self._arm
+            if mesh not in self._arms:
+                self._arms[mesh] = _Sim(self.mj, sim_xml(mesh), self.height, self.width)
+            return self._arms[mesh]
         scene = _checked(check_synthetic_scene, record)
-        key = json.dumps(scene, sort_keys=True)
+        key = json.dumps([scene, mesh], sort_keys=True)
         if key not in self._scenes:
             sim = SimScene.from_record(scene)
-            self._scenes[key] = _Sim(self.mj, sim_scene_xml(sim), self.height, self.width,
+            self._scenes[key] = _Sim(self.mj, sim_scene_xml(sim, mesh), self.height, self.width,
                                      [o.name for o in sim.objects])
         return self._scenes[key]
 
@@ -206,9 +225,9 @@ class SyntheticTwin:
 
     def close(self) -> None:
         self._close_scenes()
-        if self._arm is not None:
-            self._arm.close()
-            self._arm = None
+        for arm in self._arms.values():
+            arm.close()
+        self._arms = {}
 
 
 def task_verdicts(twin: SyntheticTwin, tasks: Sequence[Task]) -> list[np.ndarray]:
