@@ -3,7 +3,7 @@ again from the recorded actions, executes exactly the actions it is given, and `
 
 import json
 import os
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 

@@ -29,7 +29,7 @@ object, the arm pressing on the table or an object), and the recorded video went
 from __future__ import annotations
 
 import json
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 
