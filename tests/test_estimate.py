@@ -68,6 +68,25 @@ def test_classical_intervals_are_wilson_and_clopper_pearson():
     assert (e.lo, e.hi) == pytest.approx(wilson(3, 10), abs=1e-4)
 
 
+def test_a_handful_of_trials_gives_the_trials_own_interval():
+    """Below ``min_n`` labelled episodes (MIN_TUNED_TRIALS, 10) the tuned λ is 0 and the CLT interval is Wilson's
+    (scipy's); from ``min_n`` on, or with a lower ``min_n``, λ is tuned as before."""
+    rng = np.random.default_rng(3)
+    y = np.array([1, 0, 1, 1, 0], float)
+    f_lab = np.clip(y * 0.8 + rng.random(5) * 0.2, 0, 1)
+    f_unl = rng.random(100)
+    e = ppi_mean(y, f_lab, f_unl)
+    w = stats.binomtest(3, 5).proportion_ci(method="wilson")
+    assert e.lam == 0.0 and e.estimate == pytest.approx(0.6) and (e.lo, e.hi) == pytest.approx((w.low, w.high),
+                                                                                                abs=1e-4)
+    tuned = ppi_mean(y, f_lab, f_unl, min_n=2)
+    assert tuned.lam == pytest.approx(tuned_lambda(y, f_lab, f_unl)) and tuned.lam > 0
+    y10, f10 = np.tile(y, 2), np.tile(f_lab, 2)
+    lam10 = ppi_mean(y10, f10, f_unl).lam
+    assert lam10 == pytest.approx(tuned_lambda(y10, f10, f_unl)) and lam10 > 0
+    assert ppi_terms(y, f_lab, f_unl).lam == 0.0 and ppi_terms(y, f_lab, f_unl, lam=1.0).lam == 1.0
+
+
 def test_empirical_bernstein_matches_maurer_pontil():
     x = np.array([0.1, 0.4, 0.4, 0.9, 0.0, 0.3])
     delta = 0.05
@@ -322,6 +341,15 @@ def test_estimate_from_a_simulator_evaluation_and_from_trials(known_pool, tmp_pa
                  "--out", str(tmp_path / "est2")]) == 0
     body = json.loads((tmp_path / "est2" / "estimate.json").read_text())
     assert body["labelled"] == 32 and body["policies"]["good"]["average"]["truth"] is None
+    # 8 trials per policy, fewer than --min-trials 10: each policy's interval is its trials' own, said in a note
+    assert all(p["average"]["ppi"]["lam"] == 0.0 for p in body["policies"].values())
+    assert body["inputs"]["min_trials"] == 10 and "fewer than --min-trials 10" in body["notes"][0]
+    assert main(["policy", "estimate", "--ground-truth", str(tmp_path / "trials.csv"), "--wm-eval", str(root / "wm"),
+                 "--out", str(tmp_path / "est8"), "--min-trials", "8"]) == 0
+    body8 = json.loads((tmp_path / "est8" / "estimate.json").read_text())
+    assert body8["notes"] == [] and max(p["average"]["ppi"]["lam"] for p in body8["policies"].values()) > 0
+    with pytest.raises(ConfigError, match="--min-trials: got 1"):
+        run_estimate(tmp_path / "trials.csv", root / "wm", min_trials=1)
     from simforcing import estimate_success  # the Python API: the same estimate
 
     res3, _ = estimate_success(tmp_path / "trials.csv", root / "wm")

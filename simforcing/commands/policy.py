@@ -355,6 +355,9 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
                              "verdict) | actions (the same with the objects left in place: no world model, the "
                              "control)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 − the intervals' level")
+    parser.add_argument("--min-trials", type=int, default=10, help="ground-truth trials a policy (or a task) needs "
+                        "before the world model may narrow its interval; below, the trials' own interval (from a "
+                        "handful the weight cannot be estimated and the interval runs short: docs/POLICY_EVALUATION.md)")
     parser.add_argument("--seed", type=int, default=0, help="the draw of the labelled scenes and of the folds "
                         "(an integer >= 0)")
 
@@ -364,7 +367,8 @@ def estimate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     from simforcing.policy.estimate import run_estimate
 
     res, study = run_estimate(args.ground_truth, args.wm_eval, args.out, args.n, args.draws, args.study_n,
-                              args.predictor, args.alpha, args.seed, policies=args.policies)
+                              args.predictor, args.alpha, args.seed, policies=args.policies,
+                              min_trials=args.min_trials)
     print((Path(args.out) / "estimate.md").read_text().rstrip())
     print(f"wrote {Path(args.out) / 'estimate.json'}, estimate.md, episodes.csv, estimates.png"
           + (", coverage.png" if study else ""))

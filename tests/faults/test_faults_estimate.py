@@ -103,10 +103,10 @@ def test_too_few_trials_of_a_policy_are_refused_and_the_advised_flag_works(pool,
                   "policy 'fair' has no trials", "--policies good poor idle", code=1)
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
     advised = err.split("--policies ")[1].split()
-    assert main(_estimate(no_fair, root / "wm", tmp_path / "o3", "--policies", *advised)) == 0
+    assert main(_estimate(no_fair, root / "wm", tmp_path / "o3", "--policies", *advised, "--min-trials", "8")) == 0
     body = json.loads((tmp_path / "o3" / "estimate.json").read_text())
     assert list(body["policies"]) == ["good", "poor", "idle"] and body["notes"] == []
-    assert main(_estimate(plain, root / "wm", tmp_path / "o4", "--policies", "good", "poor")) == 0
+    assert main(_estimate(plain, root / "wm", tmp_path / "o4", "--policies", "good", "poor", "--min-trials", "8")) == 0
     body = json.loads((tmp_path / "o4" / "estimate.json").read_text())
     assert list(body["policies"]) == ["good", "poor"] and body["labelled"] == 16
     assert body["notes"] == ["8 trials of 'fair' not used (left out by --policies)",
@@ -188,7 +188,7 @@ def test_episodes_without_readings_are_estimated_with_the_verdict_and_say_so(poo
         estimate_success(plain, bare)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        res, _ = estimate_success(plain, root / "wm")
+        res, _ = estimate_success(plain, root / "wm", min_trials=8)  # 8 trials per policy: PPI, no note
     assert res.predictor == "learned" and res.notes == []
 
 

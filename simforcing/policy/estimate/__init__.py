@@ -12,6 +12,7 @@ import numpy as np
 from simforcing.errors import ConfigError
 from simforcing.policy.estimate.estimate import (PREDICTORS, EstimateResult, StudyPoint, coverage_study,
                                                  draw_labelled, estimate_policies)
+from simforcing.policy.estimate.ppi import MIN_TUNED_TRIALS
 from simforcing.policy.estimate.trials import WorldModelEpisodes, ground_truth, world_model_episodes
 
 STUDY_NS = (5, 10, 20, 40)
@@ -45,13 +46,16 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
                  n: Optional[int] = None, draws: int = 0, study_ns: Optional[Sequence[int]] = None,
                  predictor: Optional[str] = None, alpha: float = 0.05, seed: int = 0,
                  progress: Callable[[str], None] = print,
-                 policies: Optional[Sequence[str]] = None) -> tuple[EstimateResult, list[StudyPoint]]:
+                 policies: Optional[Sequence[str]] = None,
+                 min_trials: int = MIN_TUNED_TRIALS) -> tuple[EstimateResult, list[StudyPoint]]:
     """The prediction-powered estimate of the policies of the world-model evaluation ``wm_eval`` (``policies``, or
     all) from the ground truth ``ground_truth_source`` — a trial file (its trials labelled) or a simulator
     evaluation of the same scenes (``n`` scenes, default 10, drawn with ``seed`` labelled for every policy; with
     ``draws`` > 0 also the coverage study over ``study_ns``: each fewer than the evaluation's scenes, by default those
     of ``STUDY_NS`` that are) — written to ``out`` when given (``policy.estimate.report``). ``predictor``: learned
-    (the default where the episodes hold per-frame readings, else verdict, with a note) or verdict. Every argument —
+    (the default where the episodes hold per-frame readings, else verdict, with a note) or verdict. A rate with fewer
+    than ``min_trials`` ground-truth trials is the trials' own (λ = 0; ``ppi``'s docstring), said in a note for a
+    policy's. Every argument —
     ``out`` too (``outputs.check_results_folder``: a folder of other files or another command's results is refused)
     — is checked before anything is read or computed; ``out`` is written whole, replacing an earlier estimate there
     (``outputs.results_folder``); what was chosen or passed over is in the result's ``notes``."""
@@ -63,6 +67,7 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
         raise ConfigError(f"--alpha: got {alpha}; expected a level in (0, 1), e.g. 0.05 for 95 % intervals")
     draws, seed = _integer("--draws", draws, 0), _integer("--seed", seed, 0)
+    min_trials = _integer("--min-trials", min_trials, 2)
     n = None if n is None else _integer("--n", n, 2)
     study_ns = None if study_ns is None else [_integer("--study-n", v, 2) for v in study_ns]
     if study_ns is not None and not draws:
@@ -85,12 +90,20 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
         n = DEFAULT_N if n is None else n
         labelled = draw_labelled(wm, n, np.random.default_rng(seed))
         study_ns = _study_ns(study_ns, wm)
-    res = estimate_policies(wm, gt.truth, labelled, predictor, alpha, seed=seed, truth_known=gt.simulator is not None)
+    res = estimate_policies(wm, gt.truth, labelled, predictor, alpha, seed=seed, truth_known=gt.simulator is not None,
+                            min_trials=min_trials)
+    few = {p: e.average.ppi.n for p, e in res.policies.items() if e.average.ppi.n < min_trials}
+    if few:
+        notes.append(f"fewer than --min-trials {min_trials} ground-truth trials for {len(few)} polic"
+                     f"{'y' if len(few) == 1 else 'ies'} ({', '.join(f'{p}: {k}' for p, k in few.items())}): their "
+                     "intervals are the trials' own (λ = 0) — from a handful of trials the world model's weight "
+                     "cannot be estimated reliably and its interval runs short; run more trials")
     res.notes = notes
-    study = coverage_study(wm, gt.truth, study_ns, draws, predictor, alpha, seed, progress) if draws else []
+    study = (coverage_study(wm, gt.truth, study_ns, draws, predictor, alpha, seed, progress, min_trials) if draws
+             else [])
     if out is not None:
         inputs = {"ground_truth": str(ground_truth_source), "wm_eval": str(wm_eval), "n": n, "seed": seed,
-                  "draws": draws, "world_model": wm.evaluation.wm, "readings": wm.readings,
+                  "draws": draws, "min_trials": min_trials, "world_model": wm.evaluation.wm, "readings": wm.readings,
                   "policies": wm.policies}
         with results_folder(out, "--out", "an estimate", ESTIMATE_FILES) as tmp:
             write_estimate(res, study, tmp, inputs)

@@ -32,8 +32,8 @@ import numpy as np
 
 from simforcing.errors import ConfigError
 from simforcing.policy.agreement.statistics import pearson
-from simforcing.policy.estimate.ppi import (Estimate, PolicyTerms, active_mean, classical, difference, ppi_mean,
-                                            ppi_terms, rank_intervals, sampling_probabilities)
+from simforcing.policy.estimate.ppi import (MIN_TUNED_TRIALS, Estimate, PolicyTerms, active_mean, classical,
+                                            difference, ppi_mean, ppi_terms, rank_intervals, sampling_probabilities)
 from simforcing.policy.estimate.trials import Key, WorldModelEpisodes
 from simforcing.policy.estimate.trust import FEATURES, auroc, crossfit, trust_scores, unsupervised_doubt
 
@@ -134,10 +134,11 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
     return p
 
 
-def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha) -> RateEstimates:
+def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha, min_n) -> RateEstimates:
     return RateEstimates(
         world_model=float(np.mean(wm_all)), episodes=len(wm_all),
-        ground_truth_only=classical(y_lab, alpha, "clt"), ppi=ppi_mean(y_lab, f_lab, f_unl, alpha, "clt"),
+        ground_truth_only=classical(y_lab, alpha, "clt"), ppi=ppi_mean(y_lab, f_lab, f_unl, alpha, "clt",
+                                                                       min_n=min_n),
         ground_truth_only_finite=classical(y_lab, alpha, "finite"),
         ppi_finite=ppi_mean(y_lab, v_lab, v_unl, alpha, "finite"),
         truth=None if truth_all is None else float(np.mean(truth_all)))
@@ -145,10 +146,12 @@ def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha) -> RateE
 
 def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_keys: Sequence[Key],
                       predictor: str = "learned", alpha: float = 0.05, folds: int = 5, seed: int = 0,
-                      truth_known: bool = False, differences: bool = True) -> EstimateResult:
+                      truth_known: bool = False, differences: bool = True,
+                      min_trials: int = MIN_TUNED_TRIALS) -> EstimateResult:
     """The estimate with the episodes ``labelled_keys`` labelled (their ground truth in ``truth``); ``truth_known``:
     ``truth`` holds every episode's truth (a simulator evaluation), so the truth and the unlabelled AUROC are
-    reported too."""
+    reported too. A rate with fewer than ``min_trials`` labelled episodes (a policy's, or one task's) is
+    prediction-powered with λ = 0: the ground truth's own interval (``ppi``'s module docstring)."""
     index = wm.index()
     lab_idx = [index[k] for k in labelled_keys]
     lab_set = set(lab_idx)
@@ -167,7 +170,8 @@ def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_k
                 return None
             y = np.array([truth[wm.keys[i]] for i in lab], float)
             all_truth = [truth[wm.keys[i]] for i in idx] if truth_known else None
-            return _rates(y, pred[lab], pred[unl], verdicts[lab], verdicts[unl], verdicts[idx], all_truth, alpha)
+            return _rates(y, pred[lab], pred[unl], verdicts[lab], verdicts[unl], verdicts[idx], all_truth, alpha,
+                          min_trials)
 
         average = rates(None)
         if average is None:
@@ -179,7 +183,8 @@ def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_k
         lab = [i for i in idx if i in lab_set]
         unl = [i for i in idx if i not in lab_set]
         y = np.array([truth[wm.keys[i]] for i in lab], float)
-        terms[policy] = PolicyTerms(ppi_terms(y, pred[lab], pred[unl]), tuple(wm.keys[i][1:] for i in lab),
+        terms[policy] = PolicyTerms(ppi_terms(y, pred[lab], pred[unl], min_n=min_trials),
+                                    tuple(wm.keys[i][1:] for i in lab),
                                     tuple(wm.keys[i][1:] for i in unl))
     ranks = rank_intervals(terms, alpha)
     for policy, est in policies.items():
@@ -327,7 +332,8 @@ def sampled_estimates(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, rn
 
 
 def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: int, predictor: str = "learned",
-                alpha: float = 0.05, seed: int = 0, progress: Callable[[str], None] = lambda s: None) -> StudyPoint:
+                alpha: float = 0.05, seed: int = 0, progress: Callable[[str], None] = lambda s: None,
+                min_trials: int = MIN_TUNED_TRIALS) -> StudyPoint:
     """:func:`estimate_policies` over ``draws`` random draws of ``n`` labelled scenes (module docstring)."""
     rng = np.random.default_rng(seed)
     kinds = KINDS + SAMPLING
@@ -337,7 +343,7 @@ def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: i
     truths = raw = None
     for d in range(draws):
         res = estimate_policies(wm, truth, draw_labelled(wm, n, rng), predictor, alpha, seed=d, truth_known=True,
-                                differences=False)
+                                differences=False, min_trials=min_trials)
         if truths is None:
             truths = np.array([res.policies[p].average.truth for p in wm.policies])
             raw = np.array([res.policies[p].average.world_model for p in wm.policies])
@@ -374,7 +380,8 @@ def _defined_mean(values: Sequence[float]) -> Optional[float]:
 
 def coverage_study(wm: WorldModelEpisodes, truth: dict[Key, bool], ns: Sequence[int], draws: int = 200,
                    predictor: str = "learned", alpha: float = 0.05, seed: int = 0,
-                   progress: Callable[[str], None] = print) -> list[StudyPoint]:
+                   progress: Callable[[str], None] = print, min_trials: int = MIN_TUNED_TRIALS) -> list[StudyPoint]:
     """:func:`study_point` for every n of ``ns`` (those the pool allows: fewer than its scenes)."""
     scenes = len({k[1:] for k in wm.keys})
-    return [study_point(wm, truth, n, draws, predictor, alpha, seed + n, progress) for n in ns if 2 <= n < scenes]
+    return [study_point(wm, truth, n, draws, predictor, alpha, seed + n, progress, min_trials) for n in ns
+            if 2 <= n < scenes]
