@@ -1,0 +1,215 @@
+"""Reliability round 8: the features added last, attacked as a careful user would (each refusal with its control —
+the untouched input works).
+
+- the twin record's ``mesh`` (generator version 5): an ill-typed or null mesh, a record of a version-5 dataset that
+  lost it, a mesh in a dataset of an older generator — named by `data check` (which now checks a synthetic dataset's
+  records as its twin renders them), `data check-twin`, `rollout --sample.condition=render` and the Python API, with
+  the episode and its twin.json, before anything is rendered (a bad mesh was a config error naming no file, a null
+  one rendered at MuJoCo's default); the world-model closed loop renders at the tessellation of the world model's
+  data;
+- `policy estimate --predictor hand | actions` on tasks none of which is on the hand says what the predictor reduces
+  to; an evaluation's distances (arm offset, the commanded hand's gap, the judge's errors) negative, of text or
+  ragged are refused by field;
+- `export --eval` of an evaluation made with a relative --ckpt from another directory (it was refused whatever was
+  given); rollout.json holding NaN, infinity or text in its scores; one world-model evaluation or fidelity point
+  given under two names (now said); docs/demo_timing/record.py on a results.json missing sections (it recorded "—" silently).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from faultkit import refused
+
+from simforcing.cli import main
+
+pytestmark = pytest.mark.faults
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The twin record's mesh
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory) -> Path:
+    """A `data synth` dataset (generator version 5, arm pairing) ready for `data check`: 1 train, 1 val, 1 sim-pool
+    episode of 3 frames at 16×24, its statistics and text cache."""
+    from simforcing.data.synthetic.generate import generate_dataset
+
+    root = generate_dataset(tmp_path_factory.mktemp("round8_synth") / "data", num_train=1, num_val=1,
+                            num_sim_pool=1, length=3, height=16, width=24, seed=3, progress=False)
+    assert main(["data", "stats", str(root)]) == 0 and main(["data", "embed-text", str(root)]) == 0
+    return root
+
+
+def _edited(src: Path, dst: Path, edit, episode: str = "ep_00001", info=None, others=None) -> Path:
+    """A copy of dataset ``src`` whose val episode's twin.json is ``edit(record)`` (every other episode's
+    ``others(record)``; info.json ``info(info)``)."""
+    out = Path(shutil.copytree(src, dst))
+    for path in sorted(out.glob("episodes/*/twin.json")):
+        change = edit if path.parent.name == episode else others
+        if change is not None:
+            path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    if info is not None:
+        meta = out / "meta" / "info.json"
+        meta.write_text(json.dumps(info(json.loads(meta.read_text()))))
+    return out
+
+
+def _mesh(value):
+    return lambda rec: {**rec, "mesh": value}
+
+
+def _no_mesh(rec):
+    return {k: v for k, v in rec.items() if k != "mesh"}
+
+
+def _version(v):
+    return lambda info: {**info, "synth": {**info["synth"], "version": v}}
+
+
+BAD_MESHES = [  # (what, edit, info edit, what the refusal names)
+    ("one number", _mesh([14]), None, "mesh: got [14]"),
+    ("text", _mesh("14x8"), None, 'mesh: got "14x8"'),
+    ("null", _mesh(None), None, "mesh: got null"),
+    ("floats", _mesh([14.0, 8]), None, "mesh: got [14.0, 8]"),
+    ("true", _mesh([True, 8]), None, "mesh: got [true, 8]"),
+    ("too fine", _mesh([200, 8]), None, "mesh: got [200, 8]"),
+    ("too coarse", _mesh([2, 8]), None, "mesh: got [2, 8]"),
+    ("lost in a version-5 dataset", _no_mesh, None, "no 'mesh': the dataset's generator (meta/info.json "
+                                                    "synth.version 5)"),
+    ("named in a version-4 dataset (the others without)", lambda rec: rec, _version(4),
+     "but the dataset's generator (meta/info.json synth.version 4) rendered"),
+]
+MESH_IDS = [w for w, *_ in BAD_MESHES]
+
+
+@pytest.mark.parametrize("what,edit,info,needle", BAD_MESHES, ids=MESH_IDS)
+def test_data_check_and_check_twin_name_a_bad_mesh(synth, what, edit, info, needle, tmp_path, capsys):
+    """Before: `data check` passed every one (it checked the record's shape only); `data check-twin` refused the
+    ill-typed ones as a config error naming no file (exit 2) and rendered a null or lost mesh at MuJoCo's default
+    against videos rendered at half of it. Now both: data error bad_twin naming the episode, twin.json and the field,
+    exit 1, nothing rendered or written."""
+    bad = _edited(synth, tmp_path / "data", edit, info=info, others=None if info is None else _no_mesh)
+    refused(["data", "check", bad, "--preset", "demo"], capsys, "bad_twin", "ep_00001", "twin.json", needle, code=1)
+    out = tmp_path / "twin"
+    refused(["data", "check-twin", "--data", bad, "--preset", "demo", "--split", "val", "--out", out], capsys,
+            "data error [bad_twin]", "ep_00001", "twin.json", needle, code=1)
+    assert not out.exists()
+
+
+def test_mesh_controls_a_whole_dataset_and_an_older_generators(synth, tmp_path, capsys):
+    """The controls: the untouched version-5 dataset passes both; a dataset of generator 4 whose records name no mesh
+    (the documented older datasets: rendered at MuJoCo's default) passes `data check`, and check-twin renders it."""
+    assert main(["data", "check", str(synth), "--preset", "demo"]) == 0
+    out = tmp_path / "twin.json"
+    assert main(["data", "check-twin", "--data", str(synth), "--preset", "demo", "--split", "val",
+                 "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["psnr_worst_frame"] >= 40.0
+    old = _edited(synth, tmp_path / "old", _no_mesh, info=_version(4), others=_no_mesh)
+    assert main(["data", "check", str(old), "--preset", "demo"]) == 0
+    assert main(["data", "check-twin", "--data", str(old), "--preset", "demo", "--split", "val",
+                 "--out", str(tmp_path / "twin_old.json")]) == 0
+    capsys.readouterr()
+
+
+def test_check_twin_out_is_a_file_written_again(synth, tmp_path, capsys):
+    """`data check-twin --out FILE` checked its file as a folder: the same command run again was refused by its own
+    result ("is a file; expected a folder"), and a folder passed the check to fail at the write. Now --out is a file:
+    an earlier result is replaced, a folder or a file it did not write is refused by name (left as it was)."""
+    out = tmp_path / "twin.json"
+    args = ["data", "check-twin", "--data", str(synth), "--preset", "demo", "--split", "val", "--out"]
+    assert main(args + [str(out)]) == 0
+    assert main(args + [str(out)]) == 0  # the control: run again, its result replaced
+    assert json.loads(out.read_text())["split"] == "val"
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"mine": 1}')
+    refused(args + [mine], capsys, "--out:", "did not write")
+    assert mine.read_text() == '{"mine": 1}'
+    refused(args + [tmp_path], capsys, "--out:", "is a folder; expected a file")
+
+
+def test_data_check_checks_the_synthetic_fields_only_of_a_synthetic_dataset(synth, tmp_path, capsys):
+    """`data check` names a synthetic dataset's camera a renderer cannot use (it passed: only `check-twin` and the
+    render condition read it); a dataset of another source keeps its own record format (only the shape every
+    renderer needs is checked: its twin may be a registered one)."""
+    def no_lookat(rec):
+        return {**rec, "camera": {k: v for k, v in rec["camera"].items() if k != "lookat"}}
+
+    bad = _edited(synth, tmp_path / "data", no_lookat)
+    refused(["data", "check", bad, "--preset", "demo"], capsys, "bad_twin", "ep_00001", "camera lacks lookat", code=1)
+    other = _edited(synth, tmp_path / "other", no_lookat, info=lambda i: {**i, "source": "my-robot"})
+    assert main(["data", "check", str(other), "--preset", "demo"]) == 0
+    capsys.readouterr()
+
+
+@pytest.fixture(scope="module")
+def mesh_data(tiny, tmp_path_factory) -> Path:
+    """The tiny dataset with a synthetic twin record per episode, naming the benchmark's mesh."""
+    from simforcing.data.format import read_episodes, write_twin_record
+
+    camera = {"lookat": [0.27, 0.0, 0.23], "distance": 1.05, "azimuth": 215.0, "elevation": -32.0}
+    root = Path(shutil.copytree(tiny[0], tmp_path_factory.mktemp("round8_twin") / "data"))
+    for eid in read_episodes(root):
+        write_twin_record(root, eid, {"camera": dict(camera), "mesh": [14, 8]})
+    return root
+
+
+def _rollout(run, data, out) -> list:
+    return ["rollout", "--ckpt", run, "--data", data, "--horizon", "4", "--rows", "rollout", "--videos", "0",
+            "--out", out, "--device", "cpu", "--sample.condition=render", "--sample.n_real=2"]
+
+
+def test_rollout_with_the_twin_names_a_bad_mesh_and_the_control_runs(ref, mesh_data, tmp_path, capsys):
+    """`rollout --sample.condition=render`: a bad mesh was a config error (exit 2) naming no file, raised by the first
+    render; now a data error naming the episode and its twin.json before anything is rendered or written."""
+    bad = Path(shutil.copytree(mesh_data, tmp_path / "data"))
+    path = bad / "episodes" / "val_000" / "twin.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "mesh": [14, "8"]}))
+    out = tmp_path / "rollout"
+    refused(_rollout(ref, bad, out), capsys, "data error [bad_twin]", "val_000", "twin.json", "mesh: got [14, \"8\"]",
+            code=1)
+    assert not out.exists()
+    assert main([str(w) for w in _rollout(ref, mesh_data, out)]) == 0, capsys.readouterr().err
+    assert json.loads((out / "rollout.json").read_text())["sampler"]["condition"] == "render"
+
+
+def test_the_api_twin_refuses_a_bad_mesh_before_rendering(ref, mesh_data):
+    """``WorldModelPipeline.rollout(..., twin=)`` checks the mesh with the rest of the record (a ValueError naming it)
+    before the renderer starts; the control: the episode's own twin."""
+    from simforcing import WorldModelPipeline, read_episode
+    from simforcing.twin import TwinEpisode
+
+    pipe = WorldModelPipeline.from_run(ref, device="cpu", overrides=["--sample.n_real=2"])
+    ep = read_episode(mesh_data, "val_000")
+    frame, text, state, actions = ep.real[0], ep.instruction, ep.states[0], ep.actions[:4]
+    for mesh in ([14], None, "coarse"):
+        with pytest.raises(ValueError, match=r"twin.record: mesh: got"):
+            pipe.rollout(frame, text, state, actions, twin=TwinEpisode(state, {**ep.twin.record, "mesh": mesh}))
+    out = pipe.rollout(frame, text, state, actions, twin=ep.twin)
+    assert out.video.shape[0] == 1 + 4 // pipe.cfg.data.frame_stride
+
+
+def test_the_closed_loop_twin_renders_at_the_mesh_of_the_world_models_data(synth, tmp_path):
+    """`policy eval --env world-model --wm-condition render`: the twin record follows the world model's data — a
+    world model trained on a generator-4 dataset (rendered at MuJoCo's default) had its twin render at half of it;
+    the control: a version-5 dataset's domain renders at ``scene.MESH``."""
+    from simforcing.data.synthetic.scene import DEFAULT_MESH, MESH
+    from simforcing.data.synthetic.twin import mesh_of
+    from simforcing.policy.closed_loop.synthetic import SimDomain, SyntheticTaskEnv
+
+    old = _edited(synth, tmp_path / "old", _no_mesh, info=_version(4))
+    env = SyntheticTaskEnv(seed=1, index=0, max_steps=8)
+    try:
+        for root, mesh in ((old, DEFAULT_MESH), (synth, MESH)):
+            domain = SimDomain.of_dataset(root)
+            assert domain.mesh == mesh and mesh_of(env.twin_record(domain)) == mesh
+    finally:
+        env.close()
+
