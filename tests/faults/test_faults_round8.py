@@ -21,6 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from faultkit import refused
 
@@ -212,4 +213,83 @@ def test_the_closed_loop_twin_renders_at_the_mesh_of_the_world_models_data(synth
             assert domain.mesh == mesh and mesh_of(env.twin_record(domain)) == mesh
     finally:
         env.close()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# policy estimate with the hand predictors; an evaluation's distances
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _gap_pool(root: Path, tasks=("reach", "push", "grasp")) -> tuple[Path, Path]:
+    """(sim, wm) evaluations of evalgen's 4 policies on ``tasks`` × 8 scenes whose world-model episodes record the
+    commanded hand's gap (``frame_gap_mm``)."""
+    import evalgen
+
+    from simforcing.policy.closed_loop.results import SIMULATOR, WORLD_MODEL, EpisodeOutcome
+
+    rng = np.random.default_rng(3)
+    truth = {(p, t, s): bool(rng.random() < r) for p, r in evalgen.RATES.items() for t in tasks for s in range(8)}
+
+    def wm(p, t, s):
+        v = truth[(p, t, s)] if rng.random() < 0.75 else not truth[(p, t, s)]
+        return EpisodeOutcome(s, v, 10, frame_judged=[v] * 3, frame_margin=[0.01] * 3, frame_arm_mm=[10.0] * 3,
+                              frame_gap_mm=[60.0, 20.0 if truth[(p, t, s)] else 80.0])
+
+    with pytest.MonkeyPatch.context() as mp:  # evalgen's evaluations of these tasks
+        mp.setattr(evalgen, "TASKS", list(tasks))
+        evalgen.evaluation(SIMULATOR, 8, lambda p, t, s: EpisodeOutcome(s, truth[(p, t, s)], 10)).write(root / "sim")
+        evalgen.evaluation(WORLD_MODEL, 8, wm).write(root / "wm")
+    return root / "sim", root / "wm"
+
+
+def test_the_hand_predictors_on_tasks_not_on_the_hand_say_what_they_reduce_to(tmp_path, capsys):
+    """An evaluation of push and grasp only: --predictor hand is the world model's verdict there and actions a
+    constant (failure) — the estimate ran as if it were prediction-powered by the hand; now a note says so
+    (estimate.json notes, estimate.md). The control: with reach among the tasks, no note."""
+    from simforcing import estimate_success
+
+    sim, wm = _gap_pool(tmp_path / "objects", tasks=("push", "grasp"))
+    for predictor, needle in (("hand", "the world model's verdict on every episode"),
+                              ("actions", "failure on every episode, a constant")):
+        with pytest.warns(UserWarning, match="no episode is of a task whose predicate is on the hand"):
+            res, _ = estimate_success(sim, wm, n=3, predictor=predictor)
+        assert len(res.notes) == 1 and "no episode is of a task whose predicate is on the hand (reach)" in \
+            res.notes[0] and needle in res.notes[0], res.notes
+    sim, wm = _gap_pool(tmp_path / "all")
+    for predictor in ("hand", "actions"):
+        res, _ = estimate_success(sim, wm, n=3, predictor=predictor)
+        assert res.notes == [] and res.predictor == predictor
+    capsys.readouterr()
+
+
+BAD_DISTANCES = [  # (field, value, what the refusal names)
+    ("frame_gap_mm", [60.0, -5.0], "'frame_gap_mm' must be a list of finite numbers >= 0"),
+    ("frame_arm_mm", [-1.0, 2.0, 3.0], "'frame_arm_mm' must be a list of finite numbers >= 0"),
+    ("frame_error_mm", [[1, 2, 3, 4, 5, 6], [1, 2]], "'frame_error_mm' must be a list of rows"),
+    ("frame_error_mm", [["a", 2, 3, 4, 5, 6]], "'frame_error_mm' must be a list of rows"),
+    ("frame_error_mm", [[1, 2, 3, 4, 5, -6]], "'frame_error_mm' must be a list of rows"),
+]
+
+
+@pytest.mark.parametrize("key,value,needle", BAD_DISTANCES, ids=[f"{k}-{i}" for i, (k, _, _) in
+                                                                  enumerate(BAD_DISTANCES)])
+def test_an_evaluations_distances_are_read_as_distances(tmp_path, key, value, needle, capsys):
+    """A negative gap read as a hand that reached its object (the hand predictor's success), a negative arm offset
+    as trust; text or ragged rows in the judge's errors ended in numpy's traceback when `policy agreement` merged
+    simulator evaluations. Now each is named by field; the control: the untouched evaluation is estimated."""
+    from evalgen import edited
+
+    sim, wm = _gap_pool(tmp_path / "pool")
+
+    def edit(body):
+        episode = body["episodes"]["good"]["reach"][0]
+        episode[key] = value
+
+    bad = edited(wm, tmp_path / "bad", edit)
+    refused(["policy", "estimate", "--ground-truth", sim, "--wm-eval", bad, "--out", tmp_path / "o", "--n", "3",
+             "--predictor", "hand"], capsys, str(bad / "eval.json"), needle)
+    assert not (tmp_path / "o").exists()
+    assert main(["policy", "estimate", "--ground-truth", str(sim), "--wm-eval", str(wm), "--out",
+                 str(tmp_path / "o"), "--n", "3", "--predictor", "hand"]) == 0
+    capsys.readouterr()
 
