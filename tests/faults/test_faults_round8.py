@@ -293,3 +293,36 @@ def test_an_evaluations_distances_are_read_as_distances(tmp_path, key, value, ne
                  str(tmp_path / "o"), "--n", "3", "--predictor", "hand"]) == 0
     capsys.readouterr()
 
+
+# ----------------------------------------------------------------------------------------------------------------------
+# export --eval from another directory
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_export_takes_an_evaluation_made_with_a_relative_ckpt_elsewhere(ref, tiny, tmp_path, monkeypatch, capsys):
+    """`evaluate --ckpt ref` run in one directory recorded the checkpoint as `ref/checkpoints/step_000006`, so `export
+    --eval` refused it from any other directory, however the run was spelt. The evaluation now records the absolute
+    path; an older one with a relative path is refused saying why and what to do."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    shutil.copytree(ref, here / "ref")
+    monkeypatch.chdir(here)
+    assert main(["evaluate", "--ckpt", "ref", "--data", str(tiny[0]), "--out", "ev", "--num-samples", "1",
+                 "--device", "cpu"]) == 0
+    recorded = json.loads((here / "ev" / "eval.json").read_text())["checkpoint"]["path"]
+    assert recorded == str((here / "ref" / "checkpoints" / "step_000006").resolve())
+    monkeypatch.chdir(there)
+    assert main(["export", "--ckpt", "../here/ref", "--out", "shared", "--eval", "../here/ev"]) == 0
+    assert (there / "shared" / "config.json").is_file()
+    body = json.loads((here / "ev" / "eval.json").read_text())
+    body["checkpoint"]["path"] = "ref/checkpoints/step_000006"  # as evaluations recorded it before
+    (here / "ev" / "eval.json").write_text(json.dumps(body))
+    refused(["export", "--ckpt", "../here/ref", "--out", "shared2", "--eval", "../here/ev"], capsys,
+            "scored ref/checkpoints/step_000006 (relative to the directory `evaluate` ran in",
+            "export from that directory, or evaluate again")
+    assert not (there / "shared2").exists()
+    monkeypatch.chdir(here)  # from the directory it was made in, the old record still works
+    assert main(["export", "--ckpt", "ref", "--out", str(tmp_path / "shared3"), "--eval", "ev"]) == 0
+    capsys.readouterr()
+
