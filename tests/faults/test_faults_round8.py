@@ -18,6 +18,7 @@ the untouched input works).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import pytest
 from faultkit import refused
 
 from simforcing.cli import main
+from simforcing.config import ConfigError
 
 pytestmark = pytest.mark.faults
 
@@ -325,4 +327,110 @@ def test_export_takes_an_evaluation_made_with_a_relative_ckpt_elsewhere(ref, tin
     monkeypatch.chdir(here)  # from the directory it was made in, the old record still works
     assert main(["export", "--ckpt", "ref", "--out", str(tmp_path / "shared3"), "--eval", "ev"]) == 0
     capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# rollout.json's scores; one input under two names
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _drift():
+    from simforcing.evaluate.results import ChunkSeries, RolloutDrift
+
+    def row(af: float, psnr: float) -> ChunkSeries:
+        return ChunkSeries({"af_pos": [af, af], "psnr": [psnr, psnr]}, {"af_pos": af, "psnr": psnr, "psnr_arm": None},
+                           {"af_pos": [af] * 4, "psnr": [psnr] * 4}, {"af_pos": [[af, af]], "psnr": [[psnr, None]]})
+
+    return RolloutDrift(run="r", checkpoint={"step": 6, "path": "r/checkpoints/step_000006"}, data="d", split="val",
+                        horizon=4, chunk_frames=[2, 2], num_episodes=1, episode_ids=["val_000"],
+                        sampler={"condition": "render"}, state_input="integrated", sim_chain="model", probe="p",
+                        units="u", forwards_per_episode=42, rows={"rollout": row(0.03, 20.0), "restart": row(0.02, 21.0)},
+                        seconds={"rollout": 1.0, "total": 2.0})
+
+
+BAD_DRIFTS = [  # (what, edit, what the refusal names)
+    ("a NaN mean", lambda b: b["rows"]["rollout"]["mean"].update(psnr=math.nan), "'mean.psnr' must be a finite"),
+    ("an infinite chunk", lambda b: b["rows"]["rollout"]["per_chunk"]["af_pos"].__setitem__(1, math.inf),
+     "'per_chunk.af_pos' must be a list of finite"),
+    ("text in an episode's chunk", lambda b: b["rows"]["restart"]["per_episode_chunk"]["psnr"][0].__setitem__(0, "x"),
+     "rows.restart: field 'per_episode_chunk.psnr'"),
+    ("a row that is a list", lambda b: b["rows"].update(rollout=[]), "rows.rollout"),
+    ("negative seconds", lambda b: b["seconds"].update(total=-1), "field 'seconds'"),
+    ("forwards as text", lambda b: b.update(forwards_per_episode="42"), "field 'forwards_per_episode'"),
+    ("no units", lambda b: b.pop("units"), "field 'units' is missing"),
+]
+
+
+@pytest.mark.parametrize("what,edit,needle", BAD_DRIFTS, ids=[w for w, _, _ in BAD_DRIFTS])
+def test_a_rollout_json_with_bad_scores_is_named_by_field(what, edit, needle, tmp_path, capsys):
+    """rollout.json's rows were read untyped: NaN, infinity or text in a score passed its type check into the demo's
+    rollout section and plots (`fidelity point` refused only the values it reads). Now `RolloutDrift.read` names the
+    field, and `fidelity point --twin` refuses the file by it (exit 2, nothing written)."""
+    from simforcing.evaluate.results import RolloutDrift
+
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "rollout.json").write_text(json.dumps(_drift().to_json()))
+    body = _drift().to_json()
+    edit(body)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rollout.json").write_text(json.dumps(body))
+    with pytest.raises(ConfigError, match="malformed field"):
+        RolloutDrift.read(bad, "--twin")
+    refused(["fidelity", "point", "--twin", bad, "--out", tmp_path / "p"], capsys, str(bad / "rollout.json"), needle)
+    assert not (tmp_path / "p").exists()
+    assert RolloutDrift.read(good, "--twin") == _drift()  # the control
+    assert main(["fidelity", "point", "--twin", str(good), "--out", str(tmp_path / "p")]) == 0
+    capsys.readouterr()
+
+
+def _said(words: list, capsys) -> str:
+    """``simforcing WORDS`` in-process succeeds; its stderr."""
+    assert main([str(w) for w in words]) == 0
+    return capsys.readouterr().err
+
+
+def test_one_world_model_evaluation_under_two_names_is_said(tmp_path, capsys):
+    """`policy agreement --wm a=EVAL b=EVAL` (or a copy of EVAL as b) compares one world model with itself: two
+    identical rows, a --reference difference of 0 that could be read as a result — without a word. It stays allowed
+    (a control of the statistics: test_faults_edges) and is now said in a note naming both; two different
+    evaluations get no note."""
+    from evalgen import TASKS, evaluation
+
+    from simforcing.policy.closed_loop.results import SIMULATOR, WORLD_MODEL, EpisodeOutcome, JudgeRecord
+
+    judge = JudgeRecord({}, 2, "j")
+    evaluation(SIMULATOR, 4, lambda p, t, s: EpisodeOutcome(s, (s + len(p)) % 2 == 0, 10), judge=judge).write(
+        tmp_path / "sim")
+    for name, shift in (("wm1", 0), ("wm2", 1)):
+        evaluation(WORLD_MODEL, 4, lambda p, t, s: EpisodeOutcome(s, (s + len(p) + shift + TASKS.index(t)) % 3 == 0,
+                                                                  10), judge=judge).write(tmp_path / name)
+    shutil.copytree(tmp_path / "wm1", tmp_path / "copy")
+
+    def agreement(a: str, b: str) -> list:
+        return ["policy", "agreement", "--sim", tmp_path / "sim", "--bootstrap", "20", "--out", tmp_path / "ag",
+                "--wm", f"a={tmp_path / a}", f"b={tmp_path / b}"]
+
+    err = _said(agreement("wm1", "wm1/."), capsys)
+    assert "note: --wm: 'a' and 'b' are the same folder" in err and "one world-model evaluation compared with " \
+        "itself" in err
+    assert "copies of one eval.json" in _said(agreement("wm1", "copy"), capsys)
+    assert "note:" not in _said(agreement("wm1", "wm2"), capsys)  # the control
+    assert {"a", "b"} <= set(json.loads((tmp_path / "ag" / "agreement.json").read_text())["envs"])
+
+
+def test_one_fidelity_point_under_two_names_is_said(tmp_path, capsys):
+    """`fidelity curve --points a=P b=P` drew one measurement as two world models without a word; now a note names
+    both (the same folder or a copy of its fidelity.json); the control: two points, no note."""
+    for name, core in (("p1", "5"), ("p2", "9")):
+        assert main(["fidelity", "point", "--core-s", core, "--label", name, "--out", str(tmp_path / name)]) == 0
+    shutil.copytree(tmp_path / "p1", tmp_path / "copy")
+
+    def curve(a: str, b: str) -> list:
+        return ["fidelity", "curve", "--points", f"a={tmp_path / a}", f"b={tmp_path / b}", "--out", tmp_path / "c"]
+
+    assert "note: --points: 'a' and 'b' are the same folder" in _said(curve("p1", "p1"), capsys)
+    assert "copies of one fidelity.json" in _said(curve("p1", "copy"), capsys)
+    assert "note:" not in _said(curve("p1", "p2"), capsys)
 
