@@ -17,6 +17,7 @@ the untouched input works).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import shutil
@@ -434,3 +435,40 @@ def test_one_fidelity_point_under_two_names_is_said(tmp_path, capsys):
     assert "copies of one fidelity.json" in _said(curve("p1", "copy"), capsys)
     assert "note:" not in _said(curve("p1", "p2"), capsys)
 
+
+# ----------------------------------------------------------------------------------------------------------------------
+# docs/demo_timing/record.py
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _record_module():
+    spec = importlib.util.spec_from_file_location("demo_timing_record", ROOT / "docs" / "demo_timing" / "record.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_record_refuses_a_demo_with_missing_sections_unless_allowed(tmp_path):
+    """record.py recorded a results.json whose jobs failed as if whole (its figures "—" in the README, not a word);
+    a results.json that is not JSON, without its job seconds or with a section of the wrong type ended in a
+    traceback. Each now one line naming the file; --allow-missing records the partial demo. The control: a whole
+    results.json is recorded with its figures."""
+    from evalgen import demo_results
+
+    rec = _record_module()
+    whole = {"wall_time_s": {"data": 10.0, "total": 10.0}, **demo_results()}
+    path = tmp_path / "results.json"
+    partial = {k: v for k, v in whole.items() if k not in ("fewstep", "estimate")}
+    path.write_text(json.dumps(partial))
+    with pytest.raises(SystemExit, match=r"results.json: no fewstep, estimate section\(s\).*--allow-missing"):
+        rec.read_results(path)
+    _, figs = rec.read_results(path, allow_missing=True)
+    assert figs["student_psnr"] is None and figs["sft_psnr"] == 23.0
+    for body, needle in (("{", "results.json: Expecting"), (json.dumps({**whole, "wall_time_s": None}), "wall_time_s"),
+                         (json.dumps({**whole, "summary": []}), "summary is a JSON list")):
+        path.write_text(body)
+        with pytest.raises(SystemExit, match=needle):
+            rec.read_results(path)
+    path.write_text(json.dumps(whole))
+    results, figs = rec.read_results(path)
+    assert results == whole and figs["student_psnr"] == 23.5 and figs["pearson_simforcing"] == 0.5
