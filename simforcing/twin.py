@@ -121,15 +121,17 @@ def read_dataset_records(cfg: Config, root, episode_ids: Sequence[str]) -> list[
     ``bad_twin`` too (``check_synthetic_dataset_record``: the other pairing than the dataset's — an arm-only record in
     a full-scene dataset rendered the arm alone against videos of the whole scene —, or a mesh its generator did not
     render at), a low PSNR that read as the twin's."""
-    from simforcing.data.format import TWIN_FILE, episode_file, read_info, read_twin_record
+    from simforcing.data.format import (TWIN_FILE, dataset_pairing, episode_file, generator_version, read_info,
+                                        read_twin_record)
 
     info = read_info(root)
+    pairing, version = dataset_pairing(info), generator_version(info)
     records = []
     for eid in episode_ids:
         record = read_twin_record(root, eid)
         try:
             if str(cfg.sample.twin) == SYNTHETIC:
-                check_synthetic_dataset_record(info, record)
+                check_synthetic_dataset_record(record, pairing, version)
             check_record(str(cfg.sample.twin), record, eid)
         except ValueError as e:
             raise DataError(f"{TWIN_FILE}: {e} (twin {cfg.sample.twin!r})", eid, episode_file(root, eid, TWIN_FILE),

@@ -40,9 +40,10 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from simforcing.config import PRESETS, Config
-from simforcing.data.format import (TWIN_FILE, DataError, EpisodeInfo, episode_dir, episode_file, episode_id_counts,
-                                    is_plain_id, meta_dir, read_episode_videos, read_episodes, read_info, read_lowdim,
-                                    read_splits, read_stats, read_twin_record, read_video)
+from simforcing.data.format import (TWIN_FILE, DataError, EpisodeInfo, dataset_pairing, episode_dir, episode_file,
+                                    episode_id_counts, generator_version, is_plain_id, meta_dir, read_episode_videos,
+                                    read_episodes, read_info, read_lowdim, read_splits, read_stats, read_twin_record,
+                                    read_video)
 from simforcing.data.policy_format import VIDEO as POLICY_VIDEO
 from simforcing.data.policy_format import is_policy_dataset, read_policy_info, read_policy_lowdim
 from simforcing.data.stats import Normalizer
@@ -289,7 +290,7 @@ def check_twin_file(root: Path, info: dict, eid: str) -> None:
     record = read_twin_record(root, eid)
     if info.get("source") == SYNTHETIC_SOURCE:
         try:
-            check_synthetic_dataset_record(info, record)
+            check_synthetic_dataset_record(record, dataset_pairing(info), generator_version(info))
         except ValueError as e:
             raise DataError(f"{TWIN_FILE}: {e} (the synthetic twin's record)", eid, episode_file(root, eid, TWIN_FILE),
                             kind="bad_twin") from None

@@ -201,7 +201,8 @@ def check_synthetic_mesh(record: dict) -> tuple[int, int]:
     if "mesh" not in record:
         return DEFAULT_MESH
     mesh = record["mesh"]
-    ok = (isinstance(mesh, list) and len(mesh) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in mesh)
+    ok = (isinstance(mesh, list) and len(mesh) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                           for v in mesh)
           and 3 <= mesh[0] <= 64 and 2 <= mesh[1] <= 64)
     if not ok:
         raise ValueError(f"mesh: got {json.dumps(mesh, default=str)[:60]}; expected [numslices, numstacks], two "
@@ -226,27 +227,26 @@ SYNTHETIC_SOURCE = "simforcing-synth"  # info.json "source" of a `data synth` da
 MESH_SINCE = 5  # the generator version (info.json synth.version) since which twin.json names its mesh
 
 
-def check_synthetic_dataset_record(info: dict, record: dict) -> dict:
+def check_synthetic_dataset_record(record: dict, pairing: str, version: Optional[int]) -> dict:
     """A synthetic twin record (:func:`check_synthetic_record`) that renders what its dataset's simulation videos show,
-    else a ValueError saying what differs: the record's pairing (``scene`` or not) that of the dataset (meta/info.json
-    ``pairing``: an arm-only record rendered the arm alone against videos of the whole scene, or the reverse) and,
-    where info.json says which generator made it (``synth.version``), its mesh that generator's — named since version
+    else a ValueError saying what differs: the record's pairing (``scene`` or not) the dataset's ``pairing``
+    (``data.format.dataset_pairing``: an arm-only record rendered the arm alone against videos of the whole scene, or
+    the reverse) and, where the dataset says which generator made it (``version``,
+    ``data.format.generator_version``), its mesh that generator's — named since version
     5, absent before (a record without it would render at MuJoCo's default tessellation against videos rendered at
     ``scene.MESH``, or the reverse: edge pixels off, a PSNR that read as the twin's)."""
-    from simforcing.data.format import dataset_pairing
     from simforcing.data.synthetic.scene import DEFAULT_MESH
 
     def shows(full: bool) -> str:
         return "the whole scene" if full else "the arm alone"
 
-    scene = dataset_pairing(info) == "scene"
+    scene = pairing == "scene"
     if ("scene" in record) != scene:
         raise ValueError(f"a record of {shows('scene' in record)} in a dataset whose simulation videos show "
                          f"{shows(scene)} (meta/info.json pairing): the twin would render the one against the other; "
                          "write records of the dataset's pairing (`data synth --pairing`)")
     check_synthetic_record(record)
-    version = info["synth"].get("version") if isinstance(info.get("synth"), dict) else None
-    if isinstance(version, int) and not isinstance(version, bool):
+    if version is not None:
         if version >= MESH_SINCE and "mesh" not in record:
             raise ValueError(f"no 'mesh': the dataset's generator (meta/info.json synth.version {version}) rendered "
                              f"its simulation videos at a tessellation every record names (since version "

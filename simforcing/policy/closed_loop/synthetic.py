@@ -49,7 +49,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from simforcing.data.format import dataset_pairing, read_info, read_json
+from simforcing.data.format import dataset_pairing, generator_version, read_info, read_json
 from simforcing.data.synthetic.generate import EpisodePhysics
 from simforcing.data.synthetic.offscreen import SharedContextRenderer
 from simforcing.data.synthetic.motions import CommandedTarget  # noqa: F401  (the env's controller target)
@@ -75,13 +75,11 @@ class SimDomain:
         dataset that does not say its gap: 1; the tessellation its simulation videos were rendered at: MuJoCo's
         default for a generator before version 5, ``scene.MESH`` since)."""
         info = read_info(root)
-        synth = info.get("synth") if isinstance(info.get("synth"), dict) else {}
-        version = synth.get("version")
-        old = isinstance(version, int) and not isinstance(version, bool) and version < MESH_SINCE
-        mesh = DEFAULT_MESH if old else MESH
+        version = generator_version(info)
+        mesh = DEFAULT_MESH if version is not None and version < MESH_SINCE else MESH
         if dataset_pairing(info) != "scene":
             return cls(mesh=mesh)
-        gap = (synth.get("physics_gap") or {}).get("scale", 1.0)
+        gap = ((info.get("synth") or {}).get("physics_gap") or {}).get("scale", 1.0)
         return cls("scene", float(gap), mesh)
 
     @classmethod
