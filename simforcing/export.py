@@ -186,8 +186,11 @@ def read_one_window_eval(folder: str | Path, checkpoint: CheckpointId) -> Window
         raise ConfigError(f"--eval: {path} is not an evaluation of a world-model checkpoint (`simforcing evaluate "
                           "--ckpt RUN`: a baseline records none)")
     if Path(str(rec.path)).resolve() != Path(checkpoint.path).resolve():
-        raise ConfigError(f"--eval: {path} scored {rec.path}; the exported checkpoint is {checkpoint.path} — "
-                          "give evaluations of this checkpoint only")
+        where = ("" if Path(str(rec.path)).is_absolute() else
+                 " (relative to the directory `evaluate` ran in, as earlier versions recorded it; export from that "
+                 "directory, or evaluate again: the path is now recorded absolute)")
+        raise ConfigError(f"--eval: {path} scored {rec.path}{where}; the exported checkpoint is "
+                          f"{Path(checkpoint.path).resolve()} — give evaluations of this checkpoint only")
     return res
 
 

@@ -46,7 +46,8 @@ import torch
 
 from simforcing.config import Config, ConfigError
 from simforcing.data.twin_episode import (TwinEpisode, check_synthetic_camera, check_synthetic_scene,  # noqa: F401
-                                          check_twin_episode, check_twin_record, window_frame_steps)
+                                          check_synthetic_dataset_record, check_synthetic_record, check_twin_episode,
+                                          check_twin_record, window_frame_steps)
 from simforcing.errors import DataError
 
 SYNTHETIC = "synthetic"
@@ -100,17 +101,13 @@ def _factory(name: str) -> Callable[[int, int], SimRenderer]:
 def check_record(name: str, record: dict, episode_id: Optional[str] = None) -> dict:
     """A twin record as twin ``name`` needs it, else a ValueError saying what is wrong: the checks every renderer
     needs (``data.twin_episode.check_twin_record``: an object holding a camera object, every number finite, the
-    episode it names ``episode_id``), then the renderer's own — the synthetic twin's camera
-    (``check_synthetic_camera``: lookat three numbers, a distance > 0, azimuth, elevation) and, in a full-scene
-    record, its scene (``check_synthetic_scene``: the objects, their physics, the servo gains), a registered
-    factory's ``check_record(record)`` when it has one. Nothing is rendered or loaded (the synthetic twin's MuJoCo
-    neither)."""
+    episode it names ``episode_id``), then the renderer's own — the synthetic twin's (``check_synthetic_record``: its
+    camera — lookat three numbers, a distance > 0, azimuth, elevation —, its mesh and, in a full-scene record, its
+    scene — the objects, their physics, the servo gains), a registered factory's ``check_record(record)`` when it has
+    one. Nothing is rendered or loaded (the synthetic twin's MuJoCo neither)."""
     check_twin_record(record, episode_id)
     if name == SYNTHETIC:
-        check_synthetic_camera(record)
-        if "scene" in record:
-            check_synthetic_scene(record)
-        return record
+        return check_synthetic_record(record)
     check = getattr(_factory(name), "check_record", None)
     if callable(check):
         check(record)
@@ -120,23 +117,21 @@ def check_record(name: str, record: dict, episode_id: Optional[str] = None) -> d
 def read_dataset_records(cfg: Config, root, episode_ids: Sequence[str]) -> list[dict]:
     """The twin records of the episodes ``episode_ids`` of dataset ``root``, each checked for ``cfg.sample.twin``
     (:func:`check_record`) before anything is rendered: DataError ``missing_file`` / ``bad_twin`` naming the episode
-    and its twin.json. A synthetic twin's record of the other pairing than the dataset's (info.json ``pairing``) is
-    ``bad_twin`` too: an arm-only record in a full-scene dataset rendered the arm alone against videos of the whole
-    scene (or the reverse), a low PSNR that read as the twin's."""
-    from simforcing.data.format import TWIN_FILE, dataset_pairing, episode_file, read_info, read_twin_record
+    and its twin.json. A synthetic twin's record that would not render what the dataset's simulation videos show is
+    ``bad_twin`` too (``check_synthetic_dataset_record``: the other pairing than the dataset's — an arm-only record in
+    a full-scene dataset rendered the arm alone against videos of the whole scene —, or a mesh its generator did not
+    render at), a low PSNR that read as the twin's."""
+    from simforcing.data.format import (TWIN_FILE, dataset_pairing, episode_file, generator_version, read_info,
+                                        read_twin_record)
 
-    def shows(full: bool) -> str:
-        return "the whole scene" if full else "the arm alone"
-
-    scene = dataset_pairing(read_info(root)) == "scene"
+    info = read_info(root)
+    pairing, version = dataset_pairing(info), generator_version(info)
     records = []
     for eid in episode_ids:
         record = read_twin_record(root, eid)
         try:
-            if str(cfg.sample.twin) == SYNTHETIC and ("scene" in record) != scene:
-                raise ValueError(f"a record of {shows('scene' in record)} in a dataset whose simulation videos show "
-                                 f"{shows(scene)} (meta/info.json pairing): the twin would render the one against "
-                                 "the other; write records of the dataset's pairing (`data synth --pairing`)")
+            if str(cfg.sample.twin) == SYNTHETIC:
+                check_synthetic_dataset_record(record, pairing, version)
             check_record(str(cfg.sample.twin), record, eid)
         except ValueError as e:
             raise DataError(f"{TWIN_FILE}: {e} (twin {cfg.sample.twin!r})", eid, episode_file(root, eid, TWIN_FILE),

@@ -64,3 +64,15 @@ def edited(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
     dst.mkdir(parents=True)
     (dst / "eval.json").write_text(json.dumps(body))
     return dst
+
+
+def demo_results() -> dict:
+    """A demo's results.json as far as the README's tables read it (``demo.readme_tables.figures``): every section
+    they quote, one row each."""
+    return {"baselines": {"copy-first": {"psnr": 22.0, "af_pos": 0.1}},
+            "summary": {"rows": {"sft": {"psnr": 23.0, "af_pos": 0.09}, "simforcing": {"psnr": 24.0, "af_pos": 0.08}}},
+            "fewstep": {"windows": {"psnr": {"student": 23.5}, "af_pos": {"student": 0.085}}},
+            "rollouts": {"runs": {"simforcing": {"rows": {"rollout": {"mean": {"psnr": 20.0, "af_pos": 0.15}}}}}},
+            "wm_eval": {"harness": {"ranking": {"simulator frames through the judge": {"all": {"pearson": 0.97}}}}},
+            "estimate": {"rows": {"simforcing-fewstep": {"pearson": 0.5, "pearson_ci95": [0.2, 0.7],
+                                                         "rho_predictor": 0.3, "saved": 0.1}}}}

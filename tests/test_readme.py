@@ -8,6 +8,7 @@ import os
 import re
 from pathlib import Path
 
+from evalgen import demo_results
 from test_sample import make_run
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -70,13 +71,7 @@ def test_demo_figures_come_from_the_results_file():
     one-window rows, the student, the rollouts, the harness check and each pool world model's estimate row."""
     from simforcing.demo.readme_tables import figures
 
-    res = {"baselines": {"copy-first": {"psnr": 22.0, "af_pos": 0.1}},
-           "summary": {"rows": {"sft": {"psnr": 23.0, "af_pos": 0.09}, "simforcing": {"psnr": 24.0, "af_pos": 0.08}}},
-           "fewstep": {"windows": {"psnr": {"student": 23.5}, "af_pos": {"student": 0.085}}},
-           "rollouts": {"runs": {"simforcing": {"rows": {"rollout": {"mean": {"psnr": 20.0, "af_pos": 0.15}}}}}},
-           "wm_eval": {"harness": {"ranking": {"simulator frames through the judge": {"all": {"pearson": 0.97}}}}},
-           "estimate": {"rows": {"simforcing-fewstep": {"pearson": 0.5, "pearson_ci95": [0.2, 0.7],
-                                                        "rho_predictor": 0.3, "saved": 0.1}}}}
+    res = demo_results()
     f = figures(res)
     assert f["copy_cm"] == 10.0 and f["simforcing_psnr"] == 24.0 and abs(f["student_cm"] - 8.5) < 1e-9
     assert f["rollout_psnr"] == 20.0 and f["rollout_twin_psnr"] is None and f["pearson_harness"] == 0.97

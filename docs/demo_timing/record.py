@@ -8,6 +8,8 @@ ROLLOUTS, RESULTS).
 Keeps each job's seconds (the demo's results.json), the wall time from nothing and the CPU time (/usr/bin/time's
 lines in the log), the minute the one-window table was complete (the log's "[mm:ss] eval ...: done" lines of its
 three rows), the printed headline line and the figures the README's tables quote (``simforcing.demo.readme_tables``).
+A results.json without a section the tables read (a job that failed or did not run) is refused unless
+``--allow-missing``.
 """
 
 import argparse
@@ -18,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 from simforcing import docs_tables
-from simforcing.demo.readme_tables import figures
+from simforcing.demo.readme_tables import figures, missing_sections
 
 TABLE_JOBS = ("eval copy-first", "eval sft", "eval simforcing")  # the one-window table's rows
 
@@ -42,6 +44,28 @@ def write_readme(label: str) -> None:
         print(f"{page}: demo tables from {label!r}")
 
 
+def read_results(path: Path, allow_missing: bool = False) -> tuple[dict, dict]:
+    """The demo's results.json and the figures the tables quote (``readme_tables.figures``), or SystemExit naming the
+    file and what is wrong: not JSON, no job seconds (``wall_time_s``), a section or figure of the wrong type, or —
+    unless ``allow_missing`` — sections the tables read that a failed or skipped job left out (recorded, they showed
+    "—" in the README without a word)."""
+    try:
+        results = json.loads(path.read_text())
+        figs = figures(results)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: {e}; give the folder of a finished `make demo`") from None
+    wall = results.get("wall_time_s")
+    if not isinstance(wall, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                             for v in wall.values()):
+        raise SystemExit(f"{path}: field 'wall_time_s' must map each job to its seconds; got {wall!r:.80}")
+    missing = missing_sections(results)
+    if missing and not allow_missing:
+        raise SystemExit(f"{path}: no {', '.join(missing)} section(s) (a job failed or did not run): their figures "
+                         "would be recorded as missing; finish the demo (`make demo` again), or record it anyway "
+                         "with --allow-missing")
+    return results, figs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("label")
@@ -50,6 +74,9 @@ def main() -> None:
     ap.add_argument("machine", nargs="?")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--readme", action="store_true", help="only rewrite the docs' demo tables from entry LABEL")
+    ap.add_argument("--allow-missing", action="store_true", help="record a demo whose results.json lacks sections "
+                    "the tables read (a job failed or did not run): their figures are recorded as missing (shown "
+                    "\"—\"); without it such a demo is refused")
     a = ap.parse_args()
     if a.readme:
         return write_readme(a.label)
@@ -61,7 +88,7 @@ def main() -> None:
     user = re.search(r"User time \(seconds\): (\S+)", text)
     system = re.search(r"System time \(seconds\): (\S+)", text)
     headline = re.search(r"^demo @ .*$", text, re.M)
-    results = json.loads((a.demo / "results.json").read_text())
+    results, figs = read_results(a.demo / "results.json", a.allow_missing)
     wall = results["wall_time_s"]
     commit = a.commit or subprocess.run(["git", "-C", str(a.demo), "rev-parse", "--short", "HEAD"],
                                         capture_output=True, text=True).stdout.strip()
@@ -73,7 +100,7 @@ def main() -> None:
                                       if all(j in done for j in TABLE_JOBS) else None),
              "cpu_s": round(float(user.group(1)) + float(system.group(1))) if user and system else None,
              "job_seconds": round(sum(jobs.values())), "jobs": jobs,
-             "headline": headline.group(0) if headline else None, "figures": figures(results)}
+             "headline": headline.group(0) if headline else None, "figures": figs}
     out = TIMING
     runs = json.loads(out.read_text()) if out.exists() else []
     runs = [r for r in runs if r["label"] != a.label] + [entry]

@@ -54,6 +54,26 @@ def given(args: argparse.Namespace, dest: str) -> bool:
     return dest in (getattr(args, "given", None) or ()) or (dest == "config" and getattr(args, "config", None))
 
 
+def note_same_inputs(named: dict[str, str], flag: str, file: str, what: str) -> None:
+    """Say so (stderr, a ``note:`` line) when two names of ``named`` (name -> folder holding ``file``) are one input:
+    the same folder (however spelt) or a copy of it (``file`` byte-identical) — one world model compared with itself
+    under two names, whose every statistic against the other name is a tautology. Not refused: it is a control."""
+    import hashlib
+    from pathlib import Path
+
+    seen: dict[object, str] = {}
+    for name, folder in named.items():
+        f = Path(folder) / file
+        keys = [Path(folder).resolve()] + ([hashlib.sha256(f.read_bytes()).hexdigest()] if f.is_file() else [])
+        for key in keys:
+            if key in seen and seen[key] != name:
+                how = "the same folder" if isinstance(key, Path) else f"copies of one {file}"
+                print(f"note: {flag}: {seen[key]!r} and {name!r} are {how} ({folder}): one {what} compared with "
+                      "itself — the two agree by construction", file=sys.stderr, flush=True)
+                break
+            seen.setdefault(key, name)
+
+
 def add_config_args(parser: argparse.ArgumentParser, preset_default: str | None = "demo") -> None:
     """--preset, --config (a run's config.json) and --dry-run; overrides go after them as --section.field=value."""
     parser.add_argument("--preset", default=preset_default, action=Given, help="demo | bridge | interndata_a1")

@@ -345,6 +345,23 @@ def add_check_twin_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="also write the result here (JSON)")
 
 
+def check_twin_out(out: str) -> None:
+    """``data check-twin --out FILE`` checked before anything is rendered: a file to write (it was checked as a
+    folder, so the same command run again was refused by its own result); an existing file only when it is an earlier
+    check-twin result (replaced), never a file of the user's."""
+    import json
+
+    path = check_output_path(out, "--out", folder=False)
+    if path.is_file():
+        try:
+            earlier = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            earlier = None
+        if not (isinstance(earlier, dict) and {"twin", "split", "episodes"} <= set(earlier)):
+            raise ConfigError(f"--out: {path} is a file that `data check-twin` did not write; give a new file (or "
+                              "an earlier check-twin result, which is replaced)")
+
+
 def check_twin(args: argparse.Namespace, cfg: Config) -> int:
     from simforcing.twin import check_twin as run_check  # MuJoCo (the synthetic twin) loads only here
     from simforcing.utils import atomic_write_json
@@ -352,7 +369,7 @@ def check_twin(args: argparse.Namespace, cfg: Config) -> int:
     if args.num_episodes is not None and args.num_episodes < 1:
         raise ConfigError(f"--num-episodes: got {args.num_episodes}; expected an integer >= 1")
     if args.out:
-        check_output_path(args.out, "--out")
+        check_twin_out(args.out)
     res = run_check(cfg, args.data, args.split, args.num_episodes)
     print(f"twin {res.twin!r} against the recorded simulation videos of {len(res.episodes)} {args.split} episodes "
           f"(PSNR dB; the VAE's own reconstruction is the ceiling a condition goes through):")

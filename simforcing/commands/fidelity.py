@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from simforcing.commands import Subcommand
+from simforcing.commands import Subcommand, note_same_inputs
 from simforcing.config import Config, ConfigError
 
 
@@ -67,6 +67,7 @@ def curve(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
     check_results_folder(args.out, "--out", "a fidelity curve", CURVE_FILES)
     curve = FidelityCurve()
+    folders: dict[str, str] = {}
     for entry in args.points:
         name, _, folder = entry.rpartition("=") if "=" in entry and not Path(entry).exists() else ("", "", entry)
         if (Path(folder) / "fidelity_curve.json").exists() and not name:  # an earlier curve: all its points
@@ -74,10 +75,12 @@ def curve(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         else:
             p = FidelityPoint.read(folder, "--points")
             points = {name or p.label or Path(folder).name: p}
+            folders[next(iter(points))] = folder
         for name, p in points.items():
             if name in curve.points:
                 raise ConfigError(f"--points: two points are named {name!r}; name them NAME=DIR")
             curve.points[name] = p
+    note_same_inputs(folders, "--points", "fidelity.json", "fidelity point")
     path = curve.write(args.out)
     print(curve.markdown().rstrip())
     print(f"wrote {path}, fidelity_curve.md and fidelity_curve.png")

@@ -21,7 +21,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from simforcing.commands import Given, Subcommand, note_unused_config
+from simforcing.commands import Given, Subcommand, note_same_inputs, note_unused_config
 from simforcing.commands.runs import report_training
 from simforcing.config import POLICY_SETTINGS, Config, ConfigError
 from simforcing.result_files import POLICY_EVALUATION
@@ -322,6 +322,7 @@ def agreement(args: argparse.Namespace, cfg: Optional[Config]) -> int:
         if not name or not path:
             raise ConfigError(f"--wm: {spec!r}: expected NAME=EVAL_FOLDER")
         _add_row(wms, name, path, spec, "--wm", "label the world-model evaluations NAME=EVAL with different names")
+    note_same_inputs(wms, "--wm", "eval.json", "world-model evaluation")
     with results_folder(args.out, "--out", "an agreement", AGREEMENT_FILES) as tmp:
         res = write_agreement(args.sim, wms, args.out, args.bootstrap, args.video_policy, args.reference, into=tmp)
     print((Path(args.out) / "agreement.md").read_text().rstrip())

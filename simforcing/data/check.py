@@ -17,7 +17,7 @@ Every problem is a DataError with a distinct ``kind`` naming the episode, the fi
                                     bad_layout, missing_file, unreadable_file, missing_field (npz column),
                                     bad_action_shape (not (T-1, action_dim)), bad_state_shape (not (T, state_dim)),
                                     video_shorter_than_actions, non_finite (NaN/inf), bad_arm_mask (not (T, H, W)),
-                                    bad_twin (twin.json: `data check` only, ``data.format.read_twin_record``),
+                                    bad_twin (twin.json: `data check` only, ``check_twin_file``),
                                     missing_text_embedding, bad_text_embedding; policy episodes: missing_states,
                                     camera_mismatch (the video is not info.json's cameras × width wide)
 
@@ -40,9 +40,10 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from simforcing.config import PRESETS, Config
-from simforcing.data.format import (TWIN_FILE, DataError, EpisodeInfo, episode_dir, episode_file, episode_id_counts,
-                                    is_plain_id, meta_dir, read_episode_videos, read_episodes, read_info, read_lowdim,
-                                    read_splits, read_stats, read_twin_record, read_video)
+from simforcing.data.format import (TWIN_FILE, DataError, EpisodeInfo, dataset_pairing, episode_dir, episode_file,
+                                    episode_id_counts, generator_version, is_plain_id, meta_dir, read_episode_videos,
+                                    read_episodes, read_info, read_lowdim, read_splits, read_stats, read_twin_record,
+                                    read_video)
 from simforcing.data.policy_format import VIDEO as POLICY_VIDEO
 from simforcing.data.policy_format import is_policy_dataset, read_policy_info, read_policy_lowdim
 from simforcing.data.stats import Normalizer
@@ -274,8 +275,25 @@ def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config,
                             mask_path, kind="bad_arm_mask")
     _check_text(root, ep, cfg, decode, text_cache)
     if decode and episode_file(root, eid, TWIN_FILE).exists():  # `data check` only: training never reads it
-        read_twin_record(root, eid)  # bad_twin: not an object with a camera, a number not finite, another episode's
+        check_twin_file(root, info, eid)
     return _summary(ep, h, w, ep.has_real, has_mask, actions, states)
+
+
+def check_twin_file(root: Path, info: dict, eid: str) -> None:
+    """The episode's twin.json as its renderer reads it (`data check` only): ``read_twin_record`` (not an object with a
+    camera, a number not finite, another episode's record); in a dataset of `data synth` (info.json ``source``), whose
+    twin is the synthetic one, also every field that twin renders from (``check_synthetic_dataset_record``: the
+    camera, the mesh, the scene, the dataset's pairing and its generator's mesh) — named now, not at the first
+    render. DataError ``bad_twin`` naming the episode and the file."""
+    from simforcing.data.twin_episode import SYNTHETIC_SOURCE, check_synthetic_dataset_record
+
+    record = read_twin_record(root, eid)
+    if info.get("source") == SYNTHETIC_SOURCE:
+        try:
+            check_synthetic_dataset_record(record, dataset_pairing(info), generator_version(info))
+        except ValueError as e:
+            raise DataError(f"{TWIN_FILE}: {e} (the synthetic twin's record)", eid, episode_file(root, eid, TWIN_FILE),
+                            kind="bad_twin") from None
 
 
 def camera_width(cfg: Config, cameras: int) -> int:

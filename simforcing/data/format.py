@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 import av
 import numpy as np
@@ -76,6 +76,14 @@ PAIRINGS = ("arm", "scene")  # info.json "pairing": what the simulation videos s
 def dataset_pairing(info: dict) -> str:
     """The pairing of a dataset (its validated info.json): "arm" (also when it says nothing) or "scene"."""
     return str(info.get("pairing", "arm"))
+
+
+def generator_version(info: dict) -> Optional[int]:
+    """The version of `data synth`'s generator that made a dataset (its info.json ``synth.version``; None for a
+    dataset that does not say: imported, your own, or one written by hand)."""
+    synth = info.get("synth")
+    version = synth.get("version") if isinstance(synth, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def meta_dir(root: str | Path) -> Path:

@@ -3,6 +3,7 @@ in the loop; ``data.synthetic.twin``: the synthetic benchmark's twin)."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -189,6 +190,73 @@ def check_synthetic_scene(record: dict) -> dict:
     if not _number(gap) or float(gap) < 0:
         raise ValueError(f"scene.physics_gap: got {gap!r}; expected a scale >= 0")
     return scene
+
+
+def check_synthetic_mesh(record: dict) -> tuple[int, int]:
+    """The tessellation (numslices, numstacks) of the round geoms the episode's simulation video was rendered with:
+    the record's ``mesh`` (``scene.MESH`` since generator version 5), MuJoCo's default where the record has no such
+    field (generator <= 4); a ValueError naming the field otherwise (a null too: no generator writes one)."""
+    from simforcing.data.synthetic.scene import DEFAULT_MESH, MESH
+
+    if "mesh" not in record:
+        return DEFAULT_MESH
+    mesh = record["mesh"]
+    ok = (isinstance(mesh, list) and len(mesh) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                           for v in mesh)
+          and 3 <= mesh[0] <= 64 and 2 <= mesh[1] <= 64)
+    if not ok:
+        raise ValueError(f"mesh: got {json.dumps(mesh, default=str)[:60]}; expected [numslices, numstacks], two "
+                         "integers (3–64, 2–64): the tessellation the simulation videos were rendered with "
+                         f"({list(MESH)} since generator version {MESH_SINCE}; without the field, MuJoCo's default "
+                         f"{list(DEFAULT_MESH)})")
+    return mesh[0], mesh[1]
+
+
+def check_synthetic_record(record: dict) -> dict:
+    """A synthetic twin record as the synthetic twin renders it, else a ValueError naming the field: its camera
+    (:func:`check_synthetic_camera`), its mesh (:func:`check_synthetic_mesh`) and, in a full-scene record, its scene
+    (:func:`check_synthetic_scene`). Nothing is rendered (MuJoCo is not imported)."""
+    check_synthetic_camera(record)
+    check_synthetic_mesh(record)
+    if "scene" in record:
+        check_synthetic_scene(record)
+    return record
+
+
+SYNTHETIC_SOURCE = "simforcing-synth"  # info.json "source" of a `data synth` dataset: its twin is the synthetic one
+MESH_SINCE = 5  # the generator version (info.json synth.version) since which twin.json names its mesh
+
+
+def check_synthetic_dataset_record(record: dict, pairing: str, version: Optional[int]) -> dict:
+    """A synthetic twin record (:func:`check_synthetic_record`) that renders what its dataset's simulation videos show,
+    else a ValueError saying what differs: the record's pairing (``scene`` or not) the dataset's ``pairing``
+    (``data.format.dataset_pairing``: an arm-only record rendered the arm alone against videos of the whole scene, or
+    the reverse) and, where the dataset says which generator made it (``version``,
+    ``data.format.generator_version``), its mesh that generator's — named since version
+    5, absent before (a record without it would render at MuJoCo's default tessellation against videos rendered at
+    ``scene.MESH``, or the reverse: edge pixels off, a PSNR that read as the twin's)."""
+    from simforcing.data.synthetic.scene import DEFAULT_MESH
+
+    def shows(full: bool) -> str:
+        return "the whole scene" if full else "the arm alone"
+
+    scene = pairing == "scene"
+    if ("scene" in record) != scene:
+        raise ValueError(f"a record of {shows('scene' in record)} in a dataset whose simulation videos show "
+                         f"{shows(scene)} (meta/info.json pairing): the twin would render the one against the other; "
+                         "write records of the dataset's pairing (`data synth --pairing`)")
+    check_synthetic_record(record)
+    if version is not None:
+        if version >= MESH_SINCE and "mesh" not in record:
+            raise ValueError(f"no 'mesh': the dataset's generator (meta/info.json synth.version {version}) rendered "
+                             f"its simulation videos at a tessellation every record names (since version "
+                             f"{MESH_SINCE}); without it the twin renders at MuJoCo's default — restore the field "
+                             "(the record of `data synth`) or synthesize again")
+        if version < MESH_SINCE and check_synthetic_mesh(record) != DEFAULT_MESH:
+            raise ValueError(f"mesh: {record['mesh']}, but the dataset's generator (meta/info.json synth.version "
+                             f"{version}) rendered its simulation videos at MuJoCo's default tessellation "
+                             f"{list(DEFAULT_MESH)}; remove the field (records of version < {MESH_SINCE} have none)")
+    return record
 
 
 def check_twin_episode(episode: Any, state_dim: Optional[int] = None, name: str = "twin") -> "TwinEpisode":

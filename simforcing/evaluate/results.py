@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from simforcing.evaluate.latency import LatencySummary
-from simforcing.result_files import (ROLLOUT_DRIFT, SWEEP_CFG, SWEEP_STEPS, WINDOW_EVALUATION, MalformedResult, nested,
-                                     read_typed, tagged, typed)
+from simforcing.result_files import (ROLLOUT_DRIFT, SWEEP_CFG, SWEEP_STEPS, WINDOW_EVALUATION, MalformedResult,
+                                     finite_number, nested, read_typed, tagged, typed)
 from simforcing.runs.scored import ScoredRun
 
 FORMAT_VERSION = 2
@@ -211,7 +211,25 @@ class ChunkSeries:
 
     @classmethod
     def from_json(cls, d: dict) -> "ChunkSeries":
-        return cls(dict(d["per_chunk"]), dict(d["mean"]), dict(d["per_frame"]), dict(d["per_episode_chunk"]))
+        """From ``to_json``'s dict, every value a finite number or null (nothing scored; the rollout writes NaN as
+        null): a NaN, an infinity or a string is a ``result_files.MalformedResult`` naming the field."""
+        def series(key: str, depth: int) -> dict:
+            table = typed(d, key, "dict")
+            for metric, v in table.items():
+                if not _scores(v, depth):
+                    shape = {0: "a finite number or null", 1: "a list of finite numbers or nulls",
+                             2: "a list of lists of finite numbers or nulls"}[depth]
+                    raise MalformedResult(f"field '{key}.{metric}' must be {shape}; got {v!r:.80}")
+            return dict(table)
+
+        return cls(series("per_chunk", 1), series("mean", 0), series("per_frame", 1), series("per_episode_chunk", 2))
+
+
+def _scores(v: object, depth: int) -> bool:
+    """Whether ``v`` is a finite number or null (``depth`` 0), or a list of what ``depth − 1`` allows."""
+    if depth == 0:
+        return v is None or finite_number(v)
+    return isinstance(v, list) and all(_scores(x, depth - 1) for x in v)
 
 
 @dataclass
@@ -259,21 +277,33 @@ class RolloutDrift:
 
     @classmethod
     def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "RolloutDrift":
-        """From ``to_json``'s dict or a version-1 rollout.json (the same keys, untagged)."""
+        """From ``to_json``'s dict or a version-1 rollout.json (the same keys, untagged), every field of its type (each
+        row's scores finite numbers or null, ``ChunkSeries.from_json``; the seconds finite and >= 0); else a
+        ``result_files.MalformedResult`` naming the field."""
         return cls(run=typed(d, "run", "str"), checkpoint=dict(typed(d, "checkpoint", "dict")),
                    data=typed(d, "data", "str"), split=typed(d, "split", "str"), horizon=_count(d, "horizon", 1),
                    chunk_frames=[typed({"chunk_frames": n}, "chunk_frames", "int")
                                  for n in typed(d, "chunk_frames", "list")],
                    num_episodes=_count(d, "num_episodes", 1), episode_ids=list(typed(d, "episode_ids", "list")),
                    sampler=dict(typed(d, "sampler", "dict")),
-                   state_input=d["state_input"], sim_chain=d["sim_chain"], probe=d.get("probe"), units=d["units"],
-                   forwards_per_episode=int(d["forwards_per_episode"]),
-                   rows={name: ChunkSeries.from_json(r) for name, r in d["rows"].items()}, seconds=dict(d["seconds"]))
+                   state_input=typed(d, "state_input", "str"), sim_chain=typed(d, "sim_chain", "str"),
+                   probe=typed(d, "probe", "str", "null", default=None), units=typed(d, "units", "str"),
+                   forwards_per_episode=_count(d, "forwards_per_episode"),
+                   rows={name: nested(f"rows.{name}", ChunkSeries.from_json, r)
+                         for name, r in typed(d, "rows", "dict").items()}, seconds=_seconds(d))
 
     @classmethod
     def read(cls, folder: str | Path, what: str) -> "RolloutDrift":
         """FOLDER/rollout.json, or a ConfigError naming ``what`` and what the file holds instead."""
         return read_typed(Path(folder) / "rollout.json", ROLLOUT_DRIFT, FORMAT_VERSION, what, cls.from_json)
+
+
+def _seconds(d: dict) -> dict[str, float]:
+    seconds = typed(d, "seconds", "dict")
+    if not all(finite_number(v) and v >= 0 for v in seconds.values()):
+        raise MalformedResult(f"field 'seconds' must map each part to a finite number of seconds >= 0; got "
+                              f"{seconds!r:.80}")
+    return dict(seconds)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

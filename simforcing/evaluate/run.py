@@ -250,6 +250,6 @@ def evaluate_run(run_dir: Optional[str | Path], data_root: str | Path, cfg: Opti
                            include_first_frame=cfg.eval.include_first_frame, baseline=baseline,
                            checkpoint=None if wm is None else
                            replace(ScoredRun.of(run_dir, str(wm.checkpoint.path), wm.checkpoint.step),
-                                               run=str(run_dir), path=str(wm.checkpoint.path)))
+                                   run=str(run_dir), path=str(Path(wm.checkpoint.path).resolve())))
     res.write(out_dir, eval_markdown(res, run_dir))
     return res

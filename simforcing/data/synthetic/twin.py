@@ -37,11 +37,11 @@ from simforcing.config import ConfigError
 from simforcing.data.synthetic.servo import servo_frame
 from simforcing.data.synthetic.motions import ArmController, CommandedTarget
 from simforcing.data.synthetic.offscreen import SharedContextRenderer
-from simforcing.data.synthetic.scene import (ARM_JOINTS, DEFAULT_MESH, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q,
-                                             MESH, CameraPose, SimScene, sim_scene_xml, sim_xml)
+from simforcing.data.synthetic.scene import (ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, CameraPose,
+                                             SimScene, sim_scene_xml, sim_xml)
 from simforcing.data.synthetic.tasks import Task, task_success
-from simforcing.data.twin_episode import (TwinEpisode, check_synthetic_camera, check_synthetic_scene,
-                                          window_frame_steps)
+from simforcing.data.twin_episode import (TwinEpisode, check_synthetic_camera, check_synthetic_mesh,
+                                          check_synthetic_scene, window_frame_steps)
 
 ACTION_DIM = 7  # target ee position delta (3), target roll-pitch-yaw delta (3), gripper opening command (1)
 INITIAL_IK_ITERS = 300  # as EpisodePhysics places the arm at an episode's start
@@ -56,20 +56,10 @@ def _checked(check, record: dict):
 
 
 def mesh_of(record: dict) -> tuple[int, int]:
-    """The tessellation (numslices, numstacks) the episode's simulation video was rendered with: the record's
-    ``mesh`` (``scene.MESH`` since generator version 5), MuJoCo's default where the record has none (older datasets,
-    whose twin thus renders their videos as they were); ConfigError naming the field otherwise."""
-    mesh = record.get("mesh")
-    if mesh is None:
-        return DEFAULT_MESH
-    ok = (isinstance(mesh, list) and len(mesh) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in mesh)
-          and 3 <= mesh[0] <= 64 and 2 <= mesh[1] <= 64)
-    if not ok:
-        raise ConfigError(f"twin record: mesh: got {json.dumps(mesh, default=str)[:60]}; expected [numslices, "
-                          "numstacks], two integers (3–64, 2–64): the tessellation the simulation videos were "
-                          f"rendered with ({list(MESH)} since generator version 5; without the field, MuJoCo's default "
-                          f"{list(DEFAULT_MESH)})")
-    return mesh[0], mesh[1]
+    """The tessellation (numslices, numstacks) the episode's simulation video was rendered with
+    (``data.twin_episode.check_synthetic_mesh``: the record's ``mesh``, MuJoCo's default where the record has none);
+    ConfigError naming the field otherwise."""
+    return _checked(check_synthetic_mesh, record)
 
 
 def camera_of(record: dict) -> CameraPose:

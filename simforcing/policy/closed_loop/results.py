@@ -132,8 +132,9 @@ class EpisodeOutcome:
     def from_json(cls, d: dict) -> "EpisodeOutcome":
         """Every field of its type: a scene id and step counts integers >= 0, verdicts true/false (a string such as
         "false" is refused, never read as a success), per-frame verdicts lists of true/false, readings lists of
-        finite numbers; with several noise draws each draw's verdict and margin (one entry per draw), with a
-        full-scene twin its verdicts."""
+        finite numbers (distances — the arm's offset, the commanded hand's gap, the judge's errors — >= 0); with
+        several noise draws each draw's verdict and margin (one entry per draw), with a full-scene twin its
+        verdicts."""
         optional = {k: _count(d, k, 0, optional=True) for k in ("chunks", "judged_step")}
         draws, draw_margin = _flags(d, "draw_success"), _numbers(d, "draw_margin")
         if (draws is None) != (draw_margin is None) or \
@@ -142,10 +143,9 @@ class EpisodeOutcome:
                                   "entry per noise draw")
         return cls(_count(d, "scene", 0), typed(d, "success", "bool"), _count(d, "steps", 0), optional["chunks"],
                    typed(d, "judged", "bool", "null", default=None), optional["judged_step"],
-                   _flags(d, "frame_judged"), _flags(d, "frame_true"), typed(d, "frame_error_mm", "list", "null",
-                                                                             default=None),
-                   _numbers(d, "frame_margin"), _numbers(d, "frame_arm_mm"), draws, draw_margin,
-                   _flags(d, "twin_verdicts"), _numbers(d, "frame_gap_mm"))
+                   _flags(d, "frame_judged"), _flags(d, "frame_true"), _rows(d, "frame_error_mm"),
+                   _numbers(d, "frame_margin"), _numbers(d, "frame_arm_mm", 0), draws, draw_margin,
+                   _flags(d, "twin_verdicts"), _numbers(d, "frame_gap_mm", 0))
 
     @property
     def soft(self) -> float:
@@ -182,11 +182,24 @@ def _finite(d: dict, key: str, low: float = -math.inf, optional: bool = False) -
     return float(value)
 
 
-def _numbers(d: dict, key: str) -> Optional[list]:
-    """``d[key]``: None or a list of finite numbers (a per-frame reading), else MalformedResult naming it."""
+def _numbers(d: dict, key: str, low: float = -math.inf) -> Optional[list]:
+    """``d[key]``: None or a list of finite numbers >= ``low`` (a per-frame reading; ``low`` 0: a distance), else
+    MalformedResult naming it."""
     value = typed(d, key, "list", "null", default=None)
-    if value is not None and not all(finite_number(v) for v in value):
-        raise MalformedResult(f"field {key!r} must be a list of finite numbers")
+    if value is not None and not all(finite_number(v) and v >= low for v in value):
+        raise MalformedResult(f"field {key!r} must be a list of finite numbers" + (f" >= {low:g} (distances)"
+                                                                                    if low > -math.inf else ""))
+    return value
+
+
+def _rows(d: dict, key: str) -> Optional[list]:
+    """``d[key]``: None or a list of rows (one per frame) of as many finite numbers >= 0 each (a judge's |error| per
+    output, mm), else MalformedResult naming it."""
+    value = typed(d, key, "list", "null", default=None)
+    if value is not None and not all(isinstance(r, list) and len(r) == len(value[0]) and r and
+                                     all(finite_number(v) and v >= 0 for v in r) for r in value):
+        raise MalformedResult(f"field {key!r} must be a list of rows (one per frame) of as many finite numbers >= 0 "
+                              "(the judge's |error| per output, mm)")
     return value
 
 

@@ -36,7 +36,9 @@ with the gripper open.
 **The twin record** of an episode (:meth:`SyntheticTaskEnv.twin_record`): what the robot's digital twin of a world
 model's simulation domain needs (:class:`SimDomain`): the camera for the arm pairing; the camera and the scene's
 simulation — its objects with their own physics, drawn at the domain's physics gap from the episode's own stream,
-exactly as ``data synth --pairing scene`` draws the simulation of the same (seed, index) — for the full-scene pairing.
+exactly as ``data synth --pairing scene`` draws the simulation of the same (seed, index) — for the full-scene pairing;
+either at the tessellation the domain's simulation videos were rendered at (``SimDomain.mesh``: MuJoCo's default for
+a world model trained on data of a generator before version 5).
 """
 
 from __future__ import annotations
@@ -47,13 +49,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from simforcing.data.format import dataset_pairing, read_info, read_json
+from simforcing.data.format import dataset_pairing, generator_version, read_info, read_json
 from simforcing.data.synthetic.generate import EpisodePhysics
 from simforcing.data.synthetic.offscreen import SharedContextRenderer
 from simforcing.data.synthetic.motions import CommandedTarget  # noqa: F401  (the env's controller target)
-from simforcing.data.synthetic.scene import WRIST_CAMERA
+from simforcing.data.synthetic.scene import DEFAULT_MESH, MESH, WRIST_CAMERA
 from simforcing.data.synthetic.tasks import (LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, TASKS, Task,  # noqa: F401
                                              parse_task, task_success)
+from simforcing.data.twin_episode import MESH_SINCE
 
 
 @dataclass(frozen=True)
@@ -64,16 +67,20 @@ class SimDomain:
 
     pairing: str = "arm"
     physics_gap: float = 0.0
+    mesh: tuple[int, int] = MESH
 
     @classmethod
     def of_dataset(cls, root: str | Path) -> "SimDomain":
         """The domain of dataset ``root`` (its meta/info.json: ``pairing``, ``synth.physics_gap.scale``; a full-scene
-        dataset that does not say its gap: 1)."""
+        dataset that does not say its gap: 1; the tessellation its simulation videos were rendered at: MuJoCo's
+        default for a generator before version 5, ``scene.MESH`` since)."""
         info = read_info(root)
+        version = generator_version(info)
+        mesh = DEFAULT_MESH if version is not None and version < MESH_SINCE else MESH
         if dataset_pairing(info) != "scene":
-            return cls()
+            return cls(mesh=mesh)
         gap = ((info.get("synth") or {}).get("physics_gap") or {}).get("scale", 1.0)
-        return cls("scene", float(gap))
+        return cls("scene", float(gap), mesh)
 
     @classmethod
     def of_world_model(cls, wm, progress: Callable[[str], None]) -> "SimDomain":
@@ -96,7 +103,7 @@ class SimDomain:
                      "config if it was trained on a full-scene pairing)")
         if said is None or (found is not None and found.pairing == said):
             return found or cls()
-        return cls(said, 1.0 if said == "scene" else 0.0)
+        return cls(said, 1.0 if said == "scene" else 0.0, found.mesh if found is not None else MESH)
 
 
 class SyntheticTaskEnv:
@@ -152,8 +159,9 @@ class SyntheticTaskEnv:
         return np.concatenate([ee - obj, obj - self.obj0]).astype(np.float32)
 
     def twin_record(self, domain: SimDomain = SimDomain()) -> dict:
-        """The episode's twin record for a world model of ``domain`` (module docstring)."""
-        return self.ep.twin_record(domain.pairing, domain.physics_gap)
+        """The episode's twin record for a world model of ``domain`` (module docstring): rendered at the tessellation
+        of the domain's simulation videos (``domain.mesh``)."""
+        return {**self.ep.twin_record(domain.pairing, domain.physics_gap), "mesh": list(domain.mesh)}
 
     def success(self) -> bool:
         obj = self.ep.object_positions()[self.task.object_index]

@@ -10,10 +10,10 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from simforcing.errors import ConfigError
-from simforcing.policy.estimate.estimate import (PREDICTORS, EstimateResult, StudyPoint, coverage_study,
+from simforcing.policy.estimate.estimate import (KINEMATIC, PREDICTORS, EstimateResult, StudyPoint, coverage_study,
                                                  draw_labelled, estimate_policies)
 from simforcing.policy.estimate.ppi import MIN_TUNED_TRIALS
-from simforcing.policy.estimate.trials import WorldModelEpisodes, ground_truth, world_model_episodes
+from simforcing.policy.estimate.trials import HAND_TASKS, WorldModelEpisodes, ground_truth, world_model_episodes
 
 STUDY_NS = (5, 10, 20, 40)
 DEFAULT_N = 10
@@ -30,7 +30,13 @@ def choose_predictor(predictor: Optional[str], wm: WorldModelEpisodes) -> tuple[
     """The predictor and a note on the choice: ``learned`` by default, ``verdict`` where the world-model episodes hold
     no per-frame readings (the learned one would see the verdict alone) — said in a note; ``learned`` asked for on
     such episodes is a ConfigError naming them. ``predictor`` is one of ``PREDICTORS`` or None (checked by the
-    caller)."""
+    caller). ``hand`` and ``actions`` on episodes none of whose tasks is on the hand are what they reduce to there,
+    said in a note."""
+    if predictor in KINEMATIC and wm.gaps and not any(k[1] in HAND_TASKS for k in wm.keys):
+        same = ("the world model's verdict on every episode: the estimate of --predictor verdict" if predictor == "hand"
+                else "failure on every episode, a constant: the estimate rests on the ground truth alone")
+        return predictor, [f"predictor {predictor}: no episode is of a task whose predicate is on the hand "
+                           f"({', '.join(HAND_TASKS)}), so it is {same}"]
     if wm.readings or predictor not in (None, "learned"):
         return predictor or "learned", []
     why = (f"{wm.without_readings} of the {len(wm.keys)} episodes of {wm.source} hold no per-frame readings "
