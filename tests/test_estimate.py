@@ -20,7 +20,7 @@ from simforcing.policy.estimate.ppi import (PolicyTerms, active_mean, classical,
                                             empirical_bernstein,
                                             ppi_mean, ppi_terms, rank_intervals, sampling_probabilities,
                                             tuned_lambda, wilson)
-from simforcing.policy.estimate.estimate import within_policy_rho
+from simforcing.policy.estimate.estimate import saved_per_policy, within_policy_rho
 from simforcing.policy.estimate.trials import read_trials, world_model_episodes
 from simforcing.policy.estimate.trust import Logistic, auroc, crossfit, episode_features
 
@@ -322,6 +322,11 @@ def test_estimate_from_a_simulator_evaluation_and_from_trials(known_pool, tmp_pa
         assert p.average.ppi.n == 10 and p.average.ppi.N == 50
     assert res.trust_auroc_unlabelled is not None and res.trust_auroc_unlabelled > 0.6
     assert study[0].n == 10 and study[0].draws == 40
+    w = study[0].width  # trials saved: per policy 1 − (w_ppi / w_gt)², the study's figure their mean
+    per = {p: 1 - (v["ppi"] / v["ground_truth_only"]) ** 2 for p, v in w.items() if v["ground_truth_only"] > 0}
+    assert saved_per_policy(w) == pytest.approx(per) and study[0].saved == pytest.approx(np.mean(list(per.values())))
+    md = (tmp_path / "est" / "estimate.md").read_text()
+    assert "Trials saved per policy at n = 10" in md and f"good {100 * per['good']:.0f} %" in md
     wm = world_model_episodes(root / "wm")  # the verdict's ρ: the world model's alone, nothing fitted
     assert study[0].rho_verdict == pytest.approx(within_policy_rho(wm.keys, wm.verdicts.astype(float), truth))
     assert 0.5 < study[0].rho_verdict < 1 and 0.5 < study[0].rho_predictor < 1  # 75 % of the verdicts right

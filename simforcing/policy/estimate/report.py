@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from simforcing.policy.estimate.estimate import EstimateResult, StudyPoint
+from simforcing.policy.estimate.estimate import EstimateResult, StudyPoint, saved_per_policy
 from simforcing.result_files import POLICY_ESTIMATE, tagged
 from simforcing.utils import atomic_write_json, atomic_write_text, fmt_num
 
@@ -65,6 +65,9 @@ def estimate_markdown(res: EstimateResult, study: Sequence[StudyPoint] = (), inp
         lines += ["", "Trust score, AUROC for the world model's verdict being wrong: " + "; ".join(trust) + "."]
     if study:
         lines += ["", study_markdown(study)]
+        lines += [f"\nTrials saved per policy at n = {s.n} (the study's column is their mean): "
+                  + "; ".join(f"{p} {100 * v:.0f} %" for p, v in saved_per_policy(s.width).items()) + "."
+                  for s in study]
     return "\n".join(lines)
 
 
