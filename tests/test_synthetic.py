@@ -138,6 +138,80 @@ def test_grasp_closes_the_gripper(twin):
     assert ep.states[:, 6].max() > 0.8 and ep.states[:, 6].min() < 0.7  # opens, then closes on the object
 
 
+def _stepped_servo_frame(model, data, ctl, q, pos, rpy, grip, arm_act, finger_act):
+    """The servo frame as a Python loop of ``mj_step`` calls (what ``servo.servo_frame`` ran before MuJoCo's rollout
+    took its steps): the reference it must equal."""
+    import mujoco
+
+    from simforcing.data.synthetic.scene import FINGER_TRAVEL
+    from simforcing.data.synthetic.servo import LEAD, SUBSTEPS, TIMESTEP
+
+    q_new = ctl.solve(q, pos, rpy)
+    qdot = (q_new - q) / (SUBSTEPS * TIMESTEP)
+    data.ctrl[finger_act] = grip * FINGER_TRAVEL
+    for s in range(1, SUBSTEPS + 1):
+        data.ctrl[arm_act] = q + (q_new - q) * (s / SUBSTEPS) + LEAD * qdot
+        mujoco.mj_step(model, data)
+    return q_new
+
+
+def test_the_servo_frame_in_mujocos_rollout_equals_the_stepped_loop_bit_for_bit():
+    """``servo_frame`` runs a frame's 100 physics steps in one MuJoCo rollout call: on a grasp (contacts, the fingers
+    closing on an object) it leaves the same state as the stepped loop — positions, velocities, the solver's warm
+    start, the derived poses and the controls — to the last bit, frame after frame."""
+    from simforcing.data.synthetic.generate import EpisodePhysics
+    from simforcing.data.synthetic.servo import servo_frame
+
+    def run(frame_fn, index):
+        ep = EpisodePhysics(1, index, 25)
+        out = []
+        for t in range(1, 25):
+            mo = ep.motion
+            ep.q = frame_fn(ep.model, ep.data, ep.ctl, ep.q, mo.pos[t], mo.rpy[t], mo.grip[t], ep.arm_act,
+                            ep.finger_act)
+            d = ep.data
+            out.append(np.concatenate([d.qpos, d.qvel, d.qacc_warmstart, d.ctrl, d.site_xpos.ravel(), d.xpos.ravel(),
+                                       [d.time], ep.q]))
+        return ep.motion.kind, np.stack(out)
+
+    kinds = set()
+    for index in range(3):
+        kind, fast = run(servo_frame, index)
+        _, stepped = run(_stepped_servo_frame, index)
+        kinds.add(kind)
+        assert np.array_equal(fast, stepped), f"episode {index} ({kind}): the rollout's state differs from the loop's"
+        assert np.abs(np.diff(fast[:, :6], axis=0)).max() > 1e-3  # the arm moved: the states compared are not still
+    assert "grasp" in kinds or "push" in kinds  # a contact task among them
+
+
+def test_llvmpipe_on_the_calling_thread_draws_the_same_pixels():
+    """``offscreen`` asks Mesa's llvmpipe to draw on the calling thread (``LP_NUM_THREADS=0``) unless the environment
+    says otherwise: a real frame (shadows, textures) and a twin frame are the same bytes as with two rasteriser
+    threads, each rendered in a fresh process."""
+    import hashlib
+    import subprocess
+    import sys
+
+    script = (
+        "import hashlib, numpy as np\n"
+        "from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv\n"
+        "from simforcing.data.synthetic.generate import TwinRenderer, simulate_episode\n"
+        "h = hashlib.sha256()\n"
+        "e = SyntheticTaskEnv(7000, 1, 30, 32, 48, 2, 0.03)\n"
+        "for _ in range(3):\n"
+        "    e.step(e.expert_action()); h.update(e.image(1).tobytes())\n"
+        "tw = TwinRenderer(32, 48)\n"
+        "h.update(simulate_episode(1, 0, 4, tw, paired=False).sim.tobytes())\n"
+        "print(h.hexdigest())\n")
+    digests = {}
+    for threads in ("0", "2"):
+        env = {**os.environ, "LP_NUM_THREADS": threads, "MUJOCO_GL": "egl", "OMP_NUM_THREADS": "1"}
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        digests[threads] = run.stdout.strip().splitlines()[-1]
+    assert len(digests["0"]) == len(hashlib.sha256().hexdigest()) and digests["0"] == digests["2"]
+
+
 def test_long_episodes_keep_moving(twin):
     ep = simulate_episode(0, 7, 129, twin, paired=False)
     assert ep.actions.shape == (128, 7) and np.isfinite(ep.states).all()

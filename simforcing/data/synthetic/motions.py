@@ -13,6 +13,7 @@ g* the commanded gripper opening in [0, 1] (1 = open). The controller tracks p*_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -319,7 +320,7 @@ def mat_to_rpy(mat: np.ndarray) -> np.ndarray:
 def rotvec(R: np.ndarray) -> np.ndarray:
     """(3, 3) rotation (angle < π) -> (3,) axis·angle."""
     v = np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])  # 2·sin(θ)·axis
-    s, c = 0.5 * np.linalg.norm(v), 0.5 * (np.trace(R) - 1.0)
+    s, c = 0.5 * math.sqrt(v.dot(v)), 0.5 * (R[0, 0] + R[1, 1] + R[2, 2] - 1.0)  # np.linalg.norm's and np.trace's sums
     theta = np.arctan2(s, c)
     return 0.5 * v * (theta / s if s > 1e-12 else 1.0)
 
@@ -344,27 +345,35 @@ class ArmController:
         self.home = np.array(HOME_Q)
         self.damping, self.rot_weight = damping, rot_weight
         self._jacp, self._jacr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+        # solve's loop-invariant terms and buffers, made once (the same numbers each iteration made before)
+        self._w = np.array([1, 1, 1] + [rot_weight] * 3)
+        self._w_col = self._w[:, None]
+        self._eye = np.eye(6)
+        self._ridge = damping ** 2 * np.eye(6)
+        self._err, self._J = np.empty(6), np.empty((6, 6), order="F")  # F: the layout the Jacobian columns had
 
     def solve(self, q: np.ndarray, pos: np.ndarray, rpy: np.ndarray, iters: int = 40,
               tol: float = 1e-4) -> np.ndarray:
         """Joint angles (6,) that put the site at ``pos`` (3,) with orientation ``rpy`` (3,), starting from q (6,)."""
-        mj, d = self.mj, self.data
+        mj, d, m, site = self.mj, self.data, self.model, self.site
         q = np.clip(np.asarray(q, np.float64).copy(), self.lo, self.hi)
         target = rpy_to_mat(rpy)
-        w = np.array([1, 1, 1] + [self.rot_weight] * 3)
+        w, w_col, ridge, eye = self._w, self._w_col, self._ridge, self._eye
+        jacp, jacr, err, J = self._jacp, self._jacr, self._err, self._J
         for _ in range(iters):
             d.qpos[self.qadr] = q
-            mj.mj_kinematics(self.model, d)
-            mj.mj_comPos(self.model, d)
-            cur = d.site_xmat[self.site].reshape(3, 3)
-            err = np.concatenate([pos - d.site_xpos[self.site], rotvec(target @ cur.T)])  # (6,) world frame
+            mj.mj_kinematics(m, d)
+            mj.mj_comPos(m, d)
+            err[:3] = pos - d.site_xpos[site]  # (6,) world frame: position, then rotation
+            err[3:] = rotvec(target @ d.site_xmat[site].reshape(3, 3).T)
             if np.abs(err[:3]).max() < tol and np.abs(err[3:]).max() < 10 * tol:
                 break
-            mj.mj_jacSite(self.model, d, self._jacp, self._jacr, self.site)
-            J = np.concatenate([self._jacp[:, self.dofadr], self._jacr[:, self.dofadr]]) * w[:, None]  # (6, 6)
-            JJt = J @ J.T + self.damping ** 2 * np.eye(6)
-            dq = J.T @ np.linalg.solve(JJt, err * w)
-            null = np.eye(6) - J.T @ np.linalg.solve(JJt, J)
+            mj.mj_jacSite(m, d, jacp, jacr, site)
+            J[:3], J[3:] = jacp[:, self.dofadr], jacr[:, self.dofadr]
+            Jw = J * w_col  # (6, 6)
+            JJt = Jw @ Jw.T + ridge
+            dq = Jw.T @ np.linalg.solve(JJt, err * w)
+            null = eye - Jw.T @ np.linalg.solve(JJt, Jw)
             dq += null @ (0.05 * (self.home - q))
             q = np.clip(q + np.clip(dq, -0.3, 0.3), self.lo, self.hi)
         return q

@@ -11,6 +11,12 @@ first use, kept until the process ends), with a scene sized for the model (``muj
 
 Not thread-safe (one OpenGL context is current per thread): the benchmark renders from one thread per process, and
 its parallel workers are spawned processes, each with its own context.
+
+llvmpipe rasterises on worker threads of its own (one per core) and hands every frame to them and back; for the
+benchmark's frames (32×48) the hand-over costs more than the drawing. So the process asks Mesa for none
+(``LP_NUM_THREADS=0``: the calling thread draws) unless the environment already sets it: a twin frame 1.19 → 0.84 ms,
+a real frame as before (quiet Xeon, one thread), the pixels the same bit for bit (docs/notebook/benchmark.md, "The
+servo loop in C"). Set ``LP_NUM_THREADS`` yourself before the first render for large frames on many cores.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import atexit
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("LP_NUM_THREADS", "0")  # llvmpipe draws on the calling thread (module docstring)
 
 import mujoco  # noqa: E402  (after MUJOCO_GL is set)
 from mujoco import gl_context  # noqa: E402
