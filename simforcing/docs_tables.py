@@ -365,6 +365,16 @@ def render_bench_rollout(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     return "\n".join(format_rollout(b.get("rollout"), b.get("wm_policy"))).strip()
 
 
+def render_bench_simulator(paths: tuple[Path, ...], entry: Optional[str]) -> str:
+    """``simforcing bench --sections simulator``'s own table (``bench.simulator.simulator_table``)."""
+    from simforcing.bench.simulator import simulator_table
+
+    b = _bench(paths[0])
+    if not (b.get("simulator") or {}).get("rows"):
+        raise TableError(f"{paths[0]}: no simulator section; record `simforcing bench --sections simulator`'s JSON")
+    return "\n".join(simulator_table(b["simulator"])).strip()
+
+
 def render_bench_gpu(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     """``simforcing bench --gpu``'s own tables (``bench.report.format_gpu_tables``)."""
     from simforcing.bench.report import format_gpu_tables
@@ -473,6 +483,10 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     Table("bench_rollout", ("docs/bench_cpu_rollout.json",), render_bench_rollout,
           "`simforcing bench --sections rollout,wm_policy --out docs/bench_cpu_rollout.json`", "docs/BENCHMARK.md",
           "rollouts and policies inside a world model, batched against one at a time, on a CPU"),
+    Table("bench_simulator", ("docs/bench_cpu_simulator.json",), render_bench_simulator,
+          "`simforcing bench --sections simulator --out FILE.json`, then `python -m simforcing.docs_tables --record "
+          "bench_simulator FILE.json --machine M`", "docs/BENCHMARK.md",
+          "the synthetic benchmark's simulator per frame: controller and rendering"),
     Table("bench_gpu", ("docs/bench_gpu.json",), render_bench_gpu,
           "`make bench-gpu` (`simforcing bench --gpu --out docs/bench_gpu.json`)", "docs/BENCHMARK.md", None),
     Table("faults", ("docs/reliability/faults.json",), render_faults,

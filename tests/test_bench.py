@@ -224,6 +224,25 @@ def test_precision_section_times_fp32_against_bf16_at_one_and_two_threads(tmp_pa
     assert "bf16 autocast (ms)" in out.with_suffix(".md").read_text()
 
 
+def test_simulator_section_times_the_servo_frame_against_its_stepped_loop(tmp_path):
+    """`--sections simulator`: the IK, the servo frame in the real scene and the arm's twin against the stepped
+    loop (and the same physics state from both, to the bit), and the two renders, in the JSON and the markdown (no
+    timing asserted)."""
+    out = tmp_path / "s.json"
+    assert main(TINY_ARGS + ["--sections", "simulator", "--out", str(out)]) == 0
+    sim = json.loads(out.read_text())["simulator"]
+    rows = {r["what"]: r for r in sim["rows"]}
+    assert list(rows) == ["IK solve (the arm's 6 joints)", "servo frame, real scene", "servo frame, arm twin",
+                          "render a real frame (colour + arm mask)", "render a twin frame"]
+    for r in rows.values():
+        assert r["ms"] > 0
+    for kind in ("real scene", "arm twin"):
+        r = rows[f"servo frame, {kind}"]
+        assert r["identical"] is True and r["speedup"] == pytest.approx(r["reference_ms"] / r["ms"])
+    assert sim["lp_num_threads"] is not None and sim["resolution"] == [32, 48]
+    assert "| servo frame, arm twin |" in out.with_suffix(".md").read_text()
+
+
 class _Scale(torch.nn.Module):
     """A module of the test's own (dynamo does not trace torch.nn's modules as top-level frames)."""
 

@@ -138,29 +138,12 @@ def test_grasp_closes_the_gripper(twin):
     assert ep.states[:, 6].max() > 0.8 and ep.states[:, 6].min() < 0.7  # opens, then closes on the object
 
 
-def _stepped_servo_frame(model, data, ctl, q, pos, rpy, grip, arm_act, finger_act):
-    """The servo frame as a Python loop of ``mj_step`` calls (what ``servo.servo_frame`` ran before MuJoCo's rollout
-    took its steps): the reference it must equal."""
-    import mujoco
-
-    from simforcing.data.synthetic.scene import FINGER_TRAVEL
-    from simforcing.data.synthetic.servo import LEAD, SUBSTEPS, TIMESTEP
-
-    q_new = ctl.solve(q, pos, rpy)
-    qdot = (q_new - q) / (SUBSTEPS * TIMESTEP)
-    data.ctrl[finger_act] = grip * FINGER_TRAVEL
-    for s in range(1, SUBSTEPS + 1):
-        data.ctrl[arm_act] = q + (q_new - q) * (s / SUBSTEPS) + LEAD * qdot
-        mujoco.mj_step(model, data)
-    return q_new
-
-
 def test_the_servo_frame_in_mujocos_rollout_equals_the_stepped_loop_bit_for_bit():
     """``servo_frame`` runs a frame's 100 physics steps in one MuJoCo rollout call: on a grasp (contacts, the fingers
     closing on an object) it leaves the same state as the stepped loop — positions, velocities, the solver's warm
     start, the derived poses and the controls — to the last bit, frame after frame."""
     from simforcing.data.synthetic.generate import EpisodePhysics
-    from simforcing.data.synthetic.servo import servo_frame
+    from simforcing.data.synthetic.servo import servo_frame, stepped_servo_frame
 
     def run(frame_fn, index):
         ep = EpisodePhysics(1, index, 25)
@@ -177,7 +160,7 @@ def test_the_servo_frame_in_mujocos_rollout_equals_the_stepped_loop_bit_for_bit(
     kinds = set()
     for index in range(3):
         kind, fast = run(servo_frame, index)
-        _, stepped = run(_stepped_servo_frame, index)
+        _, stepped = run(stepped_servo_frame, index)
         kinds.add(kind)
         assert np.array_equal(fast, stepped), f"episode {index} ({kind}): the rollout's state differs from the loop's"
         assert np.abs(np.diff(fast[:, :6], axis=0)).max() > 1e-3  # the arm moved: the states compared are not still

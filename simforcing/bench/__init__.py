@@ -35,7 +35,9 @@ dataset are needed. Sections (``--sections``, all by default):
    that recomputes the observation at every denoising step (``bench/policy.py``).
 
 Opt-in sections (``bench/compile_step.py``): ``compile`` (compiled training steps and sampler calls against eager)
-and ``precision`` (the training steps in fp32 against bf16 autocast, 1 and 2 threads).
+and ``precision`` (the training steps in fp32 against bf16 autocast, 1 and 2 threads); (``bench/simulator.py``)
+``simulator`` (the synthetic benchmark's MuJoCo simulator per frame: the servo controller against its stepped loop,
+the IK, a real and a twin frame's rendering).
 
 GPU readiness is its own mode, ``simforcing bench --gpu`` (``gpu``): the 5B ``bridge`` preset on one CUDA GPU in bf16
 with activation checkpointing — training step (tokens/s, MFU, peak memory), the sampler against the paper's latencies
@@ -53,5 +55,6 @@ the test suite) shrinks every section further. No timing is asserted in tests.
 
 Files, one per section: ``options`` (modes, grids, targets), ``measure`` (clocks, peak memory, machine, bf16 peaks by
 device name), ``inputs`` (random-weight models, VAEs and batches), ``sampler``, ``train_step``, ``throughput`` (data),
-``scaling``, ``policy``, ``gpu`` (``bench --gpu``), ``report`` (targets, tables, the JSON of a whole run).
+``scaling``, ``policy``, ``simulator``, ``gpu`` (``bench --gpu``), ``report`` (targets, tables, the JSON of a whole
+run).
 """

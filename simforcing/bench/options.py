@@ -8,8 +8,9 @@ from typing import Optional
 SCHEMA = "simforcing-bench/1"
 SECTIONS = ("sampler", "train", "data", "scaling", "policy", "rollout", "wm_policy", "fewstep")  # the GPU benchmark is its own mode: bench --gpu (gpu.py)
 # asked for by name only: compiling takes minutes on a CPU (--sections compile); fp32 against bf16 autocast of the
-# training steps (--sections precision) answers one question about a CPU
-OPT_IN_SECTIONS = ("compile", "precision")
+# training steps (--sections precision) answers one question about a CPU; the synthetic benchmark's MuJoCo simulator
+# per frame (--sections simulator) is not the world model's cost
+OPT_IN_SECTIONS = ("compile", "precision", "simulator")
 FULL_GRID = [(ns, nr, w) for ns in (1, 5, 10, 20) for nr in (1, 5, 10, 20) for w in (0.0, 0.3, 0.6, 1.0)]
 QUICK_GRID = [(1, 10, 0.0), (1, 10, 0.3), (1, 10, 0.6), (1, 10, 1.0), (5, 20, 0.6), (1, 1, 0.6), (20, 1, 1.0)]
 TINY_GRID = [(2, 3, 0.0), (2, 3, 0.6), (2, 3, 1.0)]
@@ -44,6 +45,10 @@ class BenchOptions:
     wm_alone_scenes: int = 2  # scenes per player timed one at a time (scaled to all)
     fewstep_steps: tuple = (1, 2, 4)  # the students' K beside the teacher (section fewstep)
     fewstep_repeats: int = 10  # timed chunks per sampler
+    sim_episodes: int = 4  # section simulator: the benchmark's episodes driven per round
+    sim_frames: int = 30  # scripted frames each
+    sim_repeats: int = 5  # rounds (servo frame against the stepped loop, in turns; the IK)
+    sim_render_repeats: int = 50  # rounds of renders
 
     @classmethod
     def for_mode(cls, quick: bool, tiny: bool) -> "BenchOptions":
@@ -53,10 +58,12 @@ class BenchOptions:
                        data_episodes=2, data_length=16, data_passes=1, scaling_frames=(5, 9), scaling_scales=(1, 2),
                        scaling_paper_res=False, scaling_repeats=1, policy_repeats=1, rollout_batch=2,
                        rollout_chunks=2, wm_scenes_per_task=1, wm_steps=4, wm_alone_scenes=1,
-                       fewstep_steps=(1,), fewstep_repeats=1)
+                       fewstep_steps=(1,), fewstep_repeats=1, sim_episodes=1, sim_frames=3, sim_repeats=1,
+                       sim_render_repeats=2)
         if quick:
             return cls("quick", list(QUICK_GRID), repeats=5, min_config_s=2.0, forward_repeats=20, train_repeats=12,
                        data_episodes=6,
                        data_length=40, data_passes=1, scaling_repeats=3, scaling_paper_res=False,
-                       policy_repeats=5, rollout_chunks=1, wm_scenes_per_task=2, wm_steps=8)
+                       policy_repeats=5, rollout_chunks=1, wm_scenes_per_task=2, wm_steps=8, sim_repeats=3,
+                       sim_render_repeats=20)
         return cls()

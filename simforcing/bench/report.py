@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from simforcing.bench.compile_step import bench_compile, bench_precision, compile_table, precision_table
+from simforcing.bench.simulator import bench_simulator, simulator_table
 from simforcing.bench.measure import STATS, machine_info
 from simforcing.bench.options import SCHEMA, SECTIONS, TARGETS, BenchOptions
 from simforcing.bench.policy import bench_policy, format_policy
@@ -137,6 +138,8 @@ def format_tables(results: dict) -> str:
         lines += compile_table(results["compile"])
     if results.get("precision", {}).get("rows"):
         lines += precision_table(results["precision"])
+    if results.get("simulator", {}).get("rows"):
+        lines += simulator_table(results["simulator"])
     tg = results.get("targets", {})
     if tg:
         def verdict(v: dict) -> str:
@@ -303,6 +306,8 @@ def _run_sections(cfg: Config, opts: BenchOptions, out: Path, device: torch.devi
             results["compile"] = bench_compile(cfg, device, opts, log)
         elif name == "precision":
             results["precision"] = bench_precision(cfg, device, opts, log)
+        elif name == "simulator":
+            results["simulator"] = bench_simulator(opts, log)
         section_times[name] = time.perf_counter() - s0
     results["targets"] = check_targets(results)
     results["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None

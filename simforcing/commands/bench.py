@@ -31,7 +31,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated subset of " +
                         ", ".join(SECTIONS) + f" (the default: all), or {', '.join(OPT_IN_SECTIONS)} (opt-in: "
                         "compiled training steps and sampler calls against eager, minutes on a CPU; the training steps "
-                        "in fp32 against bf16 autocast at 1 and 2 threads)")
+                        "in fp32 against bf16 autocast at 1 and 2 threads; the synthetic benchmark's simulator per "
+                        "frame: the servo controller against its stepped loop, the IK, the renders)")
     parser.add_argument("--gpu", action="store_true",
                         help="GPU readiness instead: the bridge preset (5B, random weights) on one CUDA GPU in bf16 "
                              "with activation checkpointing: the SimForcing training step eager, compiled and in CUDA "

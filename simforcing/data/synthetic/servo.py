@@ -64,3 +64,17 @@ def servo_frame(model, data, ctl: ArmController, q: np.ndarray, pos: np.ndarray,
     step_frame(model, data, controls)
     data.ctrl[:] = controls[-1]
     return q_new
+
+
+def stepped_servo_frame(model, data, ctl: ArmController, q: np.ndarray, pos: np.ndarray, rpy: np.ndarray,
+                        grip: float, arm_act: np.ndarray, finger_act: np.ndarray) -> np.ndarray:
+    """``servo_frame`` as a Python loop of ``SUBSTEPS`` ``mj_step`` calls, the controls set before each (what it ran
+    before MuJoCo's rollout took the steps): the reference ``servo_frame`` must equal bit for bit
+    (``tests/test_synthetic.py``, ``simforcing bench --sections simulator``)."""
+    q_new = ctl.solve(q, pos, rpy)
+    qdot = (q_new - q) / (SUBSTEPS * TIMESTEP)
+    data.ctrl[finger_act] = grip * FINGER_TRAVEL
+    for s in range(1, SUBSTEPS + 1):
+        data.ctrl[arm_act] = q + (q_new - q) * (s / SUBSTEPS) + LEAD * qdot
+        mujoco.mj_step(model, data)
+    return q_new
