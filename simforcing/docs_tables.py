@@ -485,8 +485,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "rollouts and policies inside a world model, batched against one at a time, on a CPU"),
     Table("bench_simulator", ("docs/bench_cpu_simulator.json",), render_bench_simulator,
           "`simforcing bench --sections simulator --out FILE.json`, then `python -m simforcing.docs_tables --record "
-          "bench_simulator FILE.json --machine M`", "docs/BENCHMARK.md",
-          "the synthetic benchmark's simulator per frame: controller and rendering"),
+          "bench_simulator FILE.json --machine M`", "docs/notebook/benchmark.md", None),
     Table("bench_gpu", ("docs/bench_gpu.json",), render_bench_gpu,
           "`make bench-gpu` (`simforcing bench --gpu --out docs/bench_gpu.json`)", "docs/BENCHMARK.md", None),
     Table("faults", ("docs/reliability/faults.json",), render_faults,
