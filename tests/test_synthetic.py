@@ -168,16 +168,18 @@ def test_the_servo_frame_in_mujocos_rollout_equals_the_stepped_loop_bit_for_bit(
 
 
 def test_llvmpipe_on_the_calling_thread_draws_the_same_pixels():
-    """``offscreen`` asks Mesa's llvmpipe to draw on the calling thread (``LP_NUM_THREADS=0``) unless the environment
-    says otherwise: a real frame (shadows, textures) and a twin frame are the same bytes as with two rasteriser
-    threads, each rendered in a fresh process."""
+    """``offscreen``'s shared context asks Mesa's llvmpipe to draw on the calling thread (``LP_NUM_THREADS=0``) unless
+    the environment says otherwise, and importing the benchmark sets nothing: a real frame (shadows, textures) and a
+    twin frame are the same bytes as with two rasteriser threads, each rendered in a fresh process."""
     import hashlib
     import subprocess
     import sys
 
     script = (
-        "import hashlib, numpy as np\n"
+        "import hashlib, os, numpy as np\n"
+        "asked = os.environ.get('LP_NUM_THREADS')\n"
         "from simforcing.policy.closed_loop.synthetic import SyntheticTaskEnv\n"
+        "assert os.environ.get('LP_NUM_THREADS') == asked, 'importing the benchmark must not set it'\n"
         "from simforcing.data.synthetic.generate import TwinRenderer, simulate_episode\n"
         "h = hashlib.sha256()\n"
         "e = SyntheticTaskEnv(7000, 1, 30, 32, 48, 2, 0.03)\n"
@@ -185,13 +187,18 @@ def test_llvmpipe_on_the_calling_thread_draws_the_same_pixels():
         "    e.step(e.expert_action()); h.update(e.image(1).tobytes())\n"
         "tw = TwinRenderer(32, 48)\n"
         "h.update(simulate_episode(1, 0, 4, tw, paired=False).sim.tobytes())\n"
-        "print(h.hexdigest())\n")
+        "print(os.environ['LP_NUM_THREADS'], h.hexdigest())\n")
     digests = {}
-    for threads in ("0", "2"):
-        env = {**os.environ, "LP_NUM_THREADS": threads, "MUJOCO_GL": "egl", "OMP_NUM_THREADS": "1"}
+    for threads in (None, "2"):  # None: the package's default once it renders (0); 2: two rasteriser threads
+        env = {**os.environ, "MUJOCO_GL": "egl", "OMP_NUM_THREADS": "1"}
+        env.pop("LP_NUM_THREADS", None)
+        if threads is not None:
+            env["LP_NUM_THREADS"] = threads
         run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
-        digests[threads] = run.stdout.strip().splitlines()[-1]
+        setting, digest = run.stdout.strip().splitlines()[-1].split()
+        assert setting == (threads or "0")  # rendering set the default; a setting given is kept
+        digests[setting] = digest
     assert len(digests["0"]) == len(hashlib.sha256().hexdigest()) and digests["0"] == digests["2"]
 
 

@@ -13,10 +13,12 @@ Not thread-safe (one OpenGL context is current per thread): the benchmark render
 its parallel workers are spawned processes, each with its own context.
 
 llvmpipe rasterises on worker threads of its own (one per core) and hands every frame to them and back; for the
-benchmark's frames (32×48) the hand-over costs more than the drawing. So the process asks Mesa for none
-(``LP_NUM_THREADS=0``: the calling thread draws) unless the environment already sets it: a twin frame 1.19 → 0.84 ms,
-a real frame as before (quiet Xeon, one thread), the pixels the same bit for bit (docs/notebook/benchmark.md, "The
-servo loop in C"). Set ``LP_NUM_THREADS`` yourself before the first render for large frames on many cores.
+benchmark's frames (32×48) the hand-over costs more than the drawing. So the shared context, when it is made, asks Mesa
+for none (``LP_NUM_THREADS=0``: the calling thread draws) unless the environment already sets it: a twin frame 1.19 →
+0.84 ms, a real frame as before (quiet Xeon, one thread), the pixels the same bit for bit (docs/notebook/benchmark.md,
+"The servo loop in C"). Only a process that renders the benchmark sets it (importing this module does not: a LIBERO
+evaluation's renderer keeps Mesa's default); Mesa reads it once, when the process's first EGL display is made. Set
+``LP_NUM_THREADS`` yourself for large frames on many cores.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import atexit
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
-os.environ.setdefault("LP_NUM_THREADS", "0")  # llvmpipe draws on the calling thread (module docstring)
 
 import mujoco  # noqa: E402  (after MUJOCO_GL is set)
 from mujoco import gl_context  # noqa: E402
@@ -44,6 +45,7 @@ def shared_context():
     """The process's OpenGL context, made current (created on first use; None without a GL backend)."""
     global _CONTEXT
     if _CONTEXT is None and gl_context.GLContext is not None:
+        os.environ.setdefault("LP_NUM_THREADS", "0")  # llvmpipe draws on the calling thread (module docstring)
         _CONTEXT = gl_context.GLContext(*_CONTEXT_SIZE)
         atexit.register(_at_exit)  # after the backend's own exit handler, so it runs before it
     if _CONTEXT is not None:
