@@ -28,27 +28,24 @@ CPU = torch.device("cpu")  # what time_round_robin synchronises: the simulator r
 
 
 class _ArmTwin:
-    """The arm's twin alone (``scene.sim_xml``, the benchmark's tessellation) started where an episode starts, as
-    ``data.synthetic.twin`` starts it."""
+    """One episode's twin of the arm alone, started by the twin itself (``SyntheticTwin.start``: where ``data synth``
+    places the arm), with the names ``_drive`` reads."""
 
-    def __init__(self, ep):
-        from simforcing.data.synthetic.motions import ArmController
-        from simforcing.data.synthetic.offscreen import mujoco
-        from simforcing.data.synthetic.scene import ARM_JOINTS, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, MESH, sim_xml
-        from simforcing.data.synthetic.twin import INITIAL_IK_ITERS
+    def __init__(self, ep, twin_episode):
+        sim = twin_episode.sim
+        self.model, self.data, self.ctl, self.q = sim.model, twin_episode.data, sim.ctl, twin_episode.q
+        self.arm_act, self.finger_act, self.renderer = sim.arm_act, sim.finger_act, sim.renderer
+        self.motion, self.camera = ep.motion, twin_episode.camera
 
-        self.model = m = mujoco.MjModel.from_xml_string(sim_xml(MESH))
-        self.data, self.ctl = mujoco.MjData(m), ArmController(m)
-        self.arm_act = np.array([int(m.actuator(f"a_{j}").id) for j in ARM_JOINTS])
-        self.finger_act = np.array([int(m.actuator(f"a_{j}").id) for j in FINGER_JOINTS])
-        arm_adr = np.array([int(m.joint(j).qposadr[0]) for j in ARM_JOINTS])
-        finger_adr = np.array([int(m.joint(j).qposadr[0]) for j in FINGER_JOINTS])
-        mo = ep.motion
-        self.motion, self.camera = mo, ep.camera.to_mjv()
-        self.q = self.ctl.solve(np.array(HOME_Q), mo.pos[0], mo.rpy[0], iters=INITIAL_IK_ITERS)
-        self.data.qpos[arm_adr] = self.data.ctrl[self.arm_act] = self.q
-        self.data.qpos[finger_adr] = self.data.ctrl[self.finger_act] = mo.grip[0] * FINGER_TRAVEL
-        mujoco.mj_forward(m, self.data)
+
+def _arm_twins(twin, eps: list) -> list:
+    """The arm's twins of the episodes ``eps`` (``EpisodePhysics``), each at its start (its state, its scripted
+    target)."""
+    from simforcing.data.twin_episode import TwinEpisode
+
+    twin.start([TwinEpisode(ep.state(), ep.twin_record(), (ep.motion.pos[0], ep.motion.rpy[0], ep.motion.grip[0]))
+                for ep in eps])
+    return [_ArmTwin(ep, e) for ep, e in zip(eps, twin.episodes)]
 
 
 def _drive(sims: list, frame_fn: Callable, frames: int) -> None:
@@ -67,9 +64,11 @@ def _state(sims: list) -> np.ndarray:
 
 def bench_simulator(opts: BenchOptions, log: Callable[[str], None] = print) -> dict:
     from simforcing.data.synthetic.generate import EpisodePhysics, RealRenderer
-    from simforcing.data.synthetic.offscreen import SharedContextRenderer
     from simforcing.data.synthetic.scene import MESH
     from simforcing.data.synthetic.servo import servo_frame, stepped_servo_frame
+    from simforcing.data.synthetic.twin import SyntheticTwin
+
+    twin = SyntheticTwin(HEIGHT, WIDTH)  # the arm's twins of every round (one model, one renderer)
 
     n, frames, repeats = opts.sim_episodes, opts.sim_frames, opts.sim_repeats
     log(f"simulator: {n} episodes x {frames} frames, {repeats} rounds")
@@ -78,7 +77,7 @@ def bench_simulator(opts: BenchOptions, log: Callable[[str], None] = print) -> d
 
     def fresh(kind: str) -> list:
         eps = [EpisodePhysics(SEED, i, length) for i in range(n)]
-        return eps if kind == "real scene" else [_ArmTwin(e) for e in eps]
+        return eps if kind == "real scene" else _arm_twins(twin, eps)
 
     for kind in ("real scene", "arm twin"):
         made = {"servo": [], "stepped": []}  # the sims each round drives (made before it: not timed)
@@ -115,23 +114,23 @@ def bench_simulator(opts: BenchOptions, log: Callable[[str], None] = print) -> d
 
     # rendering: a real frame (colour + arm mask, as data synth renders it) and a twin frame, at each episode's start
     real = [(RealRenderer(ep.model, HEIGHT, WIDTH), ep) for ep in eps]
-    twins = [_ArmTwin(ep) for ep in eps]
-    twin_r = [(SharedContextRenderer(tw.model, HEIGHT, WIDTH), tw) for tw in twins]
+    twins = _arm_twins(twin, eps)
 
     def render_real() -> None:
         for r, ep in real:
             r.render(ep.data, ep.camera.to_mjv())
 
     def render_twin() -> None:
-        for r, tw in twin_r:
-            r.update_scene(tw.data, camera=tw.camera)
-            r.render()
+        for tw in twins:
+            tw.renderer.update_scene(tw.data, camera=tw.camera)
+            tw.renderer.render()
 
     try:
         t = time_round_robin({"real": render_real, "twin": render_twin}, opts.sim_render_repeats, 2, CPU)
     finally:
-        for r, _ in real + twin_r:
+        for r, _ in real:
             r.close()
+        twin.close()
     rows += [{"what": "render a real frame (colour + arm mask)", "unit": "frame", "ms": t["real"].median / n * 1e3},
              {"what": "render a twin frame", "unit": "frame", "ms": t["twin"].median / n * 1e3}]
     return {"episodes": n, "frames": frames, "repeats": repeats, "render_repeats": opts.sim_render_repeats,
