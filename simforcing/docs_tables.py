@@ -269,6 +269,30 @@ def render_estimate(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     return md.split("\n\nWhere the trials go")[0]  # placing trials by doubt: the estimate's own estimate.md
 
 
+def render_designs(paths: tuple[Path, ...], entry: Optional[str]) -> str:
+    """The coverage study under each truth (docs/real_trials_demo/designs.py): per estimate, design and n the worst
+    policy's coverage (PPI and the trials alone, and which policy), the mean widths, the trials saved and what the
+    predictor's within-policy ρ allows."""
+    body = _json(paths[0])
+    lines = ["| estimate | predictor | truth | n | worst coverage PPI (policy) | worst coverage trials only (policy) "
+             "| width PPI / trials only | trials saved (ρ allows) |", "|---|---|---|---|---|---|---|---|"]
+    short = {"scripted expert (ceiling)": "ceiling", "do nothing (floor)": "floor"}
+    name = lambda p: short.get(p, p.replace("scripted expert, noise ", "noise "))  # noqa: E731
+    try:
+        for r in body["rows"]:
+            truth = {"pool": "the pool's rate", "population": "the population's"}[r["design"]]
+            ideal = "—" if r["saved_ideal"] is None else f"{100 * r['saved_ideal']:.0f} %"
+            lines.append(
+                f"| {r['name']} | {r['predictor']} | {truth} | {r['n']} | {100 * r['coverage_ppi']:.1f} % "
+                f"({name(r['worst_ppi'])}) | {100 * r['coverage_ground_truth_only']:.1f} % "
+                f"({name(r['worst_ground_truth_only'])}) | {100 * r['width_ppi']:.1f} / "
+                f"{100 * r['width_ground_truth_only']:.1f} | {100 * r['saved']:.0f} % ({ideal}) |")
+    except (KeyError, TypeError, ValueError) as e:
+        raise TableError(f"{paths[0]}: not a designs record ({e!r}); record it with docs/real_trials_demo/designs.sh") \
+            from None
+    return "\n".join(lines)
+
+
 def _ci(v: Optional[float], ci: Optional[Sequence], nd: int = 2, signed: bool = False) -> str:
     v, ci = table_number(v), None if not ci else [table_number(x) for x in ci]
     if v is None:

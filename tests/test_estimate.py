@@ -20,7 +20,8 @@ from simforcing.policy.estimate.ppi import (PolicyTerms, active_mean, classical,
                                             empirical_bernstein,
                                             ppi_mean, ppi_terms, rank_intervals, sampling_probabilities,
                                             tuned_lambda, wilson)
-from simforcing.policy.estimate.estimate import saved_per_policy, within_policy_rho
+from simforcing.policy.estimate.estimate import (StudyPoint, ideal_saved, resample_scenes, saved_per_policy,
+                                                 within_policy_rho)
 from simforcing.policy.estimate.trials import read_trials, world_model_episodes
 from simforcing.policy.estimate.trust import Logistic, auroc, crossfit, episode_features
 
@@ -268,6 +269,63 @@ def test_within_policy_rho_is_the_mean_of_each_policys_pearson():
     assert within_policy_rho(keys[60:], values[60:], truth) is None
 
 
+def test_ideal_saving_is_what_ppi_with_the_known_lambda_saves_by_simulation():
+    """ρ² N / (N + n) against an independent computation: the variance of the rectified mean with λ* over many
+    simulated samples of a binary outcome and a noisy binary prediction, against the trials' own mean's."""
+    rng = np.random.default_rng(3)
+    n, big_n, p, flip, reps = 10, 50, 0.3, 0.1, 40000
+    y = rng.random((reps, n + big_n)) < p
+    f = np.where(rng.random(y.shape) < flip, ~y, y).astype(float)  # the prediction, wrong in 10 % of episodes
+    y = y.astype(float)
+    rho = np.corrcoef(y.ravel(), f.ravel())[0, 1]
+    lam = np.cov(y.ravel(), f.ravel())[0, 1] / ((1 + n / big_n) * f.var())
+    est = (y[:, :n] - lam * f[:, :n]).mean(1) + lam * f[:, n:].mean(1)
+    simulated = 1 - est.var() / y[:, :n].mean(1).var()
+    keys = [("a", "push", s) for s in range(n + big_n)]  # one pool of the same law, large enough to fix ρ
+    assert rho ** 2 * big_n / (big_n + n) == pytest.approx(simulated, abs=0.02)
+    truth = {k: bool(v) for k, v in zip(keys, y[0])}
+    got = ideal_saved(keys, f[0], truth, n)["a"]
+    r = np.corrcoef(y[0], f[0])[0, 1]
+    assert got == pytest.approx(r * r * big_n / (big_n + n))
+    pinned = {k: True for k in keys}  # a policy whose truth does not vary saves nothing
+    assert ideal_saved(keys, f[0], pinned, n) == {"a": 0.0}
+
+
+def test_a_resampled_pool_keeps_each_scenes_episodes_together():
+    keys = [(p, t, s) for p in ("a", "b") for t in ("push", "reach") for s in range(5)]
+    truth = {k: bool((hash(k) >> 3) % 2) for k in keys}
+    from simforcing.policy.estimate.trials import WorldModelEpisodes
+
+    feats = np.arange(len(keys), dtype=float)[:, None] * np.ones((1, 3))
+    wm = WorldModelEpisodes(keys, feats, np.array([truth[k] for k in keys]), True, "x", None)
+    pool, pool_truth = resample_scenes(wm, truth, np.random.default_rng(0))
+    assert len(pool.keys) == len(keys) and set(pool_truth) == set(pool.keys)
+    scenes = list(dict.fromkeys(k[1:] for k in keys))
+    for j in range(len(scenes)):  # position j: one drawn scene, every policy's episode of it
+        rows = [i for i, k in enumerate(pool.keys) if k[2] == j]
+        assert [pool.keys[i][0] for i in rows] == ["a", "b"]
+        a, b = (keys[int(pool.features[i, 0])] for i in rows)
+        assert a[1:] == b[1:] and pool.keys[rows[0]][1] == a[1]
+        assert [pool_truth[pool.keys[i]] for i in rows] == [truth[a], truth[b]]
+        assert [bool(pool.verdicts[i]) for i in rows] == [truth[a], truth[b]]
+        assert [pool.scene_of(i) for i in rows] == [a[1:], a[1:]]  # its origin: the cross-fitting's fold
+    assert wm.keys == keys and (wm.features[:, 0] == np.arange(len(keys))).all()  # the original untouched
+
+
+def test_a_study_point_reads_its_design_and_ideal_or_the_defaults_of_an_older_record():
+    body = {"n": 10, "draws": 4, "coverage": {"a": {"ppi": 1.0}}, "width": {"a": {"ppi": 0.2}}, "saved": 0.3,
+            "pearson_ppi": None, "pearson_ground_truth_only": None, "pearson_world_model": None,
+            "trust_auroc": None}
+    old = StudyPoint.from_json(body)
+    assert old.design == "pool" and old.saved_ideal is None
+    new = StudyPoint.from_json({**body, "design": "population", "saved_ideal": 0.5})
+    assert new.design == "population" and new.saved_ideal == 0.5
+    assert StudyPoint.from_json(new.to_json()) == new
+    from simforcing.result_files import MalformedResult
+    with pytest.raises(MalformedResult, match="field 'design' must be one of pool, population"):
+        StudyPoint.from_json({**body, "design": "superpopulation"})
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Evaluations whose truth is known: the trial file and the command
 # ----------------------------------------------------------------------------------------------------------------------
@@ -364,6 +422,61 @@ def test_estimate_from_a_simulator_evaluation_and_from_trials(known_pool, tmp_pa
         run_estimate(tmp_path / "trials.csv", root / "wm", draws=5)
     with pytest.raises(ConfigError, match="a world-model evaluation"):
         run_estimate(root / "sim", root / "sim")
+
+
+def test_the_population_design_checks_the_populations_rate(known_pool, tmp_path):
+    """``--study-design population``: each draw a fresh pool of scenes drawn with replacement, every interval checked
+    against the original pool's rate (the population's); the pool design's figures unchanged by the option."""
+    root, truth = known_pool
+    _, pool = run_estimate(root / "sim", root / "wm", None, n=10, draws=30, study_ns=(10,), predictor="verdict")
+    _, again = run_estimate(root / "sim", root / "wm", None, n=10, draws=30, study_ns=(10,), predictor="verdict",
+                            design="pool")
+    assert pool[0].to_json() == again[0].to_json() and pool[0].design == "pool"
+    _, popu = run_estimate(root / "sim", root / "wm", tmp_path / "pop", n=10, draws=30, study_ns=(10,),
+                           predictor="verdict", design="population")
+    assert popu[0].design == "population" and popu[0].width != pool[0].width
+    assert 0 < popu[0].saved_ideal < 1 and 0 < pool[0].saved_ideal < 1
+    body = json.loads((tmp_path / "pop" / "estimate.json").read_text())
+    assert body["inputs"]["study_design"] == "population" and body["study"][0]["design"] == "population"
+    assert "taken as the population's" in (tmp_path / "pop" / "estimate.md").read_text()
+    # one draw by hand: the resampled pool, its labelled scenes, each interval checked against the original pool's
+    # rate (the population's), not the resampled pool's
+    from simforcing.policy.estimate.estimate import draw_labelled, estimate_policies
+    _, one = run_estimate(root / "sim", root / "wm", None, n=10, draws=1, study_ns=(10,), predictor="verdict",
+                          design="population")
+    wm = world_model_episodes(root / "wm")
+    rng = np.random.default_rng(10)  # study_point's seed: seed + n
+    p2, t2 = resample_scenes(wm, truth, rng)
+    res = estimate_policies(p2, t2, draw_labelled(p2, 10, rng), "verdict", truth_known=True, differences=False)
+    moved = 0
+    for name, est in res.policies.items():
+        population = np.mean([v for k, v in truth.items() if k[0] == name])
+        moved += est.average.truth != pytest.approx(population)
+        for kind in ("ppi", "ground_truth_only"):
+            assert one[0].coverage[name][kind] == float(getattr(est.average, kind).covers(population))
+    assert moved  # the resampled pool's rates are not the population's
+    with pytest.raises(ConfigError, match="--study-design: got 'bootstrap'"):
+        run_estimate(root / "sim", root / "wm", draws=2, design="bootstrap")
+    with pytest.raises(ConfigError, match="--study-design: the coverage study's design is used with --draws"):
+        run_estimate(root / "sim", root / "wm", design="population")
+
+
+def test_the_population_designs_trials_only_coverage_is_the_exact_binomial_one(known_pool):
+    """An independent check of the population design: ten trials drawn from a population of rate p, the Wilson
+    interval's coverage is Σ_k Binom(k; 10, p) [p ∈ Wilson(k)] — the study must find it within its draws' error; the
+    pool design (the labelled a sixth of what is estimated) finds more."""
+    root, truth = known_pool
+    draws = 400
+    _, popu = run_estimate(root / "sim", root / "wm", None, n=10, draws=draws, study_ns=(10,), predictor="verdict",
+                           design="population")
+    _, pool = run_estimate(root / "sim", root / "wm", None, n=10, draws=draws, study_ns=(10,), predictor="verdict")
+    for name in ("fair", "poor"):
+        p = np.mean([v for k, v in truth.items() if k[0] == name])
+        exact = sum(stats.binom.pmf(k, 10, p) for k in range(11) if wilson(k, 10)[0] <= p <= wilson(k, 10)[1])
+        got = popu[0].coverage[name]["ground_truth_only"]
+        assert got == pytest.approx(exact, abs=3 * math.sqrt(exact * (1 - exact) / draws))
+    assert np.mean([pool[0].coverage[p]["ground_truth_only"] for p in ("fair", "poor")]) > \
+        np.mean([popu[0].coverage[p]["ground_truth_only"] for p in ("fair", "poor")])
 
 
 def test_malformed_world_model_episodes_are_named(known_pool, tmp_path):

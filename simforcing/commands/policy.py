@@ -344,6 +344,11 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
                         "this many draws of the labelled scenes and measure coverage (0: none)")
     parser.add_argument("--study-n", type=int, nargs="+", default=None, help="with --draws: the coverage study's n "
                         "values, each fewer than the evaluation's scenes (default: those of 5 10 20 40 that are)")
+    parser.add_argument("--study-design", default="pool", choices=("pool", "population"),
+                        help="with --draws: the truth each interval must hold — pool: the rate over the evaluation's "
+                             "scenes (the labelled drawn from them); population: the rate of the population they "
+                             "sample, each draw a fresh pool of scenes drawn with replacement (what a user's robot "
+                             "faces; the pool design flatters every interval)")
     parser.add_argument("--policies", nargs="+", default=None, metavar="NAME",
                         help="the policies to estimate, as the world-model evaluation names them (default: all; the "
                              "trials of the others are not used)")
@@ -369,7 +374,7 @@ def estimate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
     res, study = run_estimate(args.ground_truth, args.wm_eval, args.out, args.n, args.draws, args.study_n,
                               args.predictor, args.alpha, args.seed, policies=args.policies,
-                              min_trials=args.min_trials)
+                              min_trials=args.min_trials, design=args.study_design)
     print((Path(args.out) / "estimate.md").read_text().rstrip())
     print(f"wrote {Path(args.out) / 'estimate.json'}, estimate.md, episodes.csv, estimates.png"
           + (", coverage.png" if study else ""))

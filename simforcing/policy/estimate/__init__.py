@@ -10,8 +10,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from simforcing.errors import ConfigError
-from simforcing.policy.estimate.estimate import (KINEMATIC, PREDICTORS, EstimateResult, StudyPoint, coverage_study,
-                                                 draw_labelled, estimate_policies)
+from simforcing.policy.estimate.estimate import (DESIGNS, KINEMATIC, PREDICTORS, EstimateResult, StudyPoint,
+                                                 coverage_study, draw_labelled, estimate_policies)
 from simforcing.policy.estimate.ppi import MIN_TUNED_TRIALS
 from simforcing.policy.estimate.trials import HAND_TASKS, WorldModelEpisodes, ground_truth, world_model_episodes
 
@@ -53,12 +53,14 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
                  predictor: Optional[str] = None, alpha: float = 0.05, seed: int = 0,
                  progress: Callable[[str], None] = print,
                  policies: Optional[Sequence[str]] = None,
-                 min_trials: int = MIN_TUNED_TRIALS) -> tuple[EstimateResult, list[StudyPoint]]:
+                 min_trials: int = MIN_TUNED_TRIALS,
+                 design: str = "pool") -> tuple[EstimateResult, list[StudyPoint]]:
     """The prediction-powered estimate of the policies of the world-model evaluation ``wm_eval`` (``policies``, or
     all) from the ground truth ``ground_truth_source`` — a trial file (its trials labelled) or a simulator
     evaluation of the same scenes (``n`` scenes, default 10, drawn with ``seed`` labelled for every policy; with
     ``draws`` > 0 also the coverage study over ``study_ns``: each fewer than the evaluation's scenes, by default those
-    of ``STUDY_NS`` that are) — written to ``out`` when given (``policy.estimate.report``). ``predictor``: learned
+    of ``STUDY_NS`` that are; ``design``: the truth its intervals must hold, the pool's rate or its population's —
+    ``estimate.study_point``) — written to ``out`` when given (``policy.estimate.report``). ``predictor``: learned
     (the default where the episodes hold per-frame readings, else verdict, with a note) or verdict. A rate with fewer
     than ``min_trials`` ground-truth trials is the trials' own (λ = 0; ``ppi``'s docstring), said in a note for a
     policy's. Every argument —
@@ -78,6 +80,10 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
     study_ns = None if study_ns is None else [_integer("--study-n", v, 2) for v in study_ns]
     if study_ns is not None and not draws:
         raise ConfigError("--study-n: the coverage study's n values are used with --draws N > 0 only")
+    if design not in DESIGNS:
+        raise ConfigError(f"--study-design: got {design!r}; expected one of {', '.join(DESIGNS)}")
+    if design != "pool" and not draws:
+        raise ConfigError("--study-design: the coverage study's design is used with --draws N > 0 only")
     if predictor is not None and predictor not in PREDICTORS:
         raise ConfigError(f"--predictor: got {predictor!r}; expected one of {', '.join(PREDICTORS)}")
     wm = world_model_episodes(wm_eval, policies=policies)
@@ -105,11 +111,12 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
                      "intervals are the trials' own (λ = 0) — from a handful of trials the world model's weight "
                      "cannot be estimated reliably and its interval runs short; run more trials")
     res.notes = notes
-    study = (coverage_study(wm, gt.truth, study_ns, draws, predictor, alpha, seed, progress, min_trials) if draws
-             else [])
+    study = (coverage_study(wm, gt.truth, study_ns, draws, predictor, alpha, seed, progress, min_trials, design)
+             if draws else [])
     if out is not None:
         inputs = {"ground_truth": str(ground_truth_source), "wm_eval": str(wm_eval), "n": n, "seed": seed,
-                  "draws": draws, "min_trials": min_trials, "world_model": wm.evaluation.wm, "readings": wm.readings,
+                  "draws": draws, "study_design": design, "min_trials": min_trials, "world_model": wm.evaluation.wm,
+                  "readings": wm.readings,
                   "policies": wm.policies}
         with results_folder(out, "--out", "an estimate", ESTIMATE_FILES) as tmp:
             write_estimate(res, study, tmp, inputs)

@@ -25,7 +25,7 @@ also on every unlabelled one). With a simulator evaluation as ground truth the t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -39,6 +39,8 @@ from simforcing.policy.estimate.trust import FEATURES, auroc, crossfit, trust_sc
 
 PREDICTORS = ("learned", "verdict", "twin", "hand", "actions")
 KINEMATIC = {"hand": "world model", "actions": "stay"}  # predictor -> what says where the objects go
+# the coverage study's truth (``study_point``): the pool's own rate, or the rate of the population it stands for
+DESIGNS = ("pool", "population")
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
     lab = np.asarray(labelled, int)
     unl = np.setdiff1d(np.arange(len(wm.keys)), lab)
     y = np.array([truth[wm.keys[i]] for i in lab], float)
-    groups = [wm.keys[i][1:] for i in lab]  # (task, scene): one scene's episodes of every policy in one fold
+    groups = [wm.scene_of(i) for i in lab]  # (task, scene): one scene's episodes of every policy in one fold
     if len(set(groups)) < 2:  # a model fitted without the only scene would be fitted on nothing
         raise ConfigError(f"--predictor learned: the trials are all of one scene ({len(lab)} trial(s)); its "
                           "cross-fitting needs trials of at least 2 scenes — add trials, or use --predictor verdict")
@@ -256,11 +258,13 @@ class StudyPoint:
     trust_auroc: Optional[float]
     rho_verdict: Optional[float] = None
     rho_predictor: Optional[float] = None
+    saved_ideal: Optional[float] = None  # what the predictor's ρ allows (:func:`ideal_saved`); None: not recorded
+    design: str = "pool"  # the truth the coverage is checked against (``DESIGNS``, :func:`study_point`)
 
     def to_json(self) -> dict:
-        return {"n": self.n, "draws": self.draws, "coverage": self.coverage, "width": self.width,
-                "saved": self.saved, "pearson_ppi": self.pearson_ppi,
-                "pearson_ground_truth_only": self.pearson_ground_truth_only,
+        return {"n": self.n, "draws": self.draws, "design": self.design, "coverage": self.coverage,
+                "width": self.width, "saved": self.saved, "saved_ideal": self.saved_ideal,
+                "pearson_ppi": self.pearson_ppi, "pearson_ground_truth_only": self.pearson_ground_truth_only,
                 "pearson_world_model": self.pearson_world_model, "trust_auroc": self.trust_auroc,
                 "rho_verdict": self.rho_verdict, "rho_predictor": self.rho_predictor}
 
@@ -290,9 +294,54 @@ class StudyPoint:
             raise MalformedResult(f"fields 'n' and 'draws' must be integers >= 1; got {counts}")
         if stat("saved") is None:
             raise MalformedResult("field 'saved' must be a finite number; got null")
+        design = typed(d, "design", "str", default="pool")  # a study recorded before the field: the pool's truth
+        if design not in DESIGNS:
+            raise MalformedResult(f"field 'design' must be one of {', '.join(DESIGNS)}; got {design!r}")
         return cls(counts["n"], counts["draws"], unit_table("coverage"), unit_table("width"), stat("saved"),
                    *(stat(k) for k in ("pearson_ppi", "pearson_ground_truth_only", "pearson_world_model",
-                                       "trust_auroc", "rho_verdict", "rho_predictor")))
+                                       "trust_auroc", "rho_verdict", "rho_predictor", "saved_ideal")), design)
+
+
+def ideal_saved(keys: Sequence[Key], values: np.ndarray, truth: dict[Key, bool], n: int) -> dict[str, float]:
+    """Per policy, the share of its ground-truth trials a predictor with these ``values`` (E,) saves at n labelled
+    episodes when λ and the variances are known: ρ² N / (N + n), ρ its within-policy correlation with the truth over
+    the pool's episodes and N = the policy's episodes − n the unlabelled ones. From PPI's variance, (Var(y) −
+    2λ Cov(y, f) + λ² Var(f)) / n + λ² Var(f) / N, least at λ* (``ppi.tuned_lambda``): (1 − ρ² N / (N + n)) Var(y) / n
+    against the trials' Var(y) / n. Even a perfect predictor (ρ = 1) leaves n / (N + n) — the unlabelled episodes
+    are a sample too — and a policy whose truth or predictions do not vary (pinned at 0 or 1) saves 0."""
+    out = {}
+    v = np.asarray(values, float)
+    for policy in dict.fromkeys(k[0] for k in keys):
+        idx = [i for i, k in enumerate(keys) if k[0] == policy]
+        r = pearson(np.array([truth[keys[i]] for i in idx], float), v[idx])
+        big_n = len(idx) - n
+        out[policy] = float(r * r * big_n / (big_n + n)) if np.isfinite(r) and big_n > 0 else 0.0
+    return out
+
+
+def resample_scenes(wm: WorldModelEpisodes, truth: dict[Key, bool],
+                    rng: np.random.Generator) -> tuple[WorldModelEpisodes, dict[Key, bool]]:
+    """A pool of as many scenes as ``wm``'s, each (task, scene) drawn with replacement from it — every policy's
+    episode of a drawn scene with it, the scene renumbered by its place in the draw (a scene drawn twice is two
+    keys, one origin: ``WorldModelEpisodes.origins``): a fresh sample of the population the pool stands for (the
+    bootstrap's), and its truth."""
+    scenes = list(dict.fromkeys(k[1:] for k in wm.keys))
+    drawn = rng.integers(0, len(scenes), len(scenes))
+    index = wm.index()
+    rows, keys, new_truth = [], [], {}
+    for policy in wm.policies:
+        for j, s in enumerate(drawn):
+            key = (policy,) + scenes[s]
+            if key not in index:
+                continue
+            new = (policy, key[1], j)
+            rows.append(index[key])
+            keys.append(new)
+            new_truth[new] = truth[key]
+    rows = np.array(rows, int)
+    origins = tuple(wm.scene_of(i) for i in rows)  # a scene drawn twice stays one scene for the cross-fitting
+    return (replace(wm, keys=keys, features=wm.features[rows], verdicts=wm.verdicts[rows], origins=origins),
+            new_truth)
 
 
 def within_policy_rho(keys: Sequence[Key], values: np.ndarray, truth: dict[Key, bool]) -> Optional[float]:
@@ -333,41 +382,54 @@ def sampled_estimates(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, rn
 
 def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: int, predictor: str = "learned",
                 alpha: float = 0.05, seed: int = 0, progress: Callable[[str], None] = lambda s: None,
-                min_trials: int = MIN_TUNED_TRIALS) -> StudyPoint:
-    """:func:`estimate_policies` over ``draws`` random draws of ``n`` labelled scenes (module docstring)."""
+                min_trials: int = MIN_TUNED_TRIALS, design: str = "pool") -> StudyPoint:
+    """:func:`estimate_policies` over ``draws`` random draws of ``n`` labelled scenes (module docstring). ``design``:
+    what each interval must hold. ``pool``: the pool's own rate — its ``n`` labelled scenes drawn without replacement
+    from its scenes, the unlabelled ones the rest; the rate of those scenes is what is estimated. ``population``: the
+    rate of the population the pool is a sample of (a policy's success on the task, what a user asks) — each draw
+    first draws a pool of as many scenes with replacement (:func:`resample_scenes`), its truth the pool's rate, so
+    the unlabelled episodes' own sampling error counts as it does on a user's robot; the learned predictor's
+    cross-fitting keeps a scene drawn twice in one fold (else it would be fitted on a copy of what it predicts). The pool design flatters every
+    interval (the labelled scenes are a sixth of what is estimated at n = 10 of 60) and PPI's most (its unlabelled
+    term's error is part of the truth)."""
+    if design not in DESIGNS:
+        raise ConfigError(f"--study-design: got {design!r}; expected one of {', '.join(DESIGNS)}")
     rng = np.random.default_rng(seed)
     kinds = KINDS + SAMPLING
     hits = {p: {k: 0 for k in kinds} for p in wm.policies}
     widths = {p: {k: [] for k in kinds} for p in wm.policies}
-    r_ppi, r_gt, aurocs, rho_pred = [], [], [], []
-    truths = raw = None
+    r_ppi, r_gt, aurocs, rho_pred, ideal = [], [], [], [], []
+    idx = {p: [i for i, k in enumerate(wm.keys) if k[0] == p] for p in wm.policies}
+    truths = np.array([np.mean([truth[wm.keys[i]] for i in idx[p]]) for p in wm.policies])
+    raw = np.array([np.mean(wm.verdicts[idx[p]]) for p in wm.policies])
     for d in range(draws):
-        res = estimate_policies(wm, truth, draw_labelled(wm, n, rng), predictor, alpha, seed=d, truth_known=True,
-                                differences=False, min_trials=min_trials)
-        if truths is None:
-            truths = np.array([res.policies[p].average.truth for p in wm.policies])
-            raw = np.array([res.policies[p].average.world_model for p in wm.policies])
-        sampled = sampled_estimates(wm, truth, n, rng, alpha)
-        for p in wm.policies:
+        pool, pool_truth = resample_scenes(wm, truth, rng) if design == "population" else (wm, truth)
+        res = estimate_policies(pool, pool_truth, draw_labelled(pool, n, rng), predictor, alpha, seed=d,
+                                truth_known=True, differences=False, min_trials=min_trials)
+        sampled = sampled_estimates(pool, pool_truth, n, rng, alpha)
+        for p, target in zip(wm.policies, truths):
             avg = res.policies[p].average
             for k in kinds:
                 est: Estimate = getattr(avg, k) if k in KINDS else sampled[p][k]
-                hits[p][k] += est.covers(avg.truth)
+                hits[p][k] += est.covers(target)
                 widths[p][k].append(est.width)
         r_ppi.append(pearson(truths, [res.policies[p].average.ppi.estimate for p in wm.policies]))
         r_gt.append(pearson(truths, [res.policies[p].average.ground_truth_only.estimate for p in wm.policies]))
         if res.trust_auroc_unlabelled is not None:
             aurocs.append(res.trust_auroc_unlabelled)
-        rho = within_policy_rho(wm.keys, np.array([row["p_success"] for row in res.episodes]), truth)
+        p_success = np.array([row["p_success"] for row in res.episodes])
+        rho = within_policy_rho(pool.keys, p_success, pool_truth)
         if rho is not None:
             rho_pred.append(rho)
+        ideal.append(np.mean(list(ideal_saved(pool.keys, p_success, pool_truth, n).values())))
         if (d + 1) % 50 == 0:
             progress(f"n = {n}: {d + 1}/{draws} draws")
     width = {p: {k: float(np.mean(v)) for k, v in w.items()} for p, w in widths.items()}
     return StudyPoint(n, draws, {p: {k: h / draws for k, h in c.items()} for p, c in hits.items()}, width,
                       float(np.mean(list(saved_per_policy(width).values()))), _defined_mean(r_ppi), _defined_mean(r_gt),
                       _defined_mean([pearson(truths, raw)]), float(np.mean(aurocs)) if aurocs else None,
-                      within_policy_rho(wm.keys, wm.soft, truth), float(np.mean(rho_pred)) if rho_pred else None)
+                      within_policy_rho(wm.keys, wm.soft, truth), float(np.mean(rho_pred)) if rho_pred else None,
+                      float(np.mean(ideal)) if ideal else None, design)
 
 
 def saved_per_policy(width: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -386,8 +448,9 @@ def _defined_mean(values: Sequence[float]) -> Optional[float]:
 
 def coverage_study(wm: WorldModelEpisodes, truth: dict[Key, bool], ns: Sequence[int], draws: int = 200,
                    predictor: str = "learned", alpha: float = 0.05, seed: int = 0,
-                   progress: Callable[[str], None] = print, min_trials: int = MIN_TUNED_TRIALS) -> list[StudyPoint]:
+                   progress: Callable[[str], None] = print, min_trials: int = MIN_TUNED_TRIALS,
+                   design: str = "pool") -> list[StudyPoint]:
     """:func:`study_point` for every n of ``ns`` (those the pool allows: fewer than its scenes)."""
     scenes = len({k[1:] for k in wm.keys})
-    return [study_point(wm, truth, n, draws, predictor, alpha, seed + n, progress, min_trials) for n in ns
+    return [study_point(wm, truth, n, draws, predictor, alpha, seed + n, progress, min_trials, design) for n in ns
             if 2 <= n < scenes]

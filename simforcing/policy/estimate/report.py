@@ -71,10 +71,20 @@ def estimate_markdown(res: EstimateResult, study: Sequence[StudyPoint] = (), inp
     return "\n".join(lines)
 
 
+def _ideal(saved_ideal: Optional[float]) -> str:
+    return "" if saved_ideal is None else f" ({100 * saved_ideal:.0f} %)"
+
+
 def study_markdown(study: Sequence[StudyPoint]) -> str:
+    population = any(s.design == "population" for s in study)
+    truth = ("the simulator's rate over the whole pool, taken as the population's: each draw a fresh pool of as many "
+             "scenes drawn from it with replacement" if population else "the simulator's rate over the whole pool")
+    ideal = any(s.saved_ideal is not None for s in study)
     lines = ["Coverage study: over the draws of n labelled scenes (the same for every policy), how often each "
-             "policy's 95 % interval holds its truth (the simulator's rate over the whole pool), min over policies; "
-             "mean widths; trials saved at equal width; Pearson of the estimates with the truth.", "",
+             f"policy's 95 % interval holds its truth ({truth}), min over policies; "
+             "mean widths; trials saved at equal width"
+             + (" (in brackets, what the predictor's within-policy ρ allows with λ known: ρ² N / (N + n) per "
+                "policy)" if ideal else "") + "; Pearson of the estimates with the truth.", "",
              "| n | draws | coverage PPI (min) | coverage ground truth only (min) | width PPI "
              "| width ground truth only "
              "| trials saved | Pearson PPI / ground truth only / world model raw | trust AUROC "
@@ -86,7 +96,7 @@ def study_markdown(study: Sequence[StudyPoint]) -> str:
         w_ppi = np.mean([w["ppi"] for w in s.width.values()])
         w_gt = np.mean([w["ground_truth_only"] for w in s.width.values()])
         lines.append(f"| {s.n} | {s.draws} | {100 * cov_ppi:.1f} % | {100 * cov_gt:.1f} % | {100 * w_ppi:.1f} | "
-                     f"{100 * w_gt:.1f} | {100 * s.saved:.0f} % | {fmt_num(s.pearson_ppi, 2)} / "
+                     f"{100 * w_gt:.1f} | {100 * s.saved:.0f} %{_ideal(s.saved_ideal)} | {fmt_num(s.pearson_ppi, 2)} / "
                      f"{fmt_num(s.pearson_ground_truth_only, 2)} / {fmt_num(s.pearson_world_model, 2)} | "
                      f"{fmt_num(s.trust_auroc, 2)} | {fmt_num(s.rho_verdict, 2)} / {fmt_num(s.rho_predictor, 2)} |")
     if all("sampled_by_doubt" in next(iter(s.coverage.values())) for s in study):

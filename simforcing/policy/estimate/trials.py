@@ -63,9 +63,16 @@ class WorldModelEpisodes:
     without_readings: int = 0  # episodes that hold no per-frame readings
     twin: bool = False  # every episode holds a full-scene twin's own verdict (``EpisodeOutcome.twin_verdicts``)
     gaps: bool = False  # every episode holds the commanded hand's distance per frame (``frame_gap_mm``)
+    # the (task, scene) of the evaluation each episode is (a resampled pool's, ``estimate.resample_scenes``, where a
+    # scene drawn twice is two keys but one scene); None: each key's own
+    origins: Optional[tuple[tuple[str, int], ...]] = None
 
     def index(self) -> dict[Key, int]:
         return {k: i for i, k in enumerate(self.keys)}
+
+    def scene_of(self, i: int) -> tuple[str, int]:
+        """The (task, scene) episode ``i`` was run on — what cross-fitting keeps in one fold."""
+        return self.keys[i][1:] if self.origins is None else self.origins[i]
 
     @property
     def soft(self) -> np.ndarray:
