@@ -364,6 +364,10 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-trials", type=int, default=10, help="ground-truth trials a policy (or a task) needs "
                         "before the world model may narrow its interval; below, the trials' own interval (from a "
                         "handful the weight cannot be estimated and the interval runs short: docs/POLICY_EVALUATION.md)")
+    parser.add_argument("--disagreement-prior", type=float, default=None, help="pseudo-episodes of disagreement "
+                        "each way (default 0.1) that the interval's correlation of outcomes and predictions counts: ten trials "
+                        "often hold none of a good predictor's rare errors, and the interval would run short "
+                        "(docs/POLICY_EVALUATION.md; 0: the trials' own correlation)")
     parser.add_argument("--seed", type=int, default=0, help="the draw of the labelled scenes and of the folds "
                         "(an integer >= 0)")
 
@@ -374,7 +378,7 @@ def estimate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
     res, study = run_estimate(args.ground_truth, args.wm_eval, args.out, args.n, args.draws, args.study_n,
                               args.predictor, args.alpha, args.seed, policies=args.policies,
-                              min_trials=args.min_trials, design=args.study_design)
+                              min_trials=args.min_trials, design=args.study_design, prior=args.disagreement_prior)
     print((Path(args.out) / "estimate.md").read_text().rstrip())
     print(f"wrote {Path(args.out) / 'estimate.json'}, estimate.md, episodes.csv, estimates.png"
           + (", coverage.png" if study else ""))

@@ -4,6 +4,7 @@ coverage study (``estimate``), the files (``report``); ``run_estimate`` is what 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -12,7 +13,7 @@ import numpy as np
 from simforcing.errors import ConfigError
 from simforcing.policy.estimate.estimate import (DESIGNS, KINEMATIC, PREDICTORS, EstimateResult, StudyPoint,
                                                  coverage_study, draw_labelled, estimate_policies)
-from simforcing.policy.estimate.ppi import MIN_TUNED_TRIALS
+from simforcing.policy.estimate.ppi import DISAGREEMENT_PRIOR, MIN_TUNED_TRIALS
 from simforcing.policy.estimate.trials import HAND_TASKS, WorldModelEpisodes, ground_truth, world_model_episodes
 
 STUDY_NS = (5, 10, 20, 40)
@@ -53,8 +54,8 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
                  predictor: Optional[str] = None, alpha: float = 0.05, seed: int = 0,
                  progress: Callable[[str], None] = print,
                  policies: Optional[Sequence[str]] = None,
-                 min_trials: int = MIN_TUNED_TRIALS,
-                 design: str = "pool") -> tuple[EstimateResult, list[StudyPoint]]:
+                 min_trials: int = MIN_TUNED_TRIALS, design: str = "pool",
+                 prior: Optional[float] = None) -> tuple[EstimateResult, list[StudyPoint]]:
     """The prediction-powered estimate of the policies of the world-model evaluation ``wm_eval`` (``policies``, or
     all) from the ground truth ``ground_truth_source`` — a trial file (its trials labelled) or a simulator
     evaluation of the same scenes (``n`` scenes, default 10, drawn with ``seed`` labelled for every policy; with
@@ -63,7 +64,8 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
     ``estimate.study_point``) — written to ``out`` when given (``policy.estimate.report``). ``predictor``: learned
     (the default where the episodes hold per-frame readings, else verdict, with a note) or verdict. A rate with fewer
     than ``min_trials`` ground-truth trials is the trials' own (λ = 0; ``ppi``'s docstring), said in a note for a
-    policy's. Every argument —
+    policy's; ``prior``: the pseudo-episodes of disagreement each way that the interval's correlation counts
+    (None: ``ppi.DISAGREEMENT_PRIOR``). Every argument —
     ``out`` too (``outputs.check_results_folder``: a folder of other files or another command's results is refused)
     — is checked before anything is read or computed; ``out`` is written whole, replacing an earlier estimate there
     (``outputs.results_folder``); what was chosen or passed over is in the result's ``notes``."""
@@ -82,6 +84,10 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
         raise ConfigError("--study-n: the coverage study's n values are used with --draws N > 0 only")
     if design not in DESIGNS:
         raise ConfigError(f"--study-design: got {design!r}; expected one of {', '.join(DESIGNS)}")
+    prior = DISAGREEMENT_PRIOR if prior is None else prior
+    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not math.isfinite(prior) or prior < 0:
+        raise ConfigError(f"--disagreement-prior: got {prior!r}; expected a number >= 0 (pseudo-episodes of "
+                          f"disagreement each way; default {DISAGREEMENT_PRIOR}, 0: the sample's own correlation)")
     if design != "pool" and not draws:
         raise ConfigError("--study-design: the coverage study's design is used with --draws N > 0 only")
     if predictor is not None and predictor not in PREDICTORS:
@@ -103,7 +109,7 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
         labelled = draw_labelled(wm, n, np.random.default_rng(seed))
         study_ns = _study_ns(study_ns, wm)
     res = estimate_policies(wm, gt.truth, labelled, predictor, alpha, seed=seed, truth_known=gt.simulator is not None,
-                            min_trials=min_trials)
+                            min_trials=min_trials, prior=prior)
     few = {p: e.average.ppi.n for p, e in res.policies.items() if e.average.ppi.n < min_trials}
     if few:
         notes.append(f"fewer than --min-trials {min_trials} ground-truth trials for {len(few)} polic"
@@ -111,11 +117,12 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
                      "intervals are the trials' own (λ = 0) — from a handful of trials the world model's weight "
                      "cannot be estimated reliably and its interval runs short; run more trials")
     res.notes = notes
-    study = (coverage_study(wm, gt.truth, study_ns, draws, predictor, alpha, seed, progress, min_trials, design)
-             if draws else [])
+    study = (coverage_study(wm, gt.truth, study_ns, draws, predictor, alpha, seed, progress, min_trials, design,
+                            prior) if draws else [])
     if out is not None:
         inputs = {"ground_truth": str(ground_truth_source), "wm_eval": str(wm_eval), "n": n, "seed": seed,
-                  "draws": draws, "study_design": design, "min_trials": min_trials, "world_model": wm.evaluation.wm,
+                  "draws": draws, "study_design": design, "min_trials": min_trials,
+                  "disagreement_prior": prior, "world_model": wm.evaluation.wm,
                   "readings": wm.readings,
                   "policies": wm.policies}
         with results_folder(out, "--out", "an estimate", ESTIMATE_FILES) as tmp:

@@ -32,7 +32,7 @@ import numpy as np
 
 from simforcing.errors import ConfigError
 from simforcing.policy.agreement.statistics import pearson
-from simforcing.policy.estimate.ppi import (MIN_TUNED_TRIALS, Estimate, PolicyTerms, active_mean, classical,
+from simforcing.policy.estimate.ppi import (DISAGREEMENT_PRIOR, MIN_TUNED_TRIALS, Estimate, PolicyTerms, active_mean, classical,
                                             difference, ppi_mean, ppi_terms, rank_intervals, sampling_probabilities)
 from simforcing.policy.estimate.trials import Key, WorldModelEpisodes
 from simforcing.policy.estimate.trust import FEATURES, auroc, crossfit, trust_scores, unsupervised_doubt
@@ -136,11 +136,11 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
     return p
 
 
-def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha, min_n) -> RateEstimates:
+def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha, min_n, prior) -> RateEstimates:
     return RateEstimates(
         world_model=float(np.mean(wm_all)), episodes=len(wm_all),
         ground_truth_only=classical(y_lab, alpha, "clt"), ppi=ppi_mean(y_lab, f_lab, f_unl, alpha, "clt",
-                                                                       min_n=min_n),
+                                                                       min_n=min_n, prior=prior),
         ground_truth_only_finite=classical(y_lab, alpha, "finite"),
         ppi_finite=ppi_mean(y_lab, v_lab, v_unl, alpha, "finite"),
         truth=None if truth_all is None else float(np.mean(truth_all)))
@@ -149,11 +149,12 @@ def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha, min_n) -
 def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_keys: Sequence[Key],
                       predictor: str = "learned", alpha: float = 0.05, folds: int = 5, seed: int = 0,
                       truth_known: bool = False, differences: bool = True,
-                      min_trials: int = MIN_TUNED_TRIALS) -> EstimateResult:
+                      min_trials: int = MIN_TUNED_TRIALS, prior: float = DISAGREEMENT_PRIOR) -> EstimateResult:
     """The estimate with the episodes ``labelled_keys`` labelled (their ground truth in ``truth``); ``truth_known``:
     ``truth`` holds every episode's truth (a simulator evaluation), so the truth and the unlabelled AUROC are
     reported too. A rate with fewer than ``min_trials`` labelled episodes (a policy's, or one task's) is
-    prediction-powered with λ = 0: the ground truth's own interval (``ppi``'s module docstring)."""
+    prediction-powered with λ = 0: the ground truth's own interval (``ppi``'s module docstring); ``prior``: the
+    pseudo-episodes of disagreement the interval's correlation counts (``ppi.DISAGREEMENT_PRIOR``)."""
     index = wm.index()
     lab_idx = [index[k] for k in labelled_keys]
     lab_set = set(lab_idx)
@@ -173,7 +174,7 @@ def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_k
             y = np.array([truth[wm.keys[i]] for i in lab], float)
             all_truth = [truth[wm.keys[i]] for i in idx] if truth_known else None
             return _rates(y, pred[lab], pred[unl], verdicts[lab], verdicts[unl], verdicts[idx], all_truth, alpha,
-                          min_trials)
+                          min_trials, prior)
 
         average = rates(None)
         if average is None:
@@ -382,7 +383,8 @@ def sampled_estimates(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, rn
 
 def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: int, predictor: str = "learned",
                 alpha: float = 0.05, seed: int = 0, progress: Callable[[str], None] = lambda s: None,
-                min_trials: int = MIN_TUNED_TRIALS, design: str = "pool") -> StudyPoint:
+                min_trials: int = MIN_TUNED_TRIALS, design: str = "pool",
+                prior: float = DISAGREEMENT_PRIOR) -> StudyPoint:
     """:func:`estimate_policies` over ``draws`` random draws of ``n`` labelled scenes (module docstring). ``design``:
     what each interval must hold. ``pool``: the pool's own rate — its ``n`` labelled scenes drawn without replacement
     from its scenes, the unlabelled ones the rest; the rate of those scenes is what is estimated. ``population``: the
@@ -405,7 +407,7 @@ def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: i
     for d in range(draws):
         pool, pool_truth = resample_scenes(wm, truth, rng) if design == "population" else (wm, truth)
         res = estimate_policies(pool, pool_truth, draw_labelled(pool, n, rng), predictor, alpha, seed=d,
-                                truth_known=True, differences=False, min_trials=min_trials)
+                                truth_known=True, differences=False, min_trials=min_trials, prior=prior)
         sampled = sampled_estimates(pool, pool_truth, n, rng, alpha)
         for p, target in zip(wm.policies, truths):
             avg = res.policies[p].average
@@ -449,8 +451,8 @@ def _defined_mean(values: Sequence[float]) -> Optional[float]:
 def coverage_study(wm: WorldModelEpisodes, truth: dict[Key, bool], ns: Sequence[int], draws: int = 200,
                    predictor: str = "learned", alpha: float = 0.05, seed: int = 0,
                    progress: Callable[[str], None] = print, min_trials: int = MIN_TUNED_TRIALS,
-                   design: str = "pool") -> list[StudyPoint]:
+                   design: str = "pool", prior: float = DISAGREEMENT_PRIOR) -> list[StudyPoint]:
     """:func:`study_point` for every n of ``ns`` (those the pool allows: fewer than its scenes)."""
     scenes = len({k[1:] for k in wm.keys})
-    return [study_point(wm, truth, n, draws, predictor, alpha, seed + n, progress, min_trials, design) for n in ns
-            if 2 <= n < scenes]
+    return [study_point(wm, truth, n, draws, predictor, alpha, seed + n, progress, min_trials, design, prior)
+            for n in ns if 2 <= n < scenes]
