@@ -274,8 +274,9 @@ def render_designs(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     policy's coverage (PPI and the trials alone, and which policy), the mean widths, the trials saved and what the
     predictor's within-policy ρ allows."""
     body = _json(paths[0])
-    lines = ["| estimate | predictor | truth | n | worst coverage PPI (policy) | worst coverage trials only (policy) "
-             "| width PPI / trials only | trials saved (ρ allows) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| estimate | predictor | truth | disagreement prior | n | worst coverage PPI (policy) "
+             "| worst coverage trials only (policy) | width PPI / trials only | trials saved (ρ allows) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     short = {"scripted expert (ceiling)": "ceiling", "do nothing (floor)": "floor"}
     name = lambda p: short.get(p, p.replace("scripted expert, noise ", "noise "))  # noqa: E731
     try:
@@ -283,13 +284,38 @@ def render_designs(paths: tuple[Path, ...], entry: Optional[str]) -> str:
             truth = {"pool": "the pool's rate", "population": "the population's"}[r["design"]]
             ideal = "—" if r["saved_ideal"] is None else f"{100 * r['saved_ideal']:.0f} %"
             lines.append(
-                f"| {r['name']} | {r['predictor']} | {truth} | {r['n']} | {100 * r['coverage_ppi']:.1f} % "
+                f"| {r['name']} | {r['predictor']} | {truth} | {r.get('prior', 0.0):g} | {r['n']} | "
+                f"{100 * r['coverage_ppi']:.1f} % "
                 f"({name(r['worst_ppi'])}) | {100 * r['coverage_ground_truth_only']:.1f} % "
                 f"({name(r['worst_ground_truth_only'])}) | {100 * r['width_ppi']:.1f} / "
                 f"{100 * r['width_ground_truth_only']:.1f} | {100 * r['saved']:.0f} % ({ideal}) |")
     except (KeyError, TypeError, ValueError) as e:
         raise TableError(f"{paths[0]}: not a designs record ({e!r}); record it with docs/real_trials_demo/designs.sh") \
             from None
+    return "\n".join(lines)
+
+
+def render_prior_sweep(paths: tuple[Path, ...], entry: Optional[str]) -> str:
+    """The disagreement prior swept (docs/real_trials_demo/prior_sweep.py): a row per pool, predictor and n — the
+    worst and mean policy's coverage for each prior and the trials alone, and the trials saved."""
+    bodies = [_json(p) for p in paths]
+    try:
+        priors = bodies[0]["priors"]
+        kinds = [f"prior {p:g}" for p in priors]
+        lines = ["| pool, predictor, n | " + " | ".join(f"worst / mean coverage, {k}" for k in kinds)
+                 + " | trials alone | trials saved, " + " → ".join(f"{p:g}" for p in priors) + " |",
+                 "|---|" + "---|" * (len(kinds) + 2)]
+        for path, b in zip(paths, bodies):
+            if b["priors"] != priors:
+                raise ValueError(f"{path}: priors {b['priors']} where the first record has {priors}")
+            cells = [f"{100 * min(b['coverage'][k]):.1f} / {100 * sum(b['coverage'][k]) / len(b['coverage'][k]):.1f} %"
+                     for k in kinds + ["trials alone"]]
+            saved = " → ".join(f"{100 * b['saved_of_all'][k]:.0f}" for k in kinds)
+            lines.append(f"| [{b['name']}, `{b['predictor']}`, {b['n']}](../real_trials_demo/{b['markdown']}) | " + " | ".join(cells)
+                         + f" | {saved} % |")
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise TableError(f"{paths[0]}: not a prior-sweep record ({e!r}); record it with "
+                         "docs/real_trials_demo/prior_sweep.py") from None
     return "\n".join(lines)
 
 
@@ -494,6 +520,9 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     Table("estimate_designs", ("docs/real_trials_demo/designs.json",), render_designs,
           "`docs/real_trials_demo/designs.sh DEMO_ROOT SCENE_STUDY` (docs/real_trials_demo/designs.py)",
           "docs/notebook/real_trials.md", None),
+    Table("prior_sweep", tuple(f"docs/real_trials_demo/prior_{k}.json" for k in
+                               ("hand", "twin", "sft_hand", "hand_n20", "twin_n20")), render_prior_sweep,
+          "`docs/real_trials_demo/prior_sweep.py` on each pool (its docstring)", "docs/notebook/real_trials.md", None),
     Table("fewstep", ("docs/fewstep_ranking/agreement.json", "docs/fewstep_ranking/drift.json"), render_fewstep,
           "`docs/fewstep_ranking/study.sh DEMO_ROOT`", "docs/FEWSTEP.md",
           "few-step students against their teacher: ranking and drift"),

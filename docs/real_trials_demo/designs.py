@@ -30,6 +30,7 @@ def rows(name: str, folder: Path) -> list[dict]:
                     "width_ppi": float(np.mean([w["ppi"] for w in s.width.values()])),
                     "width_ground_truth_only": float(np.mean([w["ground_truth_only"] for w in s.width.values()])),
                     "saved": s.saved, "saved_ideal": s.saved_ideal, "rho_predictor": s.rho_predictor,
+                    "prior": est.get("inputs", {}).get("disagreement_prior", 0.0),
                     "folder": str(folder), "inputs": est.get("inputs", {})})
     return out
 

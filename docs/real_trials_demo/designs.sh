@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Which truth the coverage study checks (docs/notebook/real_trials.md, "The pool's rate or the policy's"): the
 # demo's evaluator pool and the full-scene study's pool (docs/evaluator_study/scene.sh), each estimate's coverage
-# study run twice — the pool's own rate (`--study-design pool`, what the other tables report) and the rate of the
-# population the pool samples (`population`) — then the record. No world model runs: every input is a pool already
-# evaluated. About 6 core-minutes. SCENE_DEMO: the demo whose simulator pool is the full-scene study's truth (its
+# study run three times — the pool's own rate (`--study-design pool`, what the other tables report), the rate of the
+# population the pool samples (`population`), and that again with the interval's correlation the trials' own
+# (`--disagreement-prior 0`) — then the record. No world model runs: every input is a pool already
+# evaluated. About 9 core-minutes. SCENE_DEMO: the demo whose simulator pool is the full-scene study's truth (its
 # DEMO; default DEMO_ROOT).
 #
 #   docs/real_trials_demo/designs.sh runs/demo runs/evaluator_study/scene [runs/designs]
@@ -13,11 +14,13 @@ G=$(realpath ${SCENE_DEMO:-$D}); here=$(dirname "$(realpath "$0")")
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p $X
 ROWS=()
-est() {  # name, simulator pool, world-model pool, predictor
-  for design in pool population; do
-    out=$X/$(echo "$1" | tr -c 'A-Za-z0-9\n' '_')_$design
+est() {  # name, simulator pool, world-model pool, predictor: the pool's truth, the population's, and the population's
+  # with the interval's correlation the trials' own (--disagreement-prior 0, the interval before 2026-12-07)
+  for v in pool:default population:default population:0; do
+    design=${v%%:*}; prior=${v##*:}; out=$X/$(echo "$1" | tr -c 'A-Za-z0-9\n' '_')_${design}_$prior
+    flag=""; [ $prior = default ] || flag="--disagreement-prior $prior"
     [ -f $out/estimate.json ] || $SF policy estimate --ground-truth $2 --wm-eval $3 --n 10 --draws 400 --study-n 10 20 \
-      --predictor $4 --study-design $design --out $out > $out.log 2>&1
+      --predictor $4 --study-design $design $flag --out $out > $out.log 2>&1
     ROWS+=("$1=$out")
   done
 }

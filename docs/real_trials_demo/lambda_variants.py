@@ -6,9 +6,13 @@ for a predictor fitted on nothing (``twin``, ``hand``, ``verdict``), with λ
 - ``own``: tuned on the policy's labelled episodes (PPI++, what ``policy estimate`` does);
 - ``others``: the same formula pooled over the other policies' labelled episodes (0 where this policy's outcomes do
   not vary) — no use of this policy's outcomes beyond whether they vary;
-- a fixed number (1: classical PPI; N / (N + n): the optimum of a perfect predictor).
+- a fixed number (1: classical PPI; N / (N + n): the optimum of a perfect predictor);
 
-    python docs/real_trials_demo/lambda_variants.py SIM_EVAL WM_EVAL PREDICTOR --out FILE.md [--n 10 20 --draws 600]
+each interval with the disagreement prior ``--prior`` (default 0: the interval's correlation the trials' own, as it
+was when this was measured; ``policy estimate`` now counts ``ppi.DISAGREEMENT_PRIOR``).
+
+    python docs/real_trials_demo/lambda_variants.py SIM_EVAL WM_EVAL PREDICTOR --out FILE.md [--n 10 20 --draws 600
+        --prior 0]
 
 Writes a markdown table per n (each policy's coverage and trials saved, their worst and mean); nothing is typed."""
 
@@ -24,7 +28,8 @@ from simforcing.policy.estimate.ppi import classical, ppi_mean
 from simforcing.policy.estimate.trials import ground_truth, world_model_episodes
 
 
-def study(y: np.ndarray, f: np.ndarray, n: int, draws: int, modes: list[str], seed: int = 0) -> dict:
+def study(y: np.ndarray, f: np.ndarray, n: int, draws: int, modes: list[str], seed: int = 0,
+          prior: float = 0.0) -> dict:
     """(policies, scenes) outcomes and predictions -> per mode: coverage and mean widths per policy, and the trials'
     own (Wilson) interval's."""
     rng = np.random.default_rng(seed)
@@ -51,7 +56,7 @@ def study(y: np.ndarray, f: np.ndarray, n: int, draws: int, modes: list[str], se
                         float(np.clip(cov[o].sum() / ((1 + n / big_n) * var[o].sum()), 0, 1))
                 else:
                     lam = float(m)
-                e = ppi_mean(yl[i], fl[i], fu[i], lam=lam)
+                e = ppi_mean(yl[i], fl[i], fu[i], lam=lam, prior=prior)
                 hits[m][i] += e.covers(truth[i])
                 widths[m][i] += e.width / draws
     return {m: {"coverage": hits[m] / draws, "width": widths[m]} for m in hits}
@@ -65,6 +70,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--n", type=int, nargs="+", default=[10, 20])
     ap.add_argument("--draws", type=int, default=600)
+    ap.add_argument("--prior", type=float, default=0.0, help="the interval's disagreement prior")
     a = ap.parse_args()
     wm = world_model_episodes(a.wm_eval)
     gt = ground_truth(a.sim_eval, wm)
@@ -74,13 +80,13 @@ def main() -> None:
     y = np.array([[gt.truth[(p,) + s] for s in scenes] for p in wm.policies], float)
     fp = np.array([[f[index[(p,) + s]] for s in scenes] for p in wm.policies], float)
     lines = [f"λ tuned or not, population design: `{a.wm_eval}` with predictor `{a.predictor}`, truth "
-             f"`{a.sim_eval}` (the pool's rate), {a.draws} draws per n; coverage of each 95 % interval / trials saved "
+             f"`{a.sim_eval}` (the pool's rate), {a.draws} draws per n, disagreement prior {a.prior:g}; coverage of each 95 % interval / trials saved "
              "at equal width against the trials' own (Wilson) interval. Written by "
              "docs/real_trials_demo/lambda_variants.py.", ""]
     for n in a.n:
         big_n = len(scenes) - n
         modes = ["own", "others", "1", f"{big_n / (big_n + n):.3f}"]
-        res = study(y, fp, n, a.draws, modes)
+        res = study(y, fp, n, a.draws, modes, prior=a.prior)
         lines += [f"n = {n}, N = {big_n}:", "", "| policy | truth | trials alone | " + " | ".join(
             f"λ {m}" for m in modes) + " |", "|---|---|---|" + "---|" * len(modes)]
         saved = {m: 1 - (res[m]["width"] / res["trials"]["width"]) ** 2 for m in modes}
