@@ -308,11 +308,11 @@ def render_prior_sweep(paths: tuple[Path, ...], entry: Optional[str]) -> str:
         for path, b in zip(paths, bodies):
             if b["priors"] != priors:
                 raise ValueError(f"{path}: priors {b['priors']} where the first record has {priors}")
-            cells = [f"{100 * min(b['coverage'][k]):.1f} / {100 * sum(b['coverage'][k]) / len(b['coverage'][k]):.1f} %"
-                     for k in kinds + ["trials alone"]]
+            cov = {k: b["coverage"][k] for k in kinds + ["trials alone"]}
+            cells = [f"{100 * min(c):.1f} / {100 * sum(c) / len(c):.1f} %" for c in cov.values()]
             saved = " → ".join(f"{100 * b['saved_of_all'][k]:.0f}" for k in kinds)
-            lines.append(f"| [{b['name']}, `{b['predictor']}`, {b['n']}](../real_trials_demo/{b['markdown']}) | " + " | ".join(cells)
-                         + f" | {saved} % |")
+            link = f"[{b['name']}, `{b['predictor']}`, {b['n']}](../real_trials_demo/{b['markdown']})"
+            lines.append(f"| {link} | " + " | ".join(cells) + f" | {saved} % |")
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         raise TableError(f"{paths[0]}: not a prior-sweep record ({e!r}); record it with "
                          "docs/real_trials_demo/prior_sweep.py") from None

@@ -80,9 +80,9 @@ def main() -> None:
     y = np.array([[gt.truth[(p,) + s] for s in scenes] for p in wm.policies], float)
     fp = np.array([[f[index[(p,) + s]] for s in scenes] for p in wm.policies], float)
     lines = [f"λ tuned or not, population design: `{a.wm_eval}` with predictor `{a.predictor}`, truth "
-             f"`{a.sim_eval}` (the pool's rate), {a.draws} draws per n, disagreement prior {a.prior:g}; coverage of each 95 % interval / trials saved "
-             "at equal width against the trials' own (Wilson) interval. Written by "
-             "docs/real_trials_demo/lambda_variants.py.", ""]
+             f"`{a.sim_eval}` (the pool's rate), {a.draws} draws per n, disagreement prior {a.prior:g}; coverage "
+             "of each 95 % interval / trials saved at equal width against the trials' own (Wilson) interval. "
+             "Written by docs/real_trials_demo/lambda_variants.py.", ""]
     for n in a.n:
         big_n = len(scenes) - n
         modes = ["own", "others", "1", f"{big_n / (big_n + n):.3f}"]

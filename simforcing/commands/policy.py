@@ -365,8 +365,9 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
                         "before the world model may narrow its interval; below, the trials' own interval (from a "
                         "handful the weight cannot be estimated and the interval runs short: docs/POLICY_EVALUATION.md)")
     parser.add_argument("--disagreement-prior", type=float, default=None, help="pseudo-episodes of disagreement "
-                        "each way (default 0.1) that the interval's correlation of outcomes and predictions counts: ten trials "
-                        "often hold none of a good predictor's rare errors, and the interval would run short "
+                        "each way (default 0.1) that the interval's correlation of outcomes and predictions "
+                        "counts: ten trials often hold none of a good predictor's rare errors, and the interval "
+                        "would run short "
                         "(docs/POLICY_EVALUATION.md; 0: the trials' own correlation)")
     parser.add_argument("--seed", type=int, default=0, help="the draw of the labelled scenes and of the folds "
                         "(an integer >= 0)")

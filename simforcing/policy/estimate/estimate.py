@@ -32,8 +32,9 @@ import numpy as np
 
 from simforcing.errors import ConfigError
 from simforcing.policy.agreement.statistics import pearson
-from simforcing.policy.estimate.ppi import (DISAGREEMENT_PRIOR, MIN_TUNED_TRIALS, Estimate, PolicyTerms, active_mean, classical,
-                                            difference, ppi_mean, ppi_terms, rank_intervals, sampling_probabilities)
+from simforcing.policy.estimate.ppi import (DISAGREEMENT_PRIOR, MIN_TUNED_TRIALS, Estimate, PolicyTerms, active_mean,
+                                            classical, difference, ppi_mean, ppi_terms, rank_intervals,
+                                            sampling_probabilities)
 from simforcing.policy.estimate.trials import Key, WorldModelEpisodes
 from simforcing.policy.estimate.trust import FEATURES, auroc, crossfit, trust_scores, unsupervised_doubt
 
@@ -391,9 +392,9 @@ def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: i
     rate of the population the pool is a sample of (a policy's success on the task, what a user asks) — each draw
     first draws a pool of as many scenes with replacement (:func:`resample_scenes`), its truth the pool's rate, so
     the unlabelled episodes' own sampling error counts as it does on a user's robot; the learned predictor's
-    cross-fitting keeps a scene drawn twice in one fold (else it would be fitted on a copy of what it predicts). The pool design flatters every
-    interval (the labelled scenes are a sixth of what is estimated at n = 10 of 60) and PPI's most (its unlabelled
-    term's error is part of the truth)."""
+    cross-fitting keeps a scene drawn twice in one fold (else it would be fitted on a copy of what it predicts). The
+    pool design flatters every interval (the labelled scenes are a sixth of what is estimated at n = 10 of 60) and
+    PPI's most (its unlabelled term's error is part of the truth)."""
     if design not in DESIGNS:
         raise ConfigError(f"--study-design: got {design!r}; expected one of {', '.join(DESIGNS)}")
     rng = np.random.default_rng(seed)

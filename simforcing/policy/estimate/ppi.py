@@ -25,10 +25,10 @@ simulator's verdicts), ``f_lab`` (n,) the predictor's values on the same episode
   :data:`DISAGREEMENT_PRIOR`: a tenth of an episode each way, y = 1 where f is least and y = 0 where it is most;
   ``policy estimate --disagreement-prior``; 0 is the sample's own). A tenth is the least of 0, 0.1 and 0.25 at which,
   on the demo's evaluator (``hand``) and the full-scene simulator (``twin``) at n = 10, every policy's interval
-  covered the policy's rate at least as often as the trials' own worst (93.1–93.8 % against 92.9 %; the mean 95.7–96.6
-  %), for about a sixth of the trials saved (27 → 22 %, 39 → 33 %). ``finite``: λ fixed (1, classical PPI, unless given) and two
-  empirical-Bernstein bounds (Maurer & Pontil 2009), one per term at α/2 each, valid at every n for bounded outcomes
-  — the predictor must then not be fitted on the labelled episodes (use the raw verdict).
+  covered the policy's rate at least as often as the trials' own worst (93.1–93.8 % against 92.9 %; the mean
+  95.7–96.6 %), for about a sixth of the trials saved (27 → 22 %, 39 → 33 %). ``finite``: λ fixed (1, classical PPI,
+  unless given) and two empirical-Bernstein bounds (Maurer & Pontil 2009), one per term at α/2 each, valid at every n
+  for bounded outcomes — the predictor must then not be fitted on the labelled episodes (use the raw verdict).
 
 Differences between two policies (:func:`difference`) keep the covariance of episodes the two share (the same scenes
 labelled for both: a paired design); a ranking (:func:`rank_intervals`) reads its rank intervals off simultaneous
