@@ -303,8 +303,9 @@ def render_prior_sweep(paths: tuple[Path, ...], entry: Optional[str]) -> str:
         priors = bodies[0]["priors"]
         kinds = [f"prior {p:g}" for p in priors]
         lines = ["| pool, predictor, n | " + " | ".join(f"worst / mean coverage, {k}" for k in kinds)
-                 + " | trials alone | trials saved, " + " → ".join(f"{p:g}" for p in priors) + " |",
-                 "|---|" + "---|" * (len(kinds) + 2)]
+                 + " | trials alone | trials saved, " + " → ".join(f"{p:g}" for p in priors)
+                 + " | paired differences, worst coverage, " + " → ".join(f"{p:g}" for p in priors) + " |",
+                 "|---|" + "---|" * (len(kinds) + 3)]
         for path, b in zip(paths, bodies):
             if b["priors"] != priors:
                 raise ValueError(f"{path}: priors {b['priors']} where the first record has {priors}")
@@ -312,7 +313,8 @@ def render_prior_sweep(paths: tuple[Path, ...], entry: Optional[str]) -> str:
             cells = [f"{100 * min(c):.1f} / {100 * sum(c) / len(c):.1f} %" for c in cov.values()]
             saved = " → ".join(f"{100 * b['saved_of_all'][k]:.0f}" for k in kinds)
             link = f"[{b['name']}, `{b['predictor']}`, {b['n']}](../real_trials_demo/{b['markdown']})"
-            lines.append(f"| {link} | " + " | ".join(cells) + f" | {saved} % |")
+            pairs = " → ".join(f"{100 * min(b['difference_coverage'][k]):.1f}" for k in kinds)
+            lines.append(f"| {link} | " + " | ".join(cells) + f" | {saved} % | {pairs} % |")
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         raise TableError(f"{paths[0]}: not a prior-sweep record ({e!r}); record it with "
                          "docs/real_trials_demo/prior_sweep.py") from None

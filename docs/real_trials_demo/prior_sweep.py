@@ -1,7 +1,9 @@
 """How much disagreement the interval should assume it missed: ``policy estimate --disagreement-prior`` swept on a
 pool, each policy's 95 % interval checked against its rate over many draws of the population design (n labelled and N
 unlabelled scenes drawn with replacement from the pool, the truth the pool's rate), against the trials' own (Wilson)
-interval on the same draws. For a predictor fitted on nothing (``twin``, ``hand``, ``verdict``, ``actions``).
+interval on the same draws; and every two policies' paired difference (``ppi.difference``, the labelled term's
+least variance from the same prior) against theirs. For a predictor fitted on nothing (``twin``, ``hand``,
+``verdict``, ``actions``).
 
     python docs/real_trials_demo/prior_sweep.py SIM_EVAL WM_EVAL PREDICTOR --name NAME --out FILE.md
         [--priors 0 0.1 0.25 --draws 3000]
@@ -15,10 +17,12 @@ import argparse
 import json
 from pathlib import Path
 
+import itertools
+
 import numpy as np
 
 from simforcing.policy.estimate.estimate import predictions
-from simforcing.policy.estimate.ppi import classical, ppi_mean
+from simforcing.policy.estimate.ppi import PolicyTerms, classical, difference, ppi_mean, ppi_terms
 from simforcing.policy.estimate.trials import ground_truth, world_model_episodes
 
 
@@ -48,14 +52,23 @@ def main() -> None:
     kinds = [f"prior {p:g}" for p in a.priors] + ["trials alone"]
     hits = np.zeros((len(kinds), len(keep)))
     widths = np.zeros_like(hits)
+    pairs = list(itertools.combinations(range(len(truth)), 2))
+    pair_hits = np.zeros((len(a.priors), len(pairs)))
+    ids = (tuple(range(n)), tuple(range(n, n + big_n)))  # the same scenes for every policy: a paired design
     for _ in range(a.draws):
         lab, unl = rng.integers(0, len(scenes), n), rng.integers(0, len(scenes), big_n)
+        for k, p in enumerate(a.priors):
+            terms = [PolicyTerms(ppi_terms(y[i, lab], fp[i, lab], fp[i, unl], prior=p), *ids)
+                     for i in range(len(truth))]
+            for j, (u, v) in enumerate(pairs):
+                pair_hits[k, j] += difference(terms[u], terms[v]).covers(truth[u] - truth[v])
         for j, i in enumerate(keep):
             ests = [ppi_mean(y[i, lab], fp[i, lab], fp[i, unl], prior=p) for p in a.priors] + [classical(y[i, lab])]
             for k, e in enumerate(ests):
                 hits[k, j] += e.covers(truth[i])
                 widths[k, j] += e.width / a.draws
     cov = hits / a.draws
+    pair_cov = pair_hits / a.draws
     saved = 1 - (widths / widths[-1]) ** 2
     lines = [f"The disagreement prior swept, population design: `{a.wm_eval}` with predictor `{a.predictor}`, truth "
              f"`{a.sim_eval}` (the pool's rate), n = {n}, N = {big_n}, {a.draws} draws (s.e. of a coverage ≈ "
@@ -71,12 +84,19 @@ def main() -> None:
         f"**{100 * cov[k].min():.1f} / {100 * cov[k].mean():.1f} %**"
         + ("" if k == len(kinds) - 1 else f"; {100 * saved[k].sum() / len(truth):.0f} %")
         for k in range(len(kinds))) + " |")
+    worst = [int(np.argmin(c)) for c in pair_cov]
+    lines += ["", f"Every two policies' paired difference ({len(pairs)} pairs), coverage of the true difference, "
+              "worst (the pair) / mean:", ""] + [
+        f"- prior {p:g}: {100 * pair_cov[k].min():.1f} % ({wm.policies[pairs[worst[k]][0]]} − "
+        f"{wm.policies[pairs[worst[k]][1]]}) / {100 * pair_cov[k].mean():.1f} %" for k, p in enumerate(a.priors)]
     Path(a.out).write_text("\n".join(lines) + "\n")
     record = {"format": "simforcing.prior-sweep", "name": a.name, "sim_eval": a.sim_eval, "wm_eval": a.wm_eval,
               "predictor": a.predictor, "n": n, "N": big_n, "draws": a.draws, "priors": a.priors,
               "policies": [wm.policies[i] for i in keep], "truth": [float(truth[i]) for i in keep],
               "coverage": {k: [float(v) for v in cov[j]] for j, k in enumerate(kinds)},
               "saved_of_all": {k: float(saved[j].sum() / len(truth)) for j, k in enumerate(kinds[:-1])},
+              "pairs": [[wm.policies[u], wm.policies[v]] for u, v in pairs],
+              "difference_coverage": {k: [float(v) for v in pair_cov[j]] for j, k in enumerate(kinds[:-1])},
               "markdown": Path(a.out).name}
     Path(a.out).with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     print("\n".join(lines))

@@ -187,7 +187,7 @@ def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_k
         lab = [i for i in idx if i in lab_set]
         unl = [i for i in idx if i not in lab_set]
         y = np.array([truth[wm.keys[i]] for i in lab], float)
-        terms[policy] = PolicyTerms(ppi_terms(y, pred[lab], pred[unl], min_n=min_trials),
+        terms[policy] = PolicyTerms(ppi_terms(y, pred[lab], pred[unl], min_n=min_trials, prior=prior),
                                     tuple(wm.keys[i][1:] for i in lab),
                                     tuple(wm.keys[i][1:] for i in unl))
     ranks = rank_intervals(terms, alpha)
