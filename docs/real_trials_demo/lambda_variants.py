@@ -28,6 +28,19 @@ from simforcing.policy.estimate.ppi import classical, ppi_mean
 from simforcing.policy.estimate.trials import ground_truth, world_model_episodes
 
 
+def pool_table(sim_eval: str, wm_eval: str, predictor: str):
+    """The pool as arrays: its world-model episodes, its scenes, and per (policy, scene) the simulator's outcome ``y``
+    and the predictor's value ``f`` — (wm, scenes, y, f); prior_sweep.py reads the pool the same way."""
+    wm = world_model_episodes(wm_eval)
+    gt = ground_truth(sim_eval, wm)
+    f = predictions(wm, gt.truth, [], predictor)
+    scenes = list(dict.fromkeys(k[1:] for k in wm.keys))
+    index = wm.index()
+    y = np.array([[gt.truth[(p,) + s] for s in scenes] for p in wm.policies], float)
+    fp = np.array([[f[index[(p,) + s]] for s in scenes] for p in wm.policies], float)
+    return wm, scenes, y, fp
+
+
 def study(y: np.ndarray, f: np.ndarray, n: int, draws: int, modes: list[str], seed: int = 0,
           prior: float = 0.0) -> dict:
     """(policies, scenes) outcomes and predictions -> per mode: coverage and mean widths per policy, and the trials'
@@ -72,13 +85,7 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=600)
     ap.add_argument("--prior", type=float, default=0.0, help="the interval's disagreement prior")
     a = ap.parse_args()
-    wm = world_model_episodes(a.wm_eval)
-    gt = ground_truth(a.sim_eval, wm)
-    f = predictions(wm, gt.truth, [], a.predictor)
-    scenes = list(dict.fromkeys(k[1:] for k in wm.keys))
-    index = wm.index()
-    y = np.array([[gt.truth[(p,) + s] for s in scenes] for p in wm.policies], float)
-    fp = np.array([[f[index[(p,) + s]] for s in scenes] for p in wm.policies], float)
+    wm, scenes, y, fp = pool_table(a.sim_eval, a.wm_eval, a.predictor)
     lines = [f"λ tuned or not, population design: `{a.wm_eval}` with predictor `{a.predictor}`, truth "
              f"`{a.sim_eval}` (the pool's rate), {a.draws} draws per n, disagreement prior {a.prior:g}; coverage "
              "of each 95 % interval / trials saved at equal width against the trials' own (Wilson) interval. "

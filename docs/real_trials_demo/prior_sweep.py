@@ -14,16 +14,16 @@ mean) and beside it FILE.json, the record the notebook's table is generated from
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
-
 import itertools
+import json
+import sys
+from pathlib import Path
 
 import numpy as np
 
-from simforcing.policy.estimate.estimate import predictions
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # lambda_variants.py beside this script
+from lambda_variants import pool_table  # noqa: E402
 from simforcing.policy.estimate.ppi import PolicyTerms, classical, difference, ppi_mean, ppi_terms
-from simforcing.policy.estimate.trials import ground_truth, world_model_episodes
 
 
 def main() -> None:
@@ -38,13 +38,7 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
-    wm = world_model_episodes(a.wm_eval)
-    gt = ground_truth(a.sim_eval, wm)
-    f = predictions(wm, gt.truth, [], a.predictor)
-    scenes = list(dict.fromkeys(k[1:] for k in wm.keys))
-    index = wm.index()
-    y = np.array([[gt.truth[(p,) + s] for s in scenes] for p in wm.policies], float)
-    fp = np.array([[f[index[(p,) + s]] for s in scenes] for p in wm.policies], float)
+    wm, scenes, y, fp = pool_table(a.sim_eval, a.wm_eval, a.predictor)
     truth = y.mean(1)
     keep = [i for i in range(len(truth)) if 0 < truth[i] < 1]  # pinned policies: λ = 0, Wilson's either way
     n, big_n = a.n, len(scenes) - a.n
