@@ -272,11 +272,11 @@ def render_estimate(paths: tuple[Path, ...], entry: Optional[str]) -> str:
 def render_designs(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     """The coverage study under each truth (docs/real_trials_demo/designs.py): per estimate, design and n the worst
     policy's coverage (PPI and the trials alone, and which policy), the mean widths, the trials saved and what the
-    predictor's within-policy ρ allows."""
+    predictor's within-policy ρ allows; for the learned predictor whether its refit variance was counted."""
     body = _json(paths[0])
-    lines = ["| estimate | predictor | truth | disagreement prior | n | worst coverage PPI (policy) "
+    lines = ["| estimate | predictor | truth | disagreement prior | refit variance | n | worst coverage PPI (policy) "
              "| worst coverage trials only (policy) | width PPI / trials only | trials saved (ρ allows) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     short = {"scripted expert (ceiling)": "ceiling", "do nothing (floor)": "floor"}
     name = lambda p: short.get(p, p.replace("scripted expert, noise ", "noise "))  # noqa: E731
     try:
@@ -284,7 +284,8 @@ def render_designs(paths: tuple[Path, ...], entry: Optional[str]) -> str:
             truth = {"pool": "the pool's rate", "population": "the population's"}[r["design"]]
             ideal = "—" if r["saved_ideal"] is None else f"{100 * r['saved_ideal']:.0f} %"
             lines.append(
-                f"| {r['name']} | {r['predictor']} | {truth} | {r.get('prior', 0.0):g} | {r['n']} | "
+                f"| {r['name']} | {r['predictor']} | {truth} | {r.get('prior', 0.0):g} | "
+                f"{('yes' if r.get('refit') else 'no') if r['predictor'] == 'learned' else '—'} | {r['n']} | "
                 f"{100 * r['coverage_ppi']:.1f} % "
                 f"({name(r['worst_ppi'])}) | {100 * r['coverage_ground_truth_only']:.1f} % "
                 f"({name(r['worst_ground_truth_only'])}) | {100 * r['width_ppi']:.1f} / "
@@ -521,6 +522,9 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "a few real trials correcting many world-model episodes: coverage and the trials saved"),
     Table("estimate_designs", ("docs/real_trials_demo/designs.json",), render_designs,
           "`docs/real_trials_demo/designs.sh DEMO_ROOT SCENE_STUDY` (docs/real_trials_demo/designs.py)",
+          "docs/notebook/real_trials.md", None),
+    Table("estimate_refit", ("docs/real_trials_demo/refit.json",), render_designs,
+          "`docs/real_trials_demo/refit.sh DEMO_ROOT` (docs/real_trials_demo/designs.py)",
           "docs/notebook/real_trials.md", None),
     Table("prior_sweep", tuple(f"docs/real_trials_demo/prior_{k}.json" for k in
                                ("hand", "twin", "sft_hand", "hand_n20", "twin_n20")), render_prior_sweep,

@@ -18,7 +18,7 @@ from simforcing.policy.estimate import run_estimate
 from simforcing.policy.estimate import trust as trust_mod
 from simforcing.policy.estimate.ppi import (DISAGREEMENT_PRIOR, PolicyTerms, active_mean, classical,
                                             clopper_pearson, difference, empirical_bernstein, labelled_moments,
-                                            prior_variance,
+                                            prior_variance, refit_covariance,
                                             ppi_mean, ppi_terms, rank_intervals, sampling_probabilities,
                                             tuned_lambda, wilson)
 from simforcing.policy.estimate.estimate import (StudyPoint, ideal_saved, resample_scenes, saved_per_policy,
@@ -258,6 +258,87 @@ def test_paired_difference_variance_and_rank_intervals():
     ranks = rank_intervals(terms)
     assert ranks["best"] == (1, 1) and ranks["worst"] == (4, 4)
     assert ranks["mid1"] == ranks["mid2"] == (2, 3)
+
+
+def test_the_refit_variance_is_the_grouped_jackknife_of_the_fold_models():
+    """A cross-fitted predictor's K fold models on the unlabelled episodes: λ times each one's mean, their spread by
+    the delete-a-group jackknife ((K − 1)/K Σ (r_k − r̄)²) joins the variance — in the score interval too; a
+    difference of two policies judged by the same models subtracts what moves both."""
+    rng = np.random.default_rng(11)
+    y = (rng.random(12) < 0.5).astype(float)
+    f_lab, folds = rng.random(12), rng.random((5, 40))
+    t = ppi_terms(y, f_lab, folds.mean(0), lam=0.6, f_folds=folds)
+    r = 0.6 * folds.mean(axis=1)
+    jk = 4 / 5 * np.sum((r - r.mean()) ** 2)
+    assert t.refit == pytest.approx(r) and t.refit_variance == pytest.approx(jk)
+    plain = ppi_terms(y, f_lab, folds.mean(0), lam=0.6)
+    assert plain.refit_variance == 0.0 and t.variance == pytest.approx(plain.variance + jk)
+    assert ppi_terms(y, f_lab, folds.mean(0), lam=0.0, f_folds=folds).refit_variance == 0.0  # λ = 0: trials alone
+    with pytest.raises(ValueError, match=r"expected \(K, 40\)"):
+        ppi_terms(y, f_lab, folds.mean(0), lam=0.6, f_folds=folds[:, :39])
+    # the score interval's variance at θ gains the same term: its ends solve (θ̂ − θ)² = q² V(θ) with V(θ) =
+    # (θ(1 − θ) − 2λρ σ_y σ_f + λ² σ_f²)/n + λ² Var(f_unl)/N + jk, found here by root-finding
+    e1 = ppi_mean(y, f_lab, folds.mean(0), lam=0.6, prior=0.0, f_folds=folds)
+    q, rho = stats.norm.ppf(0.975), np.corrcoef(y, f_lab)[0, 1]
+    sd_f, est = f_lab.std(), t.estimate
+
+    def gap(theta):
+        sd_y = math.sqrt(theta * (1 - theta))
+        var = ((sd_y ** 2 - 2 * 0.6 * rho * sd_y * sd_f + 0.36 * sd_f ** 2) / 12
+               + 0.36 * folds.mean(0).var(ddof=1) / 40 + jk)
+        return (est - theta) ** 2 - q * q * var
+
+    lo, hi = optimize.brentq(gap, 1e-9, est), optimize.brentq(gap, est, 1 - 1e-9)
+    assert (e1.lo, e1.hi) == pytest.approx((lo, hi), abs=1e-4)
+    e0 = ppi_mean(y, f_lab, folds.mean(0), lam=0.6, prior=0.0)
+    assert e1.lo < e0.lo and e1.hi > e0.hi
+    # a difference: Var(r_p − r_q) by the same jackknife, so models that move both policies alike cancel
+    g = rng.random((5, 40))
+    tp = PolicyTerms(ppi_terms(y, f_lab, folds.mean(0), lam=0.6, f_folds=folds), tuple(range(12)),
+                     tuple(range(12, 52)))
+    tq = PolicyTerms(ppi_terms(y[::-1], f_lab, g.mean(0), lam=0.6, f_folds=g), tuple(range(12)),
+                     tuple(range(12, 52)))
+    rq = tq.terms.refit
+    assert refit_covariance(r, rq) == pytest.approx(4 / 5 * np.sum((r - r.mean()) * (rq - rq.mean())))
+    assert refit_covariance(r, rq[:4]) == 0.0 and refit_covariance(r[:1], rq[:1]) == 0.0
+    base = difference(PolicyTerms(plain, tp.lab_ids, tp.unl_ids),
+                      PolicyTerms(ppi_terms(y[::-1], f_lab, g.mean(0), lam=0.6), tq.lab_ids, tq.unl_ids))
+    d = difference(tp, tq)
+    extra = 4 / 5 * np.sum(((r - rq) - (r - rq).mean()) ** 2)
+    t_q = stats.t.ppf(0.975, 11)
+    assert ((d.hi - d.lo) / 2) ** 2 == pytest.approx(((base.hi - base.lo) / 2) ** 2 + t_q ** 2 * extra)
+
+
+def test_the_refit_variance_accounts_for_a_cross_fitted_predictors_own_noise():
+    """Simulated as the demo's pools are estimated: eight policies of different rates, one informative feature and one
+    of noise, the same ten of sixty scenes labelled for every policy and one logistic predictor pooled over the
+    policies, cross-fitted by scene. Over many samples the estimates' mean squared error exceeds the plug-in variance
+    (the fit moves with the labels); the refit variance closes a good part of that gap without overshooting it."""
+    rng = np.random.default_rng(4)
+    policies, scenes, n = 8, 60, 10
+    mu = np.linspace(-1.5, 1.5, policies)
+    truth = np.array([np.mean(1 / (1 + np.exp(-1.5 * (m + rng.normal(size=200_000))))) for m in mu])
+    sq_err, plug, full = np.zeros(policies), np.zeros(policies), np.zeros(policies)
+    reps = 400
+    for rep in range(reps):
+        x = mu[:, None] + rng.normal(size=(policies, scenes))
+        y = (rng.random((policies, scenes)) < 1 / (1 + np.exp(-1.5 * x))).astype(float)
+        feats = np.stack([x, rng.normal(size=x.shape)], -1)
+        lab = rng.choice(scenes, n, replace=False)
+        unl = np.setdiff1d(np.arange(scenes), lab)
+        cf = crossfit(feats[:, lab].reshape(-1, 2), y[:, lab].reshape(-1), list(np.tile(lab, policies)),
+                      feats[:, unl].reshape(-1, 2), folds=5, seed=rep)
+        f_lab, f_unl = cf.lab.reshape(policies, n), cf.unl.reshape(policies, -1)
+        per_fold = cf.unl_folds.reshape(cf.folds, policies, -1)
+        for p in range(policies):
+            t = ppi_terms(y[p, lab], f_lab[p], f_unl[p], f_folds=per_fold[:, p], prior=0.0)
+            sq_err[p] += (t.estimate - truth[p]) ** 2 / reps
+            plug[p] += (t.variance - t.refit_variance) / reps
+            full[p] += t.variance / reps
+    gap = sq_err.sum() - plug.sum()
+    assert gap > 0.05 * sq_err.sum()  # the plug-in misses the fit's own noise
+    assert full.sum() - plug.sum() > 0.5 * gap  # the jackknife finds most of it (85 % here)
+    assert full.sum() < 1.02 * sq_err.sum()  # and does not overshoot
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -581,6 +662,27 @@ def test_the_disagreement_prior_is_a_flag_recorded_with_the_estimate(known_pool,
     for bad in (-1, float("nan"), True, "0.1"):
         with pytest.raises(ConfigError, match="--disagreement-prior: got"):
             run_estimate(root / "sim", root / "wm", prior=bad)
+
+
+def test_the_refit_variance_is_on_for_the_learned_predictor_and_recorded(known_pool, tmp_path):
+    """The learned predictor's intervals count its refit variance by default (at least as wide, the same estimate);
+    ``--no-refit-variance`` gives the plug-in interval; the record says which; a predictor fitted on nothing has
+    none."""
+    root, _ = known_pool
+    assert main(["policy", "estimate", "--ground-truth", str(root / "sim"), "--wm-eval", str(root / "wm"),
+                 "--out", str(tmp_path / "off"), "--no-refit-variance"]) == 0
+    run_estimate(root / "sim", root / "wm", tmp_path / "on")
+    off, on = (json.loads((tmp_path / k / "estimate.json").read_text()) for k in ("off", "on"))
+    assert on["predictor"] == "learned"
+    assert on["inputs"]["refit_variance"] is True and off["inputs"]["refit_variance"] is False
+    wider = 0
+    for p, est in on["policies"].items():
+        a, b = off["policies"][p]["average"]["ppi"], est["average"]["ppi"]
+        assert a["estimate"] == b["estimate"] and b["ci"][1] - b["ci"][0] >= a["ci"][1] - a["ci"][0] - 1e-12
+        wider += b["ci"][1] - b["ci"][0] > a["ci"][1] - a["ci"][0] + 1e-9
+    assert wider  # some policy's interval counts the fit's own noise
+    run_estimate(root / "sim", root / "wm", tmp_path / "verdict", predictor="verdict")
+    assert json.loads((tmp_path / "verdict" / "estimate.json").read_text())["inputs"]["refit_variance"] is False
 
 
 def test_malformed_world_model_episodes_are_named(known_pool, tmp_path):

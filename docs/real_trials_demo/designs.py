@@ -1,6 +1,7 @@
-"""The record of docs/real_trials_demo/designs.sh: each estimate's coverage study, under the truth it checked (the
-pool's rate or its population's), as one row per (estimate, design, n) — the worst policy's coverage and which policy
-it is, the mean widths, the trials saved and what the predictor's ρ allows.
+"""The record of docs/real_trials_demo/designs.sh (and refit.sh): each estimate's coverage study, under the truth it
+checked (the pool's rate or its population's), as one row per (estimate, design, n) — the worst policy's coverage and
+which policy it is, the mean widths, the trials saved and what the predictor's ρ allows; whether the learned
+predictor's interval counted its refit variance.
 
     python docs/real_trials_demo/designs.py NAME=ESTIMATE_DIR ... --out docs/real_trials_demo/designs.json
 
@@ -31,6 +32,7 @@ def rows(name: str, folder: Path) -> list[dict]:
                     "width_ground_truth_only": float(np.mean([w["ground_truth_only"] for w in s.width.values()])),
                     "saved": s.saved, "saved_ideal": s.saved_ideal, "rho_predictor": s.rho_predictor,
                     "prior": est.get("inputs", {}).get("disagreement_prior", 0.0),
+                    "refit": est.get("inputs", {}).get("refit_variance", False),  # none before 2026-12-07
                     "folder": str(folder), "inputs": est.get("inputs", {})})
     return out
 

@@ -369,6 +369,10 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
                         "counts: ten trials often hold none of a good predictor's rare errors, and the interval "
                         "would run short "
                         "(docs/POLICY_EVALUATION.md; 0: the trials' own correlation)")
+    parser.add_argument("--no-refit-variance", dest="refit_variance", action="store_false", help="the learned "
+                        "predictor's interval without its refit variance (how much the cross-fitted predictor moves "
+                        "with the trials it was fitted on: docs/POLICY_EVALUATION.md) — the interval before "
+                        "2026-12-07, short of its level against a policy's rate")
     parser.add_argument("--seed", type=int, default=0, help="the draw of the labelled scenes and of the folds "
                         "(an integer >= 0)")
 
@@ -379,7 +383,8 @@ def estimate(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
     res, study = run_estimate(args.ground_truth, args.wm_eval, args.out, args.n, args.draws, args.study_n,
                               args.predictor, args.alpha, args.seed, policies=args.policies,
-                              min_trials=args.min_trials, design=args.study_design, prior=args.disagreement_prior)
+                              min_trials=args.min_trials, design=args.study_design, prior=args.disagreement_prior,
+                              refit=args.refit_variance)
     print((Path(args.out) / "estimate.md").read_text().rstrip())
     print(f"wrote {Path(args.out) / 'estimate.json'}, estimate.md, episodes.csv, estimates.png"
           + (", coverage.png" if study else ""))

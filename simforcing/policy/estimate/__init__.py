@@ -55,7 +55,7 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
                  progress: Callable[[str], None] = print,
                  policies: Optional[Sequence[str]] = None,
                  min_trials: int = MIN_TUNED_TRIALS, design: str = "pool",
-                 prior: Optional[float] = None) -> tuple[EstimateResult, list[StudyPoint]]:
+                 prior: Optional[float] = None, refit: bool = True) -> tuple[EstimateResult, list[StudyPoint]]:
     """The prediction-powered estimate of the policies of the world-model evaluation ``wm_eval`` (``policies``, or
     all) from the ground truth ``ground_truth_source`` — a trial file (its trials labelled) or a simulator
     evaluation of the same scenes (``n`` scenes, default 10, drawn with ``seed`` labelled for every policy; with
@@ -65,7 +65,9 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
     (the default where the episodes hold per-frame readings, else verdict, with a note) or verdict. A rate with fewer
     than ``min_trials`` ground-truth trials is the trials' own (λ = 0; ``ppi``'s docstring), said in a note for a
     policy's; ``prior``: the pseudo-episodes of disagreement each way that the interval's correlation counts
-    (None: ``ppi.DISAGREEMENT_PRIOR``). Every argument —
+    (None: ``ppi.DISAGREEMENT_PRIOR``); ``refit``: the learned predictor's interval counts how much its fit moves
+    with the trials (``ppi.Terms.refit_variance``; False: the plug-in variance alone, the interval before
+    2026-12-07). Every argument —
     ``out`` too (``outputs.check_results_folder``: a folder of other files or another command's results is refused)
     — is checked before anything is read or computed; ``out`` is written whole, replacing an earlier estimate there
     (``outputs.results_folder``); what was chosen or passed over is in the result's ``notes``."""
@@ -109,7 +111,7 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
         labelled = draw_labelled(wm, n, np.random.default_rng(seed))
         study_ns = _study_ns(study_ns, wm)
     res = estimate_policies(wm, gt.truth, labelled, predictor, alpha, seed=seed, truth_known=gt.simulator is not None,
-                            min_trials=min_trials, prior=prior)
+                            min_trials=min_trials, prior=prior, refit=refit)
     few = {p: e.average.ppi.n for p, e in res.policies.items() if e.average.ppi.n < min_trials}
     if few:
         notes.append(f"fewer than --min-trials {min_trials} ground-truth trials for {len(few)} polic"
@@ -118,11 +120,12 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
                      "cannot be estimated reliably and its interval runs short; run more trials")
     res.notes = notes
     study = (coverage_study(wm, gt.truth, study_ns, draws, predictor, alpha, seed, progress, min_trials, design,
-                            prior) if draws else [])
+                            prior, refit) if draws else [])
     if out is not None:
         inputs = {"ground_truth": str(ground_truth_source), "wm_eval": str(wm_eval), "n": n, "seed": seed,
                   "draws": draws, "study_design": design, "min_trials": min_trials,
-                  "disagreement_prior": prior, "world_model": wm.evaluation.wm,
+                  "disagreement_prior": prior, "refit_variance": bool(refit and predictor == "learned"),
+                  "world_model": wm.evaluation.wm,
                   "readings": wm.readings,
                   "policies": wm.policies}
         with results_folder(out, "--out", "an estimate", ESTIMATE_FILES) as tmp:

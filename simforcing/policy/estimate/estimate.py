@@ -109,19 +109,28 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
     """P(success) of every episode of ``wm`` (E,) — indices ``labelled`` carry ground truth in ``truth``: the raw
     verdict, or cross-fitted (a labelled episode's from the models without its scene's fold, an unlabelled one's the
     fold models' average)."""
+    return fitted_predictions(wm, truth, labelled, predictor, folds, seed)[0]
+
+
+def fitted_predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequence[int],
+                       predictor: str = "learned", folds: int = 5,
+                       seed: int = 0) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """:func:`predictions` and, for the learned predictor, each fold model's prediction on every episode (K, E) — on
+    the unlabelled episodes what the refit variance is read from (``ppi.Terms.refit_variance``); None for a
+    predictor fitted on nothing."""
     if predictor not in PREDICTORS:
         raise ConfigError(f"--predictor: got {predictor!r}; expected one of {', '.join(PREDICTORS)}")
     if predictor == "verdict":  # the raw verdict; with several noise draws their share of successes
-        return wm.soft.copy()
+        return wm.soft.copy(), None
     if predictor == "twin":  # the simulator's own verdict (a full-scene twin in the loop), the world model ignored
         if not wm.twin:
             raise ConfigError(f"--predictor twin: the episodes of {wm.source} hold no full-scene twin's verdict "
                               "(twin_verdicts: `policy eval --env world-model --wm-condition render` of a world model "
                               "trained on `data synth --pairing scene` data records it)")
-        return wm.twin_verdicts.copy()
+        return wm.twin_verdicts.copy(), None
     if predictor in KINEMATIC:  # the hand from the executed actions; the objects from the frames, or left in place
         try:
-            return wm.kinematic(KINEMATIC[predictor])
+            return wm.kinematic(KINEMATIC[predictor]), None
         except ConfigError as e:
             raise ConfigError(f"--predictor {predictor}: {e}") from None
     lab = np.asarray(labelled, int)
@@ -134,14 +143,16 @@ def predictions(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled: Sequen
     cf = crossfit(wm.features[lab], y, groups, wm.features[unl], folds, seed=seed)
     p = np.empty(len(wm.keys))
     p[lab], p[unl] = cf.lab, cf.unl
-    return p
+    per_fold = np.full((cf.folds, len(wm.keys)), np.nan)  # the labelled episodes' are their own fold's (not needed)
+    per_fold[:, unl] = cf.unl_folds
+    return p, per_fold
 
 
-def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha, min_n, prior) -> RateEstimates:
+def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha, min_n, prior, f_folds) -> RateEstimates:
     return RateEstimates(
         world_model=float(np.mean(wm_all)), episodes=len(wm_all),
         ground_truth_only=classical(y_lab, alpha, "clt"), ppi=ppi_mean(y_lab, f_lab, f_unl, alpha, "clt",
-                                                                       min_n=min_n, prior=prior),
+                                                                       min_n=min_n, prior=prior, f_folds=f_folds),
         ground_truth_only_finite=classical(y_lab, alpha, "finite"),
         ppi_finite=ppi_mean(y_lab, v_lab, v_unl, alpha, "finite"),
         truth=None if truth_all is None else float(np.mean(truth_all)))
@@ -150,16 +161,22 @@ def _rates(y_lab, f_lab, f_unl, v_lab, v_unl, wm_all, truth_all, alpha, min_n, p
 def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_keys: Sequence[Key],
                       predictor: str = "learned", alpha: float = 0.05, folds: int = 5, seed: int = 0,
                       truth_known: bool = False, differences: bool = True,
-                      min_trials: int = MIN_TUNED_TRIALS, prior: float = DISAGREEMENT_PRIOR) -> EstimateResult:
+                      min_trials: int = MIN_TUNED_TRIALS, prior: float = DISAGREEMENT_PRIOR,
+                      refit: bool = True) -> EstimateResult:
     """The estimate with the episodes ``labelled_keys`` labelled (their ground truth in ``truth``); ``truth_known``:
     ``truth`` holds every episode's truth (a simulator evaluation), so the truth and the unlabelled AUROC are
     reported too. A rate with fewer than ``min_trials`` labelled episodes (a policy's, or one task's) is
     prediction-powered with λ = 0: the ground truth's own interval (``ppi``'s module docstring); ``prior``: the
-    pseudo-episodes of disagreement the interval's correlation counts (``ppi.DISAGREEMENT_PRIOR``)."""
+    pseudo-episodes of disagreement the interval's correlation counts (``ppi.DISAGREEMENT_PRIOR``); ``refit``: a
+    cross-fitted predictor's intervals count its refit variance (``ppi.Terms.refit_variance``)."""
     index = wm.index()
     lab_idx = [index[k] for k in labelled_keys]
     lab_set = set(lab_idx)
-    pred = predictions(wm, truth, lab_idx, predictor, folds, seed)
+    pred, per_fold = fitted_predictions(wm, truth, lab_idx, predictor, folds, seed)
+
+    def fold_values(unl: list[int]) -> Optional[np.ndarray]:  # each fold model's predictions on these episodes
+        return None if per_fold is None or not refit else per_fold[:, unl]
+
     verdicts = wm.verdicts.astype(float)
     trust = trust_scores(pred, wm.verdicts)
     tasks = list(dict.fromkeys(k[1] for k in wm.keys))
@@ -175,7 +192,7 @@ def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_k
             y = np.array([truth[wm.keys[i]] for i in lab], float)
             all_truth = [truth[wm.keys[i]] for i in idx] if truth_known else None
             return _rates(y, pred[lab], pred[unl], verdicts[lab], verdicts[unl], verdicts[idx], all_truth, alpha,
-                          min_trials, prior)
+                          min_trials, prior, fold_values(unl))
 
         average = rates(None)
         if average is None:
@@ -187,7 +204,8 @@ def estimate_policies(wm: WorldModelEpisodes, truth: dict[Key, bool], labelled_k
         lab = [i for i in idx if i in lab_set]
         unl = [i for i in idx if i not in lab_set]
         y = np.array([truth[wm.keys[i]] for i in lab], float)
-        terms[policy] = PolicyTerms(ppi_terms(y, pred[lab], pred[unl], min_n=min_trials, prior=prior),
+        terms[policy] = PolicyTerms(ppi_terms(y, pred[lab], pred[unl], min_n=min_trials, prior=prior,
+                                              f_folds=fold_values(unl)),
                                     tuple(wm.keys[i][1:] for i in lab),
                                     tuple(wm.keys[i][1:] for i in unl))
     ranks = rank_intervals(terms, alpha)
@@ -385,7 +403,7 @@ def sampled_estimates(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, rn
 def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: int, predictor: str = "learned",
                 alpha: float = 0.05, seed: int = 0, progress: Callable[[str], None] = lambda s: None,
                 min_trials: int = MIN_TUNED_TRIALS, design: str = "pool",
-                prior: float = DISAGREEMENT_PRIOR) -> StudyPoint:
+                prior: float = DISAGREEMENT_PRIOR, refit: bool = True) -> StudyPoint:
     """:func:`estimate_policies` over ``draws`` random draws of ``n`` labelled scenes (module docstring). ``design``:
     what each interval must hold. ``pool``: the pool's own rate — its ``n`` labelled scenes drawn without replacement
     from its scenes, the unlabelled ones the rest; the rate of those scenes is what is estimated. ``population``: the
@@ -408,7 +426,8 @@ def study_point(wm: WorldModelEpisodes, truth: dict[Key, bool], n: int, draws: i
     for d in range(draws):
         pool, pool_truth = resample_scenes(wm, truth, rng) if design == "population" else (wm, truth)
         res = estimate_policies(pool, pool_truth, draw_labelled(pool, n, rng), predictor, alpha, seed=d,
-                                truth_known=True, differences=False, min_trials=min_trials, prior=prior)
+                                truth_known=True, differences=False, min_trials=min_trials, prior=prior,
+                                refit=refit)
         sampled = sampled_estimates(pool, pool_truth, n, rng, alpha)
         for p, target in zip(wm.policies, truths):
             avg = res.policies[p].average
@@ -452,8 +471,8 @@ def _defined_mean(values: Sequence[float]) -> Optional[float]:
 def coverage_study(wm: WorldModelEpisodes, truth: dict[Key, bool], ns: Sequence[int], draws: int = 200,
                    predictor: str = "learned", alpha: float = 0.05, seed: int = 0,
                    progress: Callable[[str], None] = print, min_trials: int = MIN_TUNED_TRIALS,
-                   design: str = "pool", prior: float = DISAGREEMENT_PRIOR) -> list[StudyPoint]:
+                   design: str = "pool", prior: float = DISAGREEMENT_PRIOR, refit: bool = True) -> list[StudyPoint]:
     """:func:`study_point` for every n of ``ns`` (those the pool allows: fewer than its scenes)."""
     scenes = len({k[1:] for k in wm.keys})
-    return [study_point(wm, truth, n, draws, predictor, alpha, seed + n, progress, min_trials, design, prior)
+    return [study_point(wm, truth, n, draws, predictor, alpha, seed + n, progress, min_trials, design, prior, refit)
             for n in ns if 2 <= n < scenes]

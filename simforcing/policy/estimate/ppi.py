@@ -41,8 +41,9 @@ of them, and the plug-in interval of their difference collapsed — it held the 
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
@@ -51,6 +52,14 @@ from scipy import stats
 METHODS = ("clt", "finite")
 MIN_TUNED_TRIALS = 10  # labelled episodes below which a tuned λ is 0 (module docstring)
 DISAGREEMENT_PRIOR = 0.1  # pseudo-episodes each way in the score interval's correlation (module docstring)
+
+
+@functools.lru_cache(maxsize=4096)
+def quantile(dist: str, q: float, *shape: float) -> float:
+    """``scipy.stats.<dist>.ppf(q, *shape)``, remembered: the estimate asks for the same few quantiles (z at α, the
+    Clopper–Pearson betas of k of n trials) thousands of times in a coverage study, and each scipy call costs ~0.1 ms
+    of argument checking."""
+    return float(getattr(stats, dist).ppf(q, *shape))
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ def wilson(k: float, n: int, alpha: float = 0.05) -> tuple[float, float]:
     """Wilson score interval of a rate k/n at level 1 − α ((0, 1) for n = 0)."""
     if n == 0:
         return 0.0, 1.0
-    z = stats.norm.ppf(1 - alpha / 2)
+    z = quantile("norm", 1 - alpha / 2)
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
@@ -108,8 +117,8 @@ def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     """The exact (Clopper–Pearson) interval of a binomial rate k/n."""
     if n == 0:
         return 0.0, 1.0
-    lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    lo = 0.0 if k == 0 else quantile("beta", alpha / 2, k, n - k + 1)
+    hi = 1.0 if k == n else quantile("beta", 1 - alpha / 2, k + 1, n - k)
     return lo, hi
 
 
@@ -147,18 +156,39 @@ class Terms:
     b: np.ndarray
     lam: float
     floor: float = 0.0
+    refit: np.ndarray = field(default_factory=lambda: np.zeros(0))  # λ · each fold model's mean of f_unl (K,)
 
     @property
     def estimate(self) -> float:
         return float(self.a.mean() + (self.b.mean() if len(self.b) else 0.0))
 
     @property
+    def refit_variance(self) -> float:
+        """How much mean(b) moves with the labelled episodes a cross-fitted predictor was fitted on: the grouped
+        jackknife over its K fold models (each fitted without one fold), (K − 1)/K Σ_k (r_k − r̄)², r_k = λ · the
+        k-th model's mean prediction on the unlabelled episodes (:func:`refit_covariance`); 0 for a predictor fitted
+        on nothing."""
+        return refit_covariance(self.refit, self.refit)
+
+    @property
     def variance(self) -> float:
-        """The plug-in Var(mean(a)) + Var(mean(b)); where ``a`` does not vary (every trial succeeded, or none, or a
-        single trial) its plug-in variance 0 would claim the policy's rate known exactly — ``floor`` stands in."""
+        """The plug-in Var(mean(a)) + Var(mean(b)) + the refit variance; where ``a`` does not vary (every trial
+        succeeded, or none, or a single trial) its plug-in variance 0 would claim the policy's rate known exactly —
+        ``floor`` stands in."""
         var_a = self.a.var(ddof=1) / len(self.a) if len(self.a) > 1 else 0.0
         var_b = self.b.var(ddof=1) / len(self.b) if len(self.b) > 1 else 0.0
-        return float(max(var_a, self.floor) + var_b)
+        return float(max(var_a, self.floor) + var_b + self.refit_variance)
+
+
+def refit_covariance(r: np.ndarray, s: np.ndarray) -> float:
+    """The grouped jackknife's covariance of two statistics computed from the same K fold models (r_k, s_k: each
+    model's value, the k-th fitted without the k-th fold of the labelled episodes): (K − 1)/K Σ_k (r_k − r̄)(s_k −
+    s̄) — what refitting on another sample of labelled episodes would move them by, together. 0 unless both come from
+    the same K ≥ 2 models."""
+    if len(r) < 2 or len(r) != len(s):
+        return 0.0
+    k = len(r)
+    return float((k - 1) / k * np.sum((r - r.mean()) * (s - s.mean())))
 
 
 def agresti_caffo_variance(y: np.ndarray) -> float:
@@ -185,9 +215,11 @@ def prior_variance(y: np.ndarray, f_lab: np.ndarray, lam: float, prior: float) -
 
 
 def ppi_terms(y, f_lab, f_unl, lam: Optional[float] = None, min_n: int = MIN_TUNED_TRIALS,
-              prior: float = DISAGREEMENT_PRIOR) -> Terms:
+              prior: float = DISAGREEMENT_PRIOR, f_folds: Optional[np.ndarray] = None) -> Terms:
     """The terms of θ̂_λ; ``lam`` None: power-tuned (:func:`tuned_lambda`) from ``min_n`` labelled episodes on, 0 (the
-    ground truth alone) below; ``prior``: the disagreement prior of the labelled term's least variance (``Terms``)."""
+    ground truth alone) below; ``prior``: the disagreement prior of the labelled term's least variance (``Terms``);
+    ``f_folds`` (K, N): a cross-fitted predictor's K fold models on the unlabelled episodes (``f_unl`` their mean),
+    whose spread is the refit variance (``Terms.refit_variance``)."""
     y, f_lab, f_unl = (_as_unit(y, "ground-truth outcomes"), _as_unit(f_lab, "predictions on labelled episodes"),
                        _as_unit(f_unl, "predictions on unlabelled episodes"))
     if len(y) != len(f_lab):
@@ -201,7 +233,14 @@ def ppi_terms(y, f_lab, f_unl, lam: Optional[float] = None, min_n: int = MIN_TUN
         lam = 0.0
     a = y - lam * f_lab
     floor = max(agresti_caffo_variance(y) if np.ptp(a) == 0 else 0.0, prior_variance(y, f_lab, lam, prior))
-    return Terms(a, lam * f_unl, lam, floor)
+    refit = np.zeros(0)
+    if f_folds is not None and len(f_unl) and lam > 0:
+        folds = np.asarray(f_folds, np.float64)
+        if folds.ndim != 2 or folds.shape[1] != len(f_unl):
+            raise ValueError(f"fold predictions of shape {folds.shape}; expected (K, {len(f_unl)}): each fold model's "
+                             "prediction on every unlabelled episode")
+        refit = lam * folds.mean(axis=1)
+    return Terms(a, lam * f_unl, lam, floor, refit)
 
 
 def empirical_bernstein(x: np.ndarray, delta: float, value_range: float) -> float:
@@ -248,7 +287,7 @@ def score_interval(y: np.ndarray, f_lab: np.ndarray, t: Terms, q: float, grid: i
     theta = np.linspace(0.0, 1.0, grid)
     sd_y = np.sqrt(theta * (1 - theta))
     var = ((sd_y * sd_y - 2 * lam * rho * sd_y * sd_f + lam * lam * sd_f * sd_f) / n
-           + (t.b.var(ddof=1) / N if N > 1 else 0.0))
+           + (t.b.var(ddof=1) / N if N > 1 else 0.0) + t.refit_variance)
     keep = (t.estimate - theta) ** 2 <= q * q * np.maximum(var, 0.0)
     if not keep.any():  # no θ passes (a degenerate sample): the point estimate alone
         est = float(np.clip(t.estimate, 0, 1))
@@ -257,18 +296,21 @@ def score_interval(y: np.ndarray, f_lab: np.ndarray, t: Terms, q: float, grid: i
 
 
 def ppi_mean(y, f_lab, f_unl, alpha: float = 0.05, method: str = "clt", lam: Optional[float] = None,
-             min_n: int = MIN_TUNED_TRIALS, prior: float = DISAGREEMENT_PRIOR) -> Estimate:
+             min_n: int = MIN_TUNED_TRIALS, prior: float = DISAGREEMENT_PRIOR,
+             f_folds: Optional[np.ndarray] = None) -> Estimate:
     """The prediction-powered estimate of E[y] (module docstring): PPI++ with power tuning (``lam`` None; from
     ``min_n`` labelled episodes on) and a CLT (score) interval whose correlation counts ``prior`` pseudo-episodes of
-    disagreement each way, or with ``method="finite"`` a fixed λ (default 1) and empirical-Bernstein bounds."""
+    disagreement each way and whose variance counts a cross-fitted predictor's refit variance (``f_folds``:
+    :func:`ppi_terms`), or with ``method="finite"`` a fixed λ (default 1) and empirical-Bernstein bounds (for a
+    predictor fitted on nothing)."""
     _check_method(method)
     if method == "finite" and lam is None:
         lam = 1.0
-    t = ppi_terms(y, f_lab, f_unl, lam, min_n)
+    t = ppi_terms(y, f_lab, f_unl, lam, min_n, f_folds=f_folds)
     n, N = len(t.a), len(t.b)
     est = t.estimate
     if method == "clt":
-        lo, hi = score_interval(np.asarray(y, float), np.asarray(f_lab, float), t, stats.norm.ppf(1 - alpha / 2),
+        lo, hi = score_interval(np.asarray(y, float), np.asarray(f_lab, float), t, quantile("norm", 1 - alpha / 2),
                                 prior=prior)
     else:
         half = (empirical_bernstein(t.a, alpha / 2, 1 + t.lam)
@@ -317,7 +359,7 @@ def active_mean(f: np.ndarray, y: np.ndarray, labelled: np.ndarray, pi: np.ndarr
     var = float(z.var(ddof=1)) / len(z) if len(z) > 1 else 0.0
     if len(z) < 2 or np.ptp(z) == 0:
         var = max(var, agresti_caffo_variance(yv[xi]))
-    half = stats.norm.ppf(1 - alpha / 2) * math.sqrt(var)
+    half = quantile("norm", 1 - alpha / 2) * math.sqrt(var)
     return _bounded(est, est - half, est + half, 0.0, 1.0, int(xi.sum()), len(z) - int(xi.sum()), 1.0)
 
 
@@ -350,11 +392,12 @@ def difference(p: PolicyTerms, q: PolicyTerms, alpha: float = 0.05) -> Estimate:
     alike) contributes its ``Terms.floor``, so two policies that succeeded in every trial differ by 0 with an interval
     around it, and 2/2 against 0/2 is no sure difference."""
     cov = (_shared_cov(p.terms.a, p.lab_ids, q.terms.a, q.lab_ids)
-           + _shared_cov(p.terms.b, p.unl_ids, q.terms.b, q.unl_ids))
+           + _shared_cov(p.terms.b, p.unl_ids, q.terms.b, q.unl_ids)
+           + refit_covariance(p.terms.refit, q.terms.refit))  # one predictor refitted moves both
     var = max(p.terms.variance + q.terms.variance - 2 * cov, 0.0)
     n = min(len(p.terms.a), len(q.terms.a))
     est = p.terms.estimate - q.terms.estimate
-    half = stats.t.ppf(1 - alpha / 2, max(n - 1, 1)) * math.sqrt(var)
+    half = quantile("t", 1 - alpha / 2, max(n - 1, 1)) * math.sqrt(var)
     return _bounded(est, est - half, est + half, -1.0, 1.0, n, min(len(p.terms.b), len(q.terms.b)), None)
 
 

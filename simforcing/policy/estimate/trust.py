@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
+from scipy.stats import rankdata
 
 from simforcing.data.synthetic.tasks import REACH_RADIUS
 
@@ -135,11 +136,14 @@ class Logistic:
 @dataclass(frozen=True)
 class CrossFit:
     """Cross-fitted predictions: ``lab`` (n,) each labelled episode's from the model without its fold, ``unl`` (N,)
-    the fold models' average on the unlabelled episodes, ``folds`` the number of models."""
+    the fold models' average on the unlabelled episodes, ``folds`` the number of models and ``unl_folds`` (folds, N)
+    each model's own predictions there (their spread: how much the fit moves with the labelled episodes —
+    ``ppi.Terms.refit_variance``)."""
 
     lab: np.ndarray
     unl: np.ndarray
     folds: int
+    unl_folds: np.ndarray
 
 
 def crossfit(x_lab: np.ndarray, y_lab: np.ndarray, groups: Sequence, x_unl: np.ndarray, folds: int = 5,
@@ -155,14 +159,16 @@ def crossfit(x_lab: np.ndarray, y_lab: np.ndarray, groups: Sequence, x_unl: np.n
     fold = np.array([fold_of_group[g] for g in groups])
     lab = np.empty(len(y_lab))
     unl = np.zeros(len(x_unl))
+    per_fold = np.zeros((k, len(x_unl)))
     for f in range(k):
         held = fold == f
         model = Logistic(l2).fit(x_lab[~held], y_lab[~held])
         if held.any():
             lab[held] = model.predict(x_lab[held])
         if len(x_unl):
-            unl += model.predict(x_unl) / k
-    return CrossFit(lab, unl, k)
+            per_fold[f] = model.predict(x_unl)
+            unl += per_fold[f] / k
+    return CrossFit(lab, unl, k, per_fold)
 
 
 def _ranks(v: np.ndarray) -> np.ndarray:
@@ -193,9 +199,5 @@ def auroc(scores: np.ndarray, positive: np.ndarray) -> Optional[float]:
     n1, n0 = int(pos.sum()), int((~pos).sum())
     if n1 == 0 or n0 == 0:
         return None
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s))
-    ranks[order] = np.arange(1, len(s) + 1)
-    for u in np.unique(s):
-        ranks[s == u] = ranks[s == u].mean()
+    ranks = rankdata(s)  # ties: their mean rank
     return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
