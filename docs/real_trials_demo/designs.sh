@@ -2,10 +2,10 @@
 # Which truth the coverage study checks (docs/notebook/real_trials.md, "The pool's rate or the policy's"): the
 # demo's evaluator pool and the full-scene study's pool (docs/evaluator_study/scene.sh), each estimate's coverage
 # study run three times — the pool's own rate (`--study-design pool`, what the other tables report), the rate of the
-# population the pool samples (`population`), and that again with the interval's correlation the trials' own
-# (`--disagreement-prior 0`) — then the record. No world model runs: every input is a pool already
-# evaluated. About 9 core-minutes. SCENE_DEMO: the demo whose simulator pool is the full-scene study's truth (its
-# DEMO; default DEMO_ROOT).
+# population the pool samples (`population`), and that again with the interval as it was before 2026-12-07 (the
+# correlation the trials' own, `--disagreement-prior 0`, and no refit variance) — then the record. No world model
+# runs: every input is a pool already evaluated. About 9 core-minutes. SCENE_DEMO: the demo whose simulator pool is
+# the full-scene study's truth (its DEMO; default DEMO_ROOT).
 #
 #   docs/real_trials_demo/designs.sh runs/demo runs/evaluator_study/scene [runs/designs]
 set -euo pipefail
@@ -15,10 +15,10 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p $X
 ROWS=()
 est() {  # name, simulator pool, world-model pool, predictor: the pool's truth, the population's, and the population's
-  # with the interval's correlation the trials' own (--disagreement-prior 0, the interval before 2026-12-07)
+  # with the interval before 2026-12-07 (--disagreement-prior 0 --no-refit-variance)
   for v in pool:default population:default population:0; do
     design=${v%%:*}; prior=${v##*:}; out=$X/$(echo "$1" | tr -c 'A-Za-z0-9\n' '_')_${design}_$prior
-    flag=""; [ $prior = default ] || flag="--disagreement-prior $prior"
+    flag=""; [ $prior = default ] || flag="--disagreement-prior $prior --no-refit-variance"
     [ -f $out/estimate.json ] || $SF policy estimate --ground-truth $2 --wm-eval $3 --n 10 --draws 400 --study-n 10 20 \
       --predictor $4 --study-design $design $flag --out $out > $out.log 2>&1
     ROWS+=("$1=$out")
