@@ -56,6 +56,14 @@ def test_ppi_estimate_is_the_rectified_mean_and_lambda_the_variance_minimiser():
     assert tuned_lambda(y, f_lab, f_unl) == pytest.approx(best, abs=1e-4)
     # a useless (constant) predictor: λ = 0 and the estimate is the ground truth's
     assert tuned_lambda(y, np.full(30, 0.5), np.full(200, 0.5)) == 0.0
+    # with a cross-fitted predictor's refit variance J (at λ = 1) the variance gains λ² J: its minimiser is smaller
+    folds = np.clip(f_unl + rng.normal(0, 0.05, (5, 1)), 0, 1)  # five fold models, each shifted by its own offset
+    means = folds.mean(axis=1)
+    j = 4 / 5 * np.sum((means - means.mean()) ** 2)
+    best_j = optimize.minimize_scalar(lambda lam: variance(lam) + lam ** 2 * j, bounds=(0, 1), method="bounded").x
+    assert tuned_lambda(y, f_lab, f_unl, refit=j) == pytest.approx(best_j, abs=1e-4) and best_j < best
+    assert ppi_terms(y, f_lab, folds.mean(0), f_folds=folds, prior=0.0).lam == pytest.approx(
+        tuned_lambda(y, f_lab, folds.mean(0), refit=j))
 
 
 def test_classical_intervals_are_wilson_and_clopper_pearson():
@@ -313,7 +321,7 @@ def test_the_refit_variance_accounts_for_a_cross_fitted_predictors_own_noise():
     """Simulated as the demo's pools are estimated: eight policies of different rates, one informative feature and one
     of noise, the same ten of sixty scenes labelled for every policy and one logistic predictor pooled over the
     policies, cross-fitted by scene. Over many samples the estimates' mean squared error exceeds the plug-in variance
-    (the fit moves with the labels); the refit variance closes a good part of that gap without overshooting it."""
+    (the fit moves with the labels); the refit variance closes much of that gap without overshooting it."""
     rng = np.random.default_rng(4)
     policies, scenes, n = 8, 60, 10
     mu = np.linspace(-1.5, 1.5, policies)
@@ -337,7 +345,7 @@ def test_the_refit_variance_accounts_for_a_cross_fitted_predictors_own_noise():
             full[p] += t.variance / reps
     gap = sq_err.sum() - plug.sum()
     assert gap > 0.05 * sq_err.sum()  # the plug-in misses the fit's own noise
-    assert full.sum() - plug.sum() > 0.5 * gap  # the jackknife finds most of it (85 % here)
+    assert full.sum() - plug.sum() > 0.4 * gap  # the jackknife finds much of it (55 % here)
     assert full.sum() < 1.02 * sq_err.sum()  # and does not overshoot
 
 
@@ -665,9 +673,9 @@ def test_the_disagreement_prior_is_a_flag_recorded_with_the_estimate(known_pool,
 
 
 def test_the_refit_variance_is_on_for_the_learned_predictor_and_recorded(known_pool, tmp_path):
-    """The learned predictor's intervals count its refit variance by default (at least as wide, the same estimate);
-    ``--no-refit-variance`` gives the plug-in interval; the record says which; a predictor fitted on nothing has
-    none."""
+    """The learned predictor's intervals count its refit variance by default — in the variance and in the power
+    tuning, so λ is no larger and the interval no narrower; ``--no-refit-variance`` gives the plug-in interval; the
+    record says which; a predictor fitted on nothing has none."""
     root, _ = known_pool
     assert main(["policy", "estimate", "--ground-truth", str(root / "sim"), "--wm-eval", str(root / "wm"),
                  "--out", str(tmp_path / "off"), "--no-refit-variance"]) == 0
@@ -675,12 +683,12 @@ def test_the_refit_variance_is_on_for_the_learned_predictor_and_recorded(known_p
     off, on = (json.loads((tmp_path / k / "estimate.json").read_text()) for k in ("off", "on"))
     assert on["predictor"] == "learned"
     assert on["inputs"]["refit_variance"] is True and off["inputs"]["refit_variance"] is False
-    wider = 0
+    moved = 0
     for p, est in on["policies"].items():
         a, b = off["policies"][p]["average"]["ppi"], est["average"]["ppi"]
-        assert a["estimate"] == b["estimate"] and b["ci"][1] - b["ci"][0] >= a["ci"][1] - a["ci"][0] - 1e-12
-        wider += b["ci"][1] - b["ci"][0] > a["ci"][1] - a["ci"][0] + 1e-9
-    assert wider  # some policy's interval counts the fit's own noise
+        assert b["lam"] <= a["lam"] + 1e-12 and b["ci"][1] - b["ci"][0] >= a["ci"][1] - a["ci"][0] - 1e-9
+        moved += b["lam"] < a["lam"] - 1e-9
+    assert moved  # some policy's predictor gets less weight for its fit's own noise
     run_estimate(root / "sim", root / "wm", tmp_path / "verdict", predictor="verdict")
     assert json.loads((tmp_path / "verdict" / "estimate.json").read_text())["inputs"]["refit_variance"] is False
 
