@@ -75,12 +75,19 @@ def study(y: np.ndarray, f: np.ndarray, n: int, draws: int, modes: list[str], se
     return {m: {"coverage": hits[m] / draws, "width": widths[m]} for m in hits}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def pool_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of a study on a pool (this script's and prior_sweep.py's): the simulator and world-model
+    evaluations, a predictor fitted on nothing, the markdown file written."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("sim_eval")
     ap.add_argument("wm_eval")
     ap.add_argument("predictor", choices=("twin", "hand", "verdict", "actions"))
     ap.add_argument("--out", required=True)
+    return ap
+
+
+def main() -> None:
+    ap = pool_parser(__doc__)
     ap.add_argument("--n", type=int, nargs="+", default=[10, 20])
     ap.add_argument("--draws", type=int, default=600)
     ap.add_argument("--prior", type=float, default=0.0, help="the interval's disagreement prior")

@@ -13,7 +13,6 @@ mean) and beside it FILE.json, the record the notebook's table is generated from
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -22,16 +21,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # lambda_variants.py beside this script
-from lambda_variants import pool_table  # noqa: E402
+from lambda_variants import pool_parser, pool_table  # noqa: E402
 from simforcing.policy.estimate.ppi import PolicyTerms, classical, difference, ppi_mean, ppi_terms
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sim_eval")
-    ap.add_argument("wm_eval")
-    ap.add_argument("predictor", choices=("twin", "hand", "verdict", "actions"))
-    ap.add_argument("--out", required=True)
+    ap = pool_parser(__doc__)
     ap.add_argument("--name", required=True, help="the row's name in the notebook's table")
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--priors", type=float, nargs="+", default=[0.0, 0.1, 0.25])

@@ -49,6 +49,15 @@ def choose_predictor(predictor: Optional[str], wm: WorldModelEpisodes) -> tuple[
     return "verdict", [f"predictor verdict (not the default learned one): {why}"]
 
 
+def _checked_prior(prior: Optional[float]) -> float:
+    """``--disagreement-prior``: None is ``ppi.DISAGREEMENT_PRIOR``; ConfigError for anything but a number >= 0."""
+    prior = DISAGREEMENT_PRIOR if prior is None else prior
+    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not math.isfinite(prior) or prior < 0:
+        raise ConfigError(f"--disagreement-prior: got {prior!r}; expected a number >= 0 (pseudo-episodes of "
+                          f"disagreement each way; default {DISAGREEMENT_PRIOR}, 0: the sample's own correlation)")
+    return prior
+
+
 def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Optional[str | Path] = None,
                  n: Optional[int] = None, draws: int = 0, study_ns: Optional[Sequence[int]] = None,
                  predictor: Optional[str] = None, alpha: float = 0.05, seed: int = 0,
@@ -86,10 +95,7 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
         raise ConfigError("--study-n: the coverage study's n values are used with --draws N > 0 only")
     if design not in DESIGNS:
         raise ConfigError(f"--study-design: got {design!r}; expected one of {', '.join(DESIGNS)}")
-    prior = DISAGREEMENT_PRIOR if prior is None else prior
-    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not math.isfinite(prior) or prior < 0:
-        raise ConfigError(f"--disagreement-prior: got {prior!r}; expected a number >= 0 (pseudo-episodes of "
-                          f"disagreement each way; default {DISAGREEMENT_PRIOR}, 0: the sample's own correlation)")
+    prior = _checked_prior(prior)
     if design != "pool" and not draws:
         raise ConfigError("--study-design: the coverage study's design is used with --draws N > 0 only")
     if predictor is not None and predictor not in PREDICTORS:
