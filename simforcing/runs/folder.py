@@ -422,6 +422,29 @@ def _checkpoint(run_dir: Path, step: Optional[int], checkpoint: Optional[Path], 
     return load_checkpoint(step_dir(run_dir, step), weights=weights, train_state=False)
 
 
+RUN_INPUT_PATHS = (("model", "vae", "path"), ("eval", "probe"))  # folders a run's config names and using it reads
+
+
+def located(cfg: Config, run_dir: str | Path) -> Config:
+    """``cfg`` (a run's, modified) with each relative folder it names (``RUN_INPUT_PATHS``: the VAE, the state probe)
+    that does not exist from the working directory taken from the nearest folder above ``run_dir`` where it does. A
+    run records the paths it was given, relative to where it was started (`make demo`'s runs name ``runs/demo/vae``),
+    so it is usable from any working directory; a path found nowhere is left as it is (its loader names it)."""
+    above = Path(run_dir).resolve().parents
+    for fields in RUN_INPUT_PATHS:
+        *owner, name = fields
+        obj = cfg
+        for f in owner:
+            obj = getattr(obj, f)
+        p = getattr(obj, name)
+        if not p or Path(p).is_absolute() or Path(p).exists():
+            continue
+        found = next((base / p for base in above if (base / p).exists()), None)
+        if found is not None:
+            setattr(obj, name, str(found))
+    return cfg
+
+
 def open_run(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = "--ckpt", use: str = "sample",
              step: Optional[int] = None, checkpoint: Optional[str | Path] = None, weights: bool = True) -> Run:
     """Check the run's kind (:func:`require_kind`), then verify and read its newest valid checkpoint (or ``step``,
@@ -437,7 +460,7 @@ def open_run(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = "-
     if differs:
         warnings.warn(f"{run_dir / CONFIG_FILE} differs from the config {ckpt.path.name} was trained with in "
                       f"{', '.join(differs[:8])}; the model is built from the checkpoint's own config", stacklevel=2)
-    return Run(run_dir, kind, ckpt, cfg)
+    return Run(run_dir, kind, ckpt, located(cfg, run_dir))
 
 
 def run_config(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = "--ckpt", use: str = "sample",
@@ -455,8 +478,8 @@ def run_config(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = 
         if not path.exists():
             raise ConfigError(f"{flag}: {path} is missing; expected a training run folder written by `simforcing "
                               "pretrain/train/policy train`")
-        return own_sampler(Config.load(path))
-    return own_sampler(trained_config(run_dir, ref)[0])
+        return own_sampler(located(Config.load(path), run_dir))
+    return own_sampler(located(trained_config(run_dir, ref)[0], run_dir))
 
 
 def own_sampler(cfg: Config) -> Config:

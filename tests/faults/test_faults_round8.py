@@ -12,7 +12,9 @@ the untouched input works).
   ragged are refused by field;
 - `export --eval` of an evaluation made with a relative --ckpt from another directory (it was refused whatever was
   given); rollout.json holding NaN, infinity or text in its scores; one world-model evaluation or fidelity point
-  given under two names (now said); docs/demo_timing/record.py on a results.json missing sections (it recorded "—" silently).
+  given under two names (now said); docs/demo_timing/record.py on a results.json missing sections (it recorded "—" silently);
+- a run trained with relative paths (`make demo`'s ``runs/demo/vae``) opened from another working directory (its VAE
+  was "not a folder").
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultkit import refused
+from faultkit import pretrain_args, refused
 
 from simforcing.cli import main
 from simforcing.config import ConfigError
@@ -472,3 +474,43 @@ def test_record_refuses_a_demo_with_missing_sections_unless_allowed(tmp_path):
     path.write_text(json.dumps(whole))
     results, figs = rec.read_results(path)
     assert results == whole and figs["student_psnr"] == 23.5 and figs["pearson_simforcing"] == 0.5
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A run trained with relative paths, used from another working directory
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_run_given_relative_paths_opens_from_any_working_directory(tiny, tmp_path, monkeypatch, capsys):
+    """`make demo` trains its runs with ``--model.vae.path=runs/demo/vae`` from the clone's root, and each run's config
+    records that path as given: from any other directory the run's VAE was "not a folder" (found using the release
+    demo's policies and world models from a study's folder). A run's relative VAE and probe folders that do not exist
+    from the working directory are now taken from the nearest folder above the run where they do
+    (``runs.folder.located``, applied wherever a run is opened for use). The controls: from the project's root the
+    path stays as recorded, and a path found nowhere is named by the loader as before."""
+    from simforcing.models.vae import load_vae
+    from simforcing.runs.folder import located, open_run, run_config
+
+    root, vae = tiny
+    proj = tmp_path / "proj"
+    shutil.copytree(vae, proj / "runs" / "demo" / "vae")
+    monkeypatch.chdir(proj)
+    words = pretrain_args(Path("runs/demo/s1"), (root, Path("runs/demo/vae")))
+    assert main(words) == 0
+    capsys.readouterr()
+    assert open_run("runs/demo/s1").cfg.model.vae.path == "runs/demo/vae"  # where it was started: as recorded
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    run = proj / "runs" / "demo" / "s1"
+    for cfg in (open_run(run).cfg, run_config(run)):
+        assert Path(cfg.model.vae.path) == proj / "runs" / "demo" / "vae"
+        assert load_vae(cfg).latent_channels == cfg.model.vae.latent_channels
+    assert main(["evaluate", "--ckpt", str(run), "--data", str(root), "--split", "val", "--num-samples", "1",
+                 "--out", str(tmp_path / "ev")]) == 0  # the whole command, from elsewhere
+    capsys.readouterr()
+    lost = open_run(run).cfg
+    lost.model.vae.path = "runs/nowhere/vae"
+    assert located(lost, run).model.vae.path == "runs/nowhere/vae"
+    with pytest.raises(ConfigError, match="runs/nowhere/vae"):
+        load_vae(lost)
