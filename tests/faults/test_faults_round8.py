@@ -14,7 +14,7 @@ the untouched input works).
   given); rollout.json holding NaN, infinity or text in its scores; one world-model evaluation or fidelity point
   given under two names (now said); docs/demo_timing/record.py on a results.json missing sections (it recorded "—" silently);
 - a run trained with relative paths (`make demo`'s ``runs/demo/vae``) opened from another working directory (its VAE
-  was "not a folder").
+  was "not a folder"), and one policy checkpoint evaluated from two directories (refused as another policy).
 """
 
 from __future__ import annotations
@@ -514,3 +514,36 @@ def test_a_run_given_relative_paths_opens_from_any_working_directory(tiny, tmp_p
     assert located(lost, run).model.vae.path == "runs/nowhere/vae"
     with pytest.raises(ConfigError, match="runs/nowhere/vae"):
         load_vae(lost)
+
+
+def test_one_checkpoint_evaluated_from_two_directories_is_one_policy(tmp_path, capsys):
+    """An evaluation records a learned policy's run folder absolute but its checkpoint as it was given: `make demo`'s
+    simulator pool (made from the clone's root) names ``runs/demo/wm_eval/policies/base_500/checkpoints/...``, a
+    world-model pool of the same policy made from another directory names it absolute — and `policy estimate`
+    refused the pair as "not the ground truth" (a study's estimate on the release demo's pool). The policy is now
+    compared by its run, its checkpoint's folder name and its step; another checkpoint of the run is still named."""
+    from evalgen import edited, write_known_pool
+
+    from simforcing.policy.agreement.statistics import policy_differences
+    from simforcing.policy.closed_loop.results import PolicyEvaluation
+
+    root, _ = write_known_pool(tmp_path / "pool")
+    run = str(tmp_path / "clone" / "runs" / "demo" / "wm_eval" / "policies" / "base_500")
+
+    def learned(checkpoint: str):
+        def edit(body: dict) -> None:
+            body["runs"] = {"good": {"run": run, "checkpoint": checkpoint, "step": 500, "finished": True}}
+            body["learned"] = ["good"]
+        return edit
+
+    sim = edited(root / "sim", tmp_path / "sim", learned("runs/demo/wm_eval/policies/base_500/checkpoints/step_000500"))
+    wm = edited(root / "wm", tmp_path / "wm", learned(run + "/checkpoints/step_000500"))
+    other = edited(root / "wm", tmp_path / "other", learned(run + "/checkpoints/step_000400"))
+    read = {k: PolicyEvaluation.read(v, k) for k, v in (("sim", sim), ("wm", wm), ("other", other))}
+    assert policy_differences(read["wm"], read["sim"], "--ground-truth") == []
+    assert "step_000400" in " ".join(policy_differences(read["other"], read["sim"], "--ground-truth"))
+    assert main(["policy", "estimate", "--ground-truth", str(sim), "--wm-eval", str(wm), "--n", "10",
+                 "--predictor", "verdict", "--out", str(tmp_path / "est")]) == 0
+    capsys.readouterr()
+    refused(["policy", "estimate", "--ground-truth", str(sim), "--wm-eval", str(other), "--n", "10", "--predictor",
+             "verdict", "--out", str(tmp_path / "est2")], capsys, "not the ground truth", "step_000400")

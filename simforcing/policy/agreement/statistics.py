@@ -98,8 +98,13 @@ def read_eval(folder: str | Path, what: str, env: str) -> PolicyEvaluation:
 
 
 def _identity(rec: Optional[ScoredRun]) -> Optional[tuple]:
-    """What a learned player evaluated: its run folder, checkpoint and step."""
-    return None if rec is None else (rec.run, rec.checkpoint, rec.step)
+    """What a learned player evaluated: its run folder (recorded absolute), its checkpoint's folder name in that run
+    and its step. The checkpoint is recorded as the evaluation was given it — relative to the working directory of
+    the time (`make demo`'s ``runs/demo/...``) or absolute — so two evaluations of one checkpoint made from different
+    directories compare by its name, not by that spelling."""
+    if rec is None:
+        return None
+    return rec.run, None if rec.checkpoint is None else Path(rec.checkpoint).name, rec.step
 
 
 def scene_differences(a: PolicyEvaluation, b: PolicyEvaluation,
