@@ -240,6 +240,38 @@ def render_study(paths: tuple[Path, ...], entry: Optional[str]) -> str:
     return "\n".join(evaluators_table(section, ("paired episodes (operators)", "condition", "predictor"), cells))
 
 
+def render_pairing_rollouts(paths: tuple[Path, ...], entry: Optional[str]) -> str:
+    """One window and long rollouts of both pairings (docs/evaluator_study/rollouts.py): a row per pairing and world
+    model — its one-window scores, then per condition the 8-chunk rollout's mean PSNR and action error, its drift (the
+    action error less the restarted one's) and how close its condition came to the recorded simulation."""
+    body = _json(paths[0])
+    try:
+        rows: dict[tuple, dict] = {}
+        for w in body["windows"]:
+            rows.setdefault((w["pairing"], w["model"]), {})["window"] = (w["psnr"], w["action_error_cm"])
+        for r in body["rollouts"]:
+            rows.setdefault((r["pairing"], r["model"]), {})[r["condition"]] = (
+                r["psnr"]["rollout"], r["action_error_cm"]["rollout"], r["drift_cm"], r["condition_psnr"],
+                f"{r['episodes']} episodes × {r['chunks']} chunks")
+    except (KeyError, TypeError) as e:
+        raise TableError(f"{paths[0]}: not a record of windows and rollouts ({e!r}); record it with "
+                         "docs/evaluator_study/rollouts.py") from None
+    shape = sorted({v[4] for cells in rows.values() for k, v in cells.items() if k != "window"})
+    lines = [f"| simulation | world model | one window: PSNR (dB) ↑ / action error (cm) ↓ | rollout of {', '.join(shape)}"
+             ", own chain: PSNR / action error / drift (cm) ↓ | rollout, twin: PSNR / action error / drift | the "
+             "condition's PSNR against the recorded simulation (dB), own chain / twin |",
+             "|---|---|---|---|---|---|"]
+    for (pairing, model), cells in rows.items():
+        win = cells.get("window")
+        roll = [cells.get(c) for c in ("own chain", "twin")]
+        lines.append(f"| {pairing} | {model} | "
+                     + ("—" if win is None else f"{figure(win[0])} / {figure(win[1])}") + " | "
+                     + " | ".join("—" if r is None else f"{figure(r[0])} / {figure(r[1])} / {figure(r[2])}"
+                                  for r in roll)
+                     + " | " + " / ".join("—" if r is None else figure(r[3]) for r in roll) + " |")
+    return "\n".join(lines)
+
+
 def section_of(key: str, what: str) -> Callable[[Any], dict]:
     """The record from a command's output: its section ``key`` (a demo's results.json), or the output itself when it
     is that section (``rows`` at its top), else a TableError saying it is not ``what``."""
@@ -510,8 +542,12 @@ TABLES: dict[str, Table] = {t.name: t for t in (
           "`docs/evaluator_study/study.sh DEMO_ROOT` (the variants; docs/evaluator_study/record.py writes the record)",
           "docs/notebook/evaluator.md", None),
     Table("full_scene", ("docs/evaluator_study/scene.json",), render_study,
-          "`docs/evaluator_study/study.sh DEMO_ROOT` (its full-scene part; docs/evaluator_study/record.py)",
+          "`docs/evaluator_study/scene.sh` beside a finished `make demo`, then `docs/evaluator_study/scene_estimates.sh "
+          "SCENE_STUDY DEMO_ROOT` (docs/evaluator_study/record.py)",
           "docs/POLICY_EVALUATION.md", None),
+    Table("pairing_rollouts", ("docs/evaluator_study/rollouts.json",), render_pairing_rollouts,
+          "`docs/evaluator_study/scene.sh` beside a finished `make demo`, then `docs/evaluator_study/scene_estimates.sh "
+          "SCENE_STUDY DEMO_ROOT` (docs/evaluator_study/rollouts.py)", "docs/notebook/evaluator.md", None),
     Table("predictors", ("docs/evaluator_study/predictors.json",), render_study,
           "`docs/evaluator_study/predictors.sh DEMO_ROOT` (docs/evaluator_study/record.py)",
           "docs/POLICY_EVALUATION.md", None),

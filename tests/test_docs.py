@@ -163,3 +163,54 @@ def test_the_command_line_lists_checks_and_refuses(capsys):
     with pytest.raises(SystemExit) as e:
         D.main(["--record", "evaluators", "x.json"])
     assert e.value.code == 2 and "--record needs --machine" in capsys.readouterr().err
+
+
+def test_the_windows_and_rollouts_of_both_pairings_are_read_from_their_files(tmp_path):
+    """docs/evaluator_study/rollouts.py reads each eval.json and rollout.json through their typed readers (nothing
+    typed): the drift is the rollout's mean action error less the restarted one's, in cm, as computed here from the
+    files; the table shows one row per pairing and world model. A spec that is not PAIRING|MODEL[|CONDITION]=FOLDER,
+    or a rollout without its restarted row, is refused by name before anything is written."""
+    import importlib.util
+
+    from fidelitygen import window_eval, world_model
+    from simforcing.evaluate.results import ChunkSeries, RolloutDrift, WindowEvaluation
+
+    def drift(folder: Path, rows: dict) -> Path:
+        def series(af, psnr: float) -> ChunkSeries:
+            return ChunkSeries({"af_pos": [af, af], "psnr": [psnr, psnr]}, {"af_pos": af, "psnr": psnr},
+                               {"af_pos": [af] * 4, "psnr": [psnr] * 4}, {"af_pos": [[af, af]], "psnr": [[psnr, psnr]]})
+        folder.mkdir()
+        r = RolloutDrift(run="r", checkpoint={"step": 1}, data="d", split="val", horizon=4, chunk_frames=[2, 2],
+                         num_episodes=3, episode_ids=["a", "b", "c"], sampler={"condition": "render"},
+                         state_input="integrated", sim_chain="continue", probe="p", units="m", forwards_per_episode=4,
+                         rows={k: series(*v) for k, v in rows.items()}, seconds={"total": 1.0})
+        (folder / "rollout.json").write_text(json.dumps(r.to_json()))
+        return folder
+
+    spec = importlib.util.spec_from_file_location("pairing_rollouts", ROOT / "docs" / "evaluator_study" / "rollouts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    own = drift(tmp_path / "own", {"rollout": (0.1234, 20.5), "restart": (0.0834, 23.25), "sim chain": (None, 21.5)})
+    twin = drift(tmp_path / "twin", {"rollout": (0.11, 21.0), "restart": (0.08, 23.0), "sim chain": (None, 33.5)})
+    scene = drift(tmp_path / "scene", {"rollout": (0.15, 19.0), "restart": (0.125, 22.0)})
+    ev = window_eval(tmp_path / "eval", world_model(tmp_path / "run"), af=0.082, psnr=23.75)
+    assert WindowEvaluation.read(ev, "the test").scores.psnr == 23.75
+    out = tmp_path / "rollouts.json"
+    assert mod.main(["--out", str(out), "--window", f"arm|SimForcing={ev}", f"arm|SimForcing|own chain={own}",
+                     f"arm|SimForcing|twin={twin}", f"scene|sft|own chain={scene}"]) == 0
+    body = json.loads(out.read_text())
+    assert body["windows"][0]["action_error_cm"] == pytest.approx(8.2)
+    r = body["rollouts"]
+    assert r[0]["drift_cm"] == pytest.approx(100 * (0.1234 - 0.0834)) and r[2]["drift_cm"] == pytest.approx(2.5)
+    assert r[1]["condition_psnr"] == 33.5 and r[2]["condition_psnr"] is None
+    table = D.render_pairing_rollouts((out,), None).splitlines()
+    assert table[2] == "| arm | SimForcing | 23.75 / 8.20 | 20.50 / 12.34 / 4.00 | 21.00 / 11.00 / 3.00 | 21.50 / 33.50 |"
+    assert table[3] == "| scene | sft | — | 19.00 / 15.00 / 2.50 | — | — / — |"
+    for bad, needle in ((f"moon|x|twin={own}", "PAIRING|MODEL|CONDITION=FOLDER"), (f"arm|x|fog={own}", "one of own"),
+                        (f"arm|x={own}", "one of arm, scene")):
+        with pytest.raises(SystemExit, match=re.escape(needle)):
+            mod.main(["--out", str(tmp_path / "no.json"), bad])
+    norestart = drift(tmp_path / "norestart", {"rollout": (0.1, 20.0)})
+    with pytest.raises(SystemExit, match="no 'restart' row"):
+        mod.main(["--out", str(tmp_path / "no.json"), f"arm|m|twin={norestart}"])
+    assert not (tmp_path / "no.json").exists()

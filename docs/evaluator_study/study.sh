@@ -23,10 +23,5 @@ python $here/record.py --truth $DEMO/wm_eval/pool_sim --out $here/study.json \
   "paper data, own chain, 4 draws=$STUDY/paper/pool_student_rollout_k4:$STUDY/paper/est_student_rollout_k4" \
   $(for n in recipe40 recipe120 recipe360 noise_pauses120 frame_both120; do for c in rollout render; do
       echo "$n, $([ $c = render ] && echo twin || echo own chain)=$STUDY/$n/pool_student_$c:$STUDY/$n/est_student_$c:$STUDY/$n/agreement:student$([ $c = render ] && echo -twin)"; done; done)
-python $here/record.py --truth $DEMO/wm_eval/pool_sim --out $here/scene.json \
-  "simulator alone (the twin's verdict)=$STUDY/scene/pool_simforcing_student_render:$STUDY/scene/est_simulator_twin" \
-  "full scene, twin=$STUDY/scene/pool_simforcing_student_render:$STUDY/scene/est_simforcing_student_render_learned:$STUDY/scene/agreement:twin" \
-  "full scene, twin, its verdict alone=$STUDY/scene/pool_simforcing_student_render:$STUDY/scene/est_simforcing_student_render_verdict:$STUDY/scene/agreement:twin" \
-  "full scene, own chain=$STUDY/scene/pool_simforcing_student_rollout:$STUDY/scene/est_simforcing_student_rollout_learned:$STUDY/scene/agreement:own" \
-  "full scene, sft=$STUDY/scene/pool_sft_student_rollout:$STUDY/scene/est_sft_student_rollout_learned:$STUDY/scene/agreement:sft"
+bash $here/scene_estimates.sh $STUDY/scene $DEMO $STUDY/scene_estimates  # scene.json and rollouts.json
 simforcing fidelity curve --points $here/../fidelity_curve $(for n in recipe40 recipe120 recipe360 noise_pauses120 frame_both120 paper; do echo "$n=$STUDY/$n/fidelity"; done) --out $STUDY/curve

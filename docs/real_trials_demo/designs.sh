@@ -26,6 +26,6 @@ est() {  # name, simulator pool, world-model pool, predictor: the pool's truth, 
 }
 est "the demo's evaluator with the twin, hand" $D/wm_eval/pool_sim $D/wm_eval/pool_wm_evaluator-fewstep-twin hand
 est "the demo's evaluator with the twin, learned" $D/wm_eval/pool_sim $D/wm_eval/pool_wm_evaluator-fewstep-twin learned
-est "full scene: the simulator alone" $G/wm_eval/pool_sim $S/pool_simforcing_student_render_gap twin
-est "full scene: SimForcing with the twin, learned" $G/wm_eval/pool_sim $S/pool_simforcing_student_render_gap learned
+est "full scene: the simulator alone" $G/wm_eval/pool_sim $S/pool_simforcing_student_render twin
+est "full scene: SimForcing with the twin, learned" $G/wm_eval/pool_sim $S/pool_simforcing_student_render learned
 python $here/designs.py --out $here/designs.json "${ROWS[@]}"
