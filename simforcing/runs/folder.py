@@ -422,26 +422,21 @@ def _checkpoint(run_dir: Path, step: Optional[int], checkpoint: Optional[Path], 
     return load_checkpoint(step_dir(run_dir, step), weights=weights, train_state=False)
 
 
-RUN_INPUT_PATHS = (("model", "vae", "path"), ("eval", "probe"))  # folders a run's config names and using it reads
-
-
 def located(cfg: Config, run_dir: str | Path) -> Config:
-    """``cfg`` (a run's, modified) with each relative folder it names (``RUN_INPUT_PATHS``: the VAE, the state probe)
-    that does not exist from the working directory taken from the nearest folder above ``run_dir`` where it does. A
-    run records the paths it was given, relative to where it was started (`make demo`'s runs name ``runs/demo/vae``),
-    so it is usable from any working directory; a path found nowhere is left as it is (its loader names it)."""
+    """``cfg`` (a run's, modified) with each relative folder it names that using the run reads (the VAE, the state
+    probe) and that does not exist from the working directory taken from the nearest folder above ``run_dir`` where
+    it does. A run records the paths it was given, relative to where it was started (`make demo`'s runs name
+    ``runs/demo/vae``), so it is usable from any working directory; a path found nowhere is left as it is (its loader
+    names it)."""
     above = Path(run_dir).resolve().parents
-    for fields in RUN_INPUT_PATHS:
-        *owner, name = fields
-        obj = cfg
-        for f in owner:
-            obj = getattr(obj, f)
-        p = getattr(obj, name)
+
+    def find(p: Optional[str]) -> Optional[str]:
         if not p or Path(p).is_absolute() or Path(p).exists():
-            continue
-        found = next((base / p for base in above if (base / p).exists()), None)
-        if found is not None:
-            setattr(obj, name, str(found))
+            return p
+        return next((str(base / p) for base in above if (base / p).exists()), p)
+
+    cfg.model.vae.path = find(cfg.model.vae.path)
+    cfg.eval.probe = find(cfg.eval.probe)
     return cfg
 
 

@@ -68,16 +68,9 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Pearson of the ranks, ties at their average rank."""
-    def ranks(v: np.ndarray) -> np.ndarray:
-        v = np.asarray(v, float)
-        order = np.argsort(v, kind="mergesort")
-        r = np.empty(len(v))
-        r[order] = np.arange(len(v))
-        for u in np.unique(v):
-            r[v == u] = r[v == u].mean()
-        return r
+    from scipy.stats import rankdata  # not at the top: reading an agreement needs no scipy
 
-    return pearson(ranks(x), ranks(y))
+    return pearson(rankdata(np.asarray(x, float)), rankdata(np.asarray(y, float)))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
