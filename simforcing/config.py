@@ -85,6 +85,31 @@ class DataConfig:
     # whole scene as the simulator sees it, InternData-A1's); None: the dataset's own (info.json pairing, "arm" when it
     # has none). With "scene" the first-frame masking (mask-file, sam3: the arm alone) is refused: masking.py
     pairing: Optional[str] = None
+    # the cameras a world model sees jointly (beyond the paper, after Ctrl-World and FastWAM: a wrist camera shows the
+    # contacts one external view hides): None — the dataset's first view alone, a one-view model (every run before
+    # views) — or names of the dataset's views (meta/info.json "views"), comma-separated, e.g. "external,wrist"; each
+    # view's frames are brought to data.height × data.width, then put side by side along view_layout into the one
+    # frame the VAE and the network see (Wan2.2's weights and the VAE unchanged): "width" — [v1 | v2 | ...], as FastWAM
+    # and the paper's Tab. 5 policy concatenate their cameras — or "height" (stacked, as Ctrl-World stacks its views)
+    views: Optional[str] = None
+    view_layout: str = "width"
+
+    @property
+    def view_names(self) -> tuple[str, ...]:
+        """The views named by ``views`` in order; () for a one-view model (the dataset's first view)."""
+        return tuple(v.strip() for v in self.views.split(",")) if self.views else ()
+
+    @property
+    def num_views(self) -> int:
+        """How many views one frame of the model holds (1 for a one-view model)."""
+        return max(1, len(self.view_names))
+
+    @property
+    def frame_hw(self) -> tuple[int, int]:
+        """The model's frame (H, W): the views' data.height × data.width frames side by side along ``view_layout``."""
+        if self.view_layout == "height":
+            return self.height * self.num_views, self.width
+        return self.height, self.width * self.num_views
 
     @property
     def window_steps(self) -> int:
@@ -367,8 +392,10 @@ class Config:
 
     @property
     def latent_hw(self) -> tuple[int, int]:
+        """The latent grid of the model's frame (every view side by side: ``data.frame_hw``)."""
         s = self.model.vae.spatial_stride
-        return self.data.height // s, self.data.width // s
+        h, w = self.data.frame_hw
+        return h // s, w // s
 
     @property
     def tokens_per_latent_frame(self) -> int:
@@ -421,6 +448,9 @@ class Config:
         step_w = v.spatial_stride * m.patch_size[2]
         _check(d.width > 0 and d.width % step_w == 0, "data.width", d.width,
                f"a positive multiple of {step_w} (VAE spatial stride {v.spatial_stride} × patch {m.patch_size[2]})")
+        check_views(d.views, "data.views")
+        _check(d.view_layout in VIEW_LAYOUTS, "data.view_layout", d.view_layout,
+               "'width' (the views side by side) or 'height' (stacked)")
         _check(d.windows_per_episode >= 1, "data.windows_per_episode", d.windows_per_episode, "an integer >= 1")
         _check(d.action_dim >= 1 and d.state_dim >= 1, "data.action_dim", d.action_dim, "positive dimensions")
         _check(v.kind in ("wan", "demo"), "model.vae.kind", v.kind, "'wan' or 'demo'")
@@ -526,6 +556,31 @@ class Config:
         _check(len(set(dims)) == len(dims) and all(i >= 0 for i in dims), "rollout.delta_dims",
                (r.delta_dims, r.absolute_dims), "distinct dims >= 0, each either a delta or an absolute dim (the "
                "rollout checks them against data.action_dim / state_dim)")
+
+
+VIEW_LAYOUTS = ("width", "height")  # data.view_layout: how a model's views share its frame
+
+
+def is_view_name(name: object) -> bool:
+    """A view (camera) name: letters, digits, '_' or '-', 1 to 64 of them (it names files: ``sim_<view>.mp4``)."""
+    return (isinstance(name, str) and 0 < len(name) <= 64
+            and all(c.isascii() and (c.isalnum() or c in "_-") for c in name))
+
+
+def check_views(views: Optional[str], field_name: str = "data.views") -> tuple[str, ...]:
+    """The view names of a ``data.views`` value (None: ()), each a plain name (:func:`is_view_name`) and named once;
+    ConfigError naming ``field_name`` otherwise."""
+    if views is None:
+        return ()
+    names = [v.strip() for v in str(views).split(",")]
+    bad = [v for v in names if not is_view_name(v)]
+    if bad:
+        raise ConfigError(f"{field_name}: got {views!r}; expected view names separated by commas, each letters, "
+                          f"digits, '_' or '-' (e.g. external,wrist); {bad[0]!r} is not one")
+    twice = sorted({v for v in names if names.count(v) > 1})
+    if twice:
+        raise ConfigError(f"{field_name}: got {views!r}; the view {twice[0]!r} is named twice (each camera once)")
+    return tuple(names)
 
 
 def parse_color(value: str, field_name: str = "data.sim_background") -> tuple[int, int, int]:

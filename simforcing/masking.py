@@ -28,7 +28,7 @@ import torch
 
 from simforcing.config import Config, ConfigError, parse_color
 from simforcing.data.format import DataError
-from simforcing.data.paired import to_unit_range
+from simforcing.data.paired import compose_views, split_views, to_unit_range
 from simforcing.media import frames_to_uint8
 from simforcing.sampler_batch import SamplerBatch
 
@@ -128,10 +128,12 @@ class FirstFrameMasker:
     ``first_frame``, and its ``arm_mask`` for `mask-file`, ``recorded_sim`` for `paired-sim`.
     """
 
-    def __init__(self, mode: str, background: tuple[int, int, int], segmenter: Optional[Segmenter] = None):
+    def __init__(self, mode: str, background: tuple[int, int, int], segmenter: Optional[Segmenter] = None,
+                 views: int = 1, layout: str = "width"):
         if mode not in MASK_MODES:
             raise ConfigError(f"sample.mask_mode: got {mode!r}; expected one of {', '.join(MASK_MODES)}")
         self.mode, self.background, self.segmenter = mode, background, segmenter
+        self.views, self.layout = views, layout  # a multi-view frame: SAM3 segments each camera's image alone
 
     @classmethod
     def from_config(cls, cfg: Config, device: str | torch.device = "cpu",
@@ -142,7 +144,8 @@ class FirstFrameMasker:
         mode = cfg.sample.mask_mode
         if mode == "sam3" and segmenter is None:
             segmenter = Sam3Segmenter(cfg.sample.sam3_path, device)
-        return cls(mode, parse_color(cfg.data.sim_background or "black", "data.sim_background"), segmenter)
+        return cls(mode, parse_color(cfg.data.sim_background or "black", "data.sim_background"), segmenter,
+                   cfg.data.num_views, cfg.data.view_layout)
 
     def __call__(self, batch: SamplerBatch) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         if self.mode == "paired-sim":
@@ -162,5 +165,6 @@ class FirstFrameMasker:
         else:
             if self.segmenter is None:
                 raise ConfigError("sample.mask_mode='sam3' needs a segmenter (set sample.sam3_path)")
-            mask = self.segmenter(frame).bool()
+            parts = split_views(frame, self.views, self.layout)  # (B, 3, H, W) each: one camera's image
+            mask = compose_views([self.segmenter(p).bool() for p in parts], self.layout)
         return compose_masked_frame(frame, mask, self.background), mask

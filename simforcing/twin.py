@@ -48,6 +48,7 @@ from simforcing.config import Config, ConfigError
 from simforcing.data.twin_episode import (TwinEpisode, check_synthetic_camera, check_synthetic_scene,  # noqa: F401
                                           check_synthetic_dataset_record, check_synthetic_record, check_twin_episode,
                                           check_twin_record, window_frame_steps)
+from simforcing.data.format import DEFAULT_VIEW
 from simforcing.errors import DataError
 
 SYNTHETIC = "synthetic"
@@ -162,17 +163,49 @@ def check_twin_can_act(cfg: Config, where: str, condition: str = "render") -> No
                       "with the condition (train.method simforcing) at w > 0")
 
 
-def make_renderer(cfg: Config, height: int, width: int) -> SimRenderer:
-    """The renderer ``cfg.sample.twin`` names (:func:`_factory`), rendering ``height × width`` frames — the size the
-    dataset's simulation videos were recorded at (its info.json); the sampler transforms them as training transforms
-    recorded frames."""
+def twin_views(cfg: Config) -> tuple[str, ...]:
+    """The cameras a twin renders for ``cfg``'s world model: its ``data.views`` — () for a one-view model, whose twin
+    renders the one camera its records name (every renderer's default)."""
+    names = cfg.data.view_names
+    return () if names in ((), (DEFAULT_VIEW,)) else names
+
+
+def make_renderer(cfg: Config, height: int, width: int, views: Optional[Sequence[str]] = None) -> SimRenderer:
+    """The renderer ``cfg.sample.twin`` names (:func:`_factory`), rendering ``height × width`` frames of each view —
+    the size the dataset's simulation videos were recorded at (its info.json); the sampler transforms them as training
+    transforms recorded frames. ``views`` (default :func:`twin_views`): a multi-view world model's cameras, which the
+    renderer draws side by side in every frame (``factory(height, width, views=...)``; it says which in its ``views``):
+    a renderer that cannot draw them all is a ConfigError naming it and the views it lacks."""
     name = str(cfg.sample.twin)
-    renderer = _factory(name)(int(height), int(width))
+    views = tuple(twin_views(cfg) if views is None else views)
+    if views:
+        try:
+            renderer = _factory(name)(int(height), int(width), views=views)
+        except TypeError as e:
+            raise ConfigError(f"sample.twin: {name!r} renders one camera (its factory takes no views: {e}); the world "
+                              f"model predicts the views {', '.join(views)} (data.views) — give the twin's factory a "
+                              "views argument and draw them side by side, or use a one-view world model") from None
+        got = tuple(getattr(renderer, "views", ()) or ())
+        if got != views:
+            renderer.close()
+            raise ConfigError(f"sample.twin: {name!r} renders the views {', '.join(got) or '(none named)'}; the world "
+                              f"model predicts {', '.join(views)} (data.views), in that order")
+    else:
+        renderer = _factory(name)(int(height), int(width))
     missing = [m for m in ("start", "window", "close") if not callable(getattr(renderer, m, None))]
     if missing:
         raise ConfigError(f"sample.twin: {name!r} returned a {type(renderer).__name__} without {', '.join(missing)}; "
                           "expected a SimRenderer (simforcing.twin)")
     return renderer
+
+
+def views_of_frames(frames: np.ndarray, views: int) -> list[np.ndarray]:
+    """A renderer's frames (..., H, V·W, 3), its views side by side, -> V arrays (..., H, W, 3)."""
+    if views <= 1:
+        return [frames]
+    if frames.shape[-2] % views:
+        raise ValueError(f"the twin's frames are {frames.shape[-2]} pixels wide, not {views} views of one width")
+    return np.split(frames, views, axis=-2)
 
 
 class TwinLoop:
@@ -192,6 +225,7 @@ class TwinLoop:
                 raise ValueError(f"twin episode {i}.record: {err}") from None
         self.renderer, self.episodes = renderer, list(episodes)
         self.stride, self.height, self.width = cfg.data.frame_stride, cfg.data.height, cfg.data.width
+        self.views, self.layout = cfg.data.num_views, cfg.data.view_layout
         self.started = False
         self.executed: list[np.ndarray] = []
 
@@ -207,8 +241,9 @@ class TwinLoop:
             raise
 
     def window(self, actions: np.ndarray, keep: int) -> torch.Tensor:
-        """(B, A_w, A) raw actions -> the window's simulation video (B, 3, F, H, W) in [-1, 1]."""
-        from simforcing.data.paired import frames_to_target, to_unit_range
+        """(B, A_w, A) raw actions -> the window's simulation video (B, 3, F, H, W) in [-1, 1] (every view brought to
+        data.height × data.width and put side by side as the model's frames are: ``data.frame_hw``)."""
+        from simforcing.data.paired import to_unit_range
 
         actions = np.asarray(actions, dtype=np.float64)
         if actions.shape[0] != len(self.episodes):
@@ -217,10 +252,16 @@ class TwinLoop:
         if not self.started:
             self.renderer.start(self.episodes)
             self.started = True
-        frames = self.renderer.window(actions, self.stride, keep=int(keep))  # (B, F, h, w, 3) uint8
+        frames = self.renderer.window(actions, self.stride, keep=int(keep))  # (B, F, h, V·w, 3) uint8
         self.executed.append(actions[:, :keep].copy())
-        video = torch.stack([frames_to_target(f, self.height, self.width) for f in frames])  # (B, 3, F, H, W)
-        return to_unit_range(video)
+        return to_unit_range(torch.stack([self.model_frames(f) for f in frames]))  # (B, 3, F, H, W)
+
+    def model_frames(self, frames: np.ndarray) -> torch.Tensor:
+        """One episode's rendered frames (F, h, V·w, 3) uint8 -> (3, F, H, W) uint8 at the model's frame size."""
+        from simforcing.data.paired import compose_views, frames_to_target
+
+        return compose_views([frames_to_target(v, self.height, self.width)
+                              for v in views_of_frames(frames, self.views)], self.layout)
 
     def close(self) -> None:
         self.renderer.close()
@@ -239,7 +280,8 @@ def render_actions(renderer: SimRenderer, episodes: Sequence[TwinEpisode], actio
 @dataclass
 class TwinCheck:
     """How well a renderer renders a dataset's recorded simulation videos again (``simforcing data check-twin``):
-    per episode the PSNR (dB, 0..255 frames) of every frame against the recorded one — its mean and its worst frame."""
+    per episode the PSNR (dB, 0..255 frames) of every frame against the recorded one — its mean and its worst frame
+    (several views: each frame's PSNR the mean of its views', and ``views`` per view)."""
 
     twin: str
     split: str
@@ -272,7 +314,8 @@ def check_twin(cfg: Config, root, split: str = "val", num_episodes: Optional[int
     twin ``cfg.sample.twin`` and compare with their recorded simulation videos (:class:`TwinCheck`)."""
     from pathlib import Path
 
-    from simforcing.data.format import read_episode_videos, read_episodes, read_info, read_lowdim, read_splits
+    from simforcing.data.format import (read_episode_videos, read_episodes, read_info, read_lowdim, read_splits,
+                                        read_views)
 
     info, index = read_info(root), read_episodes(root)
     ids = read_splits(root).get(split) or []
@@ -284,21 +327,29 @@ def check_twin(cfg: Config, root, split: str = "val", num_episodes: Optional[int
         raise DataError(f"split {split!r} names episode {missing[0]!r}, which episodes.jsonl does not list",
                         missing[0], Path(root) / "meta" / "episodes.jsonl", kind="unknown_episode")
     records = dict(zip(ids, read_dataset_records(cfg, root, ids)))  # every camera checked before any rendering
+    views = read_views(cfg.data.view_names, info, root)
     renderer = make_renderer(cfg, info["height"], info["width"])
     rows = []
     try:
         for eid in ids:
             ep = index[eid]
-            sim, _ = read_episode_videos(root, info, ep)
             actions, states = read_lowdim(root, eid)
             start, acts = states[0].astype(np.float64), actions.astype(np.float64)
             if not (np.all(np.isfinite(start)) and np.all(np.isfinite(acts))):
                 raise DataError("lowdim.npz: the first state or the actions hold NaN or inf; the twin renders finite "
                                 "commands only", eid, Path(root) / "episodes" / eid / "lowdim.npz", kind="non_finite")
             frames = render_actions(renderer, [TwinEpisode(start, records[eid])], acts[None])[0]
-            p = frame_psnr(frames, sim[: len(frames)])
-            rows.append({"episode_id": eid, "instruction": ep.instruction, "frames": int(len(p)),
-                         "psnr_mean": float(p.mean()), "psnr_min": float(p.min())})
+            per_view = {}
+            for view, got in zip(views, views_of_frames(frames, len(views))):
+                sim, _ = read_episode_videos(root, info, ep, view)
+                per_view[view] = frame_psnr(got, sim[: len(got)])
+            p = np.mean(list(per_view.values()), axis=0)
+            row = {"episode_id": eid, "instruction": ep.instruction, "frames": int(len(p)),
+                   "psnr_mean": float(p.mean()), "psnr_min": float(p.min())}
+            if len(views) > 1:
+                row["views"] = {v: {"psnr_mean": float(q.mean()), "psnr_min": float(q.min())}
+                                for v, q in per_view.items()}
+            rows.append(row)
     finally:
         renderer.close()
     return TwinCheck(cfg.sample.twin, split, rows)

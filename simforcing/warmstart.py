@@ -7,8 +7,9 @@
 
 The paper trains its world model from Wan2.2; at demo scale, where no video model exists, stage 1 starts from the
 video base (``simforcing.prior``, ``pretrain --method video_prior``, run kind ``video_base``) the same way:
-``pretrain --init RUN0`` (only a video-base run is accepted: ``runs.folder.INIT_STAGE1``). A run hands on only what it
-trained. A video base never saw an action or a state, so its action expert (``action.*``, ``layers.N.action.*``), its
+``pretrain --init RUN0`` (a video-base run, or a stage-1 run — its whole network, continued on other data or other
+views, ``data.views``: the multi-view world model's stage 1 starts from the one-view one's —: ``runs.folder
+.INIT_STAGE1``). A run hands on only what it trained. A video base never saw an action or a state, so its action expert (``action.*``, ``layers.N.action.*``), its
 proprio-state projection (``state_embed.*``), its simulation-condition projections (``layers.N.cond_proj.*``,
 zero; ``cond_embed.*`` too with ``conditioning.path`` concat/both) and its per-frame action conditioning
 (``frame_actions.*``, ``model.action_conditioning`` frame/both) were never trained: they are *new* in the report and
@@ -86,13 +87,14 @@ def run_state(run_dir: str | Path, kinds: tuple[str, ...], flag: str = "--init",
 
 
 def check_init_run(cfg: Config, run_dir: str | Path, flag: str = "--init") -> Config:
-    """Read-only, before any work: ``run_dir`` is a video-base run (``runs.folder.INIT_STAGE1``) with checkpoints whose
-    architecture fields equal ``cfg``'s; returns its config. ConfigError naming the kind, the field or the missing
-    file; CheckpointError when it holds no checkpoint."""
+    """Read-only, before any work: ``run_dir`` is a video-base or stage-1 run (``runs.folder.INIT_STAGE1``) with
+    checkpoints whose architecture fields equal ``cfg``'s (its views may differ: the network is the same); returns
+    its config. ConfigError naming the kind, the field or the missing file; CheckpointError when it holds no
+    checkpoint."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{flag}: {run_dir} is not a folder; expected the run folder of `simforcing pretrain "
-                          "--method video_prior` (RUN0)")
+                          "--method video_prior` or of a stage-1 run (RUN0)")
     run_cfg = run_config(run_dir, INIT_STAGE1, flag, "init_stage1")
     fields = architecture_fields(cfg)
     if untrained_by(run_cfg)("action."):  # its action side never trained: any action conditioning starts from it
@@ -107,8 +109,8 @@ def check_init_run(cfg: Config, run_dir: str | Path, flag: str = "--init") -> Co
 
 @torch.no_grad()
 def init_from_run(model: torch.nn.Module, cfg: Config, run_dir: str | Path, flag: str = "--init") -> InitReport:
-    """Copy every tensor the video base ``run_dir`` trained into ``model`` (built from ``cfg``); see the module
-    docstring."""
+    """Copy every tensor the video base or stage-1 run ``run_dir`` trained into ``model`` (built from ``cfg``); see
+    the module docstring."""
     check_init_run(cfg, run_dir, flag)
     run_cfg, src, ckpt = run_state(run_dir, INIT_STAGE1, flag, "init_stage1")
     untrained = untrained_by(run_cfg)

@@ -77,6 +77,10 @@ def add_synth_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the operators of a named recipe (simforcing.recipes; evaluator: noisy, pausing and "
                              "failing operators in the training episodes — the data a world model that judges "
                              "policies needs); not with the options it sets")
+    parser.add_argument("--views", nargs="+", default=None, metavar="VIEW",
+                        help="the cameras of every episode, the external one first: external (default) or external "
+                             "wrist (the wrist camera on the hand, in both looks, with its arm mask; the external "
+                             "camera's files are those of the one-view dataset)")
     parser.add_argument("--quick", action="store_true", help="a tiny set: 2 train, 2 val, 4 sim-only, 17 frames")
     parser.add_argument("--overwrite", action="store_true", help="replace a dataset already in OUT")
     parser.add_argument("--no-finalize", action="store_true", help="skip min-max stats and the text cache")
@@ -116,11 +120,12 @@ def synth(args: argparse.Namespace, cfg: Optional[Config]) -> int:
                            action_noise=args.action_noise, noise_splits=splits(args.action_noise_splits),
                            pauses=args.pauses, pause_splits=splits(args.pause_splits), failures=args.failures,
                            failure_splits=splits(args.failure_splits), pairing=args.pairing,
-                           physics_gap=args.physics_gap)
+                           physics_gap=args.physics_gap, views=splits(args.views))
     if args.preview and c["num_train"] + c["num_val"] > 0:
         save_preview(out, "ep_00000", args.preview)
     total = c["num_train"] + c["num_val"] + c["num_sim_pool"] + args.layout_train
-    print(f"wrote {total} episodes ({args.pairing} pairing) to {out} in {time.time() - t0:.1f} s")
+    cams = f", views {' '.join(args.views)}" if args.views else ""
+    print(f"wrote {total} episodes ({args.pairing} pairing{cams}) to {out} in {time.time() - t0:.1f} s")
     return 0
 
 

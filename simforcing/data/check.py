@@ -14,6 +14,7 @@ Every problem is a DataError with a distinct ``kind`` naming the episode, the fi
                                     missing_video, unreadable_video, truncated_video (fewer frames than `length`),
                                     length_mismatch (more frames than `length`), frame_count_mismatch (sim vs real),
                                     resolution_mismatch (sim vs real), bad_resolution (cannot be centre-cropped),
+                                    view_mismatch (a later camera of another size than the first),
                                     bad_layout, missing_file, unreadable_file, missing_field (npz column),
                                     bad_action_shape (not (T-1, action_dim)), bad_state_shape (not (T, state_dim)),
                                     video_shorter_than_actions, non_finite (NaN/inf), bad_arm_mask (not (T, H, W)),
@@ -40,10 +41,10 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from simforcing.config import PRESETS, Config
-from simforcing.data.format import (TWIN_FILE, DataError, EpisodeInfo, dataset_pairing, episode_dir, episode_file,
-                                    episode_id_counts, generator_version, is_plain_id, meta_dir, read_episode_videos,
-                                    read_episodes, read_info, read_lowdim, read_splits, read_stats, read_twin_record,
-                                    read_video)
+from simforcing.data.format import (TWIN_FILE, DataError, EpisodeInfo, dataset_pairing, dataset_views, episode_dir,
+                                    episode_file, episode_id_counts, generator_version, is_plain_id, meta_dir,
+                                    read_episode_videos, read_episodes, read_info, read_lowdim, read_splits,
+                                    read_stats, read_twin_record, read_video, read_views, view_file)
 from simforcing.data.policy_format import VIDEO as POLICY_VIDEO
 from simforcing.data.policy_format import is_policy_dataset, read_policy_info, read_policy_lowdim
 from simforcing.data.stats import Normalizer
@@ -153,18 +154,20 @@ class EpisodeSummary:
     state_max: np.ndarray
 
 
-def _video_shapes(root: Path, info: dict, ep: EpisodeInfo, decode: bool) -> dict[str, tuple[int, int, int, Path]]:
-    """{"sim": (frames, h, w, path), "real": ...} for the videos this episode has."""
-    eid = ep.episode_id
+def _video_shapes(root: Path, info: dict, ep: EpisodeInfo, decode: bool,
+                  view: str | None = None) -> dict[str, tuple[int, int, int, Path]]:
+    """{"sim": (frames, h, w, path), "real": ...} for the videos this episode has of ``view`` (None: the first)."""
+    eid, views = ep.episode_id, dataset_views(info)
     layout = info.get("video_layout", "separate")
     if layout not in ("separate", "side_by_side"):
         raise DataError(f"field video_layout is {layout!r}; expected 'separate' or 'side_by_side'",
                         path=meta_dir(root) / "info.json", kind="bad_meta")
     side = layout == "side_by_side" and ep.has_real
-    paths = (episode_file(root, eid, "pair.mp4"),) * 2 if side else (episode_file(root, eid, "sim.mp4"),
-                                                                     episode_file(root, eid, "real.mp4"))
+    paths = ((episode_file(root, eid, view_file("pair", view, views)),) * 2 if side
+             else (episode_file(root, eid, view_file("sim", view, views)),
+                   episode_file(root, eid, view_file("real", view, views))))
     if decode:
-        sim, real = read_episode_videos(root, info, ep)
+        sim, real = read_episode_videos(root, info, ep, view)
         out = {"sim": (*sim.shape[:3], paths[0])}
         if real is not None:
             out["real"] = (*real.shape[:3], paths[1])
@@ -242,18 +245,13 @@ def _summary(ep: EpisodeInfo, h: int, w: int, has_real: bool, has_mask: bool, ac
                           states.min(0), states.max(0))
 
 
-def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config, need_real: bool,
-                     decode: bool = False, text_cache: Path | None = None) -> EpisodeSummary:
-    """Every per-episode check of a paired episode; raises the first DataError found. ``decode``: decode the videos
-    fully."""
-    root = Path(root)
-    eid = ep.episode_id
-    episode_dir(root, eid)  # a plain id and a real folder inside the dataset (DataError otherwise)
-    _check_length(root, ep)
-    if need_real and not ep.has_real:
-        raise DataError("has_real is false but this split needs paired sim/real videos", eid,
-                        meta_dir(root) / "episodes.jsonl", kind="unpaired_episode")
-    vids = _video_shapes(root, info, ep, decode)
+def _check_view(root: Path, info: dict, ep: EpisodeInfo, cfg: Config, decode: bool, view: str | None,
+                first: tuple[int, int] | None) -> tuple[int, int, int, Path, bool]:
+    """One camera's videos and arm mask of a paired episode: sim and real alike, the episode's length, a size the
+    model's crop takes and — for a later view — the first view's size (``first``, (h, w); ``view_mismatch``).
+    Returns (frames, h, w, sim video path, has a mask)."""
+    eid, views = ep.episode_id, dataset_views(info)
+    vids = _video_shapes(root, info, ep, decode, view)
     n, h, w, vpath = vids["sim"]
     if "real" in vids:
         rn, rh, rw, rpath = vids["real"]
@@ -264,15 +262,45 @@ def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config,
             raise DataError(f"real resolution {rh}x{rw} differs from sim resolution {h}x{w}", eid, rpath,
                             kind="resolution_mismatch")
     _check_frame_count(n, ep, vpath)
+    if first is not None and (h, w) != first:
+        raise DataError(f"view {view!r} is {h}x{w} but the view {views[0]!r} is {first[0]}x{first[1]}; every camera "
+                        "of a dataset is recorded at one size (meta/info.json height × width)", eid, vpath,
+                        kind="view_mismatch")
     check_resolution(h, w, cfg.data.height, cfg.data.width, eid, vpath)
-    actions, states = _check_lowdim(root, ep, n, cfg, read_lowdim)
-    mask_path = episode_file(root, eid, "arm_mask.npz")
+    mask_path = episode_file(root, eid, view_file("arm_mask", view, views, ".npz"))
     has_mask = ep.has_real and mask_path.exists()
     if has_mask:
         shape = npz_field_shape(mask_path, "mask", eid)
         if shape != (n, h, w):
             raise DataError(f"field mask has shape {shape}; expected ({n}, {h}, {w}) (T, H, W of the real video)", eid,
                             mask_path, kind="bad_arm_mask")
+    return n, h, w, vpath, has_mask
+
+
+def validate_episode(root: str | Path, info: dict, ep: EpisodeInfo, cfg: Config, need_real: bool,
+                     decode: bool = False, text_cache: Path | None = None,
+                     views: tuple[str, ...] | None = None) -> EpisodeSummary:
+    """Every per-episode check of a paired episode; raises the first DataError found. ``decode``: decode the videos
+    fully. ``views``: the cameras checked (None: those ``cfg`` reads, ``format.read_views``); every one must be there,
+    as long as the first and of its size, with its mask (when the first view has one)."""
+    root = Path(root)
+    eid = ep.episode_id
+    episode_dir(root, eid)  # a plain id and a real folder inside the dataset (DataError otherwise)
+    _check_length(root, ep)
+    if need_real and not ep.has_real:
+        raise DataError("has_real is false but this split needs paired sim/real videos", eid,
+                        meta_dir(root) / "episodes.jsonl", kind="unpaired_episode")
+    views = views if views is not None else read_views(cfg.data.view_names, info, root)
+    n, h, w, vpath, has_mask = _check_view(root, info, ep, cfg, decode, views[0], None)
+    for view in views[1:]:
+        _, _, _, _, masked = _check_view(root, info, ep, cfg, decode, view, (h, w))
+        if masked != has_mask:
+            have, lack = (views[0], view) if has_mask else (view, views[0])
+            raise DataError(f"the view {have!r} has an arm mask and the view {lack!r} none; a dataset's views all have "
+                            "their masks or none does", eid,
+                            episode_file(root, eid, view_file("arm_mask", lack, dataset_views(info), ".npz")),
+                            kind="bad_arm_mask")
+    actions, states = _check_lowdim(root, ep, n, cfg, read_lowdim)
     _check_text(root, ep, cfg, decode, text_cache)
     if decode and episode_file(root, eid, TWIN_FILE).exists():  # `data check` only: training never reads it
         check_twin_file(root, info, eid)
@@ -406,7 +434,8 @@ class CheckReport:
     def format(self) -> str:
         lines = [f"dataset {self.root} ({self.kind}; checked with preset {self.preset})"]
         for s, v in self.splits.items():
-            pairs = f"  {v['paired']:>6} paired  {v['masks']:>6} with arm masks" if self.kind == "paired" else ""
+            pairs = (f"  {v['paired']:>6} paired  {v['masks']:>6} with arm masks" if self.kind.startswith("paired")
+                     else "")
             lines.append(f"  {s:<9} {v['episodes']:>6} episodes  {v['frames']:>8} frames{pairs}")
         lines.append("  resolutions: " + ", ".join(f"{k} ({v} episodes)" for k, v in self.resolutions.items()))
         for name, v in self.windows.items():
@@ -434,7 +463,8 @@ def check_dataset(root: str | Path, cfg: Config, skip_bad: bool = False) -> Chec
     cache = cache_dir(root, cfg.data.text_cache)
     check_text_cache(cache, cfg)
     order, episodes, problems = resolve_split_episodes(root, ("train", "val", "sim_pool"))
-    report = CheckReport(str(root), cfg.preset, f"policy, {len(info['cameras'])} cameras" if policy else "paired")
+    report = CheckReport(str(root), cfg.preset, f"policy, {len(info['cameras'])} cameras" if policy
+                         else "paired" + (f", views {', '.join(dataset_views(info))}" if "views" in info else ""))
 
     def bad(e: DataError) -> None:
         report.skipped.append(skip_or_raise(e, skip_bad))
@@ -449,7 +479,7 @@ def check_dataset(root: str | Path, cfg: Config, skip_bad: bool = False) -> Chec
                                                   decode=True, text_cache=cache)
             else:
                 summary = validate_episode(root, info, episodes[eid], cfg, split in PAIRED_SPLITS, decode=True,
-                                           text_cache=cache)
+                                           text_cache=cache, views=dataset_views(info))
             good.append((split, summary))
         except DataError as e:
             bad(e)

@@ -3,7 +3,8 @@
     DATASET/
       meta/info.json         {"format": "simforcing-paired", "version": 1, "fps", "height", "width",
                               "action_dim", "state_dim", "video_layout": "separate" | "side_by_side",
-                              "sim_background": "black" | "R,G,B", "pairing": "arm" | "scene", "source"}
+                              "sim_background": "black" | "R,G,B", "pairing": "arm" | "scene", "source",
+                              "views": [names] (optional: the cameras, the first one's files named as below)}
       meta/episodes.jsonl    one line per episode: {"episode_id", "length" (frames T), "instruction", "has_real"}
                              (+ "failure": "<task>/<mode>" for an episode whose operator failed the task on purpose)
       meta/splits.json       {"train": [ids], "val": [ids], "sim_pool": [ids]}  (sim_pool: sim-only, stage 1)
@@ -13,7 +14,15 @@
       episodes/<id>/pair.mp4             (video_layout "side_by_side": width 2W, [sim | real], the authors' layout)
       episodes/<id>/lowdim.npz           actions float32 (T-1, A), states float32 (T, S)
       episodes/<id>/arm_mask.npz         optional: mask uint8 (T, H, W), 1 = robot arm in the real frame
+      episodes/<id>/sim_<view>.mp4, real_<view>.mp4, pair_<view>.mp4, arm_mask_<view>.npz
+                                         every view after the first (info.json "views"), the same frames, size and
+                                         fps as the first view's, one file set per view
       text_cache/                        instruction embeddings, see simforcing.data.text_cache
+
+Views (cameras): a dataset without "views" holds one, named ``external`` (:data:`DEFAULT_VIEW`); a multi-view one
+lists its cameras, e.g. ``["external", "wrist"]``, and its first view keeps the one-view file names, so every reader
+of one view reads a multi-view dataset's first view unchanged. Each view's files follow the dataset's video layout;
+the arm mask of a view marks the robot's pixels in that camera (the fingers, in a wrist camera).
 
 Videos are read and written with PyAV (H.264, yuv444p, constant QP: near-lossless at small sizes).
 
@@ -44,7 +53,7 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from simforcing.config import ConfigError, parse_color
+from simforcing.config import ConfigError, is_view_name, parse_color
 from simforcing.errors import DataError
 from simforcing.utils import atomic_write, atomic_write_json
 
@@ -71,6 +80,32 @@ class EpisodeInfo:
 
 
 PAIRINGS = ("arm", "scene")  # info.json "pairing": what the simulation videos show (module docstring)
+DEFAULT_VIEW = "external"  # the one view of a dataset whose info.json names none
+
+
+def dataset_views(info: dict) -> tuple[str, ...]:
+    """The cameras of a dataset (its validated info.json ``views``; one, :data:`DEFAULT_VIEW`, when it names none)."""
+    return tuple(info.get("views") or (DEFAULT_VIEW,))
+
+
+def view_file(stem: str, view: Optional[str], views: tuple[str, ...], suffix: str = ".mp4") -> str:
+    """The file of ``view`` of an episode: ``<stem><suffix>`` for the dataset's first view (and ``view`` None),
+    ``<stem>_<view><suffix>`` for the others (``stem``: sim, real, pair, arm_mask)."""
+    return f"{stem}{suffix}" if view is None or view == views[0] else f"{stem}_{view}{suffix}"
+
+
+def read_views(cfg_views: tuple[str, ...], info: dict, root: str | Path, flag: str = "data.views") -> tuple[str, ...]:
+    """The views a config reads from a dataset: ``cfg_views`` (``data.view_names``) or, for a one-view model (()),
+    the dataset's first view; a view the dataset lacks is a ConfigError naming it, the dataset's views and the fix."""
+    have = dataset_views(info)
+    if not cfg_views:
+        return have[:1]
+    missing = [v for v in cfg_views if v not in have]
+    if missing:
+        raise ConfigError(f"{flag}: asks for the view {missing[0]!r}, but the dataset {root} holds the views "
+                          f"{', '.join(have)} (meta/info.json \"views\"); give {flag}={','.join(have)} (or a subset), "
+                          "or a dataset with that camera (`simforcing data synth --views external,wrist`)")
+    return tuple(cfg_views)
 
 
 def dataset_pairing(info: dict) -> str:
@@ -203,20 +238,24 @@ def read_video(path: str | Path, episode: str | None = None) -> np.ndarray:
     return np.stack(frames)
 
 
-def read_episode_videos(root: str | Path, info: dict, ep: EpisodeInfo) -> tuple[np.ndarray, np.ndarray | None]:
-    """(sim, real) uint8 (T, H, W, 3) each; real is None for sim-only episodes."""
-    eid = ep.episode_id
+def split_pair(pair: np.ndarray, eid: str, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A side-by-side video (T, H, 2W, 3) -> (sim, real) halves; DataError ``bad_layout`` for an odd width."""
+    if pair.shape[2] % 2:
+        raise DataError(f"side-by-side video width {pair.shape[2]} is odd; expected 2·W", eid, path, kind="bad_layout")
+    w = pair.shape[2] // 2
+    return pair[:, :, :w], pair[:, :, w:]
+
+
+def read_episode_videos(root: str | Path, info: dict, ep: EpisodeInfo,
+                        view: Optional[str] = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(sim, real) uint8 (T, H, W, 3) each of ``view`` (None: the first); real is None for sim-only episodes."""
+    eid, views = ep.episode_id, dataset_views(info)
     layout = info.get("video_layout", "separate")
     if layout == "side_by_side" and ep.has_real:
-        path = episode_file(root, eid, "pair.mp4")
-        pair = read_video(path, eid)
-        if pair.shape[2] % 2:
-            raise DataError(f"side-by-side video width {pair.shape[2]} is odd; expected 2·W", eid, path,
-                            kind="bad_layout")
-        w = pair.shape[2] // 2
-        return pair[:, :, :w], pair[:, :, w:]
-    sim = read_video(episode_file(root, eid, "sim.mp4"), eid)
-    real = read_video(episode_file(root, eid, "real.mp4"), eid) if ep.has_real else None
+        path = episode_file(root, eid, view_file("pair", view, views))
+        return split_pair(read_video(path, eid), eid, path)
+    sim = read_video(episode_file(root, eid, view_file("sim", view, views)), eid)
+    real = read_video(episode_file(root, eid, view_file("real", view, views)), eid) if ep.has_real else None
     return sim, real
 
 
@@ -225,21 +264,37 @@ def read_episode_videos(root: str | Path, info: dict, ep: EpisodeInfo) -> tuple[
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class ViewVideos:
+    """One camera of an episode to write: videos uint8 (T, H, W, 3) (``real`` None for a sim-only episode) and the
+    arm mask uint8 (T, H, W) of the real video (optional)."""
+
+    sim: np.ndarray
+    real: np.ndarray | None = None
+    arm_mask: np.ndarray | None = None
+
+
 def write_episode(root: str | Path, episode_id: str, sim: np.ndarray, real: np.ndarray | None,
                   actions: np.ndarray, states: np.ndarray, arm_mask: np.ndarray | None = None,
-                  layout: str = "separate", fps: int = 10) -> None:
-    """Write one episode: videos uint8 (T, H, W, 3), actions (T-1, A), states (T, S), arm_mask (T, H, W)."""
+                  layout: str = "separate", fps: int = 10, views: Optional[dict[str, ViewVideos]] = None) -> None:
+    """Write one episode: videos uint8 (T, H, W, 3), actions (T-1, A), states (T, S), arm_mask (T, H, W) — the
+    dataset's first view — and every later view of ``views`` ({name: ViewVideos}, in info.json's order after the
+    first) under its own file names (:func:`view_file`)."""
     d = episode_dir(root, episode_id)
     d.mkdir(parents=True, exist_ok=True)
-    if layout == "side_by_side" and real is not None:
-        write_video(d / "pair.mp4", np.concatenate([sim, real], axis=2), fps)
-    else:
-        write_video(d / "sim.mp4", sim, fps)
-        if real is not None:
-            write_video(d / "real.mp4", real, fps)
+    cams = [(None, ViewVideos(sim, real, arm_mask))] + list((views or {}).items())
+    for name, v in cams:
+        def file(stem: str, suffix: str = ".mp4") -> Path:
+            return d / (f"{stem}{suffix}" if name is None else f"{stem}_{name}{suffix}")
+        if layout == "side_by_side" and v.real is not None:
+            write_video(file("pair"), np.concatenate([v.sim, v.real], axis=2), fps)
+        else:
+            write_video(file("sim"), v.sim, fps)
+            if v.real is not None:
+                write_video(file("real"), v.real, fps)
+        if v.arm_mask is not None:
+            _save_npz(file("arm_mask", ".npz"), mask=np.asarray(v.arm_mask, np.uint8))
     _save_npz(d / "lowdim.npz", actions=np.asarray(actions, np.float32), states=np.asarray(states, np.float32))
-    if arm_mask is not None:
-        _save_npz(d / "arm_mask.npz", mask=np.asarray(arm_mask, np.uint8))
 
 
 def _save_npz(path: Path, **arrays: np.ndarray) -> None:
@@ -270,8 +325,10 @@ def read_lowdim(root: str | Path, episode_id: str) -> tuple[np.ndarray, np.ndarr
     return load_npz_field(p, "actions", episode_id), load_npz_field(p, "states", episode_id)
 
 
-def read_arm_mask(root: str | Path, episode_id: str) -> np.ndarray | None:
-    p = episode_file(root, episode_id, "arm_mask.npz")
+def read_arm_mask(root: str | Path, episode_id: str, view: Optional[str] = None,
+                  views: tuple[str, ...] = (DEFAULT_VIEW,)) -> np.ndarray | None:
+    """The arm mask of ``view`` (None: the first of ``views``), or None when the episode has none."""
+    p = episode_file(root, episode_id, view_file("arm_mask", view, views, ".npz"))
     return load_npz_field(p, "mask", episode_id) if p.exists() else None
 
 
@@ -352,6 +409,13 @@ def validate_info(info: dict, path: Path) -> dict:
     if info.get("video_layout", "separate") not in VIDEO_LAYOUTS:
         raise DataError(f"field 'video_layout' is {info.get('video_layout')!r}; expected 'separate' or "
                         "'side_by_side'", path=path, kind="bad_meta")
+    views = info.get("views")
+    if views is not None:
+        if (not isinstance(views, list) or not views or not all(is_view_name(v) for v in views)
+                or len(set(views)) != len(views)):
+            raise DataError(f"field 'views' is {views!r}; expected a non-empty list of distinct camera names (letters, "
+                            "digits, '_' or '-'), the first one's files named sim.mp4 / real.mp4", path=path,
+                            kind="bad_meta")
     if info.get("pairing", "arm") not in PAIRINGS:
         raise DataError(f"field 'pairing' is {info.get('pairing')!r}; expected 'arm' (the simulation videos show the "
                         "arm alone) or 'scene' (they show the whole scene)", path=path, kind="bad_meta")

@@ -80,6 +80,8 @@ def check_compatible(index: dict, cfg: Config, where: Path) -> None:
              ("data.height", index["height"], cfg.data.height), ("data.width", index["width"], cfg.data.width),
              ("data.text_max_tokens", index["text_max_tokens"], cfg.data.text_max_tokens),
              ("data.fixed_window", index["fixed_window"], cfg.data.fixed_window),
+             ("data.views", index.get("views"), cfg.data.views),  # caches before views: one view
+             ("data.view_layout", index.get("view_layout", "width"), cfg.data.view_layout),
              ("model.text_dim", index["text_dim"], cfg.model.text_dim)]
     pairs += [(f"model.vae.{k}", index["vae"].get(k), getattr(v, k))
               for k in ("kind", "latent_channels", "spatial_stride", "temporal_stride")]

@@ -45,8 +45,8 @@ import torch.nn.functional as F
 from simforcing.config import Config, ConfigError
 from simforcing.data.check import (PAIRED_SPLITS, check_resolution, check_text_cache, resolve_split_episodes,
                                    skip_or_raise, validate_episode)
-from simforcing.data.format import (DataError, EpisodeInfo, episode_file, read_arm_mask, read_info, read_lowdim,
-                                    read_stats, read_video)
+from simforcing.data.format import (DataError, EpisodeInfo, dataset_views, episode_file, read_arm_mask, read_info,
+                                    read_lowdim, read_stats, read_video, read_views, split_pair, view_file)
 from simforcing.data.stats import Normalizer
 from simforcing.data.text_cache import cache_dir, load_embedding
 
@@ -93,6 +93,25 @@ def masks_to_target(mask: np.ndarray, height: int, width: int) -> torch.Tensor:
     if tuple(m.shape[-2:]) != (height, width):
         m = resize_center_crop(m[:, None].float(), height, width, nearest=True)[:, 0] > 0.5  # (T, H, W)
     return m
+
+
+def compose_views(parts: Sequence[torch.Tensor], layout: str = "width") -> torch.Tensor:
+    """The views of one frame (or video, or mask) side by side: tensors (..., H, W) -> (..., H, V·W) for ``layout``
+    "width", (..., V·H, W) for "height" (``data.view_layout``). One view is returned as it is."""
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat(list(parts), dim=-1 if layout == "width" else -2)
+
+
+def split_views(x: torch.Tensor, views: int, layout: str = "width") -> list[torch.Tensor]:
+    """The inverse of :func:`compose_views`: (..., H, V·W) or (..., V·H, W) -> V tensors (..., H, W)."""
+    if views == 1:
+        return [x]
+    dim = -1 if layout == "width" else -2
+    size = x.shape[dim]
+    if size % views:
+        raise ValueError(f"split_views: a frame of {size} pixels along its {layout} cannot hold {views} views alike")
+    return list(torch.split(x, size // views, dim=dim))
 
 
 def to_unit_range(x: torch.Tensor) -> torch.Tensor:
@@ -153,6 +172,7 @@ class PairedWindowDataset(torch.utils.data.Dataset):
         d = cfg.data
         self.frames, self.stride, self.window_steps = d.frames, d.frame_stride, d.window_steps
         self.info = read_info(self.root)
+        self.views = read_views(d.view_names, self.info, self.root)  # the cameras read, side by side in one frame
         self.stats = stats if stats is not None else read_stats(self.root)
         self.normalizer = Normalizer(self.stats)
         self.normalizer.check_dims(d.action_dim, d.state_dim, "normalisation stats")
@@ -182,13 +202,14 @@ class PairedWindowDataset(torch.utils.data.Dataset):
             try:
                 if validate:
                     summ = validate_episode(self.root, self.info, ep, self.cfg, need_real=want_real,
-                                            text_cache=self.text_cache)
+                                            text_cache=self.text_cache, views=self.views)
                     has_mask = summ.has_mask
                 else:
                     if want_real and not ep.has_real:
                         raise DataError("has_real is false but domains include 'real'", eid,
                                         kind="unpaired_episode")
-                    has_mask = ep.has_real and episode_file(self.root, eid, "arm_mask.npz").exists()
+                    has_mask = ep.has_real and episode_file(
+                        self.root, eid, view_file("arm_mask", self.views[0], dataset_views(self.info), ".npz")).exists()
             except DataError as e:
                 self._bad(e)
                 continue
@@ -248,7 +269,7 @@ class PairedWindowDataset(torch.utils.data.Dataset):
         if rec["mask"] is not None:
             item["arm_mask"], item["has_arm_mask"] = rec["mask"].index_select(0, idx), True
         else:
-            H, W = self.cfg.data.height, self.cfg.data.width
+            H, W = self.cfg.data.frame_hw
             item["arm_mask"], item["has_arm_mask"] = torch.zeros(self.frames, H, W, dtype=torch.bool), False
         item["episode_id"], item["start"] = ep.info.episode_id, int(start)
         return item
@@ -296,41 +317,47 @@ class PairedWindowDataset(torch.utils.data.Dataset):
         return rec
 
     def _load_episode(self, ep: _Episode) -> dict:
-        """Decode, check and resize one episode: videos uint8 (3, T, H, W), normalised actions/states, mask."""
+        """Decode, check and resize one episode: videos uint8 (3, T, H, W) — every view read brought to data.height ×
+        data.width, then side by side along ``data.view_layout`` (:func:`compose_views`) —, normalised actions and
+        states, the arm masks likewise."""
         info = ep.info
         eid, H, W = info.episode_id, self.cfg.data.height, self.cfg.data.width
-        videos = self._read_videos(info)
-        rec: dict = {}
-        for dom, (frames, path) in videos.items():
-            if frames.shape[0] != info.length:
-                raise DataError(f"decoded {frames.shape[0]} frames; expected {info.length} (field length in "
-                                f"episodes.jsonl)", eid, path, kind="truncated_video")
-            check_resolution(frames.shape[1], frames.shape[2], H, W, eid, path)
-            rec[dom] = frames_to_target(frames, H, W)
+        rec: dict = {dom: [] for dom in self.domains}
+        shapes = []
+        for view in self.views:
+            videos = self._read_videos(info, view)
+            for dom, (frames, path) in videos.items():
+                if frames.shape[0] != info.length:
+                    raise DataError(f"decoded {frames.shape[0]} frames; expected {info.length} (field length in "
+                                    f"episodes.jsonl)", eid, path, kind="truncated_video")
+                check_resolution(frames.shape[1], frames.shape[2], H, W, eid, path)
+                rec[dom].append(frames_to_target(frames, H, W))
+            shapes.append(videos[self.domains[-1]][0].shape[:3])
+        layout = self.cfg.data.view_layout
+        for dom in self.domains:
+            rec[dom] = compose_views(rec[dom], layout)
         actions, states = read_lowdim(self.root, eid)
         rec["actions"] = torch.from_numpy(self.normalizer.normalize("action", actions))
         rec["states"] = torch.from_numpy(self.normalizer.normalize("state", states))
         rec["mask"] = None
         if ep.has_mask and "real" in self.domains:
-            mask = read_arm_mask(self.root, eid)
-            if mask is None or mask.shape != videos["real"][0].shape[:3]:
-                raise DataError(f"field mask has shape {None if mask is None else mask.shape}; expected "
-                                f"{videos['real'][0].shape[:3]} (T, H, W of the real video)", eid,
-                                episode_file(self.root, eid, "arm_mask.npz"), kind="bad_arm_mask")
-            rec["mask"] = masks_to_target(mask, H, W)
+            masks = []
+            for view, shape in zip(self.views, shapes):
+                mask = read_arm_mask(self.root, eid, view, dataset_views(self.info))
+                if mask is None or mask.shape != shape:
+                    path = episode_file(self.root, eid, view_file("arm_mask", view, dataset_views(self.info), ".npz"))
+                    raise DataError(f"field mask has shape {None if mask is None else mask.shape}; expected {shape} "
+                                    "(T, H, W of the real video)", eid, path, kind="bad_arm_mask")
+                masks.append(masks_to_target(mask, H, W))
+            rec["mask"] = compose_views(masks, layout)
         return rec
 
-    def _read_videos(self, info: EpisodeInfo) -> dict[str, tuple[np.ndarray, Path]]:
-        """Only the domains asked for are decoded (both halves of a side-by-side video come together)."""
-        eid = info.episode_id
+    def _read_videos(self, info: EpisodeInfo, view: str) -> dict[str, tuple[np.ndarray, Path]]:
+        """The domains asked for of one view, decoded (both halves of a side-by-side video come together)."""
+        eid, views = info.episode_id, dataset_views(self.info)
         if self.info.get("video_layout", "separate") == "side_by_side" and info.has_real:
-            path = episode_file(self.root, eid, "pair.mp4")
-            pair = read_video(path, eid)
-            if pair.shape[2] % 2:
-                raise DataError(f"side-by-side video width {pair.shape[2]} is odd; expected 2·W", eid, path,
-                                kind="bad_layout")
-            w = pair.shape[2] // 2
-            halves = {"sim": pair[:, :, :w], "real": pair[:, :, w:]}
+            path = episode_file(self.root, eid, view_file("pair", view, views))
+            halves = dict(zip(("sim", "real"), split_pair(read_video(path, eid), eid, path)))
             return {dom: (halves[dom], path) for dom in self.domains}
-        paths = {dom: episode_file(self.root, eid, f"{dom}.mp4") for dom in self.domains}
+        paths = {dom: episode_file(self.root, eid, view_file(dom, view, views)) for dom in self.domains}
         return {dom: (read_video(path, eid), path) for dom, path in paths.items()}

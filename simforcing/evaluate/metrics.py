@@ -380,6 +380,47 @@ class MetricAccumulator:
         return out
 
 
+VIEW_METRICS = ("psnr", "ssim", "psnr_arm", "lpips")  # scored per camera of a multi-view model
+
+
+class ViewMetrics:
+    """The frame metrics per camera of a multi-view model (``data.views``): each view's part of every frame
+    (``data.paired.split_views``) scored alone with the protocol of :class:`MetricAccumulator` — PSNR, SSIM, the arm
+    PSNR in that view's own arm mask, LPIPS with the accumulator's network (None where it has none).
+
+        views = ViewMetrics(("external", "wrist"), "width", acc)
+        views.update(pred, gt, masks)     # (B, 3, F, H, V·W), masks (B, F, H, V·W)
+        views.compute()                   # {"external": {"psnr": ..., ...}, "wrist": {...}}
+    """
+
+    def __init__(self, names: tuple[str, ...], layout: str, acc: "MetricAccumulator"):
+        self.names, self.layout, self.protocol, self.lpips = tuple(names), layout, acc.protocol, acc.lpips
+        self.per_sample: dict[str, dict[str, list]] = {v: {k: [] for k in VIEW_METRICS} for v in self.names}
+
+    @torch.no_grad()
+    def update(self, pred: Tensor, gt: Tensor, masks: Tensor | None = None) -> None:
+        from simforcing.data.paired import split_views  # data/ below evaluate/ (its frame layout)
+
+        n = len(self.names)
+        parts = zip(self.names, split_views(pred, n, self.layout), split_views(gt, n, self.layout),
+                    split_views(torch.as_tensor(masks), n, self.layout) if masks is not None else [None] * n)
+        for name, p, g, m in parts:
+            col = self.per_sample[name]
+            col["psnr"] += psnr_per_sample(p, g, self.protocol).tolist()
+            col["ssim"] += ssim_per_sample(p, g, self.protocol).tolist()
+            arm = masked_psnr_per_sample(p, g, m.to(p.device), self.protocol).tolist() if m is not None else []
+            col["psnr_arm"] += [None if math.isnan(v) else v for v in arm] or [None] * p.shape[0]
+            col["lpips"] += (lpips_per_sample(p, g, self.lpips, self.protocol).tolist()
+                             if self.lpips is not None and min(p.shape[-2:]) >= LPIPS.MIN_SIZE else [None] * p.shape[0])
+
+    def compute(self) -> dict[str, dict[str, float | None]]:
+        """Each view's mean of each metric over the samples that have it (None where none has)."""
+        def mean(xs: list) -> float | None:
+            vals = [x for x in xs if x is not None]
+            return float(np.mean(vals)) if vals else None
+        return {v: {k: mean(col[k]) for k in VIEW_METRICS} for v, col in self.per_sample.items()}
+
+
 def compute_metrics(pred: Tensor, gt: Tensor, cfg, masks: Tensor | None = None) -> dict:
     """All metrics for one set of videos (B, 3, F, H, W) in [-1, 1]; see :meth:`MetricAccumulator.compute`."""
     acc = MetricAccumulator(cfg, pred.device)

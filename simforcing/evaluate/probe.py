@@ -136,6 +136,28 @@ class StateProbe(nn.Module):
         return state0.float().to(out.device)[:, None] + out.view(b, f, -1)
 
 
+class FirstViewProbe(nn.Module):
+    """A state probe reading a multi-view model's frames (``data.views``, side by side along ``data.view_layout``):
+    only the first view's part of each frame — the camera a probe is fitted on (``model fit-probe`` reads a
+    dataset's first view) — is shown to it; everything else is the probe's (``cfg``, the units, the errors)."""
+
+    def __init__(self, probe: StateProbe, views: int, layout: str):
+        super().__init__()
+        self.probe, self.views, self.layout, self.cfg = probe, views, layout, probe.cfg
+
+    def first(self, x: torch.Tensor) -> torch.Tensor:
+        """Frames (..., H, V·W) (or stacked) -> their first view (..., H, W)."""
+        from simforcing.data.paired import split_views  # data/ below evaluate/ (the frame layout)
+
+        return split_views(x, self.views, self.layout)[0]
+
+    def forward(self, ref: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        return self.probe(self.first(ref), self.first(frames))
+
+    def video_states(self, video: torch.Tensor, state0: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+        return self.probe.video_states(self.first(video), state0, chunk)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Errors
 # ----------------------------------------------------------------------------------------------------------------------

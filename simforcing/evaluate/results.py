@@ -84,6 +84,9 @@ class WindowScores:
     latency_s: Optional[float]
     latency_phases_s: dict[str, float]
     forwards_per_sample: int
+    # a multi-view model (data.views): each camera's frame metrics alone ({view: {psnr, ssim, psnr_arm, lpips}},
+    # evaluate.metrics.ViewMetrics; the action following reads the first view); {} for a one-view model
+    views: dict[str, dict[str, Optional[float]]] = field(default_factory=dict)
 
     def metric(self, key: str) -> Optional[float]:
         """A metric or action-following error by its eval.json key ("psnr", "af_pos", "latency_s", ...)."""
@@ -97,6 +100,8 @@ class WindowScores:
                                                   "num_frames_compared", "protocol", "per_sample")})
         out.update(latency=self.latency.to_json(), latency_s=self.latency_s, latency_phases_s=self.latency_phases_s,
                    forwards_per_sample=self.forwards_per_sample)
+        if self.views:
+            out["views"] = self.views
         return out
 
     @classmethod
@@ -117,7 +122,23 @@ class WindowScores:
                    latency=nested("latency", LatencySummary.from_json, typed(d, "latency", "dict")),
                    latency_s=typed(d, "latency_s", *num),
                    latency_phases_s=dict(typed(d, "latency_phases_s", "dict", "null", **opt) or {}),
-                   forwards_per_sample=typed(d, "forwards_per_sample", "int", "null", default=0) or 0)
+                   forwards_per_sample=typed(d, "forwards_per_sample", "int", "null", default=0) or 0,
+                   views=_view_scores(typed(d, "views", "dict", "null", **opt) or {}))
+
+
+def _view_scores(d: dict) -> dict[str, dict[str, Optional[float]]]:
+    """eval.json's ``views``: per camera name its frame metrics, each a number or null (MalformedResult naming the
+    field otherwise)."""
+    from simforcing.evaluate.metrics import VIEW_METRICS
+
+    out = {}
+    for view, scores in d.items():
+        if not isinstance(scores, dict):
+            raise MalformedResult(f"field 'views.{view}' must be an object of {', '.join(VIEW_METRICS)}; got "
+                                  f"{type(scores).__name__}")
+        out[view] = nested(f"views.{view}", lambda x: {k: typed(x, k, "number", "null", default=None)
+                                                       for k in VIEW_METRICS}, scores)
+    return out
 
 
 def _count(d: dict, key: str, low: int = 0) -> int:

@@ -45,7 +45,7 @@ from torch.utils.data import default_collate
 
 from simforcing.config import Config, ConfigError
 from simforcing.data.format import read_episodes, read_info, read_lowdim, read_splits
-from simforcing.data.paired import PairedWindowDataset
+from simforcing.data.paired import PairedWindowDataset, split_views
 from simforcing.evaluate.metrics import MetricProtocol, masked_psnr_per_sample, psnr_per_sample, ssim_per_sample
 from simforcing.evaluate.probe import StateProbe
 from simforcing.evaluate.results import ChunkSeries, RolloutDrift
@@ -198,10 +198,21 @@ def action_errors(probe: StateProbe, q_hat: torch.Tensor, states: torch.Tensor) 
 
 
 def score(pred: torch.Tensor, gt: torch.Tensor, masks, bounds, probe: Optional[StateProbe], states: torch.Tensor,
-          anchors: Optional[torch.Tensor] = None, refs: Optional[torch.Tensor] = None) -> dict[str, np.ndarray]:
+          anchors: Optional[torch.Tensor] = None, refs: Optional[torch.Tensor] = None,
+          views: Optional[tuple] = None) -> dict[str, np.ndarray]:
     """Every per-frame metric of one row, (B, T) each (``af_pos`` only with a probe; ``anchors`` (B, K, S): the
-    probe's anchors per chunk, else chained from the recorded initial state; ``refs``: see :func:`chained_states`)."""
+    probe's anchors per chunk, else chained from the recorded initial state; ``refs``: see :func:`chained_states`).
+    ``views`` = (names, layout) of a multi-view model: also each view's PSNR and arm PSNR alone (``psnr@<view>``,
+    ``psnr_arm@<view>``)."""
     out = frame_metrics(pred, gt, masks, bounds)
+    if views is not None:
+        names, layout = views
+        parts = zip(names, split_views(pred, len(names), layout), split_views(gt, len(names), layout),
+                    split_views(masks, len(names), layout) if masks is not None else [None] * len(names))
+        for name, p, g, m in parts:
+            for k, v in frame_metrics(p, g, m, bounds).items():
+                if k in ("psnr", "psnr_arm"):
+                    out[f"{k}@{name}"] = v
     if probe is not None:
         a = anchors if anchors is not None else states[:, :1]
         out["af_pos"] = action_errors(probe, chained_states(probe, pred, bounds, a, refs), states)
@@ -314,16 +325,17 @@ def episode_counts(available: int, num_episodes: Optional[int], batch_size: Opti
     return n, bsz
 
 
-def reference_rows(batch: dict, rows: Sequence[str], bounds: list, probe, vae, device) -> dict[str, dict]:
+def reference_rows(batch: dict, rows: Sequence[str], bounds: list, probe, vae, device,
+                   views: Optional[tuple] = None) -> dict[str, dict]:
     """The rows that need no model: the first frame repeated, the VAE's reconstruction, the probe on the recorded
     frames (the action error's floor)."""
     real, masks, states = batch["real"], batch["arm_mask"], batch["raw_states"]
     got = {}
     if "copy-first" in rows:
-        got["copy-first"] = score(real[:, :, :1].expand_as(real), real, masks, bounds, probe, states)
+        got["copy-first"] = score(real[:, :, :1].expand_as(real), real, masks, bounds, probe, states, views=views)
     if "vae-recon" in rows:
         recon, firsts = vae_recon_video(vae, batch, bounds, device)
-        got["vae-recon"] = score(recon, real, masks, bounds, probe, states, refs=firsts)
+        got["vae-recon"] = score(recon, real, masks, bounds, probe, states, refs=firsts, views=views)
     if "probe floor" in rows and probe is not None:
         got["probe floor"] = {"af_pos": score(real, real, masks, bounds, probe, states)["af_pos"]}
     return got
@@ -366,6 +378,7 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
     sampler = sampler_for(wm, decode_sim=True)
     bounds = chunk_bounds(horizon, cfg)
     control_of = other_episodes(n)
+    views = (cfg.data.view_names, cfg.data.view_layout) if cfg.data.num_views > 1 else None
     per: dict[str, dict[str, list]] = {r: {} for r in rows}
     seconds = {"rollout": 0.0}
     forwards = 0
@@ -391,22 +404,23 @@ def evaluate_rollouts(run_dir: str | Path, data_root: str | Path, cfg: Optional[
             ro.twin.close()
         seconds["rollout"] += time.perf_counter() - t0
         forwards = res.forwards
-        got: dict[str, dict] = {"rollout": score(res.video, batch["real"], masks, bounds, probe, states)}
+        got: dict[str, dict] = {"rollout": score(res.video, batch["real"], masks, bounds, probe, states,
+                                                 views=views)}
         if "sim chain" in rows and res.sim_video is not None:
-            got["sim chain"] = score(res.sim_video, batch["sim"], masks, bounds, probe, states)
+            got["sim chain"] = score(res.sim_video, batch["sim"], masks, bounds, probe, states, views=views)
         if "restart" in rows:
             rv, firsts = restart_video(sampler, batch, cfg, wm.normalizer, bounds, sizes,
                                        episode_generators(cfg, idx), ro.rendered if ro.twin is not None else None)
             got["restart"] = score(rv, batch["real"], masks, bounds, probe, states,
-                                   anchors=states[:, [s for s, _ in bounds]], refs=firsts)
+                                   anchors=states[:, [s for s, _ in bounds]], refs=firsts, views=views)
         if "control" in rows and n > 1:
             other = load_episodes(ds, [control_of[i] for i in idx], horizon)
             control = roll()
             got["control"] = score(control.run(other["raw_actions"]).video, batch["real"], masks, bounds, probe,
-                                   states)
+                                   states, views=views)
             if control.twin is not None:
                 control.twin.close()
-        got.update(reference_rows(batch, rows, bounds, probe, wm.vae, dev))
+        got.update(reference_rows(batch, rows, bounds, probe, wm.vae, dev, views))
         for row, metrics in got.items():
             for k, v in metrics.items():
                 per[row].setdefault(k, []).append(v)  # one array per batch, joined below

@@ -22,8 +22,8 @@ from tqdm import tqdm
 
 from simforcing.config import Config, ConfigError
 from simforcing.evaluate.latency import summarize_latency
-from simforcing.evaluate.metrics import MetricAccumulator, psnr_per_sample
-from simforcing.evaluate.probe import ProbeAccumulator, StateProbe, load_probe, mean_or_none
+from simforcing.evaluate.metrics import MetricAccumulator, ViewMetrics, psnr_per_sample
+from simforcing.evaluate.probe import FirstViewProbe, ProbeAccumulator, StateProbe, load_probe, mean_or_none
 from simforcing.evaluate.results import METRIC_KEYS, ActionFollowing, WindowEvaluation, WindowScores
 from simforcing.evaluate.tables import eval_markdown
 from simforcing.models.vae import load_vae
@@ -75,10 +75,14 @@ def action_following(acc: Optional[ProbeAccumulator], control: Optional[ProbeAcc
 
 
 def window_scores(acc: MetricAccumulator, probe_acc: Optional[ProbeAccumulator], action: ActionFollowing,
-                  af_reason: Optional[str], per_sample: dict, lat: list, phases: list, fwd: list) -> WindowScores:
+                  af_reason: Optional[str], per_sample: dict, lat: list, phases: list, fwd: list,
+                  views: Optional[ViewMetrics] = None) -> WindowScores:
     """The scores of one evaluation: the metrics (``acc``), the action following, per-sample columns (the metrics',
-    the probe's and ``per_sample``), the latency (the first sample a warm-up) and its phases, the forwards."""
+    the probe's and ``per_sample``; a multi-view model's per-view PSNR as ``psnr@<view>``), the latency (the first
+    sample a warm-up) and its phases, the forwards, and each view's metrics (``views``)."""
     m = acc.compute()
+    if views is not None:
+        per_sample = {**per_sample, **{f"psnr@{v}": col["psnr"] for v, col in views.per_sample.items()}}
     reasons = {k: m[f"{k}_reason"] for k in METRIC_KEYS if m.get(f"{k}_reason")}
     if af_reason is not None:
         reasons["af"] = af_reason
@@ -91,7 +95,8 @@ def window_scores(acc: MetricAccumulator, probe_acc: Optional[ProbeAccumulator],
                         per_sample=per, latency=latency, latency_s=latency.mean_s,
                         latency_phases_s={name: statistics.fmean(p.get(name, 0.0) for p in timed)
                                           for name in sorted({n for p in timed for n in p})},
-                        forwards_per_sample=fwd[0] if fwd else 0)
+                        forwards_per_sample=fwd[0] if fwd else 0, views=views.compute() if views else {})
+
 
 
 def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.device,
@@ -106,6 +111,7 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
     if k < 1:
         raise ConfigError(f"eval.num_samples: got {num_samples} with {len(ds)} windows in the split; expected >= 1")
     acc = MetricAccumulator(cfg, device)
+    views = ViewMetrics(cfg.data.view_names, cfg.data.view_layout, acc) if cfg.data.num_views > 1 else None
     probe_acc = control_acc = None
     if probe is not None:
         frames = acc.protocol.frame_indices(cfg.data.frames)
@@ -133,6 +139,8 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
             res = sampler(batch, gen)
         masks = window["arm_mask"] if batch.arm_mask is not None else None
         acc.update(res.real_video, window["real"], masks)
+        if views is not None:
+            views.update(res.real_video, window["real"], masks)
         if probe_acc is not None:
             states = raw_states(ds, window)
             probe_acc.update(res.real_video, window["real"], states)
@@ -150,7 +158,8 @@ def evaluate_sampler(sampler, ds, cfg: Config, num_samples: int, device: torch.d
     return window_scores(acc, probe_acc, action, None if probe is not None else
                          "eval.probe is not set (fit one with `simforcing model fit-probe --data DIR --out PROBE`, "
                          "then --eval.probe=PROBE)",
-                         {"latency_s": lat, "forwards": fwd, "episode_id": eps, "start": starts}, lat, phases, fwd)
+                         {"latency_s": lat, "forwards": fwd, "episode_id": eps, "start": starts}, lat, phases, fwd,
+                         views)
 
 
 def build_sampler(cfg: Config, baseline: Optional[str], wm: Optional[LoadedWorldModel] = None, device="cpu"):
@@ -165,13 +174,15 @@ def build_sampler(cfg: Config, baseline: Optional[str], wm: Optional[LoadedWorld
 
 
 def load_configured_probe(cfg: Config, device) -> Optional[StateProbe]:
-    """The state probe of ``eval.probe`` (None when unset); a bad folder is a ConfigError naming it."""
+    """The state probe of ``eval.probe`` (None when unset); a bad folder is a ConfigError naming it. For a multi-view
+    model it reads the first view of every frame (``evaluate.probe.FirstViewProbe``)."""
     if not cfg.eval.probe:
         return None
     try:
-        return load_probe(cfg.eval.probe, device)
+        probe = load_probe(cfg.eval.probe, device)
     except ValueError as e:
         raise ConfigError(str(e)) from e
+    return FirstViewProbe(probe, cfg.data.num_views, cfg.data.view_layout) if cfg.data.num_views > 1 else probe
 
 
 def sweep_probe(cfg: Config, device) -> Optional[StateProbe]:

@@ -33,6 +33,11 @@ def eval_markdown(res: WindowEvaluation, run_dir=None) -> str:
              f"{fmt_num(s.latency_s, 4)} | {s.forwards_per_sample} |", ""]
     if unfinished:
         lines += [f"Note: {unfinished}", ""]
+    if s.views:
+        lines += ["Per camera (each view's part of every frame scored alone):", "",
+                  "| view | PSNR ↑ | SSIM ↑ | arm PSNR ↑ | LPIPS ↓ |", "|---|---|---|---|---|"]
+        lines += [f"| {v} | {fmt_num(m['psnr'], 2)} | {fmt_num(m['ssim'], 4)} | {fmt_num(m['psnr_arm'], 2)} | "
+                  f"{fmt_num(m['lpips'], 4)} |" for v, m in s.views.items()] + [""]
     if af.af_pos is not None:
         lines += ["Action following (state probe, state units; lower is better):", "",
                   "| error | all frames | moving frames | gripper | probe on the recorded frames (floor) | "

@@ -13,6 +13,7 @@ of every metric a model in this latent space can reach.
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.format import DataError, read_episode_videos, read_episodes, read_info, read_splits
+from simforcing.data.format import DataError, read_episode_videos, read_episodes, read_info, read_splits, read_views
 from simforcing.data.paired import to_unit_range
 from simforcing.evaluate.metrics import psnr_video
 from simforcing.models.vae import (DEMO_MEAN_CHANNELS, DEMO_RANK, DEMO_RESIDUAL_DIM, DemoVAE,
@@ -47,12 +48,14 @@ class _WindowReader:
         episodes, split_ids = read_episodes(root), read_splits(root)
         self.episodes = [episodes[i] for s in splits for i in split_ids[s] if i in episodes]
         self.steps = cfg.data.window_steps
+        self.views = read_views(cfg.data.view_names, self.info, root)  # a multi-view model's VAE sees every view
 
     def windows(self, rng: np.random.Generator | None, max_windows: int,
                 per_video: int = 8) -> list[tuple[int, str, int]]:
         """Up to ``max_windows`` windows (episode index, "sim" | "real", start), at most half of them real (when
         there are enough), a few per video so that few videos are decoded: drawn with ``rng``, or evenly spaced
-        when ``rng`` is None."""
+        when ``rng`` is None. With several views the windows are the same and :meth:`read` takes window j of an
+        episode from view j mod V."""
         videos: dict[str, list[tuple[int, int]]] = {"real": [], "sim": []}  # (episode index, number of starts)
         for i, ep in enumerate(self.episodes):
             n = ep.length - self.steps + 1
@@ -87,10 +90,10 @@ class _WindowReader:
             by_ep.setdefault(i, []).append((dom, s))
         for i, items in by_ep.items():
             ep = self.episodes[i]
-            sim, real = read_episode_videos(self.root, self.info, ep)
-            for dom in ("sim", "real"):
-                video = sim if dom == "sim" else real
-                starts = [s for d, s in items if d == dom]
+            videos = [read_episode_videos(self.root, self.info, ep, view) for view in self.views]
+            for dom, (v, view_videos) in itertools.product(("sim", "real"), enumerate(videos)):
+                video = view_videos[0] if dom == "sim" else view_videos[1]
+                starts = [s for j, s in enumerate(s for d, s in items if d == dom) if j % len(videos) == v]
                 if not starts:
                     continue
                 if video.shape[1:3] != (self.cfg.data.height, self.cfg.data.width):
@@ -185,7 +188,8 @@ def fit_demo_vae(root: str | Path, cfg: Config, max_windows: int = 2000, seed: i
     report = {
         "fitted_on": {"data": str(Path(root).resolve()), "splits": ["train", "sim_pool"], "windows": len(windows),
                       "residual_vectors": n_res, "frames": cfg.data.frames, "frame_stride": cfg.data.frame_stride,
-                      "height": cfg.data.height, "width": cfg.data.width, "seed": seed},
+                      "height": cfg.data.height, "width": cfg.data.width, "seed": seed,
+                      **({"views": list(reader.views)} if cfg.data.view_names else {})},
         "psnr_val": psnr.get(k, {}),
         "psnr_val_by_components": {str(kk): v for kk, v in psnr.items()},
         "explained_variance": float(eigval[:k].sum() / eigval.sum().clamp_min(1e-12)),

@@ -106,7 +106,8 @@ def encode_latent_cache(cfg: Config, data_root: str | Path, out: str | Path, win
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "data_root": str(Path(data_root).resolve()),
         "seed": cfg.train.seed, "windows_per_episode": k, "fixed_window": cfg.data.fixed_window,
         "frames": cfg.data.frames, "frame_stride": cfg.data.frame_stride, "height": cfg.data.height,
-        "width": cfg.data.width, "vae": dict(vars(cfg.model.vae)), "latent_shape": [c, lat, h, w],
+        "width": cfg.data.width, "views": cfg.data.views, "view_layout": cfg.data.view_layout,
+        "vae": dict(vars(cfg.model.vae)), "latent_shape": [c, lat, h, w],
         "text_max_tokens": cfg.data.text_max_tokens, "text_dim": cfg.model.text_dim, "stats": stats,
         "splits": list(splits), "shards": writer.shards, "episodes": episodes,
     }

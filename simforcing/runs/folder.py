@@ -78,7 +78,9 @@ STAGE_KIND = {"video_prior": "video_base", "pretrain": "stage1", "train": "stage
               "distill": "fewstep"}
 KINDS = tuple(KIND_NAMES)
 WORLD_MODELS = ("stage1", "stage2", "fewstep")
-INIT_STAGE1 = ("video_base",)  # what `simforcing pretrain --init RUN` starts stage 1 from
+# what `simforcing pretrain --init RUN` starts stage 1 from: a video base, or another stage-1 run (its whole network on
+# other data or other views: the multi-view world model continues the one-view one's stage 1)
+INIT_STAGE1 = ("video_base", "stage1")
 INIT_POLICY = KINDS  # what `simforcing policy train --init RUN` starts from (a video base: its video expert only)
 
 
@@ -279,9 +281,9 @@ def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> st
         if source is not None and run_kind(source) == "stage1":
             return f"use the stage-1 run it started from: `--teacher {shlex.quote(source)}`"
         return "give the folder of a `simforcing pretrain` run: `--teacher RUN1`"
-    if use == "init_stage1":  # pretrain --init: a video base
-        return ("give the folder of a `simforcing pretrain --method video_prior` run (`--init RUN0`), or leave --init "
-                "out (model.weights, else the model's own initialisation)")
+    if use == "init_stage1":  # pretrain --init: a video base or a stage-1 run
+        return ("give the folder of a `simforcing pretrain --method video_prior` run or of a stage-1 run "
+                "(`--init RUN0`), or leave --init out (model.weights, else the model's own initialisation)")
     return f"continue it with `{resume_command(run_dir, kind, cfg)}`"  # a resume of another kind
 
 
@@ -290,7 +292,7 @@ USE_NEEDS = {"sample": "this command samples a world model", "policy": "`policy 
              "teacher": "stage 2 starts from a stage-1 run",
              "distill_teacher": "`simforcing distill` distils a stage-2 world model",
              "resume_distill": "simforcing distill --resume cannot continue it",
-             "init_stage1": "`simforcing pretrain --init` starts stage 1 from a video base",
+             "init_stage1": "`simforcing pretrain --init` starts stage 1 from a video base or a stage-1 run",
              "init": "`simforcing policy train --init` starts from a video base, a world model or a policy",
              "resume_video_prior": f"simforcing pretrain --method {VIDEO_PRIOR_METHOD} --resume cannot continue it",
              "resume_pretrain": "simforcing pretrain --resume cannot continue it",

@@ -40,8 +40,10 @@ from simforcing.models.vae import load_vae
 from simforcing.runs.folder import WORLD_MODELS, open_run
 
 # fields a sampling/evaluation config must share with the run it loads (the network was built for them)
+# the cameras a run was trained on and how its frame holds them: what it samples and what its teacher predicted
+VIEW_FIELDS = ("data.views", "data.view_layout")
 EVAL_FIXED_FIELDS = ("data.frames", "data.frame_stride", "data.height", "data.width", "data.action_dim",
-                     "data.state_dim", "data.text_max_tokens")
+                     "data.state_dim", "data.text_max_tokens", *VIEW_FIELDS)
 # what a loaded world model takes from its caller's config (how it samples and what it is scored on); every other
 # field is what the run was trained as and stays the run's (merge_run_config)
 SAMPLING_SECTIONS = ("data", "sample", "eval", "rollout")
@@ -88,9 +90,10 @@ STUDENT_ADDITIONS = (("model.action_conditioning", "expert", "both"),)
 
 def check_teacher_architecture(cfg: Config, teacher_cfg: Config, where: str, additions: tuple = (),
                                also: tuple[str, ...] = ()) -> None:
-    """ConfigError naming the first architecture field (or field of ``also``) where ``cfg`` differs from the teacher's
-    config, but for the ``additions`` (:data:`STUDENT_ADDITIONS`) allowed."""
-    for name, theirs, ours in differing_fields(teacher_cfg, cfg, architecture_fields(cfg) + also):
+    """ConfigError naming the first architecture field, view field (:data:`VIEW_FIELDS`: the student predicts the
+    teacher's cameras) or field of ``also`` where ``cfg`` differs from the teacher's config, but for the ``additions``
+    (:data:`STUDENT_ADDITIONS`) allowed."""
+    for name, theirs, ours in differing_fields(teacher_cfg, cfg, architecture_fields(cfg) + VIEW_FIELDS + also):
         if (name, theirs, ours) in additions:
             continue
         hint = "".join(f" (a student may go from {a!r} to {b!r})" for n, a, b in additions if n == name)

@@ -22,7 +22,7 @@ from simforcing.errors import CheckpointError
 from simforcing.runs.checkpoint import list_checkpoints
 from simforcing.runs.folder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config,
                                     open_run, resume_command)
-from simforcing.runs.loaded import (STUDENT_ADDITIONS, architecture_fields, check_teacher_architecture,
+from simforcing.runs.loaded import (STUDENT_ADDITIONS, VIEW_FIELDS, architecture_fields, check_teacher_architecture,
                                     differing_fields)
 from simforcing.training.stage import Stage
 
@@ -43,9 +43,10 @@ def check_resume_kind(theirs: Config, stage: Stage, run_dir: Path) -> None:
 
 def check_architecture_unchanged(theirs: Config, cfg: Config, run_dir: Path) -> None:
     """ConfigError naming the first architecture field in which ``cfg`` differs from the run's."""
-    for name, was, now in differing_fields(theirs, cfg, architecture_fields(cfg))[:1]:
+    for name, was, now in differing_fields(theirs, cfg, architecture_fields(cfg) + VIEW_FIELDS)[:1]:
         raise ConfigError(f"{name}: {run_dir} was trained with {was!r}, the resumed config asks {now!r}; "
-                          "architecture fields cannot change on --resume (start a new run, or stage 2 from it)")
+                          "architecture and view fields cannot change on --resume (start a new run, or stage 2 "
+                          "from it)")
 
 
 def check_resume_config(cfg: Config, theirs: Config, stage: Stage, run_dir: Path) -> None:

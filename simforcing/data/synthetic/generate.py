@@ -46,16 +46,19 @@ from simforcing.data.synthetic.servo import FPS, SUBSTEPS, servo_frame  # noqa: 
 
 from simforcing.config import ConfigError  # noqa: E402
 from simforcing.utils import atomic_write, staged_folder  # noqa: E402
-from simforcing.data.format import (EpisodeInfo, episode_file, is_dataset, read_arm_mask,  # noqa: E402
+from simforcing.data.format import (EpisodeInfo, ViewVideos, episode_file, is_dataset, read_arm_mask,  # noqa: E402
                                     read_episode_videos, read_info, write_episode, write_meta, write_twin_record)
 from simforcing.data.synthetic.motions import (FAILURE_TEXT, ArmController, insert_pauses, mat_to_rpy,  # noqa: E402
                                                perturb_targets, script_motion)
 from simforcing.data.synthetic.scene import (  # noqa: E402
     ARM_GEOM_PREFIX, ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, PHYSICS_GAP, TIMESTEP,
-    MESH, CameraPose, NOMINAL_CAMERA, draw_sim_scene, fixed_layout, paint_textures, real_xml, sample_appearance,
-    sample_camera, sample_objects, sim_xml)
+    MESH, WRIST_CAMERA, CameraPose, NOMINAL_CAMERA, draw_sim_scene, fixed_layout, paint_textures, real_xml,
+    sample_appearance, sample_camera, sample_objects, sim_xml)
 
 SIM_BACKGROUND = "black"
+# the benchmark's cameras (``data synth --views``): the episode's external camera (the first view: its files are the
+# one-view dataset's, byte for byte) and the wrist camera on the hand (``scene.WRIST_CAMERA``, the policy's second)
+SYNTH_VIEWS = ("external", "wrist")
 # 2: objects.npz beside every paired episode; layout episodes (--layout-train); 3: twin.json; 4: --pairing scene
 # (twin.json's "scene", objects.npz's "sim_xyz"), --failures (episodes.jsonl's "failure"); info.json's "pairing";
 # 5: round geoms rendered at scene.MESH (twin.json's "mesh"; before: MuJoCo's default tessellation)
@@ -63,6 +66,7 @@ GENERATOR_VERSION = 5
 PAIRINGS = ("arm", "scene")
 # the streams of an episode's own (SeedSequence([seed, index, k])): beside its scene, motion and noise (spawn(3))
 NOISE_STREAM, PAUSE_STREAM, SIM_PHYSICS_STREAM, FAILURE_STREAM = 11, 13, 17, 19
+WRIST_SENSOR_STREAM = 23  # the wrist camera's sensor noise (the external camera's is the episode's noise_rng)
 
 
 @dataclass
@@ -83,6 +87,7 @@ class SimulatedEpisode:
     twin_record: dict = field(default_factory=dict)  # twin.json: {"camera"} (arm pairing), + "scene" (scene pairing)
     failure: str = ""  # "<kind>/<mode>" of a failing operator (motions.FAILURE_TEXT); "" for the scripted one
     sim_xyz: np.ndarray | None = None  # float32 (T, n_objects, 3): the simulation's objects (scene pairing)
+    views: dict = field(default_factory=dict)  # every camera after the external one: {name: format.ViewVideos}
 
 
 class TwinRenderer:
@@ -96,18 +101,22 @@ class TwinRenderer:
         self._scene = None
 
     def render(self, q: np.ndarray, camera) -> np.ndarray:
-        """q (8,): arm + finger joint positions -> uint8 (H, W, 3)."""
+        """q (8,): arm + finger joint positions -> uint8 (H, W, 3) seen by ``camera`` (a pose, or a camera's name:
+        ``scene.WRIST_CAMERA``)."""
         self.data.qpos[self.qadr] = q
         mujoco.mj_forward(self.model, self.data)
         self.renderer.update_scene(self.data, camera=camera)
         return self.renderer.render().copy()
 
-    def scene(self):
-        """The full-scene simulation's renderer (``twin.SyntheticTwin``, built on first use; ``--pairing scene``)."""
-        if self._scene is None:
+    def scene(self, views: tuple[str, ...] = SYNTH_VIEWS[:1]):
+        """The full-scene simulation's renderer of ``views`` (``twin.SyntheticTwin``, built on first use; ``--pairing
+        scene``)."""
+        if self._scene is None or self._scene.views != tuple(views):
             from simforcing.data.synthetic.twin import SyntheticTwin  # on first use: scene pairing only
 
-            self._scene = SyntheticTwin(self.renderer.height, self.renderer.width)
+            if self._scene is not None:
+                self._scene.close()
+            self._scene = SyntheticTwin(self.renderer.height, self.renderer.width, views=tuple(views))
         return self._scene
 
     def close(self) -> None:
@@ -243,30 +252,47 @@ class EpisodePhysics:
         return self.data.qpos[self.obj_adr[:, None] + np.arange(3)].copy()
 
 
+def camera_of_view(view: str, camera: CameraPose):
+    """What MuJoCo renders view ``view`` of an episode with: its external camera's pose, or the wrist camera's name."""
+    return camera.to_mjv() if view == SYNTH_VIEWS[0] else WRIST_CAMERA
+
+
+def sensor_noise(frames: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """A camera's real frames with its sensor's Gaussian noise (σ ~ U(1.5, 4) in 0..255 units, per episode)."""
+    sigma = rng.uniform(1.5, 4.0)
+    noisy = np.asarray(frames, np.float32) + rng.normal(0, sigma, size=(len(frames), *frames[0].shape))
+    return np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
+
+
 def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, paired: bool = True, layouts: int = 0,
                      jitter: float = 0.03, action_noise: float = 0.0, pauses: int = 0, failures: float = 0.0,
-                     pairing: str = "arm", physics_gap: float = 1.0) -> SimulatedEpisode:
+                     pairing: str = "arm", physics_gap: float = 1.0,
+                     views: tuple[str, ...] = SYNTH_VIEWS[:1]) -> SimulatedEpisode:
     """Simulate episode ``index`` of the dataset with ``seed``; render sim always, real + mask when ``paired``;
     ``layouts`` > 0: the policy benchmark's LIBERO-like scenes, ``action_noise`` a noisy operator, ``pauses`` a
     pausing one, ``failures`` a failing one (:class:`EpisodePhysics`); ``pairing`` what the sim video shows (module
-    docstring; ``scene``: its physics at ``physics_gap``)."""
+    docstring; ``scene``: its physics at ``physics_gap``). ``views``: the cameras rendered (:data:`SYNTH_VIEWS`, the
+    external one first); the external camera's frames are the same whatever the others (the wrist camera's sensor
+    noise draws from a stream of its own)."""
     ep = EpisodePhysics(seed, index, length, layouts, jitter, action_noise, pauses, failures)
     record = ep.twin_record(pairing, physics_gap)
-    camera = ep.camera.to_mjv()
+    cams = {v: camera_of_view(v, ep.camera) for v in views}
     real_r = RealRenderer(ep.model, twin.renderer.height, twin.renderer.width) if paired else None
-    sims, reals, masks, states, obj_xyz = [], [], [], [], []
+    sims, reals, masks = ({v: [] for v in views} for _ in range(3))
+    states, obj_xyz = [], []
     try:
         for t in range(length):
             if t > 0:
                 ep.advance(t)
             states.append(ep.state())
             obj_xyz.append(ep.object_positions())
-            if pairing == "arm":
-                sims.append(twin.render(ep.data.qpos[ep.twin_adr], camera))
-            if real_r is not None:
-                rgb, mask = real_r.render(ep.data, camera)
-                reals.append(rgb)
-                masks.append(mask)
+            for v, cam in cams.items():
+                if pairing == "arm":
+                    sims[v].append(twin.render(ep.data.qpos[ep.twin_adr], cam))
+                if real_r is not None:
+                    rgb, mask = real_r.render(ep.data, cam)
+                    reals[v].append(rgb)
+                    masks[v].append(mask)
     finally:
         if real_r is not None:
             real_r.close()
@@ -277,23 +303,27 @@ def simulate_episode(seed: int, index: int, length: int, twin: TwinRenderer, pai
     actions = ep.motion.actions()
     sim_xyz = None
     if pairing == "scene":  # the simulation's own physics from the recorded start and actions, as the twin replays it
-        sim, sim_xyz = simulate_scene(twin.scene(), states_arr[0], record, actions)
+        video, sim_xyz = simulate_scene(twin.scene(views), states_arr[0], record, actions)
         if not np.all(np.isfinite(sim_xyz)):
             raise RuntimeError(f"episode {index} (seed {seed}): the scene's simulation diverged (non-finite objects)")
+        sim = dict(zip(views, np.split(video, len(views), axis=2)))  # the twin renders its views side by side
     else:
-        sim = np.stack(sims)
-    real = None
+        sim = {v: np.stack(sims[v]) for v in views}
+    real = {v: None for v in views}
     if paired:
-        sigma = ep.noise_rng.uniform(1.5, 4.0)  # sensor noise, in 0..255 units
-        noisy = np.asarray(reals, np.float32) + ep.noise_rng.normal(0, sigma, size=(length, *reals[0].shape))
-        real = np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
-    return SimulatedEpisode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=sim, real=real,
-                            arm_mask=np.stack(masks) if paired else None, actions=actions,
+        real[views[0]] = sensor_noise(reals[views[0]], ep.noise_rng)
+        for v in views[1:]:
+            real[v] = sensor_noise(reals[v], ep.stream(WRIST_SENSOR_STREAM))
+    first = views[0]
+    return SimulatedEpisode(instruction=ep.motion.instruction, kind=ep.motion.kind, sim=sim[first], real=real[first],
+                            arm_mask=np.stack(masks[first]) if paired else None, actions=actions,
                             states=states_arr, object_xyz=np.asarray(obj_xyz, np.float32),
                             object_names=[f"{o.colour} {o.shape}" if o.colour else "distractor" for o in ep.objects],
                             camera=ep.camera, target=ep.motion.target, twin_record=record,
                             failure=f"{ep.motion.kind}/{ep.motion.failure}" if ep.motion.failure else "",
-                            sim_xyz=sim_xyz)
+                            sim_xyz=sim_xyz,
+                            views={v: ViewVideos(sim[v], real[v], np.stack(masks[v]) if paired else None)
+                                   for v in views[1:]})
 
 
 def simulate_scene(scene, state0: np.ndarray, record: dict, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -339,6 +369,7 @@ class EpisodeJob:
     failures: float = 0.0
     pairing: str = "arm"
     physics_gap: float = 1.0
+    views: tuple = SYNTH_VIEWS[:1]
 
 
 def _write_one(job: EpisodeJob) -> EpisodeInfo:
@@ -346,9 +377,10 @@ def _write_one(job: EpisodeJob) -> EpisodeInfo:
     assert _TWIN is not None, "_init_worker must run first"
     ep = simulate_episode(job.seed, job.index, job.length, _TWIN, paired=job.paired, layouts=job.scene_layouts,
                           jitter=job.jitter, action_noise=job.action_noise, pauses=job.pauses, failures=job.failures,
-                          pairing=job.pairing, physics_gap=job.physics_gap)
+                          pairing=job.pairing, physics_gap=job.physics_gap, views=job.views)
     out, eid = job.out, job.episode_id
-    write_episode(out, eid, ep.sim, ep.real, ep.actions, ep.states, ep.arm_mask, layout=job.layout, fps=FPS)
+    write_episode(out, eid, ep.sim, ep.real, ep.actions, ep.states, ep.arm_mask, layout=job.layout, fps=FPS,
+                  views=ep.views)
     write_twin_record(out, eid, ep.twin_record)
     if job.paired:
         write_objects(out, eid, ep.object_xyz, ep.object_names, ep.target, ep.kind, ep.sim_xyz)
@@ -411,6 +443,22 @@ def _check_args(num_train: int, num_val: int, num_sim_pool: int, length: int, he
     if layout not in ("separate", "side_by_side"):
         raise ConfigError(f"layout: got {layout!r}; expected 'separate' or 'side_by_side'")
     return layouts, jitter
+
+
+def check_synth_views(views) -> tuple[str, ...]:
+    """``data synth --views``: cameras of :data:`SYNTH_VIEWS`, each once, the external one first (its files are the
+    one-view dataset's); ConfigError naming the flag otherwise."""
+    views = tuple(views or SYNTH_VIEWS[:1])
+    unknown = [v for v in views if v not in SYNTH_VIEWS]
+    if unknown:
+        raise ConfigError(f"--views: got {' '.join(views)}; the benchmark renders the cameras {', '.join(SYNTH_VIEWS)} "
+                          f"({unknown[0]!r} is none of them)")
+    if len(set(views)) != len(views):
+        raise ConfigError(f"--views: got {' '.join(views)}; name each camera once")
+    if views[0] != SYNTH_VIEWS[0]:
+        raise ConfigError(f"--views: got {' '.join(views)}; the first view must be {SYNTH_VIEWS[0]!r} (its files are "
+                          "those of the one-view dataset, which every one-view run reads), e.g. --views external wrist")
+    return views
 
 
 OPERATOR_SPLITS = ("train", "val", "sim_pool")
@@ -522,7 +570,7 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
                      action_noise: float = 0.0, noise_splits: tuple[str, ...] | None = None, pauses: int = 0,
                      pause_splits: tuple[str, ...] | None = None, failures: float = 0.0,
                      failure_splits: tuple[str, ...] | None = None, pairing: str = "arm",
-                     physics_gap: float | None = None) -> Path:
+                     physics_gap: float | None = None, views: tuple[str, ...] | None = None) -> Path:
     """Write the synthetic paired dataset to ``out`` (videos, lowdim, masks, meta). Returns ``out``.
 
     Everything is written into a temporary sibling folder that becomes ``out`` by a rename once complete
@@ -541,17 +589,20 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
     episode; ``pauses`` N > 0, the target held N times for 2–5 frames; ``failures`` F > 0, the task failed in a
     fraction F of the episodes (``motions.FAILURE_TEXT``). ``pairing``: what the sim videos show (module docstring);
     ``physics_gap`` S (the scene pairing; 1 unless given): the scale of the simulation's physics gap
-    (``scene.PhysicsGap``). Settings that cannot be are ConfigErrors naming the option (:meth:`Operators.checked`).
+    (``scene.PhysicsGap``). ``views``: the cameras (:func:`check_synth_views`; None: the external one alone, and
+    info.json names none); every episode's external files are those of the dataset without them. Settings that cannot
+    be are ConfigErrors naming the option (:meth:`Operators.checked`).
     """
     layouts, jitter = _check_args(num_train, num_val, num_sim_pool, length, height, width, layout, workers,
                                   layout_train, layouts, jitter)
+    cams = check_synth_views(views)
     counts = {"train": num_train + layout_train, "val": num_val, "sim_pool": num_sim_pool}
     ops = Operators.checked(counts, length, action_noise, noise_splits, pauses, pause_splits, failures,
                             failure_splits, pairing, physics_gap)
     out = Path(out)
     with staged_folder(out, overwrite, "dataset", replaceable=is_dataset) as tmp:
         _generate_into(tmp, num_train, num_val, num_sim_pool, length, height, width, seed, layout, progress, workers,
-                       (layout_train, layouts, jitter), ops)
+                       (layout_train, layouts, jitter), ops, cams if views else None)
         if finish is not None:
             finish(tmp)
     return out
@@ -559,14 +610,16 @@ def generate_dataset(out: str | Path, *, num_train: int, num_val: int, num_sim_p
 
 def _generate_into(out: Path, num_train: int, num_val: int, num_sim_pool: int, length: int, height: int,
                    width: int, seed: int, layout: str, progress: bool, workers: int,
-                   scenes: tuple = (0, 2, 0.03), ops: Operators = Operators()) -> None:
+                   scenes: tuple = (0, 2, 0.03), ops: Operators = Operators(),
+                   views: tuple[str, ...] | None = None) -> None:
     layout_train, layouts, jitter = scenes
     plan = ([("train", True, 0)] * num_train + [("val", True, 0)] * num_val + [("sim_pool", False, 0)] * num_sim_pool
             + [("train", True, layouts)] * layout_train)
     jobs = [EpisodeJob(str(out), f"ep_{i:05d}", i, paired, seed, length, layout, k, jitter,
                        ops.action_noise if split in ops.noise_splits else 0.0,
                        ops.pauses if split in ops.pause_splits else 0,
-                       ops.failures if split in ops.failure_splits else 0.0, ops.pairing, ops.physics_gap)
+                       ops.failures if split in ops.failure_splits else 0.0, ops.pairing, ops.physics_gap,
+                       views or SYNTH_VIEWS[:1])
             for i, (split, paired, k) in enumerate(plan)]
     bar = tqdm(total=len(jobs), desc="synth episodes", unit="ep", disable=not progress, file=sys.stderr)
     infos: list[EpisodeInfo] = []
@@ -599,7 +652,7 @@ def _generate_into(out: Path, num_train: int, num_val: int, num_sim_pool: int, l
                 "action": "target ee position delta (3), target roll-pitch-yaw delta (3), gripper command 0..1 (1)"}
     info = {"fps": FPS, "height": height, "width": width, "action_dim": 7, "state_dim": 7, "video_layout": layout,
             "sim_background": SIM_BACKGROUND, "pairing": ops.pairing, "source": "simforcing-synth",
-            "synth": settings}
+            "synth": settings, **({"views": list(views)} if views else {})}
     write_meta(out, info, infos, splits)
 
 

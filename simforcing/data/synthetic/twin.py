@@ -37,8 +37,8 @@ from simforcing.config import ConfigError
 from simforcing.data.synthetic.servo import servo_frame
 from simforcing.data.synthetic.motions import ArmController, CommandedTarget
 from simforcing.data.synthetic.offscreen import SharedContextRenderer
-from simforcing.data.synthetic.scene import (ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, CameraPose,
-                                             SimScene, sim_scene_xml, sim_xml)
+from simforcing.data.synthetic.scene import (ARM_JOINTS, EE_SITE, FINGER_JOINTS, FINGER_TRAVEL, HOME_Q, WRIST_CAMERA,
+                                             CameraPose, SimScene, sim_scene_xml, sim_xml)
 from simforcing.data.synthetic.tasks import Task, task_success
 from simforcing.data.twin_episode import (TwinEpisode, check_synthetic_camera, check_synthetic_mesh,
                                           check_synthetic_scene, window_frame_steps)
@@ -115,12 +115,21 @@ class _Episode:
 
 class SyntheticTwin:
     """The synthetic benchmark's SimRenderer (module docstring): B episodes' twins, each the arm alone or its own
-    full scene as its record says."""
+    full scene as its record says. ``views``: the cameras it renders, side by side in every frame (H, V·W, 3) in
+    this order — the episode's external camera (its record's) and the wrist camera on the twin's hand
+    (``scene.WRIST_CAMERA``: it moves with the commanded hand)."""
 
-    def __init__(self, height: int, width: int):
+    VIEWS = ("external", "wrist")  # the benchmark's cameras (data.synthetic.generate.SYNTH_VIEWS)
+
+    def __init__(self, height: int, width: int, views: Sequence[str] = ("external",)):
         import mujoco  # generate.py has set MUJOCO_GL before MuJoCo's first import
 
+        unknown = [v for v in views if v not in self.VIEWS]
+        if not views or unknown:
+            raise ConfigError(f"the synthetic twin renders the cameras {', '.join(self.VIEWS)}; got the views "
+                              f"{', '.join(views) or 'none'} (data.views of the world model)")
         self.mj = mujoco
+        self.views = tuple(views)
         self.height, self.width = int(height), int(width)
         self._arms: dict[tuple[int, int], _Sim] = {}  # the arm alone, by its tessellation (built on first use)
         self._scenes: dict[str, _Sim] = {}  # full-scene models by their record, while their episodes run
@@ -142,13 +151,13 @@ class SyntheticTwin:
         return self._scenes[key]
 
     def start(self, episodes: Sequence[TwinEpisode]) -> np.ndarray:
-        """Each episode's twin at its start -> the first frames (B, H, W, 3) uint8."""
+        """Each episode's twin at its start -> the first frames (B, H, V·W, 3) uint8 (V views side by side)."""
         self._close_scenes()
         self.episodes = [_Episode(self.mj, self._sim(e.record), e) for e in episodes]
         return np.stack([self._render(e) for e in self.episodes])
 
     def window(self, actions: np.ndarray, stride: int, keep: int) -> np.ndarray:
-        """Raw actions (B, A_w, 7) -> (B, A_w / stride + 1, H, W, 3) uint8: the frame now, then every ``stride``
+        """Raw actions (B, A_w, 7) -> (B, A_w / stride + 1, H, V·W, 3) uint8: the frame now, then every ``stride``
         actions; each twin keeps the state after its first ``keep`` actions (0 <= keep <= A_w)."""
         a = np.asarray(actions, np.float64)
         if a.ndim != 3 or a.shape[0] != len(self.episodes) or a.shape[2] != ACTION_DIM:
@@ -205,8 +214,11 @@ class SyntheticTwin:
         a physics step the data's positions are the step's start; positions only, so the physics — its solver's warm
         start included — is not touched)."""
         self.mj.mj_kinematics(ep.sim.model, ep.data)
-        ep.sim.renderer.update_scene(ep.data, camera=ep.camera)
-        return ep.sim.renderer.render().copy()
+        frames = []
+        for view in self.views:
+            ep.sim.renderer.update_scene(ep.data, camera=ep.camera if view == self.VIEWS[0] else WRIST_CAMERA)
+            frames.append(ep.sim.renderer.render().copy())
+        return frames[0] if len(frames) == 1 else np.concatenate(frames, axis=1)
 
     def _close_scenes(self) -> None:
         for sim in self._scenes.values():
