@@ -86,6 +86,21 @@ def make_lowdim(length: int, episode_index: int, action_dim: int = 7, state_dim:
     return actions, states
 
 
+def view_frames(sim: np.ndarray, real: np.ndarray | None, mask: np.ndarray | None, k: int):
+    """View k > 0 of an episode (``make_dataset(views=...)``): the first view's frames mirrored left to right, blue
+    100 + 40·k in sim and 220 − 40·k in real, the mask mirrored."""
+    from simforcing.data.format import ViewVideos
+
+    def recolour(x: np.ndarray | None, blue: int) -> np.ndarray | None:
+        if x is None:
+            return None
+        y = x[:, :, ::-1].copy()
+        y[..., 2] = blue
+        return y
+    return ViewVideos(recolour(sim, 100 + 40 * k), recolour(real, 220 - 40 * k),
+                      None if mask is None else np.ascontiguousarray(mask[:, :, ::-1]))
+
+
 def write_text_cache(root: Path, instructions: Sequence[str], text_dim: int, max_tokens: int, seed: int = 0) -> Path:
     """Random (n, text_dim) embeddings, n in 3..8 tokens, for each instruction; returns the cache folder."""
     cache = Path(root) / "text_cache"
@@ -100,8 +115,11 @@ def write_text_cache(root: Path, instructions: Sequence[str], text_dim: int, max
 def make_dataset(root: str | Path, num_train: int = 2, num_val: int = 1, num_pool: int = 1,
                  length: int | Sequence[int] = 25, h: int = 32, w: int = 48, text_dim: int = 64,
                  layout: str = "separate", with_masks: bool = True, seed: int = 0, action_dim: int = 7,
-                 state_dim: int = 7, text_max_tokens: int = 16, stats: bool = True) -> Path:
-    """Write a tiny dataset; ``length`` is one length or a sequence cycled over train, val, pool episodes."""
+                 state_dim: int = 7, text_max_tokens: int = 16, stats: bool = True,
+                 views: Sequence[str] = ()) -> Path:
+    """Write a tiny dataset; ``length`` is one length or a sequence cycled over train, val, pool episodes.
+    ``views``: a multi-view dataset's cameras (info.json ``views``); view k > 0 is view 0's frames with the blue
+    channel at 100 + 40·k (sim) / 220 − 40·k (real) and the mask mirrored left to right (:func:`view_frames`)."""
     root = Path(root)
     lengths = [length] if isinstance(length, int) else list(length)
     plan = ([("train", f"train_{i:03d}") for i in range(num_train)] + [("val", f"val_{i:03d}") for i in range(num_val)]
@@ -114,11 +132,13 @@ def make_dataset(root: str | Path, num_train: int = 2, num_val: int = 1, num_poo
         sim = make_frames(T, h, w, e, False, seed)
         real = make_frames(T, h, w, e, True, seed) if paired else None
         mask = square_masks(T, h, w, e).astype(np.uint8) if (with_masks and paired) else None
-        write_episode(root, ep_id, sim, real, actions, states, mask, layout=layout)
+        extra = {v: view_frames(sim, real, mask, k) for k, v in enumerate(views) if k > 0}
+        write_episode(root, ep_id, sim, real, actions, states, mask, layout=layout, views=extra)
         episodes.append(EpisodeInfo(ep_id, T, INSTRUCTIONS[e % len(INSTRUCTIONS)], paired))
         splits[split].append(ep_id)
     info = {"fps": 10, "height": h, "width": w, "action_dim": action_dim, "state_dim": state_dim,
-            "video_layout": layout, "sim_background": "black", "source": "tests.datagen"}
+            "video_layout": layout, "sim_background": "black", "source": "tests.datagen",
+            **({"views": list(views)} if views else {})}
     write_meta(root, info, episodes, splits)
     write_text_cache(root, [e.instruction for e in episodes], text_dim, text_max_tokens, seed)
     if stats:
