@@ -15,6 +15,9 @@ from simforcing.config import ConfigError, load_config
 from simforcing.data.check import check_dataset
 from simforcing.data.format import DataError, read_episode_videos, read_episodes, read_info, view_file, write_video
 from simforcing.data.paired import PairedWindowDataset, compose_views, split_views, to_unit_range
+from test_policy import tiny  # noqa: F401  (fixture)
+from test_world_model_eval import LAYOUTS, judge_dir  # noqa: F401  (fixture)
+
 from simforcing.evaluate.metrics import (MetricAccumulator, MetricProtocol, ViewMetrics, masked_psnr_per_sample,
                                          psnr_per_sample, ssim_per_sample)
 
@@ -266,3 +269,28 @@ def test_a_one_view_run_reads_the_first_view_of_a_multi_view_dataset(synth_views
                  str(tmp_path / "mv"), *tiny, "--data.views=external,wrist"]) == 0
     init = json.loads((tmp_path / "mv" / "init.json").read_text())
     assert init["new"] == [] and init["partial"] == [] and len(init["inherited"]) > 0
+
+
+def test_two_camera_policies_act_inside_a_multi_view_world_model(views_runs, judge_dir, tiny, tmp_path):  # noqa: F811
+    """A policy reading the external and the wrist camera (Tab. 5's) is evaluated inside the multi-view world model:
+    it sees [external | wrist] of every predicted frame, the judge reads the external view; the twin renders both
+    cameras in the loop. A one-view world model refuses it by name (test_world_model_eval)."""
+    from test_policy import pcfg
+
+    from simforcing.policy.closed_loop.results import PolicyEvaluation
+    from simforcing.policy.train import policy_train_run
+
+    two = tmp_path / "two"
+    policy_train_run(pcfg(tiny, "action_only"), two, "base", progress=False)
+    for extra in ([], ["--wm-condition", "render"]):
+        out = tmp_path / f"ev{len(extra)}"
+        assert main(["policy", "eval", "--env", "world-model", "--wm", str(views_runs / "s2"), "--judge",
+                     str(judge_dir), "--runs", f"two={two}", "--per-task", "1", "--max-steps", "8", "--layouts",
+                     str(LAYOUTS), "--out", str(out), *extra]) == 0
+        ev = PolicyEvaluation.read(out, "--out")
+        assert "two" in ev.rows and len(ev.rows) == 3  # the policy beside the expert and do-nothing
+        with np.load(out / "frames.npz") as z:
+            assert all(z[k].shape[1:] == (32, 96, 3) for k in z.files)  # both views of every kept frame
+    assert main(["policy", "eval", "--env", "world-model", "--wm", "copy-first", "--judge", str(judge_dir), "--runs",
+                 f"two={two}", "--per-task", "1", "--max-steps", "4", "--layouts", str(LAYOUTS), "--out",
+                 str(tmp_path / "cf")]) == 0

@@ -261,7 +261,7 @@ def test_named_errors_for_what_the_world_model_cannot_serve(world_model_run, jud
     players = {"two cameras": RunPlayer("two cameras", PolicyRunner.load(two))}
     judge, larger = load_judge(judge_dir), load_judge(judge_dir)
     larger.benchmark["resolution"] = [64, 96]
-    with pytest.raises(ConfigError, match="external camera only"):
+    with pytest.raises(ConfigError, match=r"predicts external \(data.views\)"):
         check_compatible(wm, players, judge)
     with pytest.raises(ConfigError, match="--judge: .* was fitted on 64×96 frames; the world model .* predicts 32×48"):
         check_compatible(wm, {}, larger)  # the judge is named, not the policies

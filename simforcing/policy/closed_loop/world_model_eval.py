@@ -47,8 +47,8 @@ import numpy as np
 import torch
 
 from simforcing.config import ConfigError
-from simforcing.data.paired import frames_to_target, to_unit_range
-from simforcing.data.synthetic.generate import RealRenderer
+from simforcing.data.paired import compose_views, split_views, to_unit_range
+from simforcing.data.synthetic.generate import SYNTH_VIEWS, RealRenderer, camera_of_view
 from simforcing.data.synthetic.twin import SyntheticTwin, task_verdicts
 from simforcing.media import frames_to_uint8
 from simforcing.policy.closed_loop.evaluate import (EVAL_SEED, Player, RunPlayer, Scene, judge_record, make_players,
@@ -69,18 +69,22 @@ DRAW_OFFSET = 1_000_000  # draw k of scene i samples from sample_generator(cfg, 
 
 
 class StartFrame:
-    """What the simulator gives an episode once, at its start: the external frame uint8 (H, W, 3), the arm mask
-    (H, W), the state (7,), the scene (task, instruction, expert actions), the controller's initial target and the
+    """What the simulator gives an episode once, at its start: the frame of each of ``views`` (the external camera,
+    and the wrist camera for a multi-view world model), side by side: uint8 (H, V·W, 3), the arm mask of each view
+    (H, V·W), the state (7,), the scene (task, instruction, expert actions), the controller's initial target and the
     twin record a digital twin renders from (``domain``'s: the camera, and the simulated scene for the full-scene
-    pairing); with ``twin`` (full scene) the twin's render of the start, ``sim_image`` uint8 (H, W, 3) — the frame the
-    world model's own simulation chain starts from."""
+    pairing); with ``twin`` (full scene) the twin's render of the start, ``sim_image`` uint8 (H, V·W, 3) — the frame
+    the world model's own simulation chain starts from."""
 
-    def __init__(self, env: SyntheticTaskEnv, domain: SimDomain = SimDomain(), twin: Optional[SyntheticTwin] = None):
+    def __init__(self, env: SyntheticTaskEnv, domain: SimDomain = SimDomain(), twin: Optional[SyntheticTwin] = None,
+                 views: tuple[str, ...] = SYNTH_VIEWS[:1]):
         renderer = RealRenderer(env.ep.model, env.height, env.width)
         try:
-            self.image, self.mask = renderer.render(env.ep.data, env._camera)
+            shots = [renderer.render(env.ep.data, camera_of_view(v, env.ep.camera)) for v in views]
         finally:
             renderer.close()
+        self.image = np.concatenate([rgb for rgb, _ in shots], axis=1)
+        self.mask = np.concatenate([m for _, m in shots], axis=1)
         self.state = env.state()
         self.scene: Scene = scene_of(env)
         self.task = env.task
@@ -93,15 +97,16 @@ class StartFrame:
 
 
 def start_frames(scenes: dict[str, list[int]], seed: int, max_steps: int, height: int, width: int, layouts: int,
-                 jitter: float, domain: SimDomain = SimDomain()) -> list[StartFrame]:
+                 jitter: float, domain: SimDomain = SimDomain(),
+                 views: tuple[str, ...] = SYNTH_VIEWS[:1]) -> list[StartFrame]:
     out = []
-    twin = SyntheticTwin(height, width) if domain.pairing == "scene" else None
+    twin = SyntheticTwin(height, width, views) if domain.pairing == "scene" else None
     try:
         for task, indices in scenes.items():
             for idx in indices:
                 env = SyntheticTaskEnv(seed, idx, max_steps, height, width, layouts, jitter)
                 try:
-                    out.append(StartFrame(env, domain, twin))
+                    out.append(StartFrame(env, domain, twin, views))
                 finally:
                     env.close()
     finally:
@@ -152,26 +157,60 @@ def world_model_record(wm: Optional[LoadedWorldModel], wm_run: str, progress: Ca
     return rec
 
 
+def episode_views(wm: Optional[LoadedWorldModel], players: dict[str, Player]) -> tuple[str, ...]:
+    """The cameras every episode's frames hold: the world model's views (``data.views``; one view: the external
+    camera), or — copy-first, which predicts nothing — the cameras the players read (the wrist camera beside the
+    external one when a player reads two)."""
+    if wm is not None:
+        return wm.cfg.data.view_names or SYNTH_VIEWS[:1]
+    return SYNTH_VIEWS[:max(p.cameras for p in players.values())]
+
+
 def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player], judge: SuccessJudge) -> None:
-    """Named errors for a judge fitted on frames of another size than the world model predicts, and for a world
-    model whose frames or actions a player cannot use (none for copy-first: None)."""
+    """Named errors for a judge fitted on frames of another size than the world model predicts for each view, and for
+    a world model whose frames or actions a player cannot use: a policy reading the wrist camera needs a world model
+    that predicts it (none of these for copy-first: None)."""
     if wm is None:
         return
     d = wm.cfg.data
     height, width = judge.benchmark.get("resolution") or (None, None)
     if (d.height, d.width) != (height, width):
         raise ConfigError(f"--judge: {judge_name(judge)} was fitted on {height}×{width} frames; the world model "
-                          f"{wm.name} predicts {d.height}×{d.width} frames — fit a judge at the world model's "
+                          f"{wm.name} predicts {d.height}×{d.width} frames per view — fit a judge at the world model's "
                           f"resolution (`simforcing model fit-judge --data DIR --out JUDGE --data.height={d.height} "
                           f"--data.width={d.width}`)")
+    views = episode_views(wm, players)
+    unknown = [v for v in views if v not in SYNTH_VIEWS]
+    if unknown:
+        raise ConfigError(f"--wm {wm.name}: it predicts the view {unknown[0]!r}; the benchmark's cameras are "
+                          f"{', '.join(SYNTH_VIEWS)} (data.views)")
     for name, p in players.items():
-        if p.cameras > 1:
+        missing = [v for v in SYNTH_VIEWS[:p.cameras] if v not in views]
+        if missing:
             raise ConfigError(f"--runs {name}: the policy observes {p.cameras} cameras side by side (external + "
-                              "wrist); the world model predicts the external camera only — evaluate policies trained "
-                              "with --policy.cameras=1")
+                              f"wrist); the world model {wm.name} predicts {', '.join(views)} (data.views) — evaluate "
+                              "policies trained with --policy.cameras=1, or a world model trained on the views "
+                              "external,wrist (`data synth --views external wrist`, --data.views=external,wrist)")
         if isinstance(p, RunPlayer) and p.runner.cfg.data.action_dim != d.action_dim:
             raise ConfigError(f"--runs {name}: the policy's actions are {p.runner.cfg.data.action_dim}-D; the world "
                               f"model {wm.name} takes {d.action_dim}-D actions")
+
+
+class ViewSelector:
+    """The episodes' frames (..., H, V·W) or (..., V·H, W) of ``views`` in ``layout`` -> what a reader needs: the
+    external camera alone (the judge; a one-camera policy) or [external | wrist] side by side (a two-camera policy)."""
+
+    def __init__(self, views: tuple[str, ...], layout: str):
+        self.views, self.layout = tuple(views), layout
+
+    def tensor(self, frames: torch.Tensor, cameras: int = 1) -> torch.Tensor:
+        parts = split_views(frames, len(self.views), self.layout)
+        return torch.cat([parts[self.views.index(v)] for v in SYNTH_VIEWS[:cameras]], dim=-1)
+
+    def images(self, frames: np.ndarray, cameras: int = 1) -> np.ndarray:
+        """uint8 (B, H, V·W, 3) (or stacked) -> (B, H, cameras·W, 3)."""
+        t = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2)
+        return self.tensor(t, cameras).permute(0, 2, 3, 1).numpy()
 
 
 def judge_name(judge: SuccessJudge) -> str:
@@ -212,13 +251,15 @@ class Episodes:
     world-model evaluation, advanced together, inside ``wm`` (None: copy-first, whose draws are all alike)."""
 
     def __init__(self, wm: Optional[LoadedWorldModel], players: dict[str, Player], starts: list[StartFrame],
-                 draws: int = 1):
+                 draws: int = 1, views: tuple[str, ...] = SYNTH_VIEWS[:1], layout: str = "width"):
         self.wm, self.players, self.starts = wm, players, starts
         self.rows = [(name, s) for name in players for s in starts for _ in range(draws)]
         self.draw = [k for _ in players for _ in starts for k in range(draws)]  # each row's noise draw
+        self.select = ViewSelector(views, layout)  # the start frames hold the views side by side
         h, w = starts[0].image.shape[:2]
-        imgs = np.stack([s.image for _, s in self.rows])  # (B, H, W, 3)
-        self.first = to_unit_range(frames_to_target(imgs, h, w)).permute(1, 0, 2, 3)  # (B, 3, H, W)
+        w //= len(views)  # one view's size (the simulator renders each at the judge's resolution)
+        imgs = np.stack([s.image for _, s in self.rows])  # (B, H, V·W, 3)
+        self.first = self._in_layout(to_unit_range(torch.from_numpy(imgs).permute(0, 3, 1, 2)))  # (B, 3, H', W')
         self.targets = [CommandedTarget(*s.target) for _, s in self.rows]
         self.frames: list[torch.Tensor] = []  # each step's new frames (B, 3, n, H, W)
         self.commanded: list[np.ndarray] = []  # each step's hand displacement the actions command (B, n, 3), metres
@@ -228,11 +269,11 @@ class Episodes:
             text, mask = wm.text([s.scene.instruction for _, s in self.rows])
             gens = [sample_generator(wm.cfg, scene_no[id(s)] + k * DRAW_OFFSET)
                     for (_, s), k in zip(self.rows, self.draw)]
-            masks = torch.from_numpy(np.stack([s.mask for _, s in self.rows])).bool()
+            masks = self._in_layout(torch.from_numpy(np.stack([s.mask for _, s in self.rows])).bool())
             states = torch.from_numpy(np.stack([s.state for _, s in self.rows])).double()
             sims = [s.sim_image for _, s in self.rows]  # full scene: the chain starts from the twin's start render
             first_sim = (None if any(x is None for x in sims)
-                         else to_unit_range(frames_to_target(np.stack(sims), h, w)).permute(1, 0, 2, 3))
+                         else self._in_layout(to_unit_range(torch.from_numpy(np.stack(sims)).permute(0, 3, 1, 2))))
             twin = None
             if wm.cfg.sample.condition == "render":  # the twin executes exactly the effective actions (step)
                 twin = TwinLoop.from_config(wm.cfg, [TwinEpisode(s.state, s.twin_record, s.target)
@@ -240,6 +281,11 @@ class Episodes:
             self.ro = WorldModelRollout(wm, self.first, states, text, mask, gens, first_mask=masks,
                                         first_sim=first_sim, twin=twin)
         self.states = np.stack([s.state for _, s in self.rows]).astype(np.float64)
+
+    def _in_layout(self, x: torch.Tensor) -> torch.Tensor:
+        """The simulator's views side by side (..., H, V·W) -> the world model's frame layout (``data.view_layout``)."""
+        views, layout = self.select.views, self.select.layout
+        return compose_views(split_views(x, len(views), "width"), layout)
 
     def observe(self) -> tuple[np.ndarray, np.ndarray]:
         """The newest frames uint8 (B, H, W, 3) and the players' state inputs (B, 7) raw: the initial state plus the
@@ -254,7 +300,8 @@ class Episodes:
         chunks = {}
         for name, player in self.players.items():
             idx = [i for i, (n, _) in enumerate(self.rows) if n == name]
-            chunks[name] = (idx, np.asarray(player.chunk(list(images[idx]), states[idx],
+            seen = self.select.images(images[idx], player.cameras)  # the cameras this player reads
+            chunks[name] = (idx, np.asarray(player.chunk(list(seen), states[idx],
                                                          [self.rows[i][1].scene for i in idx], [t] * len(idx), chunk)))
         length = max([a.shape[1] for _, a in chunks.values()]
                      + ([self.wm.cfg.data.actions_per_window] if self.wm is not None else []))
@@ -319,17 +366,19 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     domain = SimDomain.of_world_model(wm, progress)
     in_domain(wm, domain)
     check_compatible(wm, players, judge)
+    views, layout = episode_views(wm, players), (wm.cfg.data.view_layout if wm is not None else "width")
     height, width = judge.benchmark["resolution"]
     judge.check_benchmark(height, width, layouts, "the world-model evaluation")
     execute = execute_count(execute, players, wm)
     wm_record = world_model_record(wm, wm_run, progress)
     t0 = time.perf_counter()
     scenes = held_out_scenes(seed, per_task, max_steps, tasks, layouts=layouts, jitter=jitter)
-    starts = start_frames(scenes, seed, max_steps, height, width, layouts, jitter, domain)
-    ep = Episodes(wm, players, starts, draws)
+    starts = start_frames(scenes, seed, max_steps, height, width, layouts, jitter, domain, views)
+    ep = Episodes(wm, players, starts, draws, views, layout)
     seconds = {"start": time.perf_counter() - t0, "world_model": 0.0, "players": 0.0, "judge": 0.0}
     q0 = torch.from_numpy(np.stack([s.state[:3] for _, s in ep.rows])).float()  # (B, 3) given at the start
-    reading0 = judge.read(ep.first, ep.first, q0).numpy()  # the first frame against itself: r̂_0 (and d̂_0 ≈ 0)
+    first_ext = ep.select.tensor(ep.first)  # the judge reads the external camera
+    reading0 = judge.read(first_ext, first_ext, q0).numpy()  # the first frame against itself: r̂_0 (and d̂_0 ≈ 0)
     readings = []
     t, chunk = 0, 0
     try:  # the twin's renderer (with --wm-condition render) is released however the loop ends
@@ -341,7 +390,8 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
             t2 = time.perf_counter()
             new = ep.step(actions, n)
             t3 = time.perf_counter()
-            first = ep.first[:, :, None].expand(-1, -1, n, -1, -1)
+            first = first_ext[:, :, None].expand(-1, -1, n, -1, -1)
+            new = ep.select.tensor(new)
             b, _, k, h, w = new.shape
             r = judge.read(first.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
                            new.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
