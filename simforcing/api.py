@@ -10,7 +10,9 @@
 
 Inputs are what a robot logs, in the dataset's units: ``frame`` uint8 (H, W, 3) (any size: resized and centre-cropped
 as in training), ``state`` (S,), ``actions`` (A, action_dim) — one window's ``data.actions_per_window`` for a call,
-any number for a rollout. The first frame is masked for the simulation branch as ``sample.mask_mode`` says: pass
+any number for a rollout (a multi-view model, ``data.views``: ``frame`` and ``arm_mask`` are {view: array} for every
+camera, ``episode.frame(0)`` / ``episode.mask(0)`` of :func:`read_episode`, and ``Prediction.views`` each camera's
+video). The first frame is masked for the simulation branch as ``sample.mask_mode`` says: pass
 ``arm_mask`` (H, W) bool for ``mask-file``, ``sim_frame`` for ``paired-sim``; ``sam3`` segments it. The sampler's
 settings (``n_sim``, ``n_real``, ``w``) and the noise (``seed``) are arguments. The same objects the command line uses
 stay reachable: ``pipe.world_model`` (``runs.loaded.LoadedWorldModel``: ``pipe.model``, ``pipe.vae``, ``pipe.cfg``,
@@ -22,7 +24,8 @@ behind ``simforcing evaluate``, ``rollout``, ``policy eval`` and ``policy estima
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -30,9 +33,9 @@ import numpy as np
 import torch
 
 from simforcing.config import Config, ConfigError
-from simforcing.data.format import (TWIN_FILE, episode_file, read_arm_mask, read_episode_videos, read_episodes,
-                                    read_info, read_lowdim, read_splits, read_twin_record)
-from simforcing.data.paired import frames_to_target, masks_to_target, to_unit_range
+from simforcing.data.format import (TWIN_FILE, dataset_views, episode_file, read_arm_mask, read_episode_videos,
+                                    read_episodes, read_info, read_lowdim, read_splits, read_twin_record)
+from simforcing.data.paired import compose_views, frames_to_target, masks_to_target, split_views, to_unit_range
 from simforcing.data.stats import Normalizer
 from simforcing.errors import CheckpointError
 from simforcing.evaluate.rollouts import evaluate_rollouts as rollout_drift  # noqa: F401  (re-exported)
@@ -55,13 +58,15 @@ from simforcing.utils import resolve_device
 class Prediction:
     """What one call or rollout made: ``video`` uint8 (F, H, W, 3) (frame 0: the given first frame as the VAE
     reconstructs it), ``sim_video`` the simulation branch (None when w = 0), ``masked_frame`` uint8 (H, W, 3) its
-    start, ``forwards`` the network evaluations, ``raw`` the library's result (tensors)."""
+    start, ``forwards`` the network evaluations, ``raw`` the library's result (tensors). A multi-view model's frames
+    hold its cameras side by side (``data.view_layout``); ``views`` is each camera's video alone ({} for one view)."""
 
     video: np.ndarray
     sim_video: Optional[np.ndarray]
     masked_frame: Optional[np.ndarray]
     forwards: int
     raw: object
+    views: dict = field(default_factory=dict)
 
 
 class WorldModelPipeline:
@@ -137,23 +142,53 @@ class WorldModelPipeline:
             self._text[instruction] = self.world_model.text([instruction])
         return self._text[instruction]
 
-    def frame(self, image: np.ndarray, name: str = "frame") -> torch.Tensor:
-        """uint8 (H, W, 3) -> (1, 3, H', W') in [-1, 1] at the model's resolution (training resize + centre crop);
-        another dtype, layout or an unusable size is a ValueError naming ``name`` (``simforcing.inputs``)."""
-        d = self.cfg.data
-        image = check_image(image, name, (d.height, d.width))
-        return to_unit_range(frames_to_target(image[None], d.height, d.width)).permute(1, 0, 2, 3)
+    @property
+    def views(self) -> tuple[str, ...]:
+        """The cameras a multi-view model sees (``data.views``, in order); () for a one-view model."""
+        return self.cfg.data.view_names if self.cfg.data.num_views > 1 else ()
 
-    def _mask(self, arm_mask: Optional[np.ndarray], frame_shape: tuple[int, int],
-              needed: bool = True) -> Optional[torch.Tensor]:
+    def _per_view(self, value, name: str) -> list:
+        """A multi-view model's input: a mapping {view: array} holding every view (ValueError naming the one it
+        lacks) -> the arrays in the model's view order; a one-view model's: the array itself."""
+        if not self.views:
+            if isinstance(value, Mapping):
+                raise ValueError(f"{name}: the world model sees one camera; pass its uint8 (H, W, 3) frame, not a "
+                                 f"mapping of views ({', '.join(map(str, value))})")
+            return [value]
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{name}: the world model sees the cameras {', '.join(self.views)} (data.views); pass "
+                             f"{{view: frame}} with each of them (e.g. episode.frame(0) of read_episode)")
+        missing = [v for v in self.views if v not in value]
+        if missing:
+            raise ValueError(f"{name}: no {missing[0]!r} view; the world model sees {', '.join(self.views)} "
+                             f"(data.views), got {', '.join(map(str, value)) or 'none'}")
+        return [value[v] for v in self.views]
+
+    def frame(self, image, name: str = "frame") -> torch.Tensor:
+        """uint8 (H, W, 3) — a multi-view model: {view: uint8 (H, W, 3)} — -> (1, 3, H', W') in [-1, 1] at the
+        model's resolution (training resize + centre crop, each view alone, side by side); another dtype, layout or
+        an unusable size is a ValueError naming ``name`` (``simforcing.inputs``)."""
+        d = self.cfg.data
+        parts = []
+        for view, img in zip(self.views or (None,), self._per_view(image, name)):
+            img = check_image(img, name if view is None else f"{name}[{view!r}]", (d.height, d.width))
+            parts.append(frames_to_target(img[None], d.height, d.width))
+        return to_unit_range(compose_views(parts, d.view_layout)).permute(1, 0, 2, 3)
+
+    def _mask(self, arm_mask, frame, needed: bool = True) -> Optional[torch.Tensor]:
         if arm_mask is None:
             if needed and self.cfg.sample.mask_mode == "mask-file":
                 raise ConfigError("arm_mask: sample.mask_mode is mask-file; pass arm_mask (H, W) bool for the first "
-                                  "frame, or load with overrides=['--sample.mask_mode=sam3', "
-                                  "'--sample.sam3_path=DIR']")
+                                  "frame (a multi-view model: {view: mask}), or load with overrides="
+                                  "['--sample.mask_mode=sam3', '--sample.sam3_path=DIR']")
             return None
         d = self.cfg.data
-        return masks_to_target(check_mask(arm_mask, "arm_mask", frame_shape)[None], d.height, d.width)
+        parts = []
+        for view, m, img in zip(self.views or (None,), self._per_view(arm_mask, "arm_mask"),
+                                self._per_view(frame, "frame")):
+            where = "arm_mask" if view is None else f"arm_mask[{view!r}]"
+            parts.append(masks_to_target(check_mask(m, where, np.asarray(img).shape[:2])[None], d.height, d.width))
+        return compose_views(parts, d.view_layout)
 
     def _check_actions(self, actions: np.ndarray, exact: bool) -> np.ndarray:
         d = self.cfg.data
@@ -166,7 +201,7 @@ class WorldModelPipeline:
         x = self.frame(frame)
         text = check_instruction(instruction)
         s = check_vector(state, "state", self.cfg.data.state_dim)
-        mask = self._mask(arm_mask, np.asarray(frame).shape[:2], needed=masked)
+        mask = self._mask(arm_mask, frame, needed=masked)
         sim = None if sim_frame is None else self.frame(sim_frame, "sim_frame")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise ValueError(f"seed: expected an integer; got {seed!r}")
@@ -219,7 +254,7 @@ class WorldModelPipeline:
             self._check_twin(twin, s)
         text, mask = self.text(instruction)
         loop = None if twin is None else TwinLoop.from_config(self.cfg, [twin], self.cfg.data.height,
-                                                                self.cfg.data.width)
+                                                                self.cfg.data.width)  # each view at this size
         try:
             ro = WorldModelRollout(self.world_model, x, torch.from_numpy(s)[None], text, mask,
                                    [torch.Generator().manual_seed(seed)], first_mask=arm, first_sim=sim, twin=loop)
@@ -260,9 +295,12 @@ class WorldModelPipeline:
                 raise CheckpointError(f"the model predicted a {name} holding NaN or inf from finite, checked inputs: "
                                       "the checkpoint's weights are damaged or diverged; use another step",
                                       self.checkpoint.path if self.checkpoint is not None else None)
+        d = self.cfg.data
+        views = {v: to_uint8_frames(part) for v, part in zip(self.views, split_views(video[0], d.num_views,
+                                                                                       d.view_layout))}
         return Prediction(to_uint8_frames(video[0]), None if res.sim_video is None else to_uint8_frames(res.sim_video[0]),
                           None if res.masked_frame is None else to_uint8_frames(res.masked_frame[0][:, None])[0],
-                          res.forwards, res)
+                          res.forwards, res, views if self.views else {})
 
 
 def check_world_model_run(run: str | Path) -> None:
@@ -279,7 +317,9 @@ class Episode:
     """One recorded episode as a robot logs it: ``real`` / ``sim`` uint8 (T, H, W, 3) (``sim`` None when absent),
     ``arm_mask`` bool (T, H, W) or None, ``actions`` (T − 1, A) and ``states`` (T, S) in the dataset's units,
     ``instruction``; ``twin``: its start for the robot's digital twin (the first state and the episode's
-    ``twin.json``) or None when the dataset records none (``rollout(..., twin=ep.twin)``)."""
+    ``twin.json``) or None when the dataset records none (``rollout(..., twin=ep.twin)``). ``real`` / ``sim`` /
+    ``arm_mask`` are the dataset's first camera; ``views`` holds every camera of a multi-view dataset ({view: {"real",
+    "sim", "arm_mask"}}; {} for one view) and :meth:`frame` / :meth:`mask` give a multi-view model its inputs."""
 
     episode_id: str
     instruction: str
@@ -289,6 +329,19 @@ class Episode:
     actions: np.ndarray
     states: np.ndarray
     twin: Optional[TwinEpisode] = None
+    views: dict = field(default_factory=dict)
+
+    def frame(self, t: int = 0, domain: str = "real"):
+        """Frame ``t`` of every camera, {view: uint8 (H, W, 3)} (one-view dataset: the frame itself)."""
+        if not self.views:
+            return getattr(self, domain)[t]
+        return {v: cams[domain][t] for v, cams in self.views.items()}
+
+    def mask(self, t: int = 0):
+        """The arm mask of frame ``t`` of every camera, {view: bool (H, W)} (one-view dataset: the mask itself)."""
+        if not self.views:
+            return None if self.arm_mask is None else self.arm_mask[t]
+        return {v: None if cams["arm_mask"] is None else cams["arm_mask"][t] for v, cams in self.views.items()}
 
 
 def read_episode(root: str | Path, episode_id: Optional[str] = None, split: str = "val") -> Episode:
@@ -303,14 +356,18 @@ def read_episode(root: str | Path, episode_id: Optional[str] = None, split: str 
     if episode_id not in index:
         raise ConfigError(f"episode {episode_id!r} is not in {Path(root) / 'meta' / 'episodes.jsonl'}")
     ep = index[episode_id]
-    sim, real = read_episode_videos(root, info, ep)
+    views = {}
+    for view in dataset_views(info):
+        sim, real = read_episode_videos(root, info, ep, view)
+        mask = read_arm_mask(root, episode_id, view, dataset_views(info))
+        views[view] = {"real": real, "sim": sim, "arm_mask": None if mask is None else mask.astype(bool)}
+    first = views[dataset_views(info)[0]]
     actions, states = read_lowdim(root, episode_id)
-    mask = read_arm_mask(root, episode_id)
     twin = None
     if episode_file(root, episode_id, TWIN_FILE).exists():
         twin = TwinEpisode(states[0], read_twin_record(root, episode_id))
-    return Episode(episode_id, ep.instruction, real, sim, None if mask is None else mask.astype(bool), actions, states,
-                   twin)
+    return Episode(episode_id, ep.instruction, first["real"], first["sim"], first["arm_mask"], actions, states, twin,
+                   views if len(views) > 1 else {})
 
 
 def load_policy(run: str | Path, device: str = "cpu") -> PolicyRunner:

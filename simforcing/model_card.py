@@ -48,8 +48,11 @@ def _data_lines(cfg) -> list[str]:
     sizes = ", ".join(f"{k} {len(v)}" for k, v in splits.items()) if isinstance(splits, dict) else "not readable here"
     d = cfg.data
     return [f"- dataset: `{cfg.data.root}` (episodes per split: {sizes})",
-            f"- windows: {d.frames} frames of {d.height}×{d.width}, frame stride {d.frame_stride}, "
-            f"{d.actions_per_window} actions of {d.action_dim} dims, state of {d.state_dim} dims"]
+            f"- windows: {d.frames} frames of {d.height}×{d.width}"
+            + (f" per camera ({', '.join(d.view_names)}, side by side along the {d.view_layout})"
+               if d.num_views > 1 else "")
+            + f", frame stride {d.frame_stride}, {d.actions_per_window} actions of {d.action_dim} dims, state of "
+            f"{d.state_dim} dims"]
 
 
 def _budget_lines(cfg, run: Path, source: dict) -> list[str]:
@@ -119,7 +122,9 @@ def model_card(wm: LoadedWorldModel, run: Path, source: dict, vae: dict, text: d
         "## What it expects", "",
         f"- VAE: {vae_text}",
         f"- text encoder: {text_line}",
-        f"- inputs: a first frame (any size; resized and centre-cropped to {cfg.data.height}×{cfg.data.width}), the "
+        f"- inputs: a first frame (any size; resized and centre-cropped to {cfg.data.height}×{cfg.data.width}"
+        + (f"; one per camera, {{view: frame}} of {', '.join(cfg.data.view_names)}" if cfg.data.num_views > 1
+           else "") + "), the "
         f"state ({cfg.data.state_dim}), {cfg.data.actions_per_window} actions ({cfg.data.action_dim}) per window in "
         "the dataset's units" + (" (normalised with `normalizer.json`)" if wm.normalizer is not None else ""),
         f"- sampler defaults: N_s {s.n_sim}, N_r {s.n_real}, w {s.w}, first-frame masking `{s.mask_mode}`", "",

@@ -294,3 +294,28 @@ def test_two_camera_policies_act_inside_a_multi_view_world_model(views_runs, jud
     assert main(["policy", "eval", "--env", "world-model", "--wm", "copy-first", "--judge", str(judge_dir), "--runs",
                  f"two={two}", "--per-task", "1", "--max-steps", "4", "--layouts", str(LAYOUTS), "--out",
                  str(tmp_path / "cf")]) == 0
+
+
+def test_the_python_api_and_an_export_take_and_give_every_view(synth_views, views_runs, tmp_path):
+    from simforcing import WorldModelPipeline, read_episode
+
+    views, _ = synth_views
+    pipe = WorldModelPipeline.from_run(views_runs / "s2", device="cpu")
+    ep = read_episode(views)
+    assert pipe.views == VIEWS and set(ep.views) == set(VIEWS) and ep.real is ep.views["external"]["real"]
+    a = ep.actions[:pipe.cfg.data.actions_per_window]
+    out = pipe(ep.frame(0), ep.instruction, ep.states[0], a, arm_mask=ep.mask(0), seed=3)
+    assert out.video.shape == (9, 32, 96, 3) and set(out.views) == set(VIEWS)
+    assert np.array_equal(np.concatenate([out.views["external"], out.views["wrist"]], axis=2), out.video)
+    with pytest.raises(ValueError, match=r"sees the cameras external, wrist"):
+        pipe(ep.real[0], ep.instruction, ep.states[0], a, arm_mask=ep.mask(0))
+    with pytest.raises(ValueError, match="no 'wrist' view"):
+        pipe({"external": ep.real[0]}, ep.instruction, ep.states[0], a, arm_mask=ep.mask(0))
+    long = pipe.rollout(ep.frame(0), ep.instruction, ep.states[0], ep.actions[:16], twin=ep.twin, seed=1)
+    assert long.views["wrist"].shape == (17, 32, 48, 3)
+    shared = tmp_path / "shared"
+    assert main(["export", "--ckpt", str(views_runs / "s2"), "--out", str(shared)]) == 0
+    again = WorldModelPipeline.from_pretrained(shared, device="cpu")
+    assert again.views == VIEWS
+    same = again(ep.frame(0), ep.instruction, ep.states[0], a, arm_mask=ep.mask(0), seed=3)
+    assert np.array_equal(same.video, out.video)
