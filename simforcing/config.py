@@ -619,15 +619,30 @@ def _check(ok: bool, name: str, value: Any, allowed: str) -> None:
 
 
 def _bridge() -> Config:
-    """Bridge (SPEC §1, §7): 21 frames at 224×320, 20 actions, Wan2.2-TI2V-5B."""
+    """Bridge (SPEC §1, §7): 21 frames at 224×320, 20 actions, Wan2.2-TI2V-5B; one view, the external camera the
+    paper's pairs were rendered for (``data.views`` None: a dataset's first camera)."""
     return Config(preset="bridge")
 
 
 def _interndata_a1() -> Config:
-    """InternData-A1: a 129-step window, every 4th frame -> 33 frames, all 128 actions."""
+    """InternData-A1: a 129-step window, every 4th frame -> 33 frames, all 128 actions; one view, the real camera
+    the paper paired with its simulation rendering (the dataset's first camera)."""
     cfg = Config(preset="interndata_a1")
     cfg.data.frames = 33
     cfg.data.frame_stride = 4
+    return cfg
+
+
+INTERNDATA_A1_VIEWS = "head,wrist_left,wrist_right"  # its head camera and two wrist cameras (docs/REAL_SCALE.md)
+
+
+def _interndata_a1_views() -> Config:
+    """InternData-A1 with all its cameras (beyond the paper): the head camera and both wrist cameras, each 224×320,
+    side by side in one 224×960 frame (``data.views``); import them with ``data import-lerobot --real-camera HEAD
+    LEFT RIGHT --sim-camera ... --views head wrist_left wrist_right``."""
+    cfg = _interndata_a1()
+    cfg.preset = "interndata_a1_views"
+    cfg.data.views = INTERNDATA_A1_VIEWS
     return cfg
 
 
@@ -665,7 +680,8 @@ def _demo() -> Config:
     return cfg
 
 
-PRESETS = {"demo": _demo, "bridge": _bridge, "interndata_a1": _interndata_a1}
+PRESETS = {"demo": _demo, "bridge": _bridge, "interndata_a1": _interndata_a1,
+           "interndata_a1_views": _interndata_a1_views}
 
 
 def preset(name: str) -> Config:

@@ -246,3 +246,29 @@ def test_real_only_two_camera_import_is_a_policy_dataset(sources, tmp_path, caps
     item = PolicyWindowDataset(cfg, out)[0]
     assert item["obs"].shape == (3, 5, 32, 96) and item["actions"].shape == (4, 7)
     assert main(["data", "import-lerobot", "--real", str(real), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_several_cameras_import_as_the_views_of_one_dataset(sources, tmp_path):
+    """`data import-lerobot --sim-camera A B --real-camera A B`: each camera pair one view (issue 67), the first the
+    dataset's first view under the one-view file names; the keys' counts, a key given twice and a view name that is
+    no plain name are refused by name before anything is written."""
+    sim = with_wrist_camera(sources[0], tmp_path / "sim2")
+    real = with_wrist_camera(sources[1], tmp_path / "real2")
+    out = tmp_path / "views"
+    assert main(["data", "import-lerobot", "--sim", str(sim), "--real", str(real), "--out", str(out),
+                 "--sim-camera", CAM, WRIST, "--real-camera", CAM, WRIST, "--val-fraction", "0"]) == 0
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["views"] == ["top", "wrist"] and info["lerobot"]["cameras"]["wrist"]["real"] == WRIST
+    ep = out / "episodes" / "ep000000"
+    assert read_video(ep / "real.mp4").shape == read_video(ep / "real_wrist.mp4").shape == (12, 32, 48, 3)
+    assert read_video(ep / "sim_wrist.mp4").shape == (12, 32, 48, 3)
+    cfg = load_config("demo", ["--data.views=top,wrist"]).validate()
+    write_text_cache(out, TASKS, cfg.model.text_dim, cfg.data.text_max_tokens)
+    assert check_dataset(out, cfg).ok
+    assert PairedWindowDataset(cfg, out)[0]["real"].shape == (3, 9, 32, 96)
+    for flags in (["--sim-camera", CAM, "--real-camera", CAM, WRIST],
+                  ["--sim-camera", CAM, CAM, "--real-camera", CAM, WRIST],
+                  ["--sim-camera", CAM, WRIST, "--real-camera", CAM, WRIST, "--views", "a/b", "c"]):
+        assert main(["data", "import-lerobot", "--sim", str(sim), "--real", str(real), "--out",
+                     str(tmp_path / "x"), *flags]) == 2, flags
+    assert not (tmp_path / "x").exists()

@@ -244,8 +244,15 @@ def add_import_lerobot_arguments(parser: argparse.ArgumentParser) -> None:
                         "--wrist-camera: a real-only policy dataset)")
     parser.add_argument("--real", required=True, help="real LeRobot v3.0 dataset folder")
     parser.add_argument("--out", required=True, help="output dataset folder (simforcing format)")
-    parser.add_argument("--sim-camera", default=None, help="video feature of the sim dataset (default: the only one)")
-    parser.add_argument("--real-camera", default=None, help="video feature of the real dataset (default: the only one)")
+    parser.add_argument("--sim-camera", nargs="+", default=None, metavar="KEY",
+                        help="video feature(s) of the sim dataset (default: the only one); several: a multi-view "
+                             "dataset, one per view in the order of --real-camera")
+    parser.add_argument("--real-camera", nargs="+", default=None, metavar="KEY",
+                        help="video feature(s) of the real dataset (default: the only one); several: a multi-view "
+                             "dataset (e.g. a head and a wrist camera), the first one the scene's")
+    parser.add_argument("--views", nargs="+", default=None, metavar="NAME",
+                        help="the views' names in the dataset (default: external for one camera; several cameras: "
+                             "the last part of each real camera key, e.g. observation.images.wrist -> wrist)")
     parser.add_argument("--camera", default=None, help="policy dataset: the external camera's video feature")
     parser.add_argument("--wrist-camera", default=None, help="policy dataset (real only, two cameras side by side, "
                         "no --sim): the wrist camera's video feature, e.g. LIBERO's observation.images.wrist_image")
@@ -278,7 +285,11 @@ def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
 
         if args.sim is not None:
             raise ConfigError("--sim: a policy dataset (--wrist-camera) is real-only; leave out --sim")
-        s = import_lerobot_policy(args.real, args.out, args.camera or args.real_camera, args.wrist_camera,
+        if args.real_camera is not None and len(args.real_camera) > 1:
+            raise ConfigError("--real-camera: a policy dataset (--wrist-camera) takes one external camera; give it "
+                              "with --camera KEY")
+        s = import_lerobot_policy(args.real, args.out, args.camera or (args.real_camera or [None])[0],
+                                  args.wrist_camera,
                                   args.action_key, args.state_key, args.val_fraction, args.seed, args.height,
                                   args.width, progress=not args.no_progress, overwrite=args.overwrite,
                                   skip_bad=args.skip_bad)
@@ -294,10 +305,11 @@ def import_lerobot(args: argparse.Namespace, cfg: Optional[Config]) -> int:
     summary = run_import(args.sim, args.real, args.out, args.sim_camera, args.real_camera, args.action_key,
                          args.state_key, args.val_fraction, args.seed, args.height, args.width, args.lowdim_from,
                          args.sim_background, progress=not args.no_progress, overwrite=args.overwrite,
-                         skip_bad=args.skip_bad)
+                         skip_bad=args.skip_bad, views=args.views)
     _print_skipped(summary["skipped"])
+    cams = f" of the views {', '.join(summary['views'])}" if len(summary["views"]) > 1 else ""
     print(f"wrote {summary['out']}: {summary['train']} train, {summary['val']} val, {summary['sim_pool']} sim-only "
-          f"episodes at {summary['height']}x{summary['width']}; statistics in meta/stats.json")
+          f"episodes at {summary['height']}x{summary['width']}{cams}; statistics in meta/stats.json")
     if summary["skipped_real_only"]:
         print(f"skipped {len(summary['skipped_real_only'])} real episodes without a sim partner")
     print(f"next: simforcing data embed-text {summary['out']}")

@@ -2,6 +2,12 @@
 
     simforcing data import-lerobot --sim SIM_DIR --real REAL_DIR --out OUT [--sim-camera KEY] [--real-camera KEY]
         [--action-key action] [--state-key observation.state] [--val-fraction 0.1]
+    simforcing data import-lerobot ... --sim-camera KEY1 KEY2 --real-camera KEY1 KEY2 [--views head wrist]
+
+Several cameras (a head camera and wrist cameras, as InternData-A1 and DROID record them) make a multi-view dataset:
+the k-th sim camera pairs with the k-th real camera as one view (info.json ``views``, each view's files beside the
+first's: ``simforcing.data.format``), every camera brought to the first real camera's size; a camera missing an
+episode or of another frame count is that episode's error.
 
 LeRobot v3.0 layout read here:
     meta/info.json                        codebase_version "v3.0", fps, features {key: {dtype, shape}}, data_path and
@@ -56,10 +62,10 @@ import pyarrow.parquet as pq
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
-from simforcing.config import ConfigError, parse_color
+from simforcing.config import ConfigError, check_views, parse_color
 from simforcing.data.check import skip_or_raise
-from simforcing.data.format import (DataError, EpisodeInfo, inside, is_dataset, read_text_utf8, write_episode,
-                                    write_meta)
+from simforcing.data.format import (DEFAULT_VIEW, DataError, EpisodeInfo, ViewVideos, inside, is_dataset,
+                                    read_text_utf8, write_episode, write_meta)
 from simforcing.data.paired import frames_to_target
 from simforcing.data.stats import write_stats
 from simforcing.utils import check_output_folder, staged_folder
@@ -322,22 +328,54 @@ def _camera_size(ds: LeRobotV3) -> tuple[int, int] | None:
     return None
 
 
-def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, sim_camera: str | None = None,
-                   real_camera: str | None = None, action_key: str = "action", state_key: str = "observation.state",
+def _keys(keys) -> list:
+    """A camera flag's value: None (the dataset's only camera), a key, or a list of keys."""
+    return [None] if keys is None else ([keys] if isinstance(keys, str) else list(keys))
+
+
+def camera_views(sim_cameras, real_cameras, views=None) -> tuple[list, list, list[str]]:
+    """The cameras of a paired import, checked before anything is read: as many sim as real camera keys (one view
+    each: sim camera k pairs with real camera k), none named twice, and the views' names (``views``, else
+    ``external`` for one camera, else the last part of each real key) distinct plain names; ConfigError naming the
+    flag otherwise."""
+    sims, reals = _keys(sim_cameras), _keys(real_cameras)
+    if len(sims) != len(reals):
+        raise ConfigError(f"--sim-camera / --real-camera: got {len(sims)} sim and {len(reals)} real camera keys; a "
+                          "multi-view dataset pairs each real camera with the simulation's view of it, one key each")
+    for flag, keys in (("--sim-camera", sims), ("--real-camera", reals)):
+        twice = sorted({k for k in keys if k is not None and keys.count(k) > 1})
+        if twice:
+            raise ConfigError(f"{flag}: the camera {twice[0]!r} is given twice; name each camera once")
+    if views is None:
+        views = ([DEFAULT_VIEW] if len(reals) == 1 else
+                 ["".join(c if c.isalnum() or c in "_-" else "_" for c in str(k).split(".")[-1]) for k in reals])
+    views = list(views)
+    if len(views) != len(reals):
+        raise ConfigError(f"--views: got {len(views)} names for {len(reals)} cameras; name each view once")
+    check_views(",".join(views), "--views")
+    return sims, reals, views
+
+
+def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, sim_camera=None,
+                   real_camera=None, action_key: str = "action", state_key: str = "observation.state",
                    val_fraction: float = 0.1, seed: int = 0, height: int | None = None, width: int | None = None,
                    lowdim_from: str = "real", sim_background: str = "black", progress: bool = True,
-                   overwrite: bool = False, skip_bad: bool = False) -> dict:
+                   overwrite: bool = False, skip_bad: bool = False, views=None) -> dict:
     """Convert a sim and a real LeRobot v3.0 dataset into one paired dataset at ``out``; returns a summary dict
-    (``skipped``: [(episode, kind, message)] of the episodes ``skip_bad`` left out). See the module docstring."""
+    (``skipped``: [(episode, kind, message)] of the episodes ``skip_bad`` left out). See the module docstring.
+    ``sim_camera`` / ``real_camera``: a key each, or lists of keys for a multi-view dataset (:func:`camera_views`:
+    the first pair is the first view, every view at the first real camera's size)."""
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"--val-fraction: got {val_fraction}; expected a fraction in [0, 1)")
     if lowdim_from not in ("real", "sim"):
         raise ConfigError(f"--lowdim-from: got {lowdim_from!r}; expected 'real' or 'sim'")
     parse_color(sim_background, "--sim-background")
+    sim_keys, real_keys, names = camera_views(sim_camera, real_camera, views)
     out = Path(out)
     check_output_folder(out, overwrite, "dataset", is_dataset)  # before any decoding (staged_folder checks again)
-    sim = LeRobotV3(sim_dir, sim_camera, action_key, state_key)
-    real = LeRobotV3(real_dir, real_camera, action_key, state_key)
+    sims = [LeRobotV3(sim_dir, k, action_key, state_key) for k in sim_keys]
+    reals = [LeRobotV3(real_dir, k, action_key, state_key) for k in real_keys]
+    sim, real = sims[0], reals[0]
     paired = sorted(set(sim.episodes) & set(real.episodes))
     sim_only = sorted(set(sim.episodes) - set(real.episodes))
     real_only = sorted(set(real.episodes) - set(sim.episodes))
@@ -371,13 +409,12 @@ def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, s
                 src, src_ep = (real, r_ep) if (lowdim_from == "real" and r_ep is not None) else (sim, s_ep)
                 actions, states, task = src.lowdim(src_ep)
                 T = s_ep.length
-                sim_frames = fit_frames(sim.frames(s_ep), height, width)
-                real_frames = fit_frames(real.frames(r_ep), height, width) if r_ep is not None else None
+                cams = [_view_frames(s, r, idx, eid, T, height, width) for s, r in zip(sims, reals)]
             except DataError as e:
                 skipped.append(skip_or_raise(e, skip_bad, eid))
                 continue
-            write_episode(tmp, eid, sim_frames, real_frames, actions[:T - 1], states[:T], layout="separate",
-                          fps=int(round(real.fps)))
+            write_episode(tmp, eid, cams[0].sim, cams[0].real, actions[:T - 1], states[:T], layout="separate",
+                          fps=int(round(real.fps)), views=dict(zip(names[1:], cams[1:])))
             dims = (int(actions.shape[1]), int(states.shape[1]))
             episodes.append(EpisodeInfo(eid, T, task, r_ep is not None))
             split = "sim_pool" if r_ep is None else ("val" if idx in val_set else "train")
@@ -387,12 +424,34 @@ def import_lerobot(sim_dir: str | Path, real_dir: str | Path, out: str | Path, s
                             kind="empty_split")
         info = {"fps": int(round(real.fps)) or 1, "height": height, "width": width, "action_dim": dims[0],
                 "state_dim": dims[1], "video_layout": "separate", "sim_background": sim_background,
-                "source": "lerobot-v3.0",
+                "source": "lerobot-v3.0", **({"views": names} if len(names) > 1 else {}),
                 "lerobot": {"sim": str(sim.root.resolve()), "real": str(real.root.resolve()),
-                            "sim_camera": sim.camera, "real_camera": real.camera, "action_key": action_key,
+                            "sim_camera": sim.camera, "real_camera": real.camera,
+                            **({"cameras": {v: {"sim": s.camera, "real": r.camera}
+                                            for v, s, r in zip(names, sims, reals)}} if len(names) > 1 else {}),
+                            "action_key": action_key,
                             "state_key": state_key, "lowdim_from": lowdim_from, "skipped_real_only": real_only,
                             "skipped": [{"episode": e, "kind": k, "reason": r} for e, k, r in skipped]}}
         write_meta(tmp, info, episodes, splits)
         write_stats(tmp)
     return {"out": str(out), **{k: len(v) for k, v in splits.items()}, "skipped_real_only": real_only,
-            "skipped": skipped, "height": height, "width": width}
+            "skipped": skipped, "height": height, "width": width, "views": names}
+
+
+def _view_frames(sim: LeRobotV3, real: LeRobotV3, idx: int, eid: str, length: int, height: int,
+                 width: int) -> ViewVideos:
+    """One camera of episode ``idx`` (sim and real) brought to the dataset's size; a camera that lacks the episode
+    or holds another number of frames than the episode is a DataError naming it (an episode-level error)."""
+    s_ep, r_ep = sim.episodes.get(idx), real.episodes.get(idx)
+    if s_ep is None:
+        raise DataError(f"the sim camera {sim.camera!r} has no episode {idx}", eid, sim.root, kind="missing_video")
+    frames = {"sim": fit_frames(sim.frames(s_ep), height, width)}
+    if r_ep is not None:
+        frames["real"] = fit_frames(real.frames(r_ep), height, width)
+    for dom, v in frames.items():
+        if len(v) != length:
+            cam = sim if dom == "sim" else real
+            raise DataError(f"the {dom} camera {cam.camera!r} has {len(v)} frames; the episode has {length} (every "
+                            "camera of an episode records each step)", eid,
+                            (s_ep if dom == "sim" else r_ep).video_file or s_ep.data_file, kind="frame_count_mismatch")
+    return ViewVideos(frames["sim"], frames.get("real"))
