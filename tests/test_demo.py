@@ -89,7 +89,7 @@ def test_reused_jobs_keep_the_earlier_runs_seconds(tmp_path):
 def test_the_demo_graph_distils_a_student_and_scores_it_beside_its_teacher(tmp_path):
     """The student's jobs: distilled from the SimForcing run, then every measurement its teacher gets — the same
     windows, the long rollouts, the policy evaluation inside the world model and the agreement."""
-    from simforcing.demo.plan import STUDENT, build_plan, demo_budget, few_step
+    from simforcing.demo.plan import STUDENT, TWIN, build_plan, demo_budget, few_step
 
     plan = build_plan(tmp_path / "demo", None, demo_budget())
     jobs = {j.name: j for j in plan.jobs}
@@ -99,20 +99,47 @@ def test_the_demo_graph_distils_a_student_and_scores_it_beside_its_teacher(tmp_p
     assert f"--out {plan.student}" in distill and jobs["distill simforcing"].deps == ("train simforcing",)
     assert f"--ckpt {plan.student}" in plan.commands[f"eval {few_step().name}"]
     assert f"--ckpt {plan.student}" in plan.commands[f"rollout {few_step().name}"]
-    wm = plan.commands[f"estimate wm pool {STUDENT}"]
-    assert f"--wm {plan.student}" in wm and "distill simforcing" in jobs[f"estimate wm pool {STUDENT}"].deps
-    assert f"{STUDENT}=" in plan.commands["pool agreement"]
+    wm = plan.commands[f"estimate wm pool {STUDENT}{TWIN}"]
+    assert f"--wm {plan.student}" in wm and "distill simforcing" in jobs[f"estimate wm pool {STUDENT}{TWIN}"].deps
+    assert f"{STUDENT}{TWIN}=" in plan.commands["pool agreement"]
+
+
+def test_the_default_pool_holds_the_one_view_and_the_multi_view_world_model(tmp_path):
+    """The default demo (issue 68: one multi-view world model, not two evaluators that measure the same thing): the
+    data with both cameras, stage 1 continued on them from the one-view stage 1, `sft` and SimForcing on both cameras
+    with the paper's steps, SimForcing's student; the pool holds copy-first, SimForcing's one-view student and its
+    multi-view student, each with the twin, every one estimated (copy-first too: what the actions alone give the same
+    predictor); Tab. 5's two-camera policies inside the multi-view world model beside the simulator."""
+    from simforcing.demo.plan import VIEWS, build_plan, demo_budget, views_of
+
+    plan = build_plan(tmp_path / "demo", None, demo_budget())
+    jobs, cmds = {j.name: j for j in plan.jobs}, plan.commands
+    assert f"--views {' '.join(VIEWS)}" in cmds["data"] and f"--views {' '.join(VIEWS)}" in cmds["data long"]
+    s1 = cmds["stage1 views"]
+    assert f"--init {plan.out / 'stage1'}" in s1 and "--data.views=external,wrist" in s1
+    for m in ("sft", "simforcing"):
+        assert f"--teacher {plan.out / 'stage1_views'}" in cmds[f"train {views_of(m)}"]
+        assert f"--train.max_steps={plan.budget.stage2_steps}" in cmds[f"train {views_of(m)}"]
+    assert "data evaluator" not in jobs and "distill sft" not in jobs  # --full's
+    pool = {n[len("estimate wm pool "):] for n in jobs if n.startswith("estimate wm pool ")}
+    assert pool == {"copy-first", "simforcing-fewstep-twin", "simforcing-views-fewstep-twin"}
+    assert pool == {n[len("estimate "):] for n in jobs if n.startswith("estimate ") and "pool" not in n}
+    assert "--wm-condition render" in cmds["estimate wm pool simforcing-views-fewstep-twin"]
+    two = cmds["wm-eval views two-camera policies"]
+    assert "--wm-condition render" in two and str(plan.students[views_of("simforcing")]) in two
+    assert "(2 cameras)=" in two and "(2 cameras)=" in cmds["wm-eval sim two-camera policies"]
+    assert "--data.views=external,wrist" in cmds[f"eval {views_of('copy-first')}"]
 
 
 def test_the_evaluator_is_trained_on_its_recipe_and_judges_the_policies_on_the_pool(tmp_path):
-    """The evaluator's jobs: its data with the recipe's operators in the policy layouts, SimForcing's stage 2 on it
+    """--full's evaluator: its data with the recipe's operators in the policy layouts, SimForcing's stage 2 on it
     from the one stage-1 run, its student; every world model of the pool (the students, with and without the twin)
-    evaluated on the same 60 scenes per task, estimated and agreed; the fidelity point is the evaluator student's with
+    evaluated on the same scenes per task, estimated and agreed; the fidelity point is the evaluator student's with
     the twin. The paper's runs keep the paper's data."""
     from simforcing.demo.plan import EVALUATOR, build_plan, demo_budget
     from simforcing.recipes import EVALUATOR as RECIPE
 
-    plan = build_plan(tmp_path / "demo", None, demo_budget())
+    plan = build_plan(tmp_path / "demo", None, demo_budget(), full=True)
     jobs, cmds = {j.name: j for j in plan.jobs}, plan.commands
     data = plan.evaluator.data
     assert f"--out {data}" in cmds["data evaluator"] and f"--recipe {RECIPE.name}" in cmds["data evaluator"]
@@ -122,13 +149,12 @@ def test_the_evaluator_is_trained_on_its_recipe_and_judges_the_policies_on_the_p
     assert f"--data {plan.data}" in cmds["train simforcing"] and f"--data {plan.data}" in cmds["train sft"]
     assert set(jobs[f"distill {EVALUATOR}"].deps) == {f"train {EVALUATOR}", "data evaluator"}
     pool = {n[len("estimate wm pool "):] for n in jobs if n.startswith("estimate wm pool ")}
-    assert pool == {"copy-first", "sft-fewstep", "simforcing-fewstep", "simforcing-fewstep-twin", "evaluator-fewstep",
-                    "evaluator-fewstep-twin"}
-    per_task = f"--per-task {plan.budget.wm_eval.pool_per_task} "
+    assert pool >= {"copy-first", "sft-fewstep", "simforcing-fewstep", "simforcing-fewstep-twin", "evaluator-fewstep",
+                    "evaluator-fewstep-twin", "simforcing-views-fewstep", "simforcing-views-fewstep-twin"}
+    per_task = f"--per-task {plan.budget.wm_eval.pool_per_task_full} "
     assert all(per_task in cmds[f"estimate wm pool {n}"] for n in pool) and per_task in cmds["estimate sim pool"]
     assert "--wm-condition render" in cmds["estimate wm pool evaluator-fewstep-twin"]
-    assert {n for n in pool if n != "copy-first"} == {n[len("estimate "):] for n in jobs
-                                                      if n.startswith("estimate ") and "pool" not in n}
+    assert pool == {n[len("estimate "):] for n in jobs if n.startswith("estimate ") and "pool" not in n}
     assert f"--draws {plan.budget.wm_eval.estimate_draws}" in cmds["estimate evaluator-fewstep-twin"]
     fid = cmds["fidelity"]
     assert "--wm-name evaluator-fewstep-twin" in fid and str(plan.students[EVALUATOR]) in fid
@@ -148,9 +174,10 @@ def test_stage_1_holds_both_cores_and_the_judge_follows(tmp_path):
     # every one-window score needs the probe: after SimForcing's stage 2, before sft's and the student's
     assert jobs["train simforcing"].priority > jobs["probe"].priority > max(jobs["train sft"].priority,
                                                                              jobs["distill simforcing"].priority)
-    # the one-window table's scores before the evaluator's data and stage 2 (the table is the demo's first answer)
+    # the one-window table's scores before the multi-view runs' stage 2 (the table is the demo's first answer)
     table = ("eval copy-first", "eval vae-recon", "eval sft", "eval simforcing")
-    assert min(jobs[n].priority for n in table) > max(jobs["data evaluator"].priority, jobs["train evaluator"].priority)
+    assert min(jobs[n].priority for n in table) > max(jobs["train sft-views"].priority,
+                                                      jobs["train simforcing-views"].priority)
     one = demo_budget()
     one.stage1_threads = 1
     jobs = {j.name: j for j in build_plan(tmp_path / "one", None, one, jobs=2).jobs}

@@ -319,3 +319,25 @@ def test_the_python_api_and_an_export_take_and_give_every_view(synth_views, view
     assert again.views == VIEWS
     same = again(ep.frame(0), ep.instruction, ep.states[0], a, arm_mask=ep.mask(0), seed=3)
     assert np.array_equal(same.video, out.video)
+
+
+def test_the_reports_per_task_verdict_correlation_and_rates():
+    """The views section's per-task within-policy ρ of a world model's verdict (the mean over policies of Pearson's r
+    across that policy's scenes of the task) and a player's rate per task, against a computation by hand."""
+    from types import SimpleNamespace as NS
+
+    from simforcing.demo.views_section import task_rates, verdict_rho_per_task
+
+    def ev(table):  # {player: {task: [(scene, success), ...]}}
+        return NS(episodes={p: {t: [NS(scene=s, success=v) for s, v in eps] for t, eps in per.items()}
+                            for p, per in table.items()})
+    truth = ev({"a": {"push": [(0, 1), (1, 0), (2, 1), (3, 0)], "grasp": [(0, 1), (1, 1)]},
+                "b": {"push": [(0, 1), (1, 1), (2, 0), (3, 0)]}})
+    wm = ev({"a": {"push": [(0, 1), (1, 0), (2, 0), (3, 0)], "grasp": [(0, 1), (1, 0)]},
+             "b": {"push": [(0, 0), (1, 1), (2, 1), (3, 0)]}})
+    r_a = np.corrcoef([1, 0, 1, 0], [1, 0, 0, 0])[0, 1]
+    r_b = np.corrcoef([1, 1, 0, 0], [0, 1, 1, 0])[0, 1]
+    got = verdict_rho_per_task(truth, wm)
+    assert got["push"] == pytest.approx((r_a + r_b) / 2)
+    assert got["grasp"] is None and got["reach"] is None  # a's grasp truth does not vary; nobody reaches
+    assert task_rates(wm, "a") == {"reach": None, "push": 0.25, "grasp": 0.5}

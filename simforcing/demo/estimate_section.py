@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from simforcing.config import ConfigError
-from simforcing.demo.plan import EVALUATOR, TWIN, Plan, student_of
+from simforcing.demo.plan import EVALUATOR, TWIN, Plan, student_of, views_of
 from simforcing.fidelity import Aim
 from simforcing.policy.closed_loop.results import AgreementResult
 from simforcing.result_files import POLICY_ESTIMATE, read_result
@@ -96,16 +96,16 @@ def collect_estimate(plan: Plan) -> Optional[EvaluatorsSection]:
     w = plan.budget.wm_eval
     rows = {}
     for name in evals:
-        if name == "copy-first":
-            continue
         row = evaluator_row(name, agreement, (wm.get("estimate") or {}).get(name), w.estimate_n)
         if row is not None:
             rows[name] = row
     if not rows:
         return None
-    evaluator = student_of(EVALUATOR) + TWIN
-    return EvaluatorsSection(rows, evaluator if evaluator in rows else None,
-                             w.pool_per_task_full if plan.full else w.pool_per_task, w.estimate_draws)
+    # the demo's evaluator: the multi-view world model with the twin (issue 67), else the recipe's (--full)
+    evaluator = next((e for e in (student_of(views_of("simforcing")) + TWIN, student_of(EVALUATOR) + TWIN)
+                      if e in rows), None)
+    return EvaluatorsSection(rows, evaluator, w.pool_per_task_full if plan.full else w.pool_per_task,
+                             w.estimate_draws)
 
 
 def evaluator_row(name: str, agreement: Optional[AgreementResult], estimate: Optional[Path], n: int,

@@ -89,6 +89,28 @@ class EvaluatorBudget:
     batch: int = 8
 
 
+VIEWS = ("external", "wrist")  # the multi-view world model's cameras (``data synth --views``, ``data.views``)
+VIEWS_TAG = "-views"  # a run tag's suffix: the same method on both cameras
+
+
+def views_of(tag: str) -> str:
+    """The run tag (and world-model name) of method ``tag`` trained on both cameras."""
+    return tag + VIEWS_TAG
+
+
+@dataclass
+class ViewsBudget:
+    """The multi-view world model (issue 67, ``data.views=external,wrist``): stage 1 continued from the one-view
+    stage 1 on both cameras (``pretrain --init STAGE1``: the same network, a frame twice as wide), then `sft` and
+    SimForcing on the paper's data with both cameras for as many steps as the one-view runs (the comparison is the
+    camera alone), SimForcing's few-step student; its policy evaluations with the twin."""
+
+    enabled: bool = True
+    stage1_steps: int = 500
+    stage1_batch: int = 16
+    stage1_lr: float = 1e-3  # a continuation: below stage 1's 3e-3
+
+
 @dataclass
 class Budget:
     """Sizes of one demo run; `--quick` and the default differ only here."""
@@ -124,13 +146,15 @@ class Budget:
     transfer: TransferBudget = field(default_factory=TransferBudget)  # --full: the video base, seeds × inits
     fewstep: FewStepBudget = field(default_factory=FewStepBudget)
     evaluator: EvaluatorBudget = field(default_factory=EvaluatorBudget)
+    views: ViewsBudget = field(default_factory=ViewsBudget)
 
 
 QUICK = Budget(num_train=4, num_val=3, num_sim_pool=12, length=17, stage1_steps=30, stage1_batch=8, stage2_steps=20,
                eval_windows=1, sweep_windows=1, sweep_n_real=(1, 2), probe_steps=30, report_videos=1, long_val=3,
                long_length=25, rollout_horizon=24, rollout_videos=1, layout_train=4, policy=POLICY_QUICK,
                wm_eval=WM_EVAL_QUICK, transfer=TRANSFER_QUICK, fewstep=FewStepBudget(distill_steps=3),
-               evaluator=EvaluatorBudget(num_train=2, layout_train=4, steps=10, batch=4))
+               evaluator=EvaluatorBudget(num_train=2, layout_train=4, steps=10, batch=4),
+               views=ViewsBudget(stage1_steps=5, stage1_batch=4))
 
 
 def demo_budget(quick: bool = False, stage1_steps: Optional[int] = None,
@@ -290,6 +314,7 @@ class Plan:
     evaluator: Optional[EvaluatorRuns] = None  # the evaluator's folders (None without the policy section)
     students: dict = field(default_factory=dict)  # run tag -> its few-step student's folder
     scene: Optional[SceneFolders] = None  # --full: the full-scene pairing's folders (``_Builder.full_scene``)
+    views: dict = field(default_factory=dict)  # method -> its multi-view run (``_Builder.views_section``)
 
 
 class _Builder:
@@ -311,6 +336,7 @@ class _Builder:
         self.student = out / STUDENT.replace("-", "_")  # the few-step student of the SimForcing world model
         self.students: dict[str, Path] = {}  # run tag -> its few-step student (:meth:`distill`)
         self.evaluator_run: Optional[Path] = None  # the evaluator world model (:meth:`evaluator`)
+        self.views_runs: dict[str, Path] = {}  # method -> its run on both cameras (:meth:`views_section`)
         self.pool_args: list[str] = []  # the pool's `policy eval` arguments (:meth:`estimate_pool`)
 
     # -- provenance --------------------------------------------------------------------------------------------------
@@ -360,7 +386,7 @@ class _Builder:
         if own_data:
             argv = ["data", "synth", "--out", str(data), "--num-train", str(b.num_train), "--num-val", str(b.num_val),
                     "--num-sim-pool", str(b.num_sim_pool), "--length", str(b.length), "--height", "32", "--width",
-                    "48", "--seed", "0", "--workers", str(min(2, self.slots))]
+                    "48", "--seed", "0", "--workers", str(min(2, self.slots)), *self.views_flags()]
             if b.layout_train:  # the policy benchmark's scenes, so the world models know where policies act
                 argv += ["--layout-train", str(b.layout_train), "--layouts", str(b.policy.layouts), "--jitter",
                          f"{b.policy.jitter:g}"]
@@ -378,6 +404,11 @@ class _Builder:
         self.add("vae", ["model", "fit-vae", "--data", str(data), "--out", str(self.vae)], self.vae, "config.json",
                  self.data_dep, inputs=("data",), priority=90)
         return self.data_dep
+
+    def views_flags(self) -> list[str]:
+        """``data synth``'s cameras: the wrist camera beside the external one when the demo trains the multi-view
+        world model (the external camera's files are the one-view dataset's, byte for byte)."""
+        return ["--views", *VIEWS] if self.b.views.enabled else []
 
     def long_threads(self) -> str:
         """The threads flag of the long pre-training jobs (stage 1, the video base): one fixed thread on one slot, or
@@ -465,6 +496,31 @@ class _Builder:
         student = self.distill(EVALUATOR, run, data, ("data evaluator",))
         return EvaluatorRuns(data, run, student)
 
+    def views_section(self) -> dict[str, Path]:
+        """4c. the multi-view world model (``ViewsBudget``, issue 67): stage 1 continued on both cameras from the
+        one-view stage 1, `sft` and SimForcing on them from it (the paper's data, its steps), SimForcing's few-step
+        student. Returns the runs by method (their scores: :meth:`evaluations`, their rollouts and pools: the
+        sections after)."""
+        b, v = self.b, self.b.views
+        stage1 = self.out / "stage1_views"
+        argv = ["pretrain", "--init", str(self.stage1), "--preset", "demo", "--data", str(self.data), "--out",
+                str(stage1), f"--model.vae.path={self.vae}", f"--data.views={','.join(VIEWS)}",
+                f"--train.max_steps={v.stage1_steps}", f"--train.batch_size={v.stage1_batch}",
+                f"--train.lr={v.stage1_lr:g}", "--train.threads=1", *self.ov]
+        self.add("stage1 views", argv, stage1, None, ("stage1",), sizes={"views_stage1_steps": v.stage1_steps},
+                 seed=SEED, inputs=("data", "vae", "stage1"), priority=74, run_steps=v.stage1_steps)
+        for m in BASE_METHODS:
+            tag = views_of(m)
+            run = self.views_runs[m] = self.out / tag.replace("-", "_")
+            argv = ["train", "--method", m, "--teacher", str(stage1), "--data", str(self.data), "--out", str(run),
+                    f"--train.seed={SEED}", f"--train.max_steps={b.stage2_steps}",
+                    f"--train.batch_size={b.stage2_batch}", "--train.threads=1", *self.ov]
+            self.add(f"train {tag}", argv, run, None, ("stage1 views",), sizes={"stage2_steps": b.stage2_steps},
+                     seed=SEED, inputs=("stage1 views",), priority=66 + (2 if m == "simforcing" else 0),
+                     run_steps=b.stage2_steps)
+        self.distill(views_of("simforcing"), self.views_runs["simforcing"])
+        return dict(self.views_runs)
+
     def evaluations(self, runs: dict[str, Path]) -> dict[EvalKey, Path]:
         """5. evaluation at the paper's sampler (1, 10, 0.6) with the action-following error and its control; the
         baselines; where the gain is lost."""
@@ -504,6 +560,13 @@ class _Builder:
         if EVALUATOR in self.students:  # the evaluator's fidelity point: its real branch given the exact condition
             evaluate(evaluator_oracle(), ["--ckpt", str(self.students[EVALUATOR]), "--sample.condition=oracle"],
                      (f"distill {EVALUATOR}",), priority=28)
+        if self.views_runs:  # the multi-view world model on the same windows, scored per camera
+            evaluate(EvalKey(views_of("copy-first")), ["--baseline", "copy-first", "--preset", "demo", vae,
+                                                       f"--data.views={','.join(VIEWS)}"], ("vae",), priority=50)
+            for m, run in self.views_runs.items():
+                evaluate(EvalKey(views_of(m)), ["--ckpt", str(run)], (f"train {views_of(m)}",), priority=50)
+            tag = views_of("simforcing")
+            evaluate(few_step(tag), ["--ckpt", str(self.students[tag])], (f"distill {tag}",), priority=48)
         return evals
 
     def sweeps_and_videos(self, runs: dict[str, Path], full: bool) -> tuple[dict, dict]:
@@ -541,7 +604,7 @@ class _Builder:
         data_long = out / "data_long"
         argv = ["data", "synth", "--out", str(data_long), "--num-train", "0", "--num-val", str(b.long_val),
                 "--num-sim-pool", "0", "--length", str(b.long_length), "--height", "32", "--width", "48", "--seed",
-                "1", "--workers", "1"]
+                "1", "--workers", "1", *self.views_flags()]
         self.add("data long", argv, data_long, "meta/stats.json", ("stage1",), priority=58,
                  sizes={"num_val": b.long_val, "length": b.long_length, "generator": GENERATOR_VERSION}, seed=1,
                  inputs=(), extra=("--overwrite",) if is_dataset(data_long) else ())
@@ -573,6 +636,10 @@ class _Builder:
             add(twin_condition(student_of(EVALUATOR)), EVALUATOR, ["--sample.condition=render", "--rows", "rollout",
                                                                     "restart", "--videos", "0"],
                 self.students[EVALUATOR], f"distill {EVALUATOR}")
+        if self.views_runs:  # the multi-view world model with the twin rendering both cameras, drift per camera
+            tag = views_of("simforcing")
+            add(twin_condition(tag), tag, ["--sample.condition=render", "--rows", "rollout", "restart", "--videos",
+                                           "1"], self.views_runs["simforcing"], f"train {tag}")
         if full:
             for m in BASE_METHODS:
                 add(probe_state(m), m, ["--rollout.state=probe", "--rows", "rollout", "--videos", "0"])
@@ -643,10 +710,11 @@ class _Builder:
         # (K + 1 forwards per chunk: they rank within their teachers' noise, docs/FEWSTEP.md), each with the robot's
         # digital twin where it has a simulation branch; --full adds the teachers
         wms: dict[str, tuple] = {"copy-first": ("copy-first", None, [])}
-        for tag in (EVALUATOR, "simforcing", "sft"):
+        for tag in (views_of("simforcing"), EVALUATOR, "simforcing", "sft"):
             if tag in self.students:
                 name = student_of(tag)
-                wms[name] = (self.students[tag], f"distill {tag}", [])
+                if full or tag not in ("simforcing", views_of("simforcing")):  # own chains: --full (the twin's
+                    wms[name] = (self.students[tag], f"distill {tag}", [])      # rows are the default's)
                 if tag != "sft":
                     wms[name + TWIN] = (self.students[tag], f"distill {tag}", ["--wm-condition", "render"])
         if full:
@@ -658,8 +726,37 @@ class _Builder:
                 if not tag.startswith("sft"):
                     wms[tag + TWIN] = (run, f"train {tag}", ["--wm-condition", "render"])
         pool = self.estimate_pool(out, wms, learned, noise, policy_jobs_, judge, full)
+        two = self.two_camera_policies(out, pol, judge, common)
         return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
-                "evals": {k: v[0] for k, v in evals.items()}, **vars(pool)}
+                "evals": {k: v[0] for k, v in evals.items()}, **vars(pool), "two_camera": two}
+
+    def two_camera_policies(self, out: Path, pol: dict, judge: Path, common: list[str]) -> Optional[dict]:
+        """9c. Tab. 5's policies — they read the external and the wrist camera — inside the multi-view world model
+        with the twin, on the held-out scenes of the judge's harness check, beside the same policies in the
+        simulator: their success rates and verdicts against the simulator's (``policy agreement``). None without
+        the multi-view world model or Tab. 5's runs."""
+        tag = views_of("simforcing")
+        runs = {label: path for label, path in ((pol or {}).get("runs") or {}).items()
+                if f"policy train {label}" in self.records}
+        if tag not in self.students or not runs:
+            return None
+        names = {label: label.split("/")[-1].strip().replace(" ", "-") + " (2 cameras)" for label in runs}
+        players = [f"{names[label]}={path}" for label, path in runs.items()]
+        deps = tuple(f"policy train {label}" for label in runs)
+        sim, wm, agree = out / "two_camera_sim", out / "two_camera_views", out / "two_camera_agreement"
+        self.add("wm-eval sim two-camera policies", ["policy", "eval", "--runs", *players, *common, "--out",
+                                                     str(sim)], sim, "eval.json", ("judge",) + deps,
+                 inputs=("judge",) + deps, priority=28)
+        wm_deps = ("judge", f"distill {tag}") + deps
+        self.add("wm-eval views two-camera policies", ["policy", "eval", "--env", "world-model", "--wm",
+                                                       str(self.students[tag]), "--wm-condition", "render",
+                                                       "--runs", *players, *common, "--out", str(wm)], wm,
+                 "eval.json", wm_deps, inputs=wm_deps, priority=28)
+        deps = ("wm-eval sim two-camera policies", "wm-eval views two-camera policies")
+        self.add("wm-eval two-camera agreement", ["policy", "agreement", "--sim", str(sim), "--wm",
+                                                  f"{student_of(tag) + TWIN}={wm}", "--out", str(agree)], agree,
+                 "agreement.json", deps, inputs=deps, priority=28)
+        return {"sim": sim, "wm": wm, "agreement": agree, "players": list(names.values())}
 
     def estimate_pool(self, out: Path, wms: dict, learned: list[str], noise: list[str], policy_jobs: tuple,
                       judge: Path, full: bool) -> PoolFolders:
@@ -683,9 +780,7 @@ class _Builder:
             self.add(f"estimate wm pool {wm}", ["policy", "eval", "--env", "world-model", "--wm", str(run), *extra,
                                                 "--judge", str(judge), *pool, "--out", str(ev)], ev, "eval.json", deps,
                      inputs=deps, priority=30)
-            evals[wm] = ev
-            if wm == "copy-first":
-                continue
+            evals[wm] = ev  # copy-first too: what the actions alone give the same predictor (the frames' worth)
             deps = ("estimate sim pool", f"estimate wm pool {wm}")
             self.add(f"estimate {wm}", ["policy", "estimate", "--ground-truth", str(sim), "--wm-eval", str(ev),
                                         "--n", str(w.estimate_n), "--draws", str(w.estimate_draws), "--study-n",
@@ -867,6 +962,7 @@ class _Builder:
                                  after=self.policy_data_after(),
                                  wm_records={k: self.records[f"train {k}"] for k in wm})
         self.notes += pol["notes"]
+        self.records.update(pol.get("records") or {})  # what a later job reading a policy records of it
         for j in pjobs:
             j.slots = min(j.slots, self.slots)
         self.jobs += pjobs
@@ -879,6 +975,9 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     out = spelled(out)  # one spelling of the folder, so the recorded commands compare equal however it was typed
     own_data = data is None
     data = spelled(data) if data is not None else out / "data"
+    if not own_data and budget.views.enabled and not _has_views(data):  # the user's one-view data: one view
+        budget = copy.deepcopy(budget)
+        budget.views.enabled = False
     B = _Builder(out, data, budget, list(overrides), jobs)
     B.data_and_vae(own_data)
     if full:  # stage 0, the video base; stage 1 starts from it
@@ -888,9 +987,11 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     names = list(BASE_METHODS) + (list(FULL_RUNS) if full else [])
     runs = B.stage2(names, seed_list)
     B.distill()
+    if budget.views.enabled:  # the multi-view world model (issue 67)
+        B.views_section()
     evaluator = None
-    if policy and budget.layout_train:  # the evaluator and the `sft` student: the world models policies are judged in
-        evaluator = B.evaluator()
+    if full and policy and budget.layout_train:  # the evaluator and the `sft` student: more world models to judge
+        evaluator = B.evaluator()                # policies in (the default's pool: SimForcing's, one and two views)
         B.distill("sft")
     if full and policy:  # the policy measurement's world-model seeds: sft and simforcing only (the ablations: --seeds)
         extra = [s for s in wm_seed_list(budget.transfer) if s not in seed_list]
@@ -906,7 +1007,16 @@ def build_plan(out: Path, data: Optional[Path], budget: Budget, overrides: list[
     commands = {j.name: B.records[j.name]["command"] if "command" in B.records.get(j.name, {}) else j.cite()
                 for j in B.jobs}
     return Plan(out, data, budget, B.jobs, evals, runs, sweeps, videos, pol, tuple(names), seed_list, full, B.notes,
-                commands, rollouts, wm_eval, B.student, fidelity, evaluator, dict(B.students), scene)
+                commands, rollouts, wm_eval, B.student, fidelity, evaluator, dict(B.students), scene,
+                dict(B.views_runs))
+
+
+def _has_views(data: Path) -> bool:
+    """Whether a given dataset holds the multi-view world model's cameras (its info.json ``views``)."""
+    try:
+        return set(VIEWS) <= set(json.loads((data / "meta" / "info.json").read_text()).get("views") or ())
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def budget_dict(b: Budget) -> dict:

@@ -108,7 +108,8 @@ def policy_jobs(out_dir: str | Path, wm_runs: dict[str, Path], full: bool = Fals
                                  {"policy": digest(train_recs[label])}, (f"policy train {label}",)))
     info = {"out": str(out), "data": str(data), "runs": {k: str(v) for k, v in runs.items()},
             "evals": [str(v) for v in evals.values()], "budget": asdict(budget), "seed": seed,
-            "commands": {j.name: j.cite() for j in jobs}, "notes": notes}
+            "commands": {j.name: j.cite() for j in jobs}, "notes": notes,
+            "records": {f"policy train {label}": rec for label, rec in train_recs.items()}}
     return jobs, info
 
 

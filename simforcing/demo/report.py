@@ -24,6 +24,7 @@ from simforcing.demo.rollout_section import RolloutSection, collect_rollouts, ro
 from simforcing.demo.estimate_section import EvaluatorsSection, collect_estimate, estimate_lines
 from simforcing.demo.scene_section import SceneSection, collect_scene, scene_lines
 from simforcing.demo.fidelity_section import FidelitySection, collect_fidelity, fidelity_lines
+from simforcing.demo.views_section import ViewsSection, collect_views, views_lines
 from simforcing.demo.wm_eval_section import WorldModelEvalSection, collect_wm_eval, wm_eval_lines
 from simforcing.evaluate.results import CfgSweep, StepsSweep, WindowEvaluation, WindowScores
 from simforcing.evaluate.tables import cfg_markdown, steps_markdown
@@ -148,6 +149,7 @@ class DemoResults:
     estimate: Optional[EvaluatorsSection] = None  # every world model of the pool as an evaluator
     fidelity: Optional[FidelitySection] = None  # the evaluator's fidelity (``demo.fidelity_section``)
     scene: Optional[SceneSection] = None  # --full: the full-scene pairing (``demo.scene_section``)
+    views: Optional[ViewsSection] = None  # the multi-view world model (``demo.views_section``)
     progress: Optional[dict] = None  # a report written while jobs run: {"done", "jobs", "last"} (None: the final one)
 
     def row(self, key: EvalKey) -> Optional[ScoreRow]:
@@ -169,7 +171,7 @@ class DemoResults:
                 "wm_eval": self.wm_eval, "policy": self.policy, "wall_time_s": self.wall_time_s,
                 "summary": self.summary.to_json(), "wall_time_reused": self.wall_time_reused,
                 "commands": self.commands, "fewstep": self.fewstep, "estimate": self.estimate,
-                "fidelity": self.fidelity, "scene": self.scene,
+                "fidelity": self.fidelity, "scene": self.scene, "views": self.views,
                 **({"in_progress": self.progress} if self.progress else {})}
 
 
@@ -185,7 +187,7 @@ def collect(plan: Plan, wall: dict, policy: Optional[PolicySectionResult], reuse
         rollouts=collect_rollouts(plan), wm_eval=collect_wm_eval(plan), policy=policy, wall_time_s=wall,
         summary=summarize(evals, plan), wall_time_reused=list(reused or []), budget=budget,
         fewstep=collect_fewstep(plan), estimate=collect_estimate(plan), fidelity=collect_fidelity(plan),
-        scene=collect_scene(plan))
+        scene=collect_scene(plan), views=collect_views(plan))
 
 
 def summarize(evals: dict[EvalKey, Optional[ScoreRow]], plan: Plan) -> DemoSummary:
@@ -277,7 +279,7 @@ def report_markdown(res: DemoResults, plan: Plan, commands: dict) -> str:
     sections = (_windows_section(res, plan), _paired_section(res.summary), _decomposition_section(res),
                 _ablation_section(res, plan), _sweep_section(res, plan), rollout_lines(res.rollouts, plan),
                 _policy_section(res.policy, plan), wm_eval_lines(res.wm_eval, plan), estimate_lines(res.estimate, plan),
-                fidelity_lines(res.fidelity), scene_lines(res.scene, plan), fewstep_lines(res.fewstep),
+                views_lines(res.views, plan), fidelity_lines(res.fidelity), scene_lines(res.scene, plan), fewstep_lines(res.fewstep),
                 _media_section(res, plan), _wall_time_and_commands(res, commands))
     return "\n".join(line for section in sections for line in section)
 

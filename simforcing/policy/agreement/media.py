@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from simforcing.media import Clip, _text, frame_strip, side_by_side, write_clip  # noqa: E402
+from simforcing.media import BLANK, Clip, _text, frame_strip, side_by_side, write_clip  # noqa: E402
 from simforcing.policy.closed_loop.results import AgreementResult  # noqa: E402
 from simforcing.utils import atomic_write  # noqa: E402
 
@@ -72,6 +72,9 @@ def episode_video(stem: str | Path, panels: dict[str, tuple[np.ndarray, list]], 
         pad = np.concatenate([frames, np.repeat(frames[-1:], t - len(frames), axis=0)]) if len(frames) < t else frames
         vpad = list(verdicts) + [verdicts[-1] if verdicts else None] * (t - len(verdicts))
         rows.append(_annotate(pad, vpad, upscale))
+    wide = max(r.shape[2] for r in rows)  # a multi-view world model's frames hold both cameras: the others padded
+    rows = [r if r.shape[2] == wide else np.pad(r, ((0, 0), (0, 0), (0, wide - r.shape[2]), (0, 0)),
+                                                 constant_values=BLANK) for r in rows]
     video = side_by_side(rows, list(panels), title)
     cols = np.arange(0, t, 4)
     return write_clip(stem, video, frame_strip([r[cols] for r in rows], list(panels), label_w=110), fps)
