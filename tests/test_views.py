@@ -15,7 +15,7 @@ from simforcing.config import ConfigError, load_config
 from simforcing.data.check import check_dataset
 from simforcing.data.format import DataError, read_episode_videos, read_episodes, read_info, view_file, write_video
 from simforcing.data.paired import PairedWindowDataset, compose_views, split_views, to_unit_range
-from test_policy import tiny  # noqa: F401  (fixture)
+from test_policy import tiny, world_model_run  # noqa: F401  (fixtures)
 from test_world_model_eval import LAYOUTS, judge_dir  # noqa: F401  (fixture)
 
 from simforcing.evaluate.metrics import (MetricAccumulator, MetricProtocol, ViewMetrics, masked_psnr_per_sample,
@@ -341,3 +341,44 @@ def test_the_reports_per_task_verdict_correlation_and_rates():
     assert got["push"] == pytest.approx((r_a + r_b) / 2)
     assert got["grasp"] is None and got["reach"] is None  # a's grasp truth does not vary; nobody reaches
     assert task_rates(wm, "a") == {"reach": None, "push": 0.25, "grasp": 0.5}
+
+
+@pytest.fixture(scope="module")
+def two_camera_judge(tmp_path_factory):
+    """A success judge reading [external | wrist], fitted for a few steps on layout episodes with both cameras and
+    simulator rollouts of both (its verdicts mean nothing; its files and its reading of both cameras do)."""
+    from simforcing.data.synthetic.generate import generate_dataset
+    from simforcing.policy.judge.sim_frames import simulated_frames
+    from simforcing.policy.judge.success_judge import JudgeFitOptions, fit_judge, save_judge
+
+    tmp = tmp_path_factory.mktemp("judge2")
+    data = generate_dataset(tmp / "data", num_train=0, num_val=0, num_sim_pool=0, length=9, height=32, width=48,
+                            seed=3, progress=False, layout_train=2, layouts=LAYOUTS, views=VIEWS)
+    rollouts = simulated_frames(2, 32, 48, LAYOUTS, max_steps=15, progress=False, frames=4, cameras=2)
+    assert rollouts.frames.shape[-2:] == (32, 96)
+    judge = fit_judge([data], 32, 48, JudgeFitOptions(steps=3, batch_size=8), progress=False, rollouts=rollouts,
+                      cameras=2)
+    assert judge.cameras == 2 and judge.benchmark["cameras"] == list(VIEWS)
+    with pytest.raises(DataError, match="lacks"):  # a one-view dataset cannot teach it the wrist camera
+        one = generate_dataset(tmp / "one", num_train=0, num_val=0, num_sim_pool=0, length=9, height=32, width=48,
+                               seed=3, progress=False, layout_train=1, layouts=LAYOUTS)
+        fit_judge([one], 32, 48, JudgeFitOptions(steps=1, batch_size=4), progress=False, cameras=2)
+    return save_judge(judge, tmp / "judge")
+
+
+def test_a_two_camera_judge_reads_both_views_of_a_multi_view_world_model(views_runs, two_camera_judge, judge_dir,
+                                                                         world_model_run, tmp_path):  # noqa: F811
+    from simforcing.policy.closed_loop.world_model_eval import check_compatible, load_environment
+    from simforcing.policy.judge.success_judge import load_judge
+
+    judge = load_judge(two_camera_judge)
+    assert judge.cameras == 2 and load_judge(judge_dir).cameras == 1  # a judge from before: the external camera
+    with pytest.raises(ConfigError, match="reads 2 cameras"):
+        check_compatible(load_environment(str(world_model_run)), {}, judge)
+    out = tmp_path / "ev"
+    assert main(["policy", "eval", "--env", "world-model", "--wm", str(views_runs / "s2"), "--judge",
+                 str(two_camera_judge), "--per-task", "1", "--max-steps", "8", "--layouts", str(LAYOUTS), "--out",
+                 str(out), "--wm-condition", "render"]) == 0
+    sim = tmp_path / "sim"  # the judge's harness check in the simulator records both cameras for it
+    assert main(["policy", "eval", "--judge", str(two_camera_judge), "--per-task", "1", "--max-steps", "8",
+                 "--layouts", str(LAYOUTS), "--out", str(sim)]) == 0

@@ -125,6 +125,10 @@ def add_fit_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=JudgeFitOptions.steps, help="optimiser steps")
     parser.add_argument("--batch-size", type=int, default=JudgeFitOptions.batch_size, help="frames per step")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initialisation and the batches")
+    parser.add_argument("--cameras", type=int, choices=(1, 2), default=1,
+                        help="what it reads: 1, the external camera; 2, [external | wrist] side by side (a judge of "
+                             "multi-view world models: the contact where the wrist camera sees it; the datasets need "
+                             "the wrist camera)")
     add_config_args(parser)
 
 
@@ -159,14 +163,15 @@ def fit_judge_command(args: argparse.Namespace, cfg: Config) -> int:
 
         layouts = args.layouts if args.layouts is not None else benchmark_layouts(args.data)
         rollouts = simulated_frames(args.sim_episodes, cfg.data.height, cfg.data.width, layouts, args.jitter,
-                                    frames=args.sim_frames)
-    judge = fit_judge(args.data, cfg.data.height, cfg.data.width, opts, rollouts=rollouts)
+                                    frames=args.sim_frames, cameras=args.cameras)
+    judge = fit_judge(args.data, cfg.data.height, cfg.data.width, opts, rollouts=rollouts, cameras=args.cameras)
     with results_folder(args.out, "--out", "a success judge", owned) as tmp:
         save_judge(judge, tmp)
     r = judge.report
     print(f"success judge fitted in {r['fit_seconds']} s on {r['frames']} frames of {r['episodes']} episodes "
           f"({r['rollout_frames']} from simulator rollouts) "
-          f"(layouts {judge.benchmark['layouts']}) -> {args.out}; training error (m): {r['train_mean_abs_error_m']}")
+          f"(layouts {judge.benchmark['layouts']}, {judge.cameras} camera{'s' if judge.cameras > 1 else ''}) -> "
+          f"{args.out}; training error (m): {r['train_mean_abs_error_m']}")
     return 0
 
 

@@ -57,13 +57,13 @@ class ClosedLoopRun:
 
 
 def run_episode(env: SyntheticTaskEnv, chunk_fn: Callable[[SyntheticTaskEnv, int], np.ndarray], max_steps: int,
-                execute: int, record: bool = False, tail: int = 0) -> ClosedLoopRun:
+                execute: int, record: bool = False, tail: int = 0, cameras: int = 1) -> ClosedLoopRun:
     """Act until success or ``max_steps`` actions; ``chunk_fn(env, chunk_index)`` gives the next chunk (k, 7).
-    ``record``: also keep the frames and the truth (:class:`ClosedLoopRun`; ``policy.judge.success_judge.
-    true_readings``) and act ``tail`` more steps after a success (the verdict stays the first success) — what the
-    judge is validated on."""
+    ``record``: also keep the frames (of ``cameras``: the external one, or [external | wrist]) and the truth
+    (:class:`ClosedLoopRun`; ``policy.judge.success_judge.true_readings``) and act ``tail`` more steps after a
+    success (the verdict stays the first success) — what the judge is validated on."""
     steps, chunk_i, done = 0, 0, None
-    frames, truth = ([env.image(1)], [env.truth()]) if record else (None, None)
+    frames, truth = ([env.image(cameras)], [env.truth()]) if record else (None, None)
     after = 0
     while steps < max_steps and (done is None or after < tail):
         chunk = np.asarray(chunk_fn(env, chunk_i))[:execute]
@@ -72,7 +72,7 @@ def run_episode(env: SyntheticTaskEnv, chunk_fn: Callable[[SyntheticTaskEnv, int
             steps += 1
             hit = env.step(a)
             if record:
-                frames.append(env.image(1))
+                frames.append(env.image(cameras))
                 truth.append(env.truth())
             if done is not None:
                 after += 1
@@ -287,7 +287,8 @@ def simulate_player(player: Player, scenes: dict[str, list[int]], seed: int, max
             try:
                 q0 = env.state()[:3].copy()
                 o = run_episode(env, player.env_chunk(scene_of(env)), max_steps, player.execute,
-                                record=judge is not None, tail=judge_tail)
+                                record=judge is not None, tail=judge_tail,
+                                cameras=judge.cameras if judge is not None else 1)
                 if judge is None:
                     outcomes.append(EpisodeOutcome(idx, o.success, o.steps, o.chunks))
                     continue

@@ -157,13 +157,14 @@ def world_model_record(wm: Optional[LoadedWorldModel], wm_run: str, progress: Ca
     return rec
 
 
-def episode_views(wm: Optional[LoadedWorldModel], players: dict[str, Player]) -> tuple[str, ...]:
+def episode_views(wm: Optional[LoadedWorldModel], players: dict[str, Player], judge_cameras: int = 1
+                  ) -> tuple[str, ...]:
     """The cameras every episode's frames hold: the world model's views (``data.views``; one view: the external
-    camera), or — copy-first, which predicts nothing — the cameras the players read (the wrist camera beside the
-    external one when a player reads two)."""
+    camera), or — copy-first, which predicts nothing — the cameras the players and the judge read (the wrist camera
+    beside the external one when one reads two)."""
     if wm is not None:
         return wm.cfg.data.view_names or SYNTH_VIEWS[:1]
-    return SYNTH_VIEWS[:max(p.cameras for p in players.values())]
+    return SYNTH_VIEWS[:max([p.cameras for p in players.values()] + [judge_cameras])]
 
 
 def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player], judge: SuccessJudge) -> None:
@@ -184,6 +185,11 @@ def check_compatible(wm: Optional[LoadedWorldModel], players: dict[str, Player],
     if unknown:
         raise ConfigError(f"--wm {wm.name}: it predicts the view {unknown[0]!r}; the benchmark's cameras are "
                           f"{', '.join(SYNTH_VIEWS)} (data.views)")
+    lacking = [v for v in SYNTH_VIEWS[:judge.cameras] if v not in views]
+    if lacking:
+        raise ConfigError(f"--judge: {judge_name(judge)} reads {judge.cameras} cameras (external + wrist); the world "
+                          f"model {wm.name} predicts {', '.join(views)} (data.views) — judge it with a one-camera judge "
+                          "(`model fit-judge --cameras 1`), or use a world model of both cameras")
     for name, p in players.items():
         missing = [v for v in SYNTH_VIEWS[:p.cameras] if v not in views]
         if missing:
@@ -366,7 +372,8 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     domain = SimDomain.of_world_model(wm, progress)
     in_domain(wm, domain)
     check_compatible(wm, players, judge)
-    views, layout = episode_views(wm, players), (wm.cfg.data.view_layout if wm is not None else "width")
+    views = episode_views(wm, players, judge.cameras)
+    layout = wm.cfg.data.view_layout if wm is not None else "width"
     height, width = judge.benchmark["resolution"]
     judge.check_benchmark(height, width, layouts, "the world-model evaluation")
     execute = execute_count(execute, players, wm)
@@ -377,8 +384,8 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
     ep = Episodes(wm, players, starts, draws, views, layout)
     seconds = {"start": time.perf_counter() - t0, "world_model": 0.0, "players": 0.0, "judge": 0.0}
     q0 = torch.from_numpy(np.stack([s.state[:3] for _, s in ep.rows])).float()  # (B, 3) given at the start
-    first_ext = ep.select.tensor(ep.first)  # the judge reads the external camera
-    reading0 = judge.read(first_ext, first_ext, q0).numpy()  # the first frame against itself: r̂_0 (and d̂_0 ≈ 0)
+    judged_first = ep.select.tensor(ep.first, judge.cameras)  # what the judge reads: external (| wrist)
+    reading0 = judge.read(judged_first, judged_first, q0).numpy()  # the first frame against itself: r̂_0 (and d̂_0 ≈ 0)
     readings = []
     t, chunk = 0, 0
     try:  # the twin's renderer (with --wm-condition render) is released however the loop ends
@@ -390,8 +397,8 @@ def evaluate_world_model(wm_run: str, judge: SuccessJudge, runs: dict[str, str |
             t2 = time.perf_counter()
             new = ep.step(actions, n)
             t3 = time.perf_counter()
-            first = first_ext[:, :, None].expand(-1, -1, n, -1, -1)
-            new = ep.select.tensor(new)
+            first = judged_first[:, :, None].expand(-1, -1, n, -1, -1)
+            new = ep.select.tensor(new, judge.cameras)
             b, _, k, h, w = new.shape
             r = judge.read(first.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),
                            new.permute(0, 2, 1, 3, 4).reshape(b * k, 3, h, w),

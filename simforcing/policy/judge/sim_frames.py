@@ -86,36 +86,38 @@ class _Unrendered:
         self.states.append(self._state())
         return hit
 
-    def render(self, t: int) -> np.ndarray:
-        """The external camera's frame t, uint8 (H, W, 3), rendered from its kept state (the episode then stands
-        there)."""
+    def render(self, t: int, cameras: int = 1) -> np.ndarray:
+        """Frame t of ``cameras`` (the external camera; 2: [external | wrist]), uint8 (H, cameras·W, 3), rendered
+        from its kept state (the episode then stands there)."""
         ep, (state, poses) = self.env.ep, self.states[t]
         mujoco.mj_setState(ep.model, ep.data, state, _STATE)
         mujoco.mj_forward(ep.model, ep.data)
         for k, v in poses.items():
             np.copyto(getattr(ep.data, k), v)
-        return self.env.image(1)
+        return self.env.image(cameras)
 
 
 def rollout_frames(env: SyntheticTaskEnv, player: ExpertPlayer, max_steps: int, frames: Optional[int],
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One rollout of ``player`` for ``max_steps`` steps in ``env`` -> (rendered frames uint8 (K, H, W, 3), their
-    truth (K, 6)): every frame (``frames`` None) or the :func:`chosen_steps` of them."""
+                   rng: np.random.Generator, cameras: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """One rollout of ``player`` for ``max_steps`` steps in ``env`` -> (rendered frames uint8 (K, H, cameras·W, 3),
+    their truth (K, 6)): every frame (``frames`` None) or the :func:`chosen_steps` of them."""
     if frames is None:
-        o = run_episode(env, player.env_chunk(scene_of(env)), max_steps, 1, record=True, tail=max_steps)
+        o = run_episode(env, player.env_chunk(scene_of(env)), max_steps, 1, record=True, tail=max_steps,
+                        cameras=cameras)
         return o.frames, o.truth
     lazy = _Unrendered(env)
     o = run_episode(lazy, player.env_chunk(scene_of(env)), max_steps, 1, record=True, tail=max_steps)
     keep = chosen_steps(decision_margin(env.task, o.truth), frames, rng)
-    return np.stack([lazy.render(int(t)) for t in keep]), o.truth[keep]
+    return np.stack([lazy.render(int(t), cameras) for t in keep]), o.truth[keep]
 
 
 def simulated_frames(episodes: int, height: int, width: int, layouts: int, jitter: float = 0.03,
                      max_steps: int = 30, seed: int = JUDGE_SEED, progress: bool = True,
-                     frames: Optional[int] = None) -> JudgeFrames:
+                     frames: Optional[int] = None, cameras: int = 1) -> JudgeFrames:
     """``episodes`` rollouts (episode i: scene i of ``seed``, the expert at noise ``NOISE_LEVELS[i % 5]``), with
-    ``frames`` rendered frames each (None: all ``max_steps`` + 1; module docstring) -> frames uint8 (N, 3, H, W),
-    labels (N, 6), the episode of each frame (its first frame first), its hand's initial position."""
+    ``frames`` rendered frames each (None: all ``max_steps`` + 1; module docstring) of ``cameras`` (the external
+    camera, or [external | wrist]) -> frames uint8 (N, 3, H, cameras·W), labels (N, 6), the episode of each frame
+    (its first frame first), its hand's initial position."""
     if frames is not None and frames < 2:
         raise ValueError(f"frames: got {frames}; expected at least 2 rendered frames per rollout (the first and one "
                          "more) or None for all")
@@ -126,7 +128,7 @@ def simulated_frames(episodes: int, height: int, width: int, layouts: int, jitte
             start = torch.from_numpy(env.state()[:3].copy())
             player = ExpertPlayer(NOISE_LEVELS[i % len(NOISE_LEVELS)], seed)
             rng = np.random.default_rng(derive_seed(seed, "judge-frames", i))
-            x, truth = rollout_frames(env, player, max_steps, frames, rng)
+            x, truth = rollout_frames(env, player, max_steps, frames, rng, cameras)
         finally:
             env.close()
         out.append(torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2))  # (K, 3, H, W)

@@ -38,8 +38,9 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from simforcing.config import ConfigError
-from simforcing.data.format import (DataError, episode_file, is_dataset, load_npz_field, meta_dir, read_episodes,
-                                    read_info, read_json, read_lowdim, read_splits, read_video)
+from simforcing.data.format import (DataError, dataset_views, episode_file, is_dataset, load_npz_field, meta_dir,
+                                    read_episodes, read_info, read_json, read_lowdim, read_splits, read_video,
+                                    view_file)
 from simforcing.data.paired import frames_to_target, to_unit_range
 from simforcing.data.synthetic.tasks import LIFT_HEIGHT, PUSH_DISTANCE, REACH_RADIUS, Task, task_success
 from simforcing.evaluate.probe import (ProbeConfig, ProbeFrames, StateProbe, augment_pair, ghost_frames,
@@ -124,6 +125,12 @@ class SuccessJudge:
     @property
     def device(self) -> torch.device:
         return next(self.net.parameters()).device
+
+    @property
+    def cameras(self) -> int:
+        """How many cameras it reads, side by side: 1 (the external camera; every judge before views) or 2
+        ([external | wrist], ``model fit-judge --cameras 2``: it sees the contact where the wrist camera does)."""
+        return len(self.benchmark.get("cameras") or [self.benchmark.get("camera", "external")])
 
     @torch.no_grad()
     def read(self, first: torch.Tensor, frames: torch.Tensor, q0, chunk: int = 512) -> torch.Tensor:
@@ -284,30 +291,49 @@ def benchmark_layouts(roots: Sequence[str | Path]) -> int:
     return max(found) if found else 0
 
 
+JUDGE_CAMERAS = ("external", "wrist")  # what a judge of ``cameras`` = 1 or 2 reads, side by side in this order
+
+
+def _episode_cameras(root: Path, info: dict, policy: bool, eid: str, cameras: int) -> list[np.ndarray]:
+    """The real frames of an episode's first ``cameras`` of :data:`JUDGE_CAMERAS`, uint8 (T, h, w, 3) each: a
+    policy dataset's side-by-side video cut into its cameras, a paired dataset's real video of each view (a
+    paired dataset without the wrist camera is a DataError naming it and the fix)."""
+    if policy:
+        video = read_video(episode_file(root, eid, "obs.mp4"), eid)
+        w = video.shape[2] // len(info["cameras"])
+        return [video[:, :, k * w:(k + 1) * w] for k in range(cameras)]
+    have = dataset_views(info)
+    missing = [v for v in JUDGE_CAMERAS[:cameras] if v not in have]
+    if missing:
+        raise DataError(f"a judge of {cameras} cameras reads the {missing[0]} camera, which this dataset lacks (its "
+                        f"views: {', '.join(have)}); synthesize it with `data synth --views external wrist`, or fit a "
+                        "one-camera judge (--cameras 1)", path=meta_dir(root) / "info.json", kind="missing_video")
+    return [read_video(episode_file(root, eid, view_file("real", v, have)), eid) for v in JUDGE_CAMERAS[:cameras]]
+
+
 def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
-                      splits: Sequence[str] = ("train",)) -> tuple[JudgeFrames, dict]:
-    """Frames (external camera / real) of every episode of ``splits`` with one named object and an objects.npz,
-    from paired or policy datasets, with the judge's labels. Returns (frames, benchmark)."""
+                      splits: Sequence[str] = ("train",), cameras: int = 1) -> tuple[JudgeFrames, dict]:
+    """Frames (the real look) of every episode of ``splits`` with one named object and an objects.npz, from paired
+    or policy datasets, with the judge's labels: the external camera, and with ``cameras`` 2 the wrist camera beside
+    it ([external | wrist], each at height × width). Returns (frames, benchmark)."""
     frames, labels, owner, q0 = [], [], [], []
     e = 0
     for root in map(Path, roots):
         check_dataset_folder(root)
         policy = read_json(meta_dir(root) / "info.json", "dataset info").get("format") == POLICY_FORMAT
-        info = read_policy_info(root, 1) if policy else read_info(root)
+        info = read_policy_info(root, cameras) if policy else read_info(root)
         index, split_ids = read_episodes(root), read_splits(root)
         for eid in [x for s in splits for x in split_ids.get(s, [])]:
             obj = _objects(root, eid)
             if obj is None or sum(n != "distractor" for n in obj["names"]) != 1:
                 continue
             ep = index[eid]
-            path = episode_file(root, eid, "obs.mp4" if policy else "real.mp4")
-            video = read_video(path, eid)
-            if policy:
-                video = video[:, :, : video.shape[2] // len(info["cameras"])]  # the external camera
+            videos = _episode_cameras(root, info, policy, eid, cameras)
             _, states = read_lowdim(root, eid)
-            n = min(len(video), len(states), len(obj["xyz"]), ep.length)
+            n = min(*(len(v) for v in videos), len(states), len(obj["xyz"]), ep.length)
             _check_readings(root, eid, n, states[:n], obj["xyz"][:n])
-            frames.append(frames_to_target(video[:n], height, width).permute(1, 0, 2, 3))  # (T, 3, H, W)
+            frames.append(torch.cat([frames_to_target(v[:n], height, width) for v in videos], dim=3)
+                          .permute(1, 0, 2, 3))  # (T, 3, H, cameras·W)
             labels.append(torch.from_numpy(true_readings(states[:n, :3], obj["xyz"][:n, obj["target"]])))
             owner.append(torch.full((n,), e))
             q0.append(torch.from_numpy(np.asarray(states[0, :3], np.float32)).expand(n, 3))
@@ -317,7 +343,8 @@ def read_judge_frames(roots: Sequence[str | Path], height: int, width: int,
                         f"and {OBJECTS} (the policy benchmark's layouts: `simforcing data synth --layout-train N` or "
                         "`simforcing data synth-policy --layouts K`, generator version >= 2)", kind="empty_split")
     benchmark = {"resolution": [height, width], "layouts": benchmark_layouts(roots), "predicates": PREDICATES,
-                 "camera": "external", "episodes": e}
+                 "camera": "external", "episodes": e, **({"cameras": list(JUDGE_CAMERAS[:cameras])}
+                                                          if cameras > 1 else {})}
     return JudgeFrames(torch.cat(frames), torch.cat(labels), torch.cat(owner), torch.cat(q0)), benchmark
 
 
@@ -390,17 +417,24 @@ def _first_of_episode(episode: torch.Tensor) -> torch.Tensor:
 
 
 def fit_judge(roots: Sequence[str | Path], height: int, width: int, opts: JudgeFitOptions = JudgeFitOptions(),
-              progress: bool = True, rollouts: Optional[JudgeFrames] = None) -> SuccessJudge:
-    """Fit the judge on ``roots`` and the simulator ``rollouts`` (``judge_data.simulated_frames``; module
-    docstring); its report holds the sources and its training errors."""
+              progress: bool = True, rollouts: Optional[JudgeFrames] = None, cameras: int = 1) -> SuccessJudge:
+    """Fit the judge on ``roots`` and the simulator ``rollouts`` (``judge_data.simulated_frames``, of the same
+    ``cameras``; module docstring); its report holds the sources and its training errors. ``cameras`` 2: it reads
+    [external | wrist] side by side (each ``height × width``)."""
+    if cameras not in (1, 2):
+        raise ConfigError(f"--cameras: got {cameras}; expected 1 (the external camera) or 2 (external and wrist)")
     torch.manual_seed(opts.seed)
     gen = torch.Generator().manual_seed(opts.seed)
-    data, benchmark = read_judge_frames(roots, height, width)
+    data, benchmark = read_judge_frames(roots, height, width, cameras=cameras)
+    if rollouts is not None and rollouts.frames.shape[-1] != data.frames.shape[-1]:
+        raise ConfigError(f"--sim-episodes: the rollouts' frames are {rollouts.frames.shape[-1]} pixels wide, the "
+                          f"datasets' {data.frames.shape[-1]}: render them with the judge's cameras ({cameras})")
     data = data.merged(rollouts)
     check_fitting_data(data, ", ".join(map(str, roots)) + (" and the simulator rollouts" if rollouts else ""))
     first = _first_of_episode(data.episode)
     as_probe = ProbeFrames(data.frames, data.labels, data.episode)  # what the probe's ghost augmentation reads
-    cfg = ProbeConfig(height=height, width=width, state_dim=len(OUTPUTS), position_dims=(0, 1, 2), gripper_dim=None)
+    cfg = ProbeConfig(height=height, width=width * cameras, state_dim=len(OUTPUTS), position_dims=(0, 1, 2),
+                      gripper_dim=None)
     net = JudgeNet(cfg)
     net.scale.copy_(data.labels.std(0).clamp(min=1e-3))
     opt = torch.optim.AdamW(net.parameters(), lr=opts.lr, weight_decay=1e-4)
