@@ -242,7 +242,8 @@ def load_world_model(run_dir: str | Path, cfg: Optional[Config] = None, device: 
     policy run or a video base is refused by name, ``flag`` naming the argument that gave it). ``cfg`` supplies the
     data/sample/eval/rollout settings (:func:`merge_run_config`; the run's own when None); ``data_root``: the
     dataset it will sample, whose own settings fill what the config leaves open (:func:`with_dataset_settings`)."""
-    run = open_run(run_dir, WORLD_MODELS, flag, "sample", step=step)
+    # a caller's config brings its own eval section (its probe: located with the run's config, or given)
+    run = open_run(run_dir, WORLD_MODELS, flag, "sample", step=step, leave=("probe",) if cfg is not None else ())
     merged = merge_run_config(run.cfg, cfg)
     if data_root is not None:
         merged = with_dataset_settings(merged, data_root)

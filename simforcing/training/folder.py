@@ -19,6 +19,7 @@ import simforcing.parallel as parallel
 from simforcing.config import Config, ConfigError
 from simforcing.runs.checkpoint import list_checkpoints, remove_stale_temp
 from simforcing.runs.folder import (CONFIG_FILE, INIT_FILE, RUN_RECORD, STAGE_KIND, TEACHER_FILE, check_not_foreign,
+                                    check_same_vae,
                                     is_run_folder, new_run_record, newest_readable, read_run_record, require_kind,
                                     trained_config)
 from simforcing.runs.locking import FolderLock, lock_folder
@@ -68,6 +69,8 @@ class RunFolder:
                           f"in {', '.join(differs[:8])}; the resume is checked against the checkpoint's own config",
                           stacklevel=4)
         check_resume_config(cfg, theirs, self.stage, self.path)
+        check_same_vae(cfg, self.path, ref, "a resumed run goes on in the latents it was trained in — resume with "
+                       "--model.vae.path set to that VAE (or a copy of it), or train a new run with this one")
 
     def claim(self, cfg: Config, dist: parallel.DistInfo) -> RunLog:
         """Take the folder's lock (rank 0; the other ranks learn the outcome), check the folder again now that no

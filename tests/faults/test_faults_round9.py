@@ -1,0 +1,211 @@
+"""Reliability, round 9 (issue 69, "Reliability, round 7"): what a careful user feeds the features of the last rounds.
+
+- runs opened from elsewhere: a run records the VAE and state probe it was trained with (checkpoint meta.json
+  ``inputs``: their folders and weights' digests), so a copy placed below another demo's ``runs/demo/vae`` (the same
+  shape, fitted on other data) is refused by name, never opened with that VAE; a copy whose own VAE is still where it
+  was trained opens with it; a run from before the record opens as before; a student, a resume or a latent cache with
+  another VAE than the run's is refused; an export records its VAE too;
+- predictors and their settings, recipes and data options, modes a loaded run cannot honour, records read back and
+  results that come out empty (the sections below).
+
+Each refusal names the file, field or flag and what to do; each has its control (the untouched input works).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from faultkit import TINY, pretrain_args, refused
+
+from simforcing.cli import main
+from simforcing.config import ConfigError
+
+pytestmark = pytest.mark.faults
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Runs opened from elsewhere: the VAE (and probe) a run was trained with
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _other_vae(like: Path, out: Path) -> Path:
+    """A demo VAE of the same shape as ``like`` with other weights (another demo's, fitted on other data)."""
+    from simforcing.models.vae import DemoVAE
+
+    vae = DemoVAE.load(like)
+    DemoVAE(vae.basis.flip(1), vae.shift.flatten() + 0.1, vae.scale.flatten() * 1.5).save(out)
+    return out
+
+
+def _probe(out: Path, seed: int) -> Path:
+    from simforcing.evaluate.probe import ProbeConfig, StateProbe, save_probe
+
+    torch.manual_seed(seed)
+    return save_probe(StateProbe(ProbeConfig(height=32, width=48, state_dim=7)), out, {"note": f"seed {seed}"})
+
+
+@pytest.fixture(scope="module")
+def demo_a(tiny, tmp_path_factory) -> Path:
+    """Project A: ``runs/demo/vae``, ``runs/demo/probe`` and a 2-step stage-1 run ``runs/demo/s1`` trained from A's
+    root with the relative ``--model.vae.path=runs/demo/vae --eval.probe=runs/demo/probe`` (as `make demo` trains)."""
+    import os
+
+    proj = tmp_path_factory.mktemp("round9_a")
+    shutil.copytree(tiny[1], proj / "runs" / "demo" / "vae")
+    _probe(proj / "runs" / "demo" / "probe", 0)
+    here = os.getcwd()
+    os.chdir(proj)
+    try:
+        assert main(pretrain_args(Path("runs/demo/s1"), (tiny[0], Path("runs/demo/vae")),
+                                  "--train.max_steps=2", "--eval.probe=runs/demo/probe")) == 0
+    finally:
+        os.chdir(here)
+    return proj
+
+
+def _meta(run: Path) -> Path:
+    return sorted((run / "checkpoints").glob("step_*"))[-1] / "meta.json"
+
+
+def test_a_copied_run_beside_another_demos_vae_is_refused_by_name(demo_a, tiny, tmp_path, monkeypatch, capsys):
+    """Before: a copy of a run placed below another demo's ``runs/demo/vae`` opened and evaluated with that VAE
+    without a word (PSNR 23.68 dB against 24.05 with its own). Now the run's checkpoint records its VAE (folder and
+    weights digest) and the VAE found at its relative path must be that one: refused naming the run, both folders
+    and what to do — in the API (`open_run`, `run_config`) and every command (`evaluate` here), nothing written.
+    The controls: the run opens with its own VAE from anywhere; a copy whose own VAE is still where it was trained
+    opens with it (not with the other demo's); a run from before the record opens as before."""
+    from simforcing.runs.folder import open_run, run_config
+
+    run_a = demo_a / "runs" / "demo" / "s1"
+    rec = json.loads(_meta(run_a).read_text())["inputs"]["vae"]
+    assert Path(rec["path"]) == (demo_a / "runs" / "demo" / "vae").resolve() and len(rec["digest"]) == 16
+    other = tmp_path / "b"
+    _other_vae(tiny[1], other / "runs" / "demo" / "vae")
+    copy = Path(shutil.copytree(run_a, other / "runs" / "demo" / "studies" / "x" / "s1"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert Path(open_run(run_a).cfg.model.vae.path) == demo_a / "runs" / "demo" / "vae"  # control: its own
+    # its own VAE is still where it was trained: the copy opens with that one, not the other demo's beside it
+    assert Path(open_run(copy).cfg.model.vae.path).resolve() == Path(rec["path"])
+    moved = demo_a / "runs" / "demo" / "vae_moved"
+    (demo_a / "runs" / "demo" / "vae").rename(moved)  # now the copy's own VAE is nowhere to be found
+    try:
+        for opener in (open_run, run_config):
+            with pytest.raises(ConfigError, match=r"model.vae.path: .*s1 was trained with the VAE .*another VAE"):
+                opener(copy)
+        out = tmp_path / "ev"
+        err = refused(["evaluate", "--ckpt", copy, "--data", tiny[0], "--split", "val", "--num-samples", "1",
+                       "--out", out], capsys, "model.vae.path:", str(other / "runs" / "demo" / "vae"), rec["path"],
+                      "Open the run from a directory where runs/demo/vae is its own VAE")
+        assert not out.exists() and rec["digest"] in err
+        # a run written before the record: opened with the folder found, as before (documented)
+        meta = json.loads(_meta(copy).read_text())
+        del meta["inputs"]
+        _meta(copy).write_text(json.dumps(meta))
+        assert Path(open_run(copy).cfg.model.vae.path) == other / "runs" / "demo" / "vae"
+    finally:
+        moved.rename(demo_a / "runs" / "demo" / "vae")
+    capsys.readouterr()
+
+
+def test_a_copied_run_beside_another_probe_is_refused_unless_a_probe_is_given(demo_a, tiny, tmp_path, monkeypatch,
+                                                                             capsys):
+    """The same for the state probe a run names (``eval.probe``): another probe at its relative path is refused by
+    name (it would score the run's action error); a probe given on the command line (``--eval.probe=P``) is the
+    user's choice and used. The control: the copy beside its own VAE and probe evaluates."""
+    run_a = demo_a / "runs" / "demo" / "s1"
+    other = tmp_path / "b" / "runs" / "demo"
+    shutil.copytree(tiny[1], other / "vae")  # the same VAE: only the probe differs
+    _probe(other / "probe", 1)
+    copy = Path(shutil.copytree(run_a, other / "x" / "s1"))
+    monkeypatch.chdir(tmp_path)
+    moved = demo_a / "runs" / "demo" / "probe_moved"
+    (demo_a / "runs" / "demo" / "probe").rename(moved)
+    try:
+        words = ["evaluate", "--ckpt", copy, "--data", tiny[0], "--split", "val", "--num-samples", "1", "--out"]
+        refused(words + [tmp_path / "ev"], capsys, "eval.probe:", "another state probe", str(other / "probe"))
+        assert main([str(w) for w in words + [tmp_path / "ev", f"--eval.probe={other / 'probe'}"]]) == 0
+        shutil.rmtree(other / "probe")
+        _probe(other / "probe", 0)  # its own probe's weights (fitted again, same result): the control
+        assert main([str(w) for w in words + [tmp_path / "ev2"]]) == 0
+    finally:
+        moved.rename(demo_a / "runs" / "demo" / "probe")
+    capsys.readouterr()
+
+
+def test_an_edited_inputs_record_is_named(demo_a, tmp_path):
+    """meta.json ``inputs`` edited (a digest that is a number, an unknown entry) is a CheckpointError naming the file
+    and field, never taken for a record; the control: the untouched record opens."""
+    from simforcing.errors import CheckpointError
+    from simforcing.runs.folder import open_run
+
+    run = Path(shutil.copytree(demo_a / "runs" / "demo" / "s1", tmp_path / "s1"))
+    meta = json.loads(_meta(run).read_text())
+    good = meta["inputs"]
+    for bad in ({"vae": {"path": good["vae"]["path"], "digest": 7}}, {"weights": good["vae"]}, ["vae"]):
+        _meta(run).write_text(json.dumps({**meta, "inputs": bad}))
+        with pytest.raises(CheckpointError, match=r"meta.json.*inputs"):
+            open_run(run, weights=False)
+    _meta(run).write_text(json.dumps(meta))
+    assert open_run(run, weights=False).cfg.model.vae.path == good["vae"]["path"]
+
+
+def test_a_student_or_resume_with_another_vae_is_refused(demo_a, tiny, tmp_path, capsys):
+    """`train --teacher RUN1 --model.vae.path=OTHER`: the student started from weights trained on one VAE's latents
+    and trained on another's, without a word; `pretrain --resume --model.vae.path=OTHER` went on in other latents;
+    a latent cache encoded with one VAE trained a run that samples with another. Each is refused by name before
+    anything is written. The controls: a copy of the run's own VAE in another folder trains (it is the same VAE)."""
+    run_a = demo_a / "runs" / "demo" / "s1"
+    other = _other_vae(tiny[1], tmp_path / "other_vae")
+    same = Path(shutil.copytree(tiny[1], tmp_path / "same_vae"))
+    out = tmp_path / "s2"
+    train = ["train", "--method", "sft", "--teacher", run_a, "--data", tiny[0], "--out", out, "--no-progress",
+             "--train.max_steps=1"]
+    refused(train + [f"--model.vae.path={other}"], capsys, "model.vae.path:", str(other), "is not the VAE",
+            "the student starts from its teacher's weights")
+    assert not out.exists()
+    assert main([str(w) for w in train + [f"--model.vae.path={same}"]]) == 0  # control: the same VAE elsewhere
+    resumed = Path(shutil.copytree(run_a, tmp_path / "resumed"))
+    refused(pretrain_args(resumed, (tiny[0], other), "--train.max_steps=4", resume=True), capsys,
+            "model.vae.path:", "a resumed run goes on in the latents it was trained in")
+    assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["step_000002"]
+    capsys.readouterr()
+
+
+def test_a_latent_cache_of_another_vae_is_refused(demo_a, tiny, tmp_path, capsys):
+    """`data encode` records its VAE's digest (index.json ``vae_digest``); a run trained on the cache with another VAE
+    named (the one it would sample with) is refused by name; the control: the cache's own VAE trains."""
+    cache = tmp_path / "cache"
+    assert main(["data", "encode", "--data", str(tiny[0]), "--out", str(cache), "--windows-per-episode", "1",
+                 "--splits", "train", "sim_pool", "--no-progress", *TINY, f"--model.vae.path={tiny[1]}"]) == 0
+    other = _other_vae(tiny[1], tmp_path / "other_vae")
+    words = ["pretrain", "--out", tmp_path / "run", "--no-progress", *TINY, "--train.max_steps=1",
+             f"--data.latent_cache={cache}"]
+    refused(words + [f"--model.vae.path={other}"], capsys, "model.vae.path:", "encoded with another VAE", str(other))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert main([str(w) for w in words + [f"--model.vae.path={tiny[1]}"]]) == 0
+    capsys.readouterr()
+
+
+def test_an_export_is_loaded_with_the_vae_its_run_was_trained_with(demo_a, tiny, tmp_path):
+    """An export records its VAE's digest (config.json ``vae.digest``): `from_pretrained(vae=OTHER)` is a ConfigError
+    naming both, a copied VAE whose weights were replaced a CheckpointError naming the folder; the controls: the
+    export as written, and ``vae=`` a copy of the run's own VAE, load."""
+    from simforcing.errors import CheckpointError
+    from simforcing.export import export_run, load_pretrained
+
+    out = export_run(demo_a / "runs" / "demo" / "s1", tmp_path / "export")
+    assert len(json.loads((out / "config.json").read_text())["vae"]["digest"]) == 16
+    other = _other_vae(tiny[1], tmp_path / "other_vae")
+    load_pretrained(out)
+    load_pretrained(out, vae=shutil.copytree(tiny[1], tmp_path / "same_vae"))
+    with pytest.raises(ConfigError, match=r"vae: .*other_vae holds another VAE .* than the run was trained with"):
+        load_pretrained(out, vae=other)
+    shutil.copy(other / "vae.safetensors", out / "vae" / "vae.safetensors")
+    with pytest.raises(CheckpointError, match=r"export/vae: .*holds another VAE"):
+        load_pretrained(out)
