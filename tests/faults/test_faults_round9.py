@@ -209,3 +209,79 @@ def test_an_export_is_loaded_with_the_vae_its_run_was_trained_with(demo_a, tiny,
     shutil.copy(other / "vae.safetensors", out / "vae" / "vae.safetensors")
     with pytest.raises(CheckpointError, match=r"export/vae: .*holds another VAE"):
         load_pretrained(out)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Predictors and their settings
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory) -> Path:
+    """A simulator pool and a world-model pool of the same 4 policies × 3 tasks × 20 scenes (tests/evalgen.py)."""
+    from evalgen import write_known_pool
+
+    return write_known_pool(tmp_path_factory.mktemp("round9_pool"))[0]
+
+
+def _estimate(pool: Path, out: Path, *extra, wm=None) -> list:
+    return ["policy", "estimate", "--ground-truth", pool / "sim", "--wm-eval", wm or pool / "wm", "--out", out, *extra]
+
+
+def _notes(out: Path) -> list[str]:
+    return json.loads((out / "estimate.json").read_text())["notes"]
+
+
+def _draws(k: int, per_episode=lambda i: None):
+    """An eval.json edit: 'draws' k, and episode i's draw lists of ``per_episode(i)`` entries (None: none)."""
+    def edit(body: dict) -> None:
+        body["draws"] = k
+        for per in body["episodes"].values():
+            for outs in per.values():
+                for i, o in enumerate(outs):
+                    o.pop("draw_success", None), o.pop("draw_margin", None)
+                    if per_episode(i):
+                        o["draw_success"], o["draw_margin"] = [o["success"]] * per_episode(i), [0.01] * per_episode(i)
+    return edit
+
+
+DRAWS = [("draws 3, no draw verdicts", _draws(3), "episodes hold 0 noise draws' verdicts"),
+         ("draws 1, 3 verdicts each", _draws(1, lambda i: 3), "episodes hold 3 noise draws' verdicts"),
+         ("draws 3, 2 or 3 verdicts", _draws(3, lambda i: 2 + i % 2), "episodes hold 2 noise draws' verdicts")]
+
+
+@pytest.mark.parametrize("what,edit,needle", DRAWS, ids=[w for w, _, _ in DRAWS])
+def test_an_evaluation_whose_draws_contradict_its_episodes_is_refused(pool, what, edit, needle, tmp_path, capsys):
+    """eval.json 'draws' K and episodes holding another number of draws' verdicts (an evaluation of K draws edited, or
+    merged with one of one draw) was estimated without a word — the verdict predictor's soft share and the draws'
+    disagreement read from what is not there. Now refused naming the file, the field and the policy; the control:
+    an evaluation of 3 draws whose every episode holds 3 verdicts estimates."""
+    from evalgen import edited
+
+    bad = edited(pool / "wm", tmp_path / "wm", edit)
+    refused(_estimate(pool, tmp_path / "est", wm=bad), capsys, "--wm-eval:", "eval.json", needle,
+            "evaluation's 'draws' is")
+    assert not (tmp_path / "est").exists()
+    good = edited(pool / "wm", tmp_path / "wm3", _draws(3, lambda i: 3))
+    assert main([str(w) for w in _estimate(pool, tmp_path / "est", "--predictor", "verdict", wm=good)]) == 0
+    capsys.readouterr()
+
+
+def test_predictor_settings_at_their_edges(pool, tmp_path, capsys):
+    """`--disagreement-prior 1e308` overflowed into a numpy warning and an interval from an infinite weight (exit 0):
+    now a prior above 1000 pseudo-episodes is refused by the flag; `--no-refit-variance` with a predictor fitted on
+    nothing did nothing without a word (now a note), and an estimate of one policy (`--policies good`) wrote empty
+    differences and a rank of 1–1 (now said in a note). The controls: prior 1000 and 0 estimate, the learned
+    predictor takes --no-refit-variance without a note."""
+    refused(_estimate(pool, tmp_path / "e1", "--disagreement-prior", "1e308"), capsys,
+            "--disagreement-prior: got 1e+308; expected a number from 0 to 1000")
+    for prior in ("1000", "0"):
+        assert main([str(w) for w in _estimate(pool, tmp_path / f"p{prior}", "--disagreement-prior", prior)]) == 0
+    assert main([str(w) for w in _estimate(pool, tmp_path / "v", "--predictor", "verdict",
+                                           "--no-refit-variance")]) == 0
+    assert any("--no-refit-variance: nothing to leave out" in n for n in _notes(tmp_path / "v"))
+    assert main([str(w) for w in _estimate(pool, tmp_path / "l", "--no-refit-variance")]) == 0
+    assert _notes(tmp_path / "l") == []
+    assert main([str(w) for w in _estimate(pool, tmp_path / "one", "--policies", "good")]) == 0
+    assert any("one policy (good): no differences" in n for n in _notes(tmp_path / "one"))
+    capsys.readouterr()

@@ -452,7 +452,8 @@ class PolicyEvaluation:
         """Where the episodes disagree with the evaluation's own rows and scenes (an eval.json cut short or edited):
         a player with a row and no episodes (it would drop out of every statistic read from the episodes) or
         episodes and no row, a task the evaluation does not have, an episode on a scene it did not draw or two on
-        one scene, a row that counts other successes or episodes than are there."""
+        one scene, episodes of another number of noise draws than ``draws`` (K > 1: K verdicts each; one draw:
+        none), a row that counts other successes or episodes than are there."""
         out = []
         for p in self.rows:
             if not any(self.episodes.get(p, {}).values()):
@@ -474,6 +475,10 @@ class PolicyEvaluation:
                 twice = sorted({i for i in ids if ids.count(i) > 1})
                 if twice:
                     out.append(f"policy {p!r}, task {t}: two episodes on scene {twice[0]}")
+                drawn = sorted({len(o.draw_success or []) for o in outs} - {self.draws if self.draws > 1 else 0})
+                if drawn:  # 'draws' K: every episode holds K draws' verdicts (one draw: none)
+                    out.append(f"policy {p!r}, task {t}: episodes hold {drawn[0]} noise draws' verdicts "
+                               f"(draw_success), but the evaluation's 'draws' is {self.draws}")
                 rate = self.rows[p].tasks.get(t)
                 k = sum(o.success for o in outs)
                 if rate is None or (rate.successes, rate.episodes) != (k, len(outs)):

@@ -49,12 +49,18 @@ def choose_predictor(predictor: Optional[str], wm: WorldModelEpisodes) -> tuple[
     return "verdict", [f"predictor verdict (not the default learned one): {why}"]
 
 
+MAX_PRIOR = 1000.0  # pseudo-episodes: more than any pool's trials (the trials would weigh nothing; 1e308 overflowed)
+
+
 def _checked_prior(prior: Optional[float]) -> float:
-    """``--disagreement-prior``: None is ``ppi.DISAGREEMENT_PRIOR``; ConfigError for anything but a number >= 0."""
+    """``--disagreement-prior``: None is ``ppi.DISAGREEMENT_PRIOR``; ConfigError for anything but a number from 0 to
+    ``MAX_PRIOR``."""
     prior = DISAGREEMENT_PRIOR if prior is None else prior
-    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not math.isfinite(prior) or prior < 0:
-        raise ConfigError(f"--disagreement-prior: got {prior!r}; expected a number >= 0 (pseudo-episodes of "
-                          f"disagreement each way; default {DISAGREEMENT_PRIOR}, 0: the sample's own correlation)")
+    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not math.isfinite(prior) or \
+            not 0 <= prior <= MAX_PRIOR:
+        raise ConfigError(f"--disagreement-prior: got {prior!r}; expected a number from 0 to {MAX_PRIOR:g} "
+                          f"(pseudo-episodes of disagreement each way; default {DISAGREEMENT_PRIOR}, 0: the sample's "
+                          "own correlation)")
     return prior
 
 
@@ -103,7 +109,14 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
     wm = world_model_episodes(wm_eval, policies=policies)
     gt = ground_truth(ground_truth_source, wm)
     predictor, notes = choose_predictor(predictor, wm)
+    if not refit and predictor != "learned":  # only the learned predictor is fitted: said, never a silent no-op
+        notes.append(f"--no-refit-variance: nothing to leave out — the {predictor} predictor is fitted on nothing "
+                     "(its intervals have no refit variance)")
     notes += list(gt.notes)
+    if len(wm.policies) == 1:  # an estimate of its own, but nothing to rank it against or to differ from
+        notes.append(f"one policy ({wm.policies[0]}): no differences between policies and no ranking "
+                     + ("(the coverage study's Pearson is undefined) " if draws else "")
+                     + "— estimate two or more to compare them")
     if gt.simulator is None:
         if draws:
             raise ConfigError("--draws: a coverage study needs every episode's truth — a simulator evaluation as "
