@@ -26,7 +26,7 @@ from simforcing.models.world_model import build_world_model
 from simforcing.runs.folder import CHECKPOINTS_DIR, check_same_teacher, check_same_vae, open_run, own_sampler
 from simforcing.runs.loaded import check_teacher_architecture, differing_fields
 from simforcing.train import STAGE2
-from simforcing.training.checks import TEACHER_VAE, resumed_teacher
+from simforcing.training.checks import TEACHER_VAE, check_teacher_pairing, resumed_teacher
 from simforcing.training.loop import Trainer
 from simforcing.training.stage import Models, Stage, Start, StartFolder
 
@@ -84,6 +84,7 @@ def _start(cfg: Config, folder: StartFolder, start: Start) -> Start:
         raise
     check_teacher_architecture(cfg, teacher.cfg, str(teacher_run))
     check_same_vae(cfg, teacher_run, teacher.checkpoint, TEACHER_VAE)
+    check_teacher_pairing(cfg, Path(teacher_run), teacher)
     return dataclasses.replace(start, teacher_run=Path(teacher_run), teacher=teacher.checkpoint)
 
 

@@ -22,8 +22,8 @@ from simforcing.errors import CheckpointError
 from simforcing.runs.checkpoint import list_checkpoints
 from simforcing.runs.folder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, check_same_vae, describe_kind,
                                     kind_of_config, open_run, resume_command)
-from simforcing.runs.loaded import (STUDENT_ADDITIONS, architecture_fields, check_teacher_architecture,
-                                    differing_fields)
+from simforcing.runs.loaded import (STUDENT_ADDITIONS, architecture_fields, check_same_pairing,
+                                    check_teacher_architecture, data_pairing, differing_fields, trained_pairing)
 from simforcing.training.stage import Stage
 
 
@@ -133,7 +133,16 @@ def resolve_teacher(run_dir: Path, teacher_run: Optional[Path], resume: bool, cf
         raise
     check_teacher_architecture(cfg, teacher.cfg, str(teacher_run), STUDENT_ADDITIONS)
     check_same_vae(cfg, teacher_run, teacher.checkpoint, TEACHER_VAE)
+    check_teacher_pairing(cfg, teacher_run, teacher)
     return teacher_run, teacher
+
+
+def check_teacher_pairing(cfg: Config, teacher_run: Path, teacher: Run) -> None:
+    """ConfigError when the student's data (``cfg.data.root``) is of another pairing than the teacher was trained on
+    (an arm-alone simulation prior taught on full-scene videos, or the reverse)."""
+    check_same_pairing(teacher_run, trained_pairing(teacher.cfg, teacher.checkpoint.meta),
+                       data_pairing(cfg, None if cfg.data.latent_cache else cfg.data.root), cfg.data.root,
+                       "the student starts from its teacher's simulation prior, of the other domain")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

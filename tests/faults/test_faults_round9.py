@@ -285,3 +285,67 @@ def test_predictor_settings_at_their_edges(pool, tmp_path, capsys):
     assert main([str(w) for w in _estimate(pool, tmp_path / "one", "--policies", "good")]) == 0
     assert any("one policy (good): no differences" in n for n in _notes(tmp_path / "one"))
     capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Recipes and data options
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scene_data(tmp_path_factory) -> Path:
+    """A full-scene dataset (`data synth --pairing scene`) of the tiny config's frame size: 1 train, 1 val episode."""
+    from simforcing.data.synthetic.generate import generate_dataset
+    from simforcing.prep.text import finalize_dataset
+
+    return generate_dataset(tmp_path_factory.mktemp("round9_scene") / "data", num_train=1, num_val=1,
+                            num_sim_pool=0, length=9, height=32, width=48, seed=3, progress=False, pairing="scene",
+                            finish=finalize_dataset)
+
+
+def test_data_of_another_pairing_than_the_run_was_trained_on_is_refused(ref, stage2, tiny, scene_data, tmp_path,
+                                                                       capsys):
+    """A full-scene dataset given to a run trained on the arm pairing — a stage-2 student of an arm teacher, a
+    distillation, a resume, `evaluate` (with the full scene's own first frame, `--sample.mask_mode=paired-sim`) — was
+    trained or scored without a word, the simulation prior or condition of the other domain. Each is now refused by
+    name before anything is written. The controls: the arm data trains and evaluates (the fixtures, and `evaluate`
+    here); a full-scene run on full-scene data evaluates (test_faults_synth_options)."""
+    need = "was trained on an arm pairing"
+    s2 = tmp_path / "s2"
+    refused(["train", "--method", "sft", "--teacher", ref, "--data", scene_data, "--out", s2, "--no-progress",
+             "--train.max_steps=1"], capsys, f"--data: {scene_data} is a full-scene pairing", need,
+            "the student starts from its teacher's simulation prior")
+    refused(["distill", "--teacher", stage2, "--steps", "1", "--data", scene_data, "--out", tmp_path / "st",
+             "--no-progress", "--train.max_steps=1"], capsys, "is a full-scene pairing", need)
+    resumed = Path(shutil.copytree(ref, tmp_path / "resumed"))
+    refused(pretrain_args(resumed, (scene_data, tiny[1]), "--train.max_steps=8", resume=True), capsys,
+            "is a full-scene pairing", need, "a resumed run goes on in the simulation domain it was trained in")
+    ev = ["evaluate", "--ckpt", stage2, "--split", "val", "--num-samples", "1", "--sample.n_real=2", "--out"]
+    refused(ev + [tmp_path / "ev", "--data", scene_data, "--sample.mask_mode=paired-sim"], capsys,
+            "is a full-scene pairing", need, "its simulation condition would be of the other domain")
+    assert not any((tmp_path / n).exists() for n in ("s2", "st", "ev"))
+    assert main([str(w) for w in ev + [tmp_path / "ev", "--data", tiny[0]]]) == 0
+    capsys.readouterr()
+
+
+def test_a_recipe_dataset_changed_since_is_refused_by_train_recipe(tmp_path, capsys):
+    """`train --recipe evaluator` checked that the data was made with the recipe's operators (info.json), not that
+    its train split still holds the episodes the recipe made: episodes added since (a dataset extended by hand or by
+    another tool) show none of its operators, and trained the evaluator's name without a word. Now the counts are
+    compared and a difference named; the control: the dataset as made passes."""
+    from simforcing.data.synthetic.generate import generate_dataset
+    from simforcing.recipes import check_recipe_data
+
+    root = generate_dataset(tmp_path / "data", num_train=2, num_val=0, num_sim_pool=0, length=9, height=16, width=24,
+                            seed=3, progress=False, action_noise=0.05, noise_splits=("train",), pauses=2,
+                            pause_splits=("train",), failures=0.25, failure_splits=("train",))
+    check_recipe_data("evaluator", root)  # the control
+    shutil.copytree(root / "episodes" / "ep_00001", root / "episodes" / "ep_00009")
+    with open(root / "meta" / "episodes.jsonl", "a") as f:
+        f.write(json.dumps({"episode_id": "ep_00009", "length": 9, "instruction": "pick up the blue block",
+                            "has_real": True}) + "\n")
+    splits = json.loads((root / "meta" / "splits.json").read_text())
+    (root / "meta" / "splits.json").write_text(json.dumps({**splits, "train": splits["train"] + ["ep_00009"]}))
+    with pytest.raises(ConfigError, match=r"--recipe evaluator: .*train split holds 3 episodes, but `data synth "
+                                          r"--recipe evaluator` made 2"):
+        check_recipe_data("evaluator", root)
