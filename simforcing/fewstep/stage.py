@@ -24,7 +24,7 @@ from simforcing.fewstep.objective import fewstep_step
 from simforcing.models.weights import frozen_copy
 from simforcing.models.world_model import build_world_model
 from simforcing.runs.folder import CHECKPOINTS_DIR, check_same_teacher, check_same_vae, open_run, own_sampler
-from simforcing.runs.loaded import check_teacher_architecture, differing_fields
+from simforcing.runs.loaded import CONDITION_FIELDS, check_teacher_architecture, differing_fields
 from simforcing.train import STAGE2
 from simforcing.training.checks import TEACHER_VAE, check_teacher_pairing, resumed_teacher
 from simforcing.training.loop import Trainer
@@ -32,7 +32,8 @@ from simforcing.training.stage import Models, Stage, Start, StartFolder
 
 TEACHER_KINDS = ("stage2",)
 # what a resumed student must keep: the student it is (its K, objective and the sampler it reproduces)
-FIXED_FIELDS = ("fewstep.steps", "fewstep.objective", "fewstep.w", "fewstep.teacher_n_sim", "fewstep.teacher_n_real")
+FIXED_FIELDS = ("fewstep.steps", "fewstep.objective", "fewstep.w", "fewstep.teacher_n_sim", "fewstep.teacher_n_real",
+                *CONDITION_FIELDS)
 
 
 def distill_config(teacher_cfg: Config, steps: int, objective: str = "trajectory",

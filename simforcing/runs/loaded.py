@@ -51,6 +51,9 @@ STUDENT_SAMPLER_FIELDS = ("sample.n_sim", "sample.n_real", "sample.w")  # a few-
 NON_ARCH_MODEL_FIELDS = ("gradient_checkpointing", "weights", "action_expert_weights", "text_encoder", "vae")
 ARCH_VAE_FIELDS = ("kind", "latent_channels", "spatial_stride", "temporal_stride")
 ARCH_DATA_FIELDS = ("action_dim", "state_dim")
+# how the simulation condition enters the network and what its trained projections read: kept by a resume and by a
+# few-step student (a stage-2 run may choose its own)
+CONDITION_FIELDS = ("conditioning.path", "conditioning.representation")
 
 
 def field_value(cfg: Config, name: str) -> Any:

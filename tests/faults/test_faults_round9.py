@@ -349,3 +349,29 @@ def test_a_recipe_dataset_changed_since_is_refused_by_train_recipe(tmp_path, cap
     with pytest.raises(ConfigError, match=r"--recipe evaluator: .*train split holds 3 episodes, but `data synth "
                                           r"--recipe evaluator` made 2"):
         check_recipe_data("evaluator", root)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Modes a loaded run cannot honour
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_what_the_condition_projections_read_is_kept_by_a_resume_and_a_student(stage2, tiny, tmp_path, capsys):
+    """``conditioning.representation`` (what the trained projections P_j read: c itself, or its motion) changed on
+    `train --resume` went on with a warning — the weights trained on one reading fed the other — and a new `distill`
+    student given another one than its teacher's trained from weights that read the other (exit 0, no word); as
+    ``conditioning.path`` already was, both are now refused by name before anything is written. The controls: the
+    same student without the override (`--dry-run`), a resume with the run's own reading."""
+    resumed = Path(shutil.copytree(stage2, tmp_path / "s2"))
+    words = ["train", "--method", "sft", "--resume", "--out", resumed, "--data", tiny[0], "--no-progress",
+             "--train.max_steps=1"]
+    refused(words + ["--conditioning.representation=motion"], capsys, "conditioning.representation:",
+            "was trained with 'latent', the resumed config asks 'motion'", "cannot change on --resume")
+    assert main([str(w) for w in words + ["--conditioning.representation=latent"]]) == 0
+    student = ["distill", "--teacher", stage2, "--steps", "1", "--data", tiny[0], "--out", tmp_path / "st",
+               "--no-progress", "--train.max_steps=1"]
+    refused(student + ["--conditioning.representation=motion"], capsys, "conditioning.representation:",
+            "got 'motion' but the teacher checkpoint", "was trained with 'latent'")
+    assert not (tmp_path / "st").exists()
+    assert main([str(w) for w in student + ["--dry-run"]]) == 0
+    capsys.readouterr()
