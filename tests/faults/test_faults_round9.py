@@ -375,3 +375,194 @@ def test_what_the_condition_projections_read_is_kept_by_a_resume_and_a_student(s
     assert not (tmp_path / "st").exists()
     assert main([str(w) for w in student + ["--dry-run"]]) == 0
     capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Records read back
+# ----------------------------------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _study_edit(edit):
+    def apply(body: dict) -> None:
+        edit(body["study"][0])
+    return apply
+
+
+DAMAGED_STUDIES = [("cut short", None), ("format version 9", lambda b: b.update(format_version=9)),
+                   ("study of strings", lambda b: b.update(study=["n=5"])),
+                   ("no coverage", _study_edit(lambda s: s.pop("coverage"))),
+                   ("saved a word", _study_edit(lambda s: s.update(saved="most"))),
+                   ("coverage 7", _study_edit(lambda s: [c.update(ppi=7) for c in s["coverage"].values()])),
+                   ("no PPI coverage", _study_edit(lambda s: [c.pop("ppi") for c in s["coverage"].values()]))]
+
+
+def test_the_demo_report_reads_a_damaged_estimate_as_missing(tmp_path):
+    """The demo's estimate section read estimate.json's coverage study raw: an entry of text, a missing coverage or
+    PPI column ended the report in a traceback, a saved share of text or a coverage of 7 went into the report as
+    numbers. Now every study point is read typed (``StudyPoint.from_json``) and a damaged one is "—" (missing, as a
+    job that did not finish), never a traceback or a wrong figure. The control: the estimate as written."""
+    from simforcing.demo.estimate_section import evaluator_row
+    from simforcing.policy.estimate.estimate import StudyPoint
+    from simforcing.result_files import POLICY_ESTIMATE, tagged
+
+    est = tmp_path / "est"
+    est.mkdir()
+    cover = {"good": {"ppi": 0.9, "ground_truth_only": 0.95}, "fair": {"ppi": 0.85, "ground_truth_only": 0.9}}
+    point = StudyPoint(5, 2, cover, cover, 0.25, 0.8, 0.7, 0.9, 0.75)  # the fields policy estimate --draws writes
+    (est / "estimate.json").write_text(json.dumps(tagged(POLICY_ESTIMATE, 1, {"study": [point.to_json()]})))
+    row = evaluator_row("wm", None, est, 5)
+    assert (row.n, row.coverage, row.saved, row.trust_auroc) == (5, 0.85, 0.25, 0.75)
+    body = json.loads((est / "estimate.json").read_text())
+    for what, edit in DAMAGED_STUDIES:
+        bad = Path(shutil.copytree(est, tmp_path / what.replace(" ", "_")))
+        b = json.loads(json.dumps(body))
+        if edit is None:
+            (bad / "estimate.json").write_text(json.dumps(b)[:300])
+        else:
+            edit(b)
+            (bad / "estimate.json").write_text(json.dumps(b))
+        assert evaluator_row("wm", None, bad, 5) is None, what
+
+
+@pytest.fixture
+def docs_copy(tmp_path) -> Path:
+    """The README and docs/ as they are, in a folder of their own (``docs_tables`` takes the root)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copy(ROOT / "README.md", root / "README.md")
+    shutil.copytree(ROOT / "docs", root / "docs", ignore=shutil.ignore_patterns("*.png", "*.gif", "*.mp4"))
+    return root
+
+
+def test_docs_tables_write_is_whole_or_nothing(docs_copy):
+    """`docs_tables --write` rewrote the pages one after the other: a record that could not be shown (here the
+    faults record cut short) stopped it with the README already rewritten and the rest not — docs from two states of
+    the records. Every page is now rendered before any is written. A docs/records.json that is not an object (an
+    AttributeError traceback) and a timing entry whose commit is a number or whose minutes are a word are named.
+    The controls: the docs as they are are current; a stale README is rewritten."""
+    from simforcing import docs_tables as dt
+
+    assert dt.stale(docs_copy) == []  # the control
+    readme = docs_copy / "README.md"
+    readme.write_text(readme.read_text().replace("23.73", "99.99"))
+    faults = docs_copy / "docs" / "reliability" / "faults.json"
+    good = faults.read_text()
+    faults.write_text(good[:40])
+    before = readme.read_text()
+    with pytest.raises(dt.TableError, match="faults.json: not a readable JSON record"):
+        dt.write(docs_copy)
+    assert readme.read_text() == before  # nothing written
+    faults.write_text(good)
+    for rel, edit, needle in (
+            (dt.PROVENANCE, lambda j: [j], "records.json: not an object"),
+            (dt.TIMING, lambda j: [dict(e, commit=5) for e in j], "field 'commit' must be a string"),
+            (dt.TIMING, lambda j: [dict(e, from_nothing_min="long") for e in j], "'from_nothing_min' must be a number"),
+            (dt.TIMING, lambda j: {"runs": j}, "not a list of recorded runs")):
+        path = docs_copy / rel
+        text = path.read_text()
+        path.write_text(json.dumps(edit(json.loads(text))))
+        with pytest.raises(dt.TableError, match=needle):
+            dt.write(docs_copy)
+        path.write_text(text)
+    assert readme.read_text() == before
+    assert dt.write(docs_copy) == ["README.md"] and dt.stale(docs_copy) == []  # the control: rewritten whole
+
+
+def _record_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("demo_timing_record", ROOT / "docs" / "demo_timing" / "record.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_timing_recorder_refuses_a_damaged_record_a_partial_log_and_no_commit(tmp_path):
+    """docs/demo_timing/record.py read timing.json raw (cut short or a run without its label: a traceback, and a
+    recording into it would have been lost), recorded a log without /usr/bin/time's lines as a demo of unknown
+    duration, and an empty commit for a demo outside a git checkout — each without a word. Now each is one line
+    naming the file and what to do, before anything is written; the controls: a whole log, --allow-missing, a given
+    commit, an absent record (the first run)."""
+    rec = _record_module()
+    path = tmp_path / "timing.json"
+    assert rec.read_timing(path) == []
+    for body, needle in (('[{"label": "a"', "timing.json: Expecting"), ('[{"commit": "abc"}]', "its string 'label'"),
+                         ('{"label": "a"}', "not a list of runs")):
+        path.write_text(body)
+        with pytest.raises(SystemExit, match=needle):
+            rec.read_timing(path)
+    path.write_text('[{"label": "a", "commit": "abc"}]')
+    assert rec.read_timing(path)[0]["label"] == "a"
+    log = tmp_path / "demo.log"
+    log.write_text("[01:02] eval sft: done in 3 s\ndemo @ abc\n")
+    with pytest.raises(SystemExit, match=r"demo.log: no elapsed, user, system line\(s\)"):
+        rec.read_log(log)
+    assert rec.read_log(log, allow_missing=True)["elapsed"] is None
+    log.write_text(log.read_text() + "\tUser time (seconds): 100.5\n\tSystem time (seconds): 3.0\n"
+                   "\tElapsed (wall clock) time (h:mm:ss or m:ss): 32:30.1\n")
+    assert rec.read_log(log)["elapsed"].group(1) == "32:30.1"
+    outside = tmp_path / "demo"
+    outside.mkdir()
+    with pytest.raises(SystemExit, match="not in a git checkout; give the commit"):
+        rec.commit_of(outside, None)
+    assert rec.commit_of(outside, "abc123") == "abc123"
+
+
+def test_an_agreement_record_is_read_typed(tmp_path):
+    """agreement.json's episode shares, scene count and resample count were read raw (a share of text reached the
+    tables and the demo's report as a number, "20" resamples passed); now each is named by field. The control: the
+    record as written."""
+    from evalgen import edited, write_known_pool
+
+    from simforcing.policy.closed_loop.results import AgreementResult, JudgeRecord
+
+    root, _ = write_known_pool(tmp_path / "pool")
+    wm = edited(root / "wm", tmp_path / "wm", lambda b: b.update(judge=JudgeRecord({"h": 32}, 1, "w").to_json()))
+    out = tmp_path / "agreement"
+    assert main(["policy", "agreement", "--sim", str(root / "sim"), "--wm", f"a={wm}", "--bootstrap", "20",
+                 "--out", str(out)]) == 0
+    AgreementResult.read(out, "--x")
+    body = json.loads((out / "agreement.json").read_text())
+    for key, value, needle in (("episode_agreement", {"a": {"all": "most"}}, "'a' must map 'all'"),
+                               ("n_boot", "20", "n_boot"), ("scenes", 0, "scenes")):
+        bad = tmp_path / f"bad_{key}"
+        bad.mkdir()
+        (bad / "agreement.json").write_text(json.dumps({**body, key: value}))
+        with pytest.raises(ConfigError, match=f"agreement.json is an agreement .* malformed field .*{needle}"):
+            AgreementResult.read(bad, "--x")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Results that come out empty
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_comparison_or_study_with_nothing_in_it_is_refused(tmp_path, capsys):
+    """`policy agreement --reference A` with A the only world model wrote an agreement whose comparison with the
+    reference was empty (exit 0); `policy estimate --draws N` on an evaluation of fewer scenes than every default n
+    wrote a coverage study of no points (exit 0). Both are refused by the flag, nothing written. The controls: a
+    second world model to compare (here the same evaluation under another name: said in a note), and --study-n."""
+    from evalgen import edited, evaluation
+
+    from simforcing.policy.closed_loop.results import SIMULATOR, WORLD_MODEL, EpisodeOutcome, JudgeRecord
+
+    judge = JudgeRecord({"h": 32}, 1, "w")
+    for name, env, j in (("sim", SIMULATOR, None), ("wm", WORLD_MODEL, judge)):  # 3 scenes: one per task
+        evaluation(env, 1, lambda p, t, s: EpisodeOutcome(s, p in ("good", "fair"), 10), judge=j).write(tmp_path / name)
+    words = ["policy", "agreement", "--sim", tmp_path / "sim", "--bootstrap", "20", "--reference", "a", "--out"]
+    refused(words + [tmp_path / "ag", "--wm", f"a={tmp_path / 'wm'}"], capsys,
+            "--reference: 'a' is the only world model given with --wm")
+    assert not (tmp_path / "ag").exists()
+    assert main([str(w) for w in words + [tmp_path / "ag", "--wm", f"a={tmp_path / 'wm'}",
+                                          f"b={edited(tmp_path / 'wm', tmp_path / 'wm_b', lambda b: None)}"]]) == 0
+    assert list(json.loads((tmp_path / "ag" / "agreement.json").read_text())["vs_reference"]) == ["b"]
+    est = ["policy", "estimate", "--ground-truth", tmp_path / "sim", "--wm-eval", tmp_path / "wm", "--predictor",
+           "verdict", "--n", "2", "--draws", "2", "--out", tmp_path / "est"]
+    refused(est, capsys, "--draws: none of the coverage study's default n (5 10 20 40) is fewer than the 3 scenes",
+            "give --study-n with values from 2 to 2")
+    assert not (tmp_path / "est").exists()
+    assert main([str(w) for w in est + ["--study-n", "2"]]) == 0
+    assert [p["n"] for p in json.loads((tmp_path / "est" / "estimate.json").read_text())["study"]] == [2]
+    capsys.readouterr()

@@ -582,6 +582,19 @@ def _stat_json(v: float) -> Optional[float]:
     return None if v is None or not math.isfinite(v) else float(v)
 
 
+def _shares(d: dict, key: str) -> dict[str, dict[str, float]]:
+    """agreement.json ``episode_agreement``: per environment, "all" and each policy's share of episodes agreeing —
+    numbers in [0, 1]; anything else a MalformedResult naming the environment (a share of text was formatted as one
+    by the tables and the demo's report)."""
+    table = typed(d, key, "dict")
+    for env, per in table.items():
+        if not isinstance(per, dict) or "all" not in per or \
+                not all(finite_number(v) and 0 <= v <= 1 for v in per.values()):
+            raise MalformedResult(f"field {key!r}: {env!r} must map 'all' and each policy to a share in [0, 1]; got "
+                                  f"{per!r:.80}")
+    return table
+
+
 def _stat_read(d: dict, key: str) -> float:
     """A statistic of agreement.json: a finite number, or null (and NaN, as an earlier version wrote it) read as NaN
     (undefined); anything else a MalformedResult naming it."""
@@ -721,14 +734,14 @@ class AgreementResult:
     @classmethod
     def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "AgreementResult":
         return cls(players=list(d["players"]), learned=list(d["learned"]), tasks=list(d["tasks"]),
-                   scenes=int(d["scenes"]), sim={p: Rate.from_json(r) for p, r in d["sim"].items()},
+                   scenes=_count(d, "scenes", 1), sim={p: Rate.from_json(r) for p, r in d["sim"].items()},
                    envs={e: {p: Rate.from_json(r) for p, r in rows.items()} for e, rows in d["envs"].items()},
                    ranking={e: {k: RankingStats.from_json(s) for k, s in v.items()} for e, v in d["ranking"].items()},
-                   episode_agreement=d["episode_agreement"],
+                   episode_agreement=_shares(d, "episode_agreement"),
                    judge_validation=validation_from_json(d.get("judge_validation")),
                    vs_judged_simulator={e: JudgeHeldFixed.from_json(v)
                                         for e, v in (d.get("vs_judged_simulator") or {}).items()},
-                   n_boot=int(d["n_boot"]), matched=d.get("matched") or {}, scatter=d.get("scatter"),
+                   n_boot=_count(d, "n_boot", 1), matched=d.get("matched") or {}, scatter=d.get("scatter"),
                    videos=list(d.get("videos") or []),
                    vs_reference={e: ReferenceComparison.from_json(v)
                                  for e, v in (d.get("vs_reference") or {}).items()},

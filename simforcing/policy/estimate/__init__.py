@@ -157,7 +157,14 @@ def _study_ns(given: Optional[Sequence[int]], wm: WorldModelEpisodes) -> list[in
     those of ``STUDY_NS`` that do."""
     scenes = len({k[1:] for k in wm.keys})
     if given is None:
-        return [v for v in STUDY_NS if v < scenes]
+        ns = [v for v in STUDY_NS if v < scenes]
+        if not ns:  # the study was written empty, as if finished
+            raise ConfigError(f"--draws: none of the coverage study's default n ({' '.join(map(str, STUDY_NS))}) is "
+                              f"fewer than the {scenes} scenes of the world-model evaluation {wm.source}; give "
+                              f"--study-n with values from 2 to {scenes - 1}" if scenes > 2 else
+                              f"--draws: the world-model evaluation {wm.source} holds {scenes} scenes, too few for a "
+                              "coverage study (n from 2 to one fewer than the scenes); evaluate more scenes")
+        return ns
     for v in given:
         if v >= scenes:
             raise ConfigError(f"--study-n: {v} is not fewer than the {scenes} scenes of the world-model evaluation "
