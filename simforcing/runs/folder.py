@@ -228,15 +228,33 @@ def check_same_teacher(run_dir: str | Path, teacher_run: Optional[str | Path], f
                       "one), or start a new run in another --out")
 
 
+def read_init_source(run_dir: str | Path) -> Optional[str]:
+    """RUN/init.json's ``source`` ("base" or a run folder); None when the run recorded none (no init.json). Before
+    the run's first checkpoint a file that does not read as a record — cut short, not an object, a source that is no
+    string — is a CheckpointError naming it (taken for no record, a resume started from other weights without a
+    word); once the run has checkpoints its weights come from them, and such a file reads as no record."""
+    path = Path(run_dir) / INIT_FILE
+    if not path.exists():
+        return None
+    try:
+        source = json.loads(path.read_text()).get("source")
+        problem = None if isinstance(source, str) and source else \
+            f"field 'source' must be \"base\" or the run folder the run started from; got {source!r:.60}"
+    except (OSError, ValueError, AttributeError) as e:
+        source, problem = None, f"cannot read the start the run recorded ({type(e).__name__}: {e})"
+    if problem is None or list_checkpoints(run_dir):
+        return source if problem is None else None
+    raise CheckpointError(f"{problem}; the run has no checkpoint yet, so a resume starts again from what it records "
+                          "— restore it (the file --init wrote), or start a new run", path)
+
+
 def check_same_init(run_dir: str | Path, init: Optional[str], flag: str = "--init") -> Optional[str]:
     """On ``--resume``: the start RUN/init.json records ("base" or a run folder; None when the run recorded none
-    yet), and ConfigError when ``init`` (given: not None) names another one — a run stopped before its first
-    checkpoint would otherwise start again from what the resume names, not from what it started with."""
-    try:
-        source = json.loads((Path(run_dir) / INIT_FILE).read_text()).get("source")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(source, str):
+    yet: :func:`read_init_source`), and ConfigError when ``init`` (given: not None) names another one — a run stopped
+    before its first checkpoint would otherwise start again from what the resume names, not from what it started
+    with."""
+    source = read_init_source(run_dir)
+    if source is None:
         return None
     if init is None:
         same = True
@@ -252,8 +270,10 @@ def check_same_init(run_dir: str | Path, init: Optional[str], flag: str = "--ini
 
 def recorded_init(run_dir: str | Path) -> Optional[str]:
     """The run folder RUN/init.json records as the run's start (``pretrain --init RUN0``, ``policy train --init
-    RUN``), or None (no init.json, or a start from the preset's own weights)."""
-    return _recorded_source(Path(run_dir), INIT_FILE, "source")
+    RUN``), or None (no init.json, or a start from the preset's own weights); a damaged init.json is named
+    (:func:`read_init_source`)."""
+    source = read_init_source(run_dir)
+    return None if source == "base" else source
 
 
 def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> str:

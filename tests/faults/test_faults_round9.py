@@ -566,3 +566,21 @@ def test_a_comparison_or_study_with_nothing_in_it_is_refused(tmp_path, capsys):
     assert main([str(w) for w in est + ["--study-n", "2"]]) == 0
     assert [p["n"] for p in json.loads((tmp_path / "est" / "estimate.json").read_text())["study"]] == [2]
     capsys.readouterr()
+
+
+def test_a_damaged_start_record_is_named_before_the_first_checkpoint(ref, tiny, tmp_path, capsys):
+    """RUN/init.json (what a run started from: `pretrain --init RUN0`, `policy train --init RUN`) cut short or
+    edited read as no record: a run resumed before its first checkpoint started from other weights without a word.
+    Now a CheckpointError naming the file (exit 1); once the run holds checkpoints (its weights) it is not needed and
+    not refused. The controls: a start of "base" resumes; the same damage beside checkpoints resumes."""
+    run = Path(shutil.copytree(ref, tmp_path / "s1"))
+    shutil.rmtree(run / "checkpoints")
+    for body in ('{"source": "ba', '{"source": 5}', '["base"]'):
+        (run / "init.json").write_text(body)
+        refused(pretrain_args(run, tiny, "--train.max_steps=1", resume=True), capsys, "checkpoint error:",
+                "init.json", "the run has no checkpoint yet", code=1)
+    (run / "init.json").write_text('{"source": "base"}')
+    assert main(pretrain_args(run, tiny, "--train.max_steps=1", resume=True)) == 0
+    (run / "init.json").write_text('{"source": 5}')  # beside a checkpoint: its weights are the checkpoint's
+    assert main(pretrain_args(run, tiny, "--train.max_steps=2", resume=True)) == 0
+    capsys.readouterr()
