@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from faultkit import TINY, pretrain_args, refused
+from faultkit import TINY, policy_args, pretrain_args, refused
 
 from simforcing.cli import main
 from simforcing.config import ConfigError
@@ -155,9 +155,10 @@ def test_an_edited_inputs_record_is_named(demo_a, tmp_path):
     assert open_run(run, weights=False).cfg.model.vae.path == good["vae"]["path"]
 
 
-def test_a_student_or_resume_with_another_vae_is_refused(demo_a, tiny, tmp_path, capsys):
+def test_a_student_or_resume_with_another_vae_is_refused(demo_a, tiny, policy_data, tmp_path, capsys):
     """`train --teacher RUN1 --model.vae.path=OTHER`: the student started from weights trained on one VAE's latents
-    and trained on another's, without a word; `pretrain --resume --model.vae.path=OTHER` went on in other latents;
+    and trained on another's, without a word (so did `policy train --init RUN1`); `pretrain --resume
+    --model.vae.path=OTHER` went on in other latents;
     a latent cache encoded with one VAE trained a run that samples with another. Each is refused by name before
     anything is written. The controls: a copy of the run's own VAE in another folder trains (it is the same VAE)."""
     run_a = demo_a / "runs" / "demo" / "s1"
@@ -170,6 +171,9 @@ def test_a_student_or_resume_with_another_vae_is_refused(demo_a, tiny, tmp_path,
             "the student starts from its teacher's weights")
     assert not out.exists()
     assert main([str(w) for w in train + [f"--model.vae.path={same}"]]) == 0  # control: the same VAE elsewhere
+    refused(policy_args(tmp_path / "policy", policy_data, other, init=str(run_a)), capsys, "model.vae.path:",
+            "the policy starts from its weights")
+    assert not (tmp_path / "policy").exists()
     resumed = Path(shutil.copytree(run_a, tmp_path / "resumed"))
     refused(pretrain_args(resumed, (tiny[0], other), "--train.max_steps=4", resume=True), capsys,
             "model.vae.path:", "a resumed run goes on in the latents it was trained in")
