@@ -588,3 +588,24 @@ def test_a_damaged_start_record_is_named_before_the_first_checkpoint(ref, tiny, 
     (run / "init.json").write_text('{"source": 5}')  # beside a checkpoint: its weights are the checkpoint's
     assert main(pretrain_args(run, tiny, "--train.max_steps=2", resume=True)) == 0
     capsys.readouterr()
+
+
+def test_a_window_evaluation_with_a_number_that_is_not_one_is_named(tmp_path):
+    """eval.json of `evaluate` read a NaN or infinite PSNR, a negative action error and 0 samples as scores (they
+    reached the demo's report, the model card and a fidelity point as figures); `evaluate` never writes them (a
+    prediction that is not finite is refused). Now each is named by field; the control: the file as written."""
+    from fidelitygen import window_eval, world_model
+
+    from simforcing.evaluate.results import WindowEvaluation
+
+    folder = window_eval(tmp_path / "ev", world_model(tmp_path / "stage2"))
+    assert WindowEvaluation.read(folder, "--eval").scores.psnr == 24.5
+    body = json.loads((folder / "eval.json").read_text())
+    for key, value, needle in (("psnr", float("nan"), "'psnr' must be a finite number or null; got nan"),
+                               ("ssim", float("inf"), "'ssim' must be a finite number"),
+                               ("af_pos", -0.01, "'af_pos' must be a finite number >= 0"),
+                               ("lpips", -1, "'lpips' must be a finite number >= 0"),
+                               ("num_samples", 0, "'num_samples' must be an integer >= 1")):
+        (folder / "eval.json").write_text(json.dumps({**body, key: value}))
+        with pytest.raises(ConfigError, match=f"eval.json is a one-window evaluation with a malformed field .*{needle}"):
+            WindowEvaluation.read(folder, "--eval")
