@@ -273,20 +273,25 @@ def test_an_evaluation_whose_draws_contradict_its_episodes_is_refused(pool, what
 
 def test_predictor_settings_at_their_edges(pool, tmp_path, capsys):
     """`--disagreement-prior 1e308` overflowed into a numpy warning and an interval from an infinite weight (exit 0):
-    now a prior above 1000 pseudo-episodes is refused by the flag; `--no-refit-variance` with a predictor fitted on
+    now a prior above 1000 pseudo-episodes is refused by the flag, as are more than 100 000 study draws (10^9 ran for
+    days before writing anything); `--no-refit-variance` with a predictor fitted on
     nothing did nothing without a word (now a note), and an estimate of one policy (`--policies good`) wrote empty
     differences and a rank of 1–1 (now said in a note). The controls: prior 1000 and 0 estimate, the learned
     predictor takes --no-refit-variance without a note."""
     refused(_estimate(pool, tmp_path / "e1", "--disagreement-prior", "1e308"), capsys,
             "--disagreement-prior: got 1e+308; expected a number from 0 to 1000")
+    refused(_estimate(pool, tmp_path / "e2", "--draws", "1000000000"), capsys, "--draws: got 1000000000; expected at "
+            "most 100000")
     for prior in ("1000", "0"):
-        assert main([str(w) for w in _estimate(pool, tmp_path / f"p{prior}", "--disagreement-prior", prior)]) == 0
+        assert main([str(w) for w in _estimate(pool, tmp_path / f"p{prior}", "--disagreement-prior", prior,
+                                               "--predictor", "verdict")]) == 0
     assert main([str(w) for w in _estimate(pool, tmp_path / "v", "--predictor", "verdict",
                                            "--no-refit-variance")]) == 0
     assert any("--no-refit-variance: nothing to leave out" in n for n in _notes(tmp_path / "v"))
     assert main([str(w) for w in _estimate(pool, tmp_path / "l", "--no-refit-variance")]) == 0
     assert _notes(tmp_path / "l") == []
-    assert main([str(w) for w in _estimate(pool, tmp_path / "one", "--policies", "good")]) == 0
+    assert main([str(w) for w in _estimate(pool, tmp_path / "one", "--policies", "good", "--predictor",
+                                           "verdict")]) == 0
     assert any("one policy (good): no differences" in n for n in _notes(tmp_path / "one"))
     capsys.readouterr()
 
