@@ -90,8 +90,12 @@ def _json(path: Path) -> Any:
 
 
 def timing_entry(path: Path, label: Optional[str]) -> dict:
-    """timing.json's run ``label``, or its newest run with figures when ``label`` is None."""
+    """timing.json's run ``label``, or its newest run with figures when ``label`` is None; a record that is not a list
+    of runs (objects) is a TableError naming it."""
     runs = _json(path)
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise TableError(f"{path}: not a list of recorded runs (JSON objects); restore it from git or record the runs "
+                         "again with docs/demo_timing/record.py")
     if label is None:
         with_figures = [r for r in runs if "figures" in r]
         if not with_figures:
@@ -110,9 +114,19 @@ def provenance(table: Table, entry: Optional[str], root: Path) -> str:
             return "Each row: its run's commit, machine and date"
         e = timing_entry(root / TIMING, entry)
         took = e.get("from_nothing_min")
+        bad = [k for k in ("commit", "machine", "date") if not isinstance(e.get(k), str)]
+        if bad or not (took is None or (isinstance(took, (int, float)) and not isinstance(took, bool)
+                                        and took == took and abs(took) != float("inf"))):
+            raise TableError(f"{root / TIMING}: entry {e.get('label')!r}: "
+                             + (f"field {bad[0]!r} must be a string" if bad else
+                                f"field 'from_nothing_min' must be a number of minutes; got {took!r:.40}")
+                             + "; restore it from git or record it again with docs/demo_timing/record.py")
         return (f"`make demo` on a clean clone of `{e['commit']}`, {e['machine']}, {e['date']}"
                 + ("" if took is None else f" ({took:.1f} minutes from nothing)"))
     index = _json(root / PROVENANCE) if (root / PROVENANCE).exists() else {}
+    if not isinstance(index, dict):
+        raise TableError(f"{root / PROVENANCE}: not an object of record -> its commit, machine and date; restore it "
+                         "from git")
     p = index.get(table.records[0])
     if not isinstance(p, dict) or not all(isinstance(p.get(k), str) for k in ("commit", "machine", "date")):
         raise TableError(f"{PROVENANCE}: no commit, machine and date for {table.records[0]}; add them (or record "
@@ -688,18 +702,19 @@ def pages(root: Path = ROOT) -> list[str]:
 
 
 def write(root: Path = ROOT, entries: Optional[dict[str, str]] = None) -> list[str]:
-    """Rewrite every block of every page and docs/RESULTS.md; the pages changed."""
-    changed = []
-    for page in pages(root):
-        path = root / page
-        text = path.read_text()
-        new = results_page(root) if page == RESULTS_PAGE else rewrite(text, page, root, entries)
-        if new != text:
-            path.write_text(new)
-            changed.append(page)
-    if RESULTS_PAGE not in pages(root):
-        (root / RESULTS_PAGE).write_text(results_page(root))
-        changed.append(RESULTS_PAGE)
+    """Rewrite every block of every page and docs/RESULTS.md; the pages changed. Every page is rendered before any
+    is written: a record that cannot be shown (a TableError) leaves every page as it was (it once left the pages
+    before it rewritten and the rest not: docs from two states of the records)."""
+    new = {page: results_page(root) if page == RESULTS_PAGE else rewrite((root / page).read_text(), page, root,
+                                                                             entries)
+           for page in pages(root)}
+    if RESULTS_PAGE not in new:
+        new[RESULTS_PAGE] = results_page(root)
+    changed = [page for page, text in new.items() if not (root / page).is_file() or (root / page).read_text() != text]
+    for page in changed:  # each page whole (a temporary sibling renamed over it)
+        tmp = (root / page).with_name(f".{(root / page).name}.tmp")
+        tmp.write_text(new[page])
+        tmp.replace(root / page)
     return changed
 
 

@@ -39,7 +39,7 @@ from simforcing.models.world_model import build_world_model
 from simforcing.result_files import WORLD_MODEL_EXPORT as FORMAT
 from simforcing.result_files import folder_contents, read_result, tagged
 from simforcing.runs.loaded import CheckpointId, LoadedWorldModel, load_world_model
-from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, check_output_path
+from simforcing.utils import atomic_write, atomic_write_json, atomic_write_text, check_output_path, weights_digest
 
 FORMAT_VERSION = 1
 INDEX_FILE, NORMALIZER_FILE, CARD_FILE = "model.safetensors.index.json", "normalizer.json", "README.md"
@@ -118,7 +118,7 @@ def export_run(run: str | Path, out: str | Path, step: Optional[int] = None, eva
     check_finite(state, wm.checkpoint.path, "the checkpoint's weights")
     cfg = copy.deepcopy(wm.cfg)
     vae = {"kind": cfg.model.vae.kind, "path": cfg.model.vae.path, "latent_channels": cfg.model.vae.latent_channels,
-           "copied": cfg.model.vae.kind == "demo"}
+           "copied": cfg.model.vae.kind == "demo", "digest": weights_digest(cfg.model.vae.path)}
     source = {"run": str(Path(run).resolve()), "kind": wm.checkpoint.kind, "step": wm.checkpoint.step,
               "checkpoint": str(wm.checkpoint.path), "simforcing": __version__, "run_state": scored.run_state,
               "total_steps": scored.total_steps, "finished": scored.finished}
@@ -225,6 +225,7 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", vae:
     own, source = check_export(folder, meta)
     if vae is not None:
         own.model.vae.path = str(vae)
+    check_export_vae(folder, meta["vae"], own.model.vae.path, vae is not None)
     if text_encoder is not None:
         own.model.text_encoder = str(text_encoder)
     merged = merge_run_config(own, cfg)
@@ -240,6 +241,23 @@ def load_pretrained(folder: str | Path, device: str | torch.device = "cpu", vae:
                       f"step {source['step']}); its predictions are those of a model still in training", stacklevel=3)
     return LoadedWorldModel(merged, model.to(device).eval(), load_vae(merged, device), normalizer,
                             CheckpointId(folder, source.get("kind"), source["step"], folder))
+
+
+def check_export_vae(folder: Path, recorded: dict, path: Optional[str], given: bool) -> None:
+    """The VAE an export is loaded with holds the weights its run was trained with (config.json ``vae.digest``,
+    ``utils.weights_digest``; an export from before the field is not checked): ``vae=`` another VAE is a ConfigError,
+    a copied VAE whose weights changed a CheckpointError, each naming both."""
+    digest = recorded.get("digest")
+    if digest is not None and not isinstance(digest, str):
+        raise _malformed(folder, "config.json", f"vae.digest must be a string (the VAE's weights digest); got "
+                         f"{digest!r:.40}")
+    now = weights_digest(path) if digest and path else None
+    if now is None or now == digest:
+        return
+    what = f"{path} holds another VAE (weights digest {now}) than the run was trained with ({digest})"
+    if given:
+        raise ConfigError(f"vae: {what}; give the VAE the run was trained with ({recorded.get('path')})")
+    raise _malformed(folder, "vae" if recorded.get("copied") else "config.json", what)
 
 
 def _malformed(folder: Path, file: str, what: str) -> CheckpointError:

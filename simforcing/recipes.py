@@ -91,7 +91,7 @@ def check_recipe_data(name: Optional[str], root) -> None:
     said in a note (record it with the recipe's operators, GUIDE "What data an evaluator needs")."""
     import sys
 
-    from simforcing.data.format import read_info
+    from simforcing.data.format import read_info, read_splits
 
     if name is None:
         return
@@ -110,6 +110,14 @@ def check_recipe_data(name: Optional[str], root) -> None:
             raise ConfigError(f"--recipe {r.name}: {root} was made with {dest} {got!r}, the recipe's data has "
                               f"{want!r}; train it on data made by `simforcing data synth --recipe {r.name}`, or "
                               "leave out --recipe")
+    made = synth.get("num_train"), synth.get("layout_train") or 0
+    held = len(read_splits(root)["train"])
+    if isinstance(made[0], int) and isinstance(made[1], int) and held != sum(made):
+        raise ConfigError(f"--recipe {r.name}: {root}'s train split holds {held} episodes, but `data synth --recipe "
+                          f"{r.name}` made {sum(made)} (meta/info.json synth.num_train {made[0]} + layout_train "
+                          f"{made[1]}): episodes were added or removed since, and only those it made show the recipe's "
+                          "operators — make the dataset again with `simforcing data synth --recipe "
+                          f"{r.name}`, or leave out --recipe")
 
 
 def train_overrides(args) -> list[str]:

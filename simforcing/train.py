@@ -32,6 +32,7 @@ from simforcing.models.weights import frozen_copy
 from simforcing.models.world_model import build_world_model, new_condition_tensor
 from simforcing.runs.checkpoint import load_model_state
 from simforcing.runs.folder import INIT_FILE, check_same_teacher, recorded_init
+from simforcing.runs.loaded import CONDITION_FIELDS, differing_fields
 from simforcing.training.checks import resolve_teacher
 from simforcing.training.loop import Trainer
 from simforcing.training.stage import Models, Stage, Start, StartFolder
@@ -90,12 +91,13 @@ def _method_step(cfg: Config):
 
 
 def _same_condition_path(theirs: Config, cfg: Config, run_dir: Path) -> None:
-    """``conditioning.path`` decides the network's tensors (the input's condition channels), so a resume keeps it
-    (both stages; a stage-2 run may choose another than its teacher's)."""
-    if theirs.conditioning.path != cfg.conditioning.path:
-        raise ConfigError(f"conditioning.path: {run_dir} was trained with {theirs.conditioning.path!r}, the resumed "
-                          f"config asks {cfg.conditioning.path!r}; it decides the network's tensors, so it cannot "
-                          "change on --resume (start a new run)")
+    """``conditioning.path`` decides the network's tensors (the input's condition channels) and
+    ``conditioning.representation`` what they read (c itself, or its motion), so a resume keeps both (both stages; a
+    stage-2 run may choose others than its teacher's)."""
+    for name, was, now in differing_fields(theirs, cfg, CONDITION_FIELDS)[:1]:
+        why = "the network's tensors" if name == "conditioning.path" else "what the trained projections read"
+        raise ConfigError(f"{name}: {run_dir} was trained with {was!r}, the resumed config asks {now!r}; it decides "
+                          f"{why}, so it cannot change on --resume (start a new run)")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

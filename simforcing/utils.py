@@ -170,6 +170,37 @@ def relative_to(path: str | Path, base: str | Path) -> str:
         return str(p)
 
 
+WHOLE_FILE_BYTES = 256 << 20  # weight files up to this size are hashed whole; larger ones sampled (weights_digest)
+
+
+def weights_digest(folder: str | Path) -> Optional[str]:
+    """What a VAE or state-probe folder holds, as a short digest of its weight files (every ``*.safetensors`` at its
+    top level, by name and content: a file up to 256 MiB whole, a larger one — a Wan2.2 VAE — by its size and 16
+    evenly spaced MiB, so a run checks its VAE in milliseconds); None when the folder holds none (or is no folder).
+    Two folders with the same weights have the same digest wherever they lie; a VAE fitted on other data has
+    another (``runs.folder.located`` compares it with the one a run recorded)."""
+    folder = Path(folder)
+    try:
+        files = sorted(f for f in folder.iterdir() if f.suffix == ".safetensors" and f.is_file())
+    except OSError:
+        return None
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}:".encode())
+        with open(f, "rb") as fh:
+            if size <= WHOLE_FILE_BYTES:
+                while block := fh.read(1 << 22):
+                    h.update(block)
+            else:
+                for i in range(16):
+                    fh.seek((size - (1 << 20)) * i // 15)
+                    h.update(fh.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
 def fmt_num(v: Optional[float], nd: int = 3) -> str:
     """A number for a markdown table: ``nd`` decimals, "—" for a missing one (a metric without weights, a failed run)."""
     return "—" if v is None else f"{v:.{nd}f}"

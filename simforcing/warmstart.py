@@ -34,7 +34,7 @@ from simforcing.errors import CheckpointError
 from simforcing.models.weights import load_configured_weights
 from simforcing.models.world_model import new_condition_tensor
 from simforcing.runs.checkpoint import list_checkpoints
-from simforcing.runs.folder import CHECKPOINTS_DIR, INIT_STAGE1, open_run, run_config
+from simforcing.runs.folder import CHECKPOINTS_DIR, INIT_STAGE1, check_same_vae, newest_readable, open_run, run_config
 from simforcing.runs.loaded import architecture_fields, differing_fields
 
 
@@ -104,6 +104,11 @@ def check_init_run(cfg: Config, run_dir: str | Path, flag: str = "--init") -> Co
                           "from its weights, so architecture fields must match (pass the same --preset/overrides)")
     if not list_checkpoints(run_dir):
         raise CheckpointError(f"{flag}: no checkpoint in this run", run_dir / CHECKPOINTS_DIR)
+    ref = newest_readable(run_dir)
+    if ref is not None:
+        check_same_vae(cfg, run_dir, ref, f"stage 1 starts from its weights, which read that VAE's latents — train "
+                       f"with --model.vae.path set to that VAE (or a copy of it), or give {flag} a run trained with "
+                       "this VAE")
     return run_cfg
 
 

@@ -35,9 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config(args: argparse.Namespace) -> Config:
     """The teacher's config with the student's settings (or, on --resume, the run's own) + overrides. A new student
     is the teacher's network: an override of its architecture or condition path (``conditioning.path``: the input's
-    condition channels) is refused naming the field before anything is written (it once failed later, on loading the
+    condition channels; ``conditioning.representation``: what its projections read) is refused naming the field before anything is written (it once failed later, on loading the
     teacher's weights, leaving a run folder without a checkpoint)."""
-    from simforcing.runs.loaded import check_teacher_architecture
+    from simforcing.runs.loaded import CONDITION_FIELDS, check_teacher_architecture
 
     # --steps 0 passed --dry-run (refused as fewstep.steps only once the run started); --w inf was baked in
     check_counts((("--steps", args.steps, 1), ("--w", args.w, 0)))
@@ -50,7 +50,7 @@ def config(args: argparse.Namespace) -> Config:
         base = distill_config(run_config(args.teacher, TEACHER_KINDS, "--teacher", "distill_teacher"), args.steps,
                               args.objective or "trajectory", args.w)
         cfg = _with_data(config_from_args(args, base=copy.deepcopy(base), validate=False), args)
-        check_teacher_architecture(cfg, base, str(args.teacher), also=("conditioning.path",))
+        check_teacher_architecture(cfg, base, str(args.teacher), also=CONDITION_FIELDS)
         return cfg
     check_resumed_student(args, base)
     return _with_data(config_from_args(args, base=base, validate=False), args)

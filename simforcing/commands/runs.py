@@ -25,9 +25,13 @@ def config_for_run(args: argparse.Namespace, run: Optional[str] = None) -> Confi
     from simforcing.runs.loaded import check_sampling_overrides
     from simforcing.twin import check_twin_can_act
 
+    from simforcing.config import parse_overrides
+
     refuse_config_with(args, "--ckpt", "the run's own config is the base")
     run = args.ckpt if run is None else run
-    base = run_config(run, WORLD_MODELS, "--ckpt", "sample", step=getattr(args, "step", None))
+    given = parse_overrides(list(getattr(args, "overrides", None) or []))
+    base = run_config(run, WORLD_MODELS, "--ckpt", "sample", step=getattr(args, "step", None),
+                      leave=("probe",) if "eval.probe" in given else ())
     cfg = config_from_args(args, base=copy.deepcopy(base))
     check_sampling_overrides(base, cfg, run)
     check_twin_can_act(cfg, str(run), cfg.sample.condition)

@@ -44,6 +44,7 @@ from safetensors.torch import load_file
 
 from simforcing.config import Config, ConfigError
 from simforcing.data.format import DataError
+from simforcing.utils import weights_digest
 
 FORMAT_NAME = "simforcing-latents"
 FORMAT_VERSION = 1
@@ -89,6 +90,12 @@ def check_compatible(index: dict, cfg: Config, where: Path) -> None:
         if cached != now:
             raise ConfigError(f"{name}: the latent cache {where} was encoded with {cached!r} but the config says "
                               f"{now!r}; re-encode with `simforcing data encode` or fix the override")
+    cached = index.get("vae_digest")  # a cache from before the field: not checked
+    now = weights_digest(v.path) if isinstance(cached, str) and v.path else None
+    if now is not None and now != cached:
+        raise ConfigError(f"model.vae.path: the latent cache {where} was encoded with another VAE (weights digest "
+                          f"{cached}, {index['vae'].get('path')}) than {v.path} (digest {now}), which the run would "
+                          "sample with; re-encode with `simforcing data encode` and this VAE, or give the cache's")
 
 
 class LatentWindowDataset(torch.utils.data.Dataset):

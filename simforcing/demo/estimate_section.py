@@ -16,7 +16,8 @@ from simforcing.config import ConfigError
 from simforcing.demo.plan import EVALUATOR, TWIN, Plan, student_of, views_of
 from simforcing.fidelity import Aim
 from simforcing.policy.closed_loop.results import AgreementResult
-from simforcing.result_files import POLICY_ESTIMATE, read_result
+from simforcing.policy.estimate.estimate import StudyPoint
+from simforcing.result_files import POLICY_ESTIMATE, MalformedResult, nested, read_result
 from simforcing.utils import fmt_num, relative_to
 
 CLEAN, NOISIEST = "scripted expert (ceiling)", "scripted expert, noise 4 cm/step"
@@ -74,12 +75,20 @@ class EvaluatorsSection:
                 "aims": {a.key: {"label": a.label, "bound": a.bound, "below": a.below} for a in AIMS}}
 
 
-def _study(folder: Path, n: int) -> Optional[dict]:
+def _study(folder: Path, n: int) -> Optional[StudyPoint]:
+    """The coverage study's point at ``n`` of the estimate in ``folder``, every field typed (``StudyPoint.from_json``,
+    each policy's coverage holding its PPI interval's); None where there is none or the file does not read as one (a
+    record cut short or edited is "—" in the report, never a traceback or its wrong number)."""
     try:
         body, _ = read_result(folder / "estimate.json", POLICY_ESTIMATE, 1, f"the estimate section's {folder.name}")
-    except ConfigError:
+        study = body.get("study") or []
+        points = [nested(f"study[{i}]", StudyPoint.from_json, s) for i, s in enumerate(study)] \
+            if isinstance(study, list) else []
+    except (ConfigError, MalformedResult, AttributeError, TypeError):
         return None
-    return next((s for s in body.get("study") or [] if s.get("n") == n), None)
+    point = next((s for s in points if s.n == n), None)
+    ok = point is not None and point.coverage and all("ppi" in c for c in point.coverage.values())
+    return point if ok else None
 
 
 def collect_estimate(plan: Plan) -> Optional[EvaluatorsSection]:
@@ -124,9 +133,9 @@ def evaluator_row(name: str, agreement: Optional[AgreementResult], estimate: Opt
                    noisiest_expert=rates[NOISIEST].rate if NOISIEST in rates else None)
     s = _study(Path(estimate), n) if estimate is not None else None
     if s is not None:
-        row.update(n=s["n"], coverage=min(c["ppi"] for c in s["coverage"].values()), saved=s["saved"],
-                   trust_auroc=s.get("trust_auroc"), rho_verdict=s.get("rho_verdict"),
-                   rho_predictor=s.get("rho_predictor"), folder=str(estimate))
+        row.update(n=s.n, coverage=min(c["ppi"] for c in s.coverage.values()), saved=s.saved,
+                   trust_auroc=s.trust_auroc, rho_verdict=s.rho_verdict, rho_predictor=s.rho_predictor,
+                   folder=str(estimate))
     return EvaluatorRow(**row) if len(row) > 1 else None
 
 

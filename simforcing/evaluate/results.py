@@ -15,6 +15,7 @@ rendered from these types by ``evaluate.tables``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, Optional
@@ -106,21 +107,32 @@ class WindowScores:
 
     @classmethod
     def from_json(cls, d: dict) -> "WindowScores":
-        """From ``to_json``'s keys (a file of any version: keys it lacks are None)."""
+        """From ``to_json``'s keys (a file of any version: keys it lacks are None); every score a finite number or
+        null (an evaluation never writes NaN or infinity: a non-finite prediction is refused), the action errors
+        (distances) >= 0, ``num_samples`` >= 1."""
         num, opt = ("number", "null"), {"default": None}
-        return cls(psnr=typed(d, "psnr", *num), ssim=typed(d, "ssim", *num),
-                   psnr_arm=typed(d, "psnr_arm", *num, **opt), lpips=typed(d, "lpips", *num, **opt),
-                   fid=typed(d, "fid", *num, **opt), fvd=typed(d, "fvd", *num, **opt),
+
+        def score(key: str, low: float = -math.inf, **kw) -> Optional[float]:
+            v = typed(d, key, *num, **kw)
+            if v is not None and not (math.isfinite(v) and v >= low):
+                least = f" >= {low:g}" if low > -math.inf else ""
+                raise MalformedResult(f"field {key!r} must be a finite number{least} or null; got {v!r}")
+            return v
+
+        return cls(psnr=score("psnr"), ssim=score("ssim"),
+                   psnr_arm=score("psnr_arm", **opt), lpips=score("lpips", 0, **opt),
+                   fid=score("fid", 0, **opt), fvd=score("fvd", 0, **opt),
                    reasons={k: str(d[f"{k}_reason"]) for k in REASON_KEYS if d.get(f"{k}_reason")},
-                   action=ActionFollowing(**{k: typed(d, k, *num, **opt) for k in ACTION_KEYS}),
+                   action=ActionFollowing(**{k: score(k, -math.inf if k == "af_control_psnr" else 0, **opt)
+                                             for k in ACTION_KEYS}),
                    fid_num_images=typed(d, "fid_num_images", "int", "null", **opt),
                    fvd_num_videos=typed(d, "fvd_num_videos", "int", "null", **opt),
-                   num_samples=_count(d, "num_samples"),
+                   num_samples=_count(d, "num_samples", 1),
                    num_frames_compared=typed(d, "num_frames_compared", "int", "null", **opt),
                    protocol=typed(d, "protocol", "dict", "null", **opt) or {},
                    per_sample=dict(typed(d, "per_sample", "dict", "null", **opt) or {}),
                    latency=nested("latency", LatencySummary.from_json, typed(d, "latency", "dict")),
-                   latency_s=typed(d, "latency_s", *num),
+                   latency_s=score("latency_s", 0),
                    latency_phases_s=dict(typed(d, "latency_phases_s", "dict", "null", **opt) or {}),
                    forwards_per_sample=typed(d, "forwards_per_sample", "int", "null", default=0) or 0,
                    views=_view_scores(typed(d, "views", "dict", "null", **opt) or {}))

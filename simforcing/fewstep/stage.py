@@ -23,16 +23,17 @@ from simforcing.errors import CheckpointError
 from simforcing.fewstep.objective import fewstep_step
 from simforcing.models.weights import frozen_copy
 from simforcing.models.world_model import build_world_model
-from simforcing.runs.folder import CHECKPOINTS_DIR, check_same_teacher, open_run, own_sampler
-from simforcing.runs.loaded import check_teacher_architecture, differing_fields
+from simforcing.runs.folder import CHECKPOINTS_DIR, check_same_teacher, check_same_vae, open_run, own_sampler
+from simforcing.runs.loaded import CONDITION_FIELDS, check_teacher_architecture, differing_fields
 from simforcing.train import STAGE2
-from simforcing.training.checks import resumed_teacher
+from simforcing.training.checks import TEACHER_VAE, check_teacher_pairing, resumed_teacher
 from simforcing.training.loop import Trainer
 from simforcing.training.stage import Models, Stage, Start, StartFolder
 
 TEACHER_KINDS = ("stage2",)
 # what a resumed student must keep: the student it is (its K, objective and the sampler it reproduces)
-FIXED_FIELDS = ("fewstep.steps", "fewstep.objective", "fewstep.w", "fewstep.teacher_n_sim", "fewstep.teacher_n_real")
+FIXED_FIELDS = ("fewstep.steps", "fewstep.objective", "fewstep.w", "fewstep.teacher_n_sim", "fewstep.teacher_n_real",
+                *CONDITION_FIELDS)
 
 
 def distill_config(teacher_cfg: Config, steps: int, objective: str = "trajectory",
@@ -83,6 +84,8 @@ def _start(cfg: Config, folder: StartFolder, start: Start) -> Start:
             raise CheckpointError("no valid checkpoint to distil", Path(teacher_run) / CHECKPOINTS_DIR) from e
         raise
     check_teacher_architecture(cfg, teacher.cfg, str(teacher_run))
+    check_same_vae(cfg, teacher_run, teacher.checkpoint, TEACHER_VAE)
+    check_teacher_pairing(cfg, Path(teacher_run), teacher)
     return dataclasses.replace(start, teacher_run=Path(teacher_run), teacher=teacher.checkpoint)
 
 

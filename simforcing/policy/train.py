@@ -25,9 +25,9 @@ from simforcing.policy.data import PolicyWindowDataset
 from simforcing.policy.init import init_policy
 from simforcing.policy.settings import ATTENTION_MODE, check_setting, freeze_for_setting
 from simforcing.policy.steps import policy_step
-from simforcing.runs.folder import resume_command
+from simforcing.runs.folder import check_same_vae, newest_readable, resume_command
 from simforcing.training.loop import Trainer
-from simforcing.training.stage import Models, Stage, Start
+from simforcing.training.stage import Models, Stage, Start, StartFolder
 
 _KEYS = ("actions", "state0", "text", "text_mask")
 
@@ -46,6 +46,20 @@ def _same_setting(theirs: Config, cfg: Config, run_dir: Path) -> None:
         raise ConfigError(f"policy.setting: {run_dir} is a {theirs.policy.setting!r} policy run, the resumed config "
                           f"asks {cfg.policy.setting!r}; --resume continues a run of the same setting — use "
                           f"`{resume_command(run_dir, 'policy', theirs)}`")
+
+
+def _start(cfg: Config, folder: StartFolder, start: Start) -> Start:
+    """A fresh start from a run (``--init RUN``): the VAE the policy encodes with must be the one that run was
+    trained with (its checkpoint's meta.json ``inputs``; ``runs.folder.check_same_vae``) — its video expert reads
+    that VAE's latents."""
+    init = start.init
+    if init not in (None, "base") and not (folder.resume and folder.has_checkpoints) and Path(init).is_dir():
+        ref = newest_readable(init)
+        if ref is not None:
+            check_same_vae(cfg, init, ref, "the policy starts from its weights, which read that VAE's latents — "
+                           "train with --model.vae.path set to that VAE (or a copy of it), or --init a run trained "
+                           "with this one")
+    return start
 
 
 def _models(cfg: Config, start: Start, meta: bool, fresh: bool) -> Models:
@@ -73,7 +87,7 @@ POLICY = Stage(
     name="policy", command="simforcing policy train", describe=lambda cfg: f"policy {cfg.policy.setting}",
     check=_check, dataset=lambda cfg, stats: PolicyWindowDataset(cfg, cfg.data.root, "train", stats=stats),
     encodes=lambda cfg: True, models=_models, step=lambda cfg: policy_step, latents=_latents, latent_keys=("z",),
-    resume_check=_same_setting, forward_methods=("policy_forward",))
+    resume_check=_same_setting, forward_methods=("policy_forward",), start=_start)
 
 
 def policy_train_run(cfg: Config, out_dir: str | Path, init: str = "base", resume: bool = False,

@@ -22,7 +22,7 @@ from simforcing.data.latent_cache import FORMAT_NAME, FORMAT_VERSION, INDEX_FILE
 from simforcing.data.paired import PairedWindowDataset
 from simforcing.data.text_cache import instruction_key
 from simforcing.models.vae import load_vae
-from simforcing.utils import atomic_write, atomic_write_json
+from simforcing.utils import atomic_write, atomic_write_json, weights_digest
 
 
 class _ShardWriter:
@@ -108,6 +108,7 @@ def encode_latent_cache(cfg: Config, data_root: str | Path, out: str | Path, win
         "frames": cfg.data.frames, "frame_stride": cfg.data.frame_stride, "height": cfg.data.height,
         "width": cfg.data.width, "views": cfg.data.views, "view_layout": cfg.data.view_layout,
         "vae": dict(vars(cfg.model.vae)), "latent_shape": [c, lat, h, w],
+        "vae_digest": weights_digest(cfg.model.vae.path),
         "text_max_tokens": cfg.data.text_max_tokens, "text_dim": cfg.model.text_dim, "stats": stats,
         "splits": list(splits), "shards": writer.shards, "episodes": episodes,
     }

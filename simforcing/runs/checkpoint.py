@@ -218,14 +218,15 @@ def _cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     scheduler: Any, rng_state: dict, data_state: dict, stats: dict | None, cfg: Config,
                     on_partial: Callable[[], None] | None = None, run_id: str | None = None,
-                    data: dict | None = None) -> Path:
+                    data: dict | None = None, inputs: dict | None = None) -> Path:
     """Write ``RUN/checkpoints/step_N`` atomically and keep the last ``cfg.train.keep_last`` of run ``run_id``
     (None: every checkpoint of the folder counts as the run's). Returns the folder.
 
     With a process group of world size > 1 every rank must call this (model and optimizer go through DCP);
     rank 0 writes the rest. ``on_partial`` is called once the weights are written and before the folder is
     finalised (the fault-injection hook of the train loop); ``data`` is what the run records about its data
-    (meta.json ``data``, ``training.checks.data_record``). Raises CheckpointError when a write fails; the previous
+    (meta.json ``data``, ``training.checks.data_record``); ``inputs`` the VAE and probe it trains with (meta.json
+    ``inputs``, ``runs.folder.inputs_record``). Raises CheckpointError when a write fails; the previous
     checkpoints are then untouched.
     """
     run_dir = Path(run_dir)
@@ -266,6 +267,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, opti
                         "sharded": sharded, "time": time.time(), "files": files}
                 if data is not None:
                     meta["data"] = data
+                if inputs:
+                    meta["inputs"] = inputs
                 text = json.dumps(meta, indent=2) + "\n"
                 _write_file(tmp / META_FILE, lambda p: p.write_text(text))
                 _fsync_dir(tmp)

@@ -50,6 +50,7 @@ from simforcing.runs.checkpoint import (CHECKPOINTS_DIR, CONFIG_FILE, Checkpoint
                                         config_dict_hash, config_hash, find_resumable, list_checkpoints,
                                         load_checkpoint, load_model_state, read_meta, step_dir)
 from simforcing.runs.locking import LOCK_FILE
+from simforcing.utils import weights_digest
 
 RUN_RECORD = "run.json"
 STATUS_FILE = "status.json"
@@ -229,15 +230,33 @@ def check_same_teacher(run_dir: str | Path, teacher_run: Optional[str | Path], f
                       "one), or start a new run in another --out")
 
 
+def read_init_source(run_dir: str | Path) -> Optional[str]:
+    """RUN/init.json's ``source`` ("base" or a run folder); None when the run recorded none (no init.json). Before
+    the run's first checkpoint a file that does not read as a record — cut short, not an object, a source that is no
+    string — is a CheckpointError naming it (taken for no record, a resume started from other weights without a
+    word); once the run has checkpoints its weights come from them, and such a file reads as no record."""
+    path = Path(run_dir) / INIT_FILE
+    if not path.exists():
+        return None
+    try:
+        source = json.loads(path.read_text()).get("source")
+        problem = None if isinstance(source, str) and source else \
+            f"field 'source' must be \"base\" or the run folder the run started from; got {source!r:.60}"
+    except (OSError, ValueError, AttributeError) as e:
+        source, problem = None, f"cannot read the start the run recorded ({type(e).__name__}: {e})"
+    if problem is None or list_checkpoints(run_dir):
+        return source if problem is None else None
+    raise CheckpointError(f"{problem}; the run has no checkpoint yet, so a resume starts again from what it records "
+                          "— restore it (the file --init wrote), or start a new run", path)
+
+
 def check_same_init(run_dir: str | Path, init: Optional[str], flag: str = "--init") -> Optional[str]:
     """On ``--resume``: the start RUN/init.json records ("base" or a run folder; None when the run recorded none
-    yet), and ConfigError when ``init`` (given: not None) names another one — a run stopped before its first
-    checkpoint would otherwise start again from what the resume names, not from what it started with."""
-    try:
-        source = json.loads((Path(run_dir) / INIT_FILE).read_text()).get("source")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(source, str):
+    yet: :func:`read_init_source`), and ConfigError when ``init`` (given: not None) names another one — a run stopped
+    before its first checkpoint would otherwise start again from what the resume names, not from what it started
+    with."""
+    source = read_init_source(run_dir)
+    if source is None:
         return None
     if init is None:
         same = True
@@ -253,8 +272,10 @@ def check_same_init(run_dir: str | Path, init: Optional[str], flag: str = "--ini
 
 def recorded_init(run_dir: str | Path) -> Optional[str]:
     """The run folder RUN/init.json records as the run's start (``pretrain --init RUN0``, ``policy train --init
-    RUN``), or None (no init.json, or a start from the preset's own weights)."""
-    return _recorded_source(Path(run_dir), INIT_FILE, "source")
+    RUN``), or None (no init.json, or a start from the preset's own weights); a damaged init.json is named
+    (:func:`read_init_source`)."""
+    source = read_init_source(run_dir)
+    return None if source == "base" else source
 
 
 def _suggestion(run_dir: Path, kind: str, use: str, cfg: Optional[Config]) -> str:
@@ -424,29 +445,124 @@ def _checkpoint(run_dir: Path, step: Optional[int], checkpoint: Optional[Path], 
     return load_checkpoint(step_dir(run_dir, step), weights=weights, train_state=False)
 
 
-def located(cfg: Config, run_dir: str | Path) -> Config:
-    """``cfg`` (a run's, modified) with each relative folder it names that using the run reads (the VAE, the state
-    probe) and that does not exist from the working directory taken from the nearest folder above ``run_dir`` where
-    it does. A run records the paths it was given, relative to where it was started (`make demo`'s runs name
-    ``runs/demo/vae``), so it is usable from any working directory; a path found nowhere is left as it is (its loader
-    names it)."""
-    above = Path(run_dir).resolve().parents
+INPUTS = "inputs"  # checkpoint meta.json: the VAE and state probe a run was trained with (inputs_record)
+# what a run reads besides its checkpoint: meta.json "inputs" key -> (the config field, what it is in words)
+INPUT_FIELDS = {"vae": ("model.vae.path", "VAE"), "probe": ("eval.probe", "state probe")}
 
-    def find(p: Optional[str]) -> Optional[str]:
-        if not p or Path(p).is_absolute() or Path(p).exists():
-            return p
-        return next((str(base / p) for base in above if (base / p).exists()), p)
 
-    cfg.model.vae.path = find(cfg.model.vae.path)
-    cfg.eval.probe = find(cfg.eval.probe)
+def _input_path(cfg: Config, name: str) -> Optional[str]:
+    return cfg.model.vae.path if name == "vae" else cfg.eval.probe
+
+
+def _set_input_path(cfg: Config, name: str, value: Optional[str]) -> None:
+    if name == "vae":
+        cfg.model.vae.path = value
+    else:
+        cfg.eval.probe = value
+
+
+def inputs_record(cfg: Config) -> dict:
+    """What a checkpoint records (meta.json ``inputs``) of the folders a run is trained with besides its data: for the
+    VAE (``model.vae.path``) and the state probe (``eval.probe``), each that is there, its folder (absolute) and the
+    digest of its weights (``utils.weights_digest``) — so that a run opened elsewhere is never given another VAE or
+    probe found at the same relative path (:func:`located`)."""
+    out = {}
+    for name in INPUT_FIELDS:
+        path = _input_path(cfg, name)
+        digest = weights_digest(path) if path else None
+        if digest is not None:
+            out[name] = {"path": str(Path(path).resolve()), "digest": digest}
+    return out
+
+
+def recorded_inputs(meta: dict, where: Path) -> dict[str, dict]:
+    """meta.json ``inputs`` of a checkpoint (folder ``where``): {} for a checkpoint written before the record (its
+    run opens as before: the folder its config names); an entry that is not ``{"path": str, "digest": str}`` is a
+    CheckpointError naming the field (an edited meta.json is never taken for a record)."""
+    rec = meta.get(INPUTS)
+    if rec is None:
+        return {}
+    if not isinstance(rec, dict):
+        raise CheckpointError(f"field {INPUTS!r} must be an object; got {rec!r:.60}", where / "meta.json")
+    for name, entry in rec.items():
+        if name not in INPUT_FIELDS or not isinstance(entry, dict) or \
+                not all(isinstance(entry.get(k), str) for k in ("path", "digest")):
+            raise CheckpointError(f"field {INPUTS}.{name} must be {{\"path\": folder, \"digest\": weights digest}} "
+                                  f"of the {', '.join(INPUT_FIELDS)}; got {entry!r:.80}", where / "meta.json")
+    return rec
+
+
+def located(cfg: Config, run_dir: str | Path, checkpoint: "Checkpoint | _MetaOnly | None" = None,
+            leave: tuple[str, ...] = ()) -> Config:
+    """``cfg`` (a run's, modified) with each folder it names that using the run reads (the VAE, the state probe:
+    ``INPUT_FIELDS``; but those of ``leave``, which the caller gives itself) where it is. A run records the paths it
+    was given, relative to where it was started (`make demo`'s runs name ``runs/demo/vae``), so a relative folder that
+    does not exist from the working directory is taken from the nearest folder above ``run_dir`` where it does.
+
+    A checkpoint that records the VAE and probe it was trained with (meta.json ``inputs``: :func:`inputs_record`) is
+    given only those: of the folders found (from the working directory, then each folder above the run, nearest
+    first, then the absolute folder recorded at training) the first whose weights have the recorded digest; found
+    folders that all hold other weights (another demo's VAE beside a copied run, a VAE fitted again in place) are a
+    ConfigError naming the run, the field, both folders and what to do. A checkpoint from before the record opens
+    with the first folder found, as before. A path found nowhere is left as it is (its loader names it)."""
+    run_dir = Path(run_dir)
+    above = run_dir.resolve().parents
+    recorded = recorded_inputs(checkpoint.meta, checkpoint.path) if checkpoint is not None else {}
+    for name, (field, what) in INPUT_FIELDS.items():
+        p = _input_path(cfg, name)
+        if not p or name in leave:
+            continue
+        found = [p] if Path(p).exists() else []
+        if not Path(p).is_absolute():
+            found += [str(base / p) for base in above if (base / p).exists()]
+        rec = recorded.get(name)
+        if rec is None:
+            _set_input_path(cfg, name, found[0] if found else p)
+            continue
+        digests = {f: weights_digest(f) for f in dict.fromkeys(found)}
+        same = [f for f, d in digests.items() if d == rec["digest"]]
+        if not same and Path(rec["path"]).resolve() not in {Path(f).resolve() for f in found} and \
+                weights_digest(rec["path"]) == rec["digest"]:
+            same = [rec["path"]]  # a moved or copied run whose own folder is still where it was trained
+        if same:
+            _set_input_path(cfg, name, same[0])
+            continue
+        other = next((f for f, d in digests.items() if d is not None), None)
+        if other is None:  # nothing found, or folders without weights: the loader names them
+            _set_input_path(cfg, name, found[0] if found else p)
+            continue
+        where = "" if other == p else f" (the nearest folder above the run holding {p})"
+        use = "decode its latents with" if name == "vae" else "be scored by"
+        raise ConfigError(
+            f"{field}: {run_dir} was trained with the {what} {rec['path']} (weights digest {rec['digest']}, "
+            f"{checkpoint.path.name}/meta.json '{INPUTS}'), but {p} is {Path(other).resolve()}{where}, another "
+            f"{what} (digest {digests[other]}): the run would {use} the wrong {what}. Open the run from a directory "
+            f"where {p} is its own {what}, or put its own {what} back at {rec['path']}")
     return cfg
 
 
+def check_same_vae(cfg: Config, run_dir: str | Path, checkpoint: "Checkpoint | _MetaOnly", why: str) -> None:
+    """ConfigError when the VAE ``cfg`` trains with (``model.vae.path``, where it is there) is not the one the run
+    ``run_dir`` was trained with (``checkpoint``'s meta.json ``inputs``): a teacher or a run started from (the
+    weights would read another autoencoder's latents), or the run resumed (it would go on in other latents); ``why``
+    says so, and what to do. A checkpoint from before the record, or a VAE folder not there (a latent cache's run), is
+    not checked."""
+    rec = recorded_inputs(checkpoint.meta, checkpoint.path).get("vae")
+    path = cfg.model.vae.path
+    digest = weights_digest(path) if path else None
+    if rec is None or digest is None or digest == rec["digest"]:
+        return
+    raise ConfigError(f"model.vae.path: {path} (weights digest {digest}) is not the VAE {run_dir} was trained with "
+                      f"({rec['path']}, digest {rec['digest']}: {checkpoint.path.name}/meta.json '{INPUTS}'); {why}")
+
+
 def open_run(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = "--ckpt", use: str = "sample",
-             step: Optional[int] = None, checkpoint: Optional[str | Path] = None, weights: bool = True) -> Run:
+             step: Optional[int] = None, checkpoint: Optional[str | Path] = None, weights: bool = True,
+             leave: tuple[str, ...] = ()) -> Run:
     """Check the run's kind (:func:`require_kind`), then verify and read its newest valid checkpoint (or ``step``,
-    or the folder ``checkpoint``) and the config it was trained with. A RUN/config.json that differs from it is
-    said in a warning; the checkpoint's own config is the one used."""
+    or the folder ``checkpoint``) and the config it was trained with, its VAE and probe where they are
+    (:func:`located`; ``leave``: those the caller gives itself). A RUN/config.json that differs from it is said in a
+    warning; the checkpoint's own config is the one used."""
     run_dir = Path(run_dir)
     kind = require_kind(run_dir, kinds, flag, use)
     if not (run_dir / CONFIG_FILE).exists():
@@ -457,13 +573,14 @@ def open_run(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = "-
     if differs:
         warnings.warn(f"{run_dir / CONFIG_FILE} differs from the config {ckpt.path.name} was trained with in "
                       f"{', '.join(differs[:8])}; the model is built from the checkpoint's own config", stacklevel=2)
-    return Run(run_dir, kind, ckpt, located(cfg, run_dir))
+    return Run(run_dir, kind, ckpt, located(cfg, run_dir, ckpt, leave))
 
 
 def run_config(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = "--ckpt", use: str = "sample",
-               step: Optional[int] = None) -> Config:
+               step: Optional[int] = None, leave: tuple[str, ...] = ()) -> Config:
     """The config :func:`open_run` would give (the newest checkpoint whose metadata reads, or ``step``), after the
-    same kind check, without reading or verifying weights (for resolving a command's config before any work)."""
+    same kind check, without reading or verifying weights (for resolving a command's config before any work);
+    ``leave``: the inputs (``INPUT_FIELDS``) the caller gives itself, not located (:func:`located`)."""
     run_dir = Path(run_dir)
     require_kind(run_dir, kinds, flag, use)
     if step is not None and (step_dir(run_dir, step) / "meta.json").exists():
@@ -475,8 +592,8 @@ def run_config(run_dir: str | Path, kinds: tuple[str, ...] = KINDS, flag: str = 
         if not path.exists():
             raise ConfigError(f"{flag}: {path} is missing; expected a training run folder written by `simforcing "
                               "pretrain/train/policy train`")
-        return own_sampler(located(Config.load(path), run_dir))
-    return own_sampler(located(trained_config(run_dir, ref)[0], run_dir))
+        return own_sampler(located(Config.load(path), run_dir, leave=leave))
+    return own_sampler(located(trained_config(run_dir, ref)[0], run_dir, ref, leave))
 
 
 def own_sampler(cfg: Config) -> Config:

@@ -53,6 +53,9 @@ STUDENT_SAMPLER_FIELDS = ("sample.n_sim", "sample.n_real", "sample.w")  # a few-
 NON_ARCH_MODEL_FIELDS = ("gradient_checkpointing", "weights", "action_expert_weights", "text_encoder", "vae")
 ARCH_VAE_FIELDS = ("kind", "latent_channels", "spatial_stride", "temporal_stride")
 ARCH_DATA_FIELDS = ("action_dim", "state_dim")
+# how the simulation condition enters the network and what its trained projections read: kept by a resume and by a
+# few-step student (a stage-2 run may choose its own)
+CONDITION_FIELDS = ("conditioning.path", "conditioning.representation")
 
 
 def field_value(cfg: Config, name: str) -> Any:
@@ -245,13 +248,52 @@ def load_world_model(run_dir: str | Path, cfg: Optional[Config] = None, device: 
     policy run or a video base is refused by name, ``flag`` naming the argument that gave it). ``cfg`` supplies the
     data/sample/eval/rollout settings (:func:`merge_run_config`; the run's own when None); ``data_root``: the
     dataset it will sample, whose own settings fill what the config leaves open (:func:`with_dataset_settings`)."""
-    run = open_run(run_dir, WORLD_MODELS, flag, "sample", step=step)
+    # a caller's config brings its own eval section (its probe: located with the run's config, or given)
+    run = open_run(run_dir, WORLD_MODELS, flag, "sample", step=step, leave=("probe",) if cfg is not None else ())
     merged = merge_run_config(run.cfg, cfg)
     if data_root is not None:
         merged = with_dataset_settings(merged, data_root)
+        check_same_pairing(run_dir, trained_pairing(run.cfg, run.checkpoint.meta), merged.data.pairing, data_root,
+                           "its simulation condition would be of the other domain")
     return LoadedWorldModel(merged, run.model(str(device)), load_vae(merged, device),
                             None if run.stats is None else Normalizer(run.stats),
                             CheckpointId(Path(run_dir), run.kind, run.step, run.checkpoint.path))
+
+
+PAIRINGS = {"arm": "an arm pairing (its simulation videos show the arm alone)",
+            "scene": "a full-scene pairing (its simulation videos show the whole scene)"}
+
+
+def data_pairing(cfg: Config, root: Optional[str | Path]) -> Optional[str]:
+    """The pairing a config trains or samples with: ``data.pairing`` when set, else that of the dataset ``root``
+    (meta/info.json; None when there is none to read — a latent cache, a dataset moved away)."""
+    if cfg.data.pairing is not None:
+        return cfg.data.pairing
+    if root is None or not (Path(root) / "meta" / "info.json").is_file():
+        return None
+    try:
+        return dataset_pairing(read_info(root))
+    except ValueError:  # a damaged info.json: its readers name it
+        return None
+
+
+def trained_pairing(cfg: Config, meta: dict) -> Optional[str]:
+    """The pairing a checkpoint was trained on: its config's ``data.pairing``, else its data's (meta.json ``data``
+    root, where it can still be read); None when neither says."""
+    rec = meta.get("data") if isinstance(meta.get("data"), dict) else {}
+    return data_pairing(cfg, rec.get("root") if rec.get("source", "dataset") == "dataset" else None)
+
+
+def check_same_pairing(run: str | Path, trained: Optional[str], now: Optional[str], data: str | Path,
+                       why: str) -> None:
+    """ConfigError when the data ``data`` (of pairing ``now``) is not of the pairing the run ``run`` was trained on
+    (``trained``): its simulation condition is of the other domain (``why`` says what that breaks and what to do).
+    Unknown on either side: not checked."""
+    if trained is None or now is None or trained == now:
+        return
+    raise ConfigError(f"--data: {data} is {PAIRINGS.get(now, repr(now))}, but {run} was trained on "
+                      f"{PAIRINGS.get(trained, repr(trained))}; {why} — give data of the {trained} pairing "
+                      f"(`simforcing data synth --pairing {trained}`), or a run trained on the {now} pairing")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """A run's checkpoints as the loop writes them: at a step, the model, optimizer, schedule, RNGs and the position in
-the data, with what the run trains with (its normalisation statistics, config, run id and data record).
+the data, with what the run trains with (its normalisation statistics, config, run id, data record and the VAE and probe
+it reads).
 
     checkpointer = Checkpointer(run_dir, cfg, stats, run_id, data_record, steps_per_epoch, windows, global_batch)
     path = checkpointer.save(step, student, optimizer, scheduler)
@@ -24,8 +25,9 @@ class Checkpointer:
 
     def __init__(self, run_dir: Path, cfg: Config, stats: Optional[dict], run_id: Optional[str], data_record: dict,
                  steps_per_epoch: int, windows: int, global_batch: int,
-                 write: Callable[..., Path] = save_checkpoint):
+                 write: Callable[..., Path] = save_checkpoint, inputs: Optional[dict] = None):
         self.run_dir, self.cfg, self.stats, self.run_id, self.data_record = run_dir, cfg, stats, run_id, data_record
+        self.inputs = inputs  # the VAE and probe the run trains with (runs.folder.inputs_record)
         self.steps_per_epoch, self.windows, self.global_batch = steps_per_epoch, windows, global_batch
         self.write = write
 
@@ -35,4 +37,4 @@ class Checkpointer:
         data_state = {"epoch": epoch, "position": position, "steps_per_epoch": self.steps_per_epoch,
                       "windows": self.windows, "global_batch": self.global_batch}
         return self.write(self.run_dir, step, model, optimizer, scheduler, capture_rng(), data_state, self.stats,
-                          self.cfg, run_id=self.run_id, data=self.data_record)
+                          self.cfg, run_id=self.run_id, data=self.data_record, inputs=self.inputs)

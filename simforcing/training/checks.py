@@ -20,10 +20,10 @@ from typing import Any, Optional
 from simforcing.config import Config, ConfigError
 from simforcing.errors import CheckpointError
 from simforcing.runs.checkpoint import list_checkpoints
-from simforcing.runs.folder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, describe_kind, kind_of_config,
-                                    open_run, resume_command)
-from simforcing.runs.loaded import (STUDENT_ADDITIONS, VIEW_FIELDS, architecture_fields, check_teacher_architecture,
-                                    differing_fields)
+from simforcing.runs.folder import (CHECKPOINTS_DIR, STAGE_KIND, TEACHER_FILE, Run, check_same_vae, describe_kind,
+                                    kind_of_config, open_run, resume_command)
+from simforcing.runs.loaded import (STUDENT_ADDITIONS, VIEW_FIELDS, architecture_fields, check_same_pairing,
+                                    check_teacher_architecture, data_pairing, differing_fields, trained_pairing)
 from simforcing.training.stage import Stage
 
 
@@ -110,6 +110,10 @@ def resumed_teacher(run_dir: Path, teacher_run: Optional[Path]) -> tuple[Optiona
     return recorded_run, recorded_ckpt
 
 
+TEACHER_VAE = ("the student starts from its teacher's weights, which read that VAE's latents — train with "
+               "--model.vae.path set to that VAE (or a copy of it), or give --teacher a run trained with this VAE")
+
+
 def resolve_teacher(run_dir: Path, teacher_run: Optional[Path], resume: bool, cfg: Config) -> tuple[Path, Run]:
     """(the stage-1 run, the opened teacher checkpoint) stage 2 starts from: ``--teacher`` (on ``--resume`` it may be
     left out: teacher.json names it, and its recorded checkpoint is the one reused: :func:`resumed_teacher`).
@@ -129,7 +133,17 @@ def resolve_teacher(run_dir: Path, teacher_run: Optional[Path], resume: bool, cf
             raise CheckpointError("no valid checkpoint to start stage 2 from", teacher_run / CHECKPOINTS_DIR) from e
         raise
     check_teacher_architecture(cfg, teacher.cfg, str(teacher_run), STUDENT_ADDITIONS)
+    check_same_vae(cfg, teacher_run, teacher.checkpoint, TEACHER_VAE)
+    check_teacher_pairing(cfg, teacher_run, teacher)
     return teacher_run, teacher
+
+
+def check_teacher_pairing(cfg: Config, teacher_run: Path, teacher: Run) -> None:
+    """ConfigError when the student's data (``cfg.data.root``) is of another pairing than the teacher was trained on
+    (an arm-alone simulation prior taught on full-scene videos, or the reverse)."""
+    check_same_pairing(teacher_run, trained_pairing(teacher.cfg, teacher.checkpoint.meta),
+                       data_pairing(cfg, None if cfg.data.latent_cache else cfg.data.root), cfg.data.root,
+                       "the student starts from its teacher's simulation prior, of the other domain")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -19,8 +19,10 @@ import simforcing.parallel as parallel
 from simforcing.config import Config, ConfigError
 from simforcing.runs.checkpoint import list_checkpoints, remove_stale_temp
 from simforcing.runs.folder import (CONFIG_FILE, INIT_FILE, RUN_RECORD, STAGE_KIND, TEACHER_FILE, check_not_foreign,
+                                    check_same_vae,
                                     is_run_folder, new_run_record, newest_readable, read_run_record, require_kind,
                                     trained_config)
+from simforcing.runs.loaded import check_same_pairing, data_pairing, trained_pairing
 from simforcing.runs.locking import FolderLock, lock_folder
 from simforcing.training.checks import check_resume_config
 from simforcing.training.runlog import RunLog
@@ -68,6 +70,11 @@ class RunFolder:
                           f"in {', '.join(differs[:8])}; the resume is checked against the checkpoint's own config",
                           stacklevel=4)
         check_resume_config(cfg, theirs, self.stage, self.path)
+        check_same_vae(cfg, self.path, ref, "a resumed run goes on in the latents it was trained in — resume with "
+                       "--model.vae.path set to that VAE (or a copy of it), or train a new run with this one")
+        check_same_pairing(self.path, trained_pairing(theirs, ref.meta),
+                           data_pairing(cfg, None if cfg.data.latent_cache else cfg.data.root), cfg.data.root,
+                           "a resumed run goes on in the simulation domain it was trained in")
 
     def claim(self, cfg: Config, dist: parallel.DistInfo) -> RunLog:
         """Take the folder's lock (rank 0; the other ranks learn the outcome), check the folder again now that no

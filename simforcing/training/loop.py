@@ -30,6 +30,7 @@ from simforcing.config import Config, ConfigError
 from simforcing.errors import EXIT_DIVERGED, EXIT_OK, EXIT_STOPPED, OutputError
 from simforcing.models.vae import load_vae
 from simforcing.runs.checkpoint import Checkpoint, list_checkpoints, save_checkpoint
+from simforcing.runs.folder import inputs_record
 from simforcing.threads import configure_threads
 from simforcing.training.checkpointer import Checkpointer
 from simforcing.training.checks import data_record
@@ -137,7 +138,8 @@ class Trainer:
         optimizer, scheduler = build_optimizer(models.student, cfg, total)
         step = self._step(models, vae, dist, optimizer, scheduler, stop)
         checkpointer = Checkpointer(folder.path, cfg, dataset.stats, folder.run_id, data, spe, len(dataset),
-                                    global_batch, write=self.faults.around_writer(save_checkpoint))
+                                    global_batch, write=self.faults.around_writer(save_checkpoint),
+                                    inputs=inputs_record(cfg))
         setup = Setup(dist, dataset, models, optimizer, scheduler, step, checkpointer, spe, total, global_batch)
         if ckpt is not None:
             restored = restore(ckpt, folder, cfg, dist, models.student, optimizer, scheduler, dataset, data)

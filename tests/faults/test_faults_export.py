@@ -263,7 +263,7 @@ EVAL_EDITS = [
     ("sampler", "guided", "field 'sampler' must be an object"),
     ("num_samples", "1", "field 'num_samples' must be an integer"),
     ("num_samples", 1.5, "field 'num_samples' must be an integer"),
-    ("num_samples", -1, "field 'num_samples' must be an integer >= 0"),
+    ("num_samples", -1, "field 'num_samples' must be an integer >= 1"),
     ("psnr", "high", "field 'psnr' must be a number"),
     ("latency", None, "field 'latency' must be an object"),
     ("split", 3, "field 'split' must be a string"),

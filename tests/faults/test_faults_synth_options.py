@@ -13,7 +13,7 @@ import pytest
 
 from simforcing.cli import main
 
-from faultkit import refused
+from faultkit import pretrain_args, refused
 
 pytestmark = pytest.mark.faults
 
@@ -120,9 +120,17 @@ def scene_data(tmp_path_factory) -> Path:
                             finish=finalize_dataset)
 
 
-def test_a_full_scene_pairing_refuses_a_first_frame_masked_to_the_arm(ref, scene_data, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def scene_run(tiny, scene_data, tmp_path_factory) -> Path:
+    """A 2-step stage-1 run trained on the full-scene data (a run is sampled on data of its own pairing: round 9)."""
+    run = tmp_path_factory.mktemp("scene_run") / "s1"
+    assert main(pretrain_args(run, (scene_data, tiny[1]), "--train.max_steps=2")) == 0
+    return run
+
+
+def test_a_full_scene_pairing_refuses_a_first_frame_masked_to_the_arm(scene_run, scene_data, tmp_path, capsys):
     out = tmp_path / "eval"
-    words = ["evaluate", "--ckpt", ref, "--data", scene_data, "--split", "val", "--num-samples", "1", "--out", out,
+    words = ["evaluate", "--ckpt", scene_run, "--data", scene_data, "--split", "val", "--num-samples", "1", "--out", out,
              "--device", "cpu", "--sample.n_real=2"]
     refused(words, capsys, "config error", "sample.mask_mode=mask-file", "full-scene pairing",
             "--sample.mask_mode=paired-sim")

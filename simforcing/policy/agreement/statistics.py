@@ -297,6 +297,10 @@ def agreement(sim: PolicyEvaluation, wms: dict[str, PolicyEvaluation], n_boot: i
     if reference is not None and reference not in wms:
         raise ConfigError(f"--reference: {reference!r} is not one of the world models given with --wm "
                           f"({', '.join(wms)}); name one of them")
+    if reference is not None and len(wms) < 2:  # it wrote an empty comparison, exit 0
+        raise ConfigError(f"--reference: {reference!r} is the only world model given with --wm: nothing would be "
+                          "compared against it; give the world models to compare with it too (--wm NAME=EVAL ...), or "
+                          "leave out --reference")
     check_matching(sim, wms)
     tasks, players = list(sim.tasks), list(sim.rows)
     if len(players) < 2:

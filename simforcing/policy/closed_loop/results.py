@@ -452,7 +452,8 @@ class PolicyEvaluation:
         """Where the episodes disagree with the evaluation's own rows and scenes (an eval.json cut short or edited):
         a player with a row and no episodes (it would drop out of every statistic read from the episodes) or
         episodes and no row, a task the evaluation does not have, an episode on a scene it did not draw or two on
-        one scene, a row that counts other successes or episodes than are there."""
+        one scene, episodes of another number of noise draws than ``draws`` (K > 1: K verdicts each; one draw:
+        none), a row that counts other successes or episodes than are there."""
         out = []
         for p in self.rows:
             if not any(self.episodes.get(p, {}).values()):
@@ -474,6 +475,10 @@ class PolicyEvaluation:
                 twice = sorted({i for i in ids if ids.count(i) > 1})
                 if twice:
                     out.append(f"policy {p!r}, task {t}: two episodes on scene {twice[0]}")
+                drawn = sorted({len(o.draw_success or []) for o in outs} - {self.draws if self.draws > 1 else 0})
+                if drawn:  # 'draws' K: every episode holds K draws' verdicts (one draw: none)
+                    out.append(f"policy {p!r}, task {t}: episodes hold {drawn[0]} noise draws' verdicts "
+                               f"(draw_success), but the evaluation's 'draws' is {self.draws}")
                 rate = self.rows[p].tasks.get(t)
                 k = sum(o.success for o in outs)
                 if rate is None or (rate.successes, rate.episodes) != (k, len(outs)):
@@ -575,6 +580,19 @@ def _stat_json(v: float) -> Optional[float]:
     """A statistic as agreement.json holds it: null where it is undefined (NaN: e.g. no spread), so that the file is
     standard JSON (a bare NaN is not) and every reader sees "undefined", never a number."""
     return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _shares(d: dict, key: str) -> dict[str, dict[str, float]]:
+    """agreement.json ``episode_agreement``: per environment, "all" and each policy's share of episodes agreeing —
+    numbers in [0, 1]; anything else a MalformedResult naming the environment (a share of text was formatted as one
+    by the tables and the demo's report)."""
+    table = typed(d, key, "dict")
+    for env, per in table.items():
+        if not isinstance(per, dict) or "all" not in per or \
+                not all(finite_number(v) and 0 <= v <= 1 for v in per.values()):
+            raise MalformedResult(f"field {key!r}: {env!r} must map 'all' and each policy to a share in [0, 1]; got "
+                                  f"{per!r:.80}")
+    return table
 
 
 def _stat_read(d: dict, key: str) -> float:
@@ -716,14 +734,14 @@ class AgreementResult:
     @classmethod
     def from_json(cls, d: dict, version: int = FORMAT_VERSION) -> "AgreementResult":
         return cls(players=list(d["players"]), learned=list(d["learned"]), tasks=list(d["tasks"]),
-                   scenes=int(d["scenes"]), sim={p: Rate.from_json(r) for p, r in d["sim"].items()},
+                   scenes=_count(d, "scenes", 1), sim={p: Rate.from_json(r) for p, r in d["sim"].items()},
                    envs={e: {p: Rate.from_json(r) for p, r in rows.items()} for e, rows in d["envs"].items()},
                    ranking={e: {k: RankingStats.from_json(s) for k, s in v.items()} for e, v in d["ranking"].items()},
-                   episode_agreement=d["episode_agreement"],
+                   episode_agreement=_shares(d, "episode_agreement"),
                    judge_validation=validation_from_json(d.get("judge_validation")),
                    vs_judged_simulator={e: JudgeHeldFixed.from_json(v)
                                         for e, v in (d.get("vs_judged_simulator") or {}).items()},
-                   n_boot=int(d["n_boot"]), matched=d.get("matched") or {}, scatter=d.get("scatter"),
+                   n_boot=_count(d, "n_boot", 1), matched=d.get("matched") or {}, scatter=d.get("scatter"),
                    videos=list(d.get("videos") or []),
                    vs_reference={e: ReferenceComparison.from_json(v)
                                  for e, v in (d.get("vs_reference") or {}).items()},

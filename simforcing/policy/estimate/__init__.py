@@ -49,12 +49,19 @@ def choose_predictor(predictor: Optional[str], wm: WorldModelEpisodes) -> tuple[
     return "verdict", [f"predictor verdict (not the default learned one): {why}"]
 
 
+MAX_DRAWS = 100_000  # the coverage study's draws
+MAX_PRIOR = 1000.0  # pseudo-episodes: more than any pool's trials (the trials would weigh nothing; 1e308 overflowed)
+
+
 def _checked_prior(prior: Optional[float]) -> float:
-    """``--disagreement-prior``: None is ``ppi.DISAGREEMENT_PRIOR``; ConfigError for anything but a number >= 0."""
+    """``--disagreement-prior``: None is ``ppi.DISAGREEMENT_PRIOR``; ConfigError for anything but a number from 0 to
+    ``MAX_PRIOR``."""
     prior = DISAGREEMENT_PRIOR if prior is None else prior
-    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not math.isfinite(prior) or prior < 0:
-        raise ConfigError(f"--disagreement-prior: got {prior!r}; expected a number >= 0 (pseudo-episodes of "
-                          f"disagreement each way; default {DISAGREEMENT_PRIOR}, 0: the sample's own correlation)")
+    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not math.isfinite(prior) or \
+            not 0 <= prior <= MAX_PRIOR:
+        raise ConfigError(f"--disagreement-prior: got {prior!r}; expected a number from 0 to {MAX_PRIOR:g} "
+                          f"(pseudo-episodes of disagreement each way; default {DISAGREEMENT_PRIOR}, 0: the sample's "
+                          "own correlation)")
     return prior
 
 
@@ -88,6 +95,9 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
         raise ConfigError(f"--alpha: got {alpha}; expected a level in (0, 1), e.g. 0.05 for 95 % intervals")
     draws, seed = _integer("--draws", draws, 0), _integer("--seed", seed, 0)
+    if draws > MAX_DRAWS:  # 10^9 draws ran for days before writing anything
+        raise ConfigError(f"--draws: got {draws}; expected at most {MAX_DRAWS} (3000 draws measure a coverage to about "
+                          "±0.5 %)")
     min_trials = _integer("--min-trials", min_trials, 2)
     n = None if n is None else _integer("--n", n, 2)
     study_ns = None if study_ns is None else [_integer("--study-n", v, 2) for v in study_ns]
@@ -103,7 +113,14 @@ def run_estimate(ground_truth_source: str | Path, wm_eval: str | Path, out: Opti
     wm = world_model_episodes(wm_eval, policies=policies)
     gt = ground_truth(ground_truth_source, wm)
     predictor, notes = choose_predictor(predictor, wm)
+    if not refit and predictor != "learned":  # only the learned predictor is fitted: said, never a silent no-op
+        notes.append(f"--no-refit-variance: nothing to leave out — the {predictor} predictor is fitted on nothing "
+                     "(its intervals have no refit variance)")
     notes += list(gt.notes)
+    if len(wm.policies) == 1:  # an estimate of its own, but nothing to rank it against or to differ from
+        notes.append(f"one policy ({wm.policies[0]}): no differences between policies and no ranking "
+                     + ("(the coverage study's Pearson is undefined) " if draws else "")
+                     + "— estimate two or more to compare them")
     if gt.simulator is None:
         if draws:
             raise ConfigError("--draws: a coverage study needs every episode's truth — a simulator evaluation as "
@@ -144,7 +161,14 @@ def _study_ns(given: Optional[Sequence[int]], wm: WorldModelEpisodes) -> list[in
     those of ``STUDY_NS`` that do."""
     scenes = len({k[1:] for k in wm.keys})
     if given is None:
-        return [v for v in STUDY_NS if v < scenes]
+        ns = [v for v in STUDY_NS if v < scenes]
+        if not ns:  # the study was written empty, as if finished
+            raise ConfigError(f"--draws: none of the coverage study's default n ({' '.join(map(str, STUDY_NS))}) is "
+                              f"fewer than the {scenes} scenes of the world-model evaluation {wm.source}; give "
+                              f"--study-n with values from 2 to {scenes - 1}" if scenes > 2 else
+                              f"--draws: the world-model evaluation {wm.source} holds {scenes} scenes, too few for a "
+                              "coverage study (n from 2 to one fewer than the scenes); evaluate more scenes")
+        return ns
     for v in given:
         if v >= scenes:
             raise ConfigError(f"--study-n: {v} is not fewer than the {scenes} scenes of the world-model evaluation "
