@@ -158,8 +158,8 @@ def collect_views(plan: Plan) -> Optional[ViewsSection]:
         study = _study(Path(wm["estimate"][name]), n) if name in (wm.get("estimate") or {}) else None
         stats = agreement.ranking.get(name, {}).get("all") if agreement is not None else None
         pool[name] = PoolRow(verdict_rho_per_task(truth, ev), task_rates(ev, CLEAN),
-                             study.get("saved") if study else None,
-                             min(c["ppi"] for c in study["coverage"].values()) if study else None,
+                             study.saved if study else None,
+                             min(c["ppi"] for c in study.coverage.values()) if study else None,
                              None if stats is None or stats.pearson != stats.pearson else float(stats.pearson))
     two = {}
     tc = wm.get("two_camera") or {}
