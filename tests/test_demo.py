@@ -127,7 +127,10 @@ def test_the_default_pool_holds_the_one_view_and_the_multi_view_world_model(tmp_
     assert "--wm-condition render" in cmds["estimate wm pool simforcing-views-fewstep-twin"]
     two = cmds["wm-eval views two-camera policies"]
     assert "--wm-condition render" in two and str(plan.students[views_of("simforcing")]) in two
-    assert "(2 cameras)=" in two and "(2 cameras)=" in cmds["wm-eval sim two-camera policies"]
+    assert f"--per-task {plan.budget.policy.eval_per_task} " in two  # Tab. 5's scenes: its evaluations the truth
+    assert all(f"{label}=" in two for label in plan.policy["runs"])
+    assert set(jobs["wm-eval two-camera agreement"].deps) >= {f"policy eval {label}" for label in plan.policy["runs"]}
+    assert "rollout sft" not in jobs and "rollout simforcing" in jobs  # sft's drift: --full
     assert "--data.views=external,wrist" in cmds[f"eval {views_of('copy-first')}"]
 
 
@@ -211,3 +214,18 @@ def test_the_report_is_rewritten_as_jobs_finish(tmp_path):
     broken(names[0], results)
     broken(names[0], results)
     assert len(said) == 1 and "the report could not be written" in said[0]
+
+
+def test_the_schedule_summary_names_the_chain_that_bounds_the_wall_time():
+    """Two slots: a and c start at once, b waits for a, d for c's slot, e for b and d (d ends last of them): the
+    chain is c -> d -> e and the slots sat idle 2·50 − 80 = 20 s (b ended at 30, nothing could start until 40...)."""
+    from simforcing.demo.schedule import schedule_summary
+
+    spans = {"a": (0, 10), "b": (10, 30), "c": (0, 25), "d": (25, 40), "e": (40, 50)}
+    deps = {"b": ("a",), "e": ("b", "d")}
+    s = schedule_summary(spans, deps, slots=2)
+    assert [(j, why) for j, why, _ in s.chain] == [("c", "start"), ("d", "slot of c"), ("e", "after d")]
+    assert [sec for *_, sec in s.chain] == [25, 15, 10]
+    assert (s.wall_s, s.busy_s, s.idle_s) == (50, 80, 20)
+    two = schedule_summary({"x": (0, 10)}, {}, slots=2, job_slots={"x": 2})
+    assert two.idle_s == 0 and two.chain == [("x", "start", 10)]

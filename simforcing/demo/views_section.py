@@ -163,10 +163,12 @@ def collect_views(plan: Plan) -> Optional[ViewsSection]:
                              None if stats is None or stats.pearson != stats.pearson else float(stats.pearson))
     two = {}
     tc = wm.get("two_camera") or {}
-    sim, inside = _evaluation(tc.get("sim")), _evaluation(tc.get("wm"))
-    if sim is not None and inside is not None:
+    sims = [_evaluation(f) for f in tc.get("sim") or []]  # Tab. 5's evaluations in the simulator (one per policy)
+    sim_rows = {k: v for ev in sims if ev is not None for k, v in ev.rows.items()}
+    inside = _evaluation(tc.get("wm"))
+    if sim_rows and inside is not None:
         for player in tc.get("players") or []:
-            a, b = sim.rows.get(player), inside.rows.get(player)
+            a, b = sim_rows.get(player), inside.rows.get(player)
             if a is not None and b is not None:
                 two[player] = {"sim": a.average.rate, "wm": b.average.rate}
         if len(two) > 1:
@@ -242,9 +244,9 @@ def views_lines(section: Optional[ViewsSection], plan: Plan) -> list[str]:
                          f"{'—' if r.coverage is None else f'{100 * r.coverage:.1f} %'} | {fmt_num(r.pearson, 2)} |")
     two = {k: v for k, v in section.two_camera.items() if k != "pearson"}
     if two:
-        lines += ["", "Tab. 5's policies, which read the external and the wrist camera, on the harness check's "
-                      "held-out scenes: in the simulator and inside the multi-view world model with the twin "
-                      f"(Pearson of the rates {fmt_num(section.two_camera.get('pearson'), 2)}):", "",
+        lines += ["", "Tab. 5's policies, which read the external and the wrist camera, on Tab. 5's held-out "
+                      "scenes: in the simulator (Tab. 5's evaluations) and inside the multi-view world model with the "
+                      f"twin (Pearson of the rates {fmt_num(section.two_camera.get('pearson'), 2)}):", "",
                   "| policy | simulator | inside |", "|---|---|---|"]
         lines += [f"| {k} | {_pct(v['sim'])} | {_pct(v['wm'])} |" for k, v in two.items()]
     met = section.met()
