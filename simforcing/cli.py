@@ -160,6 +160,30 @@ def command_parser(words: tuple[str, ...], sub, help_: str) -> argparse.Argument
     return parser
 
 
+def find_command(argv: list[str]) -> tuple[tuple[str, ...], str, str] | None:
+    """The entry of :data:`COMMANDS` whose words ``argv`` starts with (None: no command)."""
+    for words, module, help_ in COMMANDS:
+        if tuple(argv[: len(words)]) == words:
+            return words, module, help_
+    return None
+
+
+def prepare(argv: list[str]) -> str | None:
+    """Import what :func:`main` imports for the command ``argv`` names (its module, after the same
+    ``inductor_cache.guard``) and run nothing: the fork server of ``simforcing.jobs`` calls it before it forks a job,
+    so that the job starts with its imports done. Returns why this process should fork no job (None: it may): the
+    guard gave it a private inductor cache folder, removed when the process that made it exits. An import that fails
+    here fails again in the job, in its own log."""
+    match = find_command(argv)
+    if match is None:
+        return None
+    problem = inductor_cache.guard()
+    if problem is not None:
+        return f"a private inductor cache folder ({problem})"
+    subcommand(match[1])
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -168,11 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "--version":
         print(__version__)
         return 0
-    match = None
-    for words, module, help_ in COMMANDS:
-        if tuple(argv[: len(words)]) == words:
-            match = (words, module, help_)
-            break
+    match = find_command(argv)
     if match is None:
         groups = sorted({w[0] for w, _, _ in COMMANDS if len(w) > 1})
         if argv[0] in groups:
