@@ -168,12 +168,18 @@ def find_command(argv: list[str]) -> tuple[tuple[str, ...], str, str] | None:
     return None
 
 
+# What commands import only while they run (so that a fresh process that does not need it starts without it), which a
+# process forking many jobs imports once for all of them (:func:`prepare`): transformers' T5, the demo text encoder
+# (models.text: data synth, synth-policy, policy eval, ...; about 3 s a process)
+RUN_IMPORTS = ("transformers.models.t5.modeling_t5", "transformers.models.byt5.tokenization_byt5")
+
+
 def prepare(argv: list[str]) -> str | None:
     """Import what :func:`main` imports for the command ``argv`` names (its module, after the same
-    ``inductor_cache.guard``) and run nothing: the fork server of ``simforcing.jobs`` calls it before it forks a job,
-    so that the job starts with its imports done. Returns why this process should fork no job (None: it may): the
-    guard gave it a private inductor cache folder, removed when the process that made it exits. An import that fails
-    here fails again in the job, in its own log."""
+    ``inductor_cache.guard``), and :data:`RUN_IMPORTS`, and run nothing: the fork server of ``simforcing.jobs`` calls it
+    before it forks a job, so that the job starts with its imports done. Returns why this process should fork no job
+    (None: it may): the guard gave it a private inductor cache folder, removed when the process that made it exits.
+    An import that fails here fails again in the job, in its own log."""
     match = find_command(argv)
     if match is None:
         return None
@@ -181,6 +187,12 @@ def prepare(argv: list[str]) -> str | None:
     if problem is not None:
         return f"a private inductor cache folder ({problem})"
     subcommand(match[1])
+    for name in RUN_IMPORTS:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # the job says so itself where it needs it
+                pass
     return None
 
 
