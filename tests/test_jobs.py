@@ -18,7 +18,7 @@ TESTS = str(Path(__file__).resolve().parent)
 # A stand-in for simforcing.cli in the fork server (``jobs.CLI``): this module's prepare(argv) and main(argv).
 def prepare(argv):
     """What the server imports before it forks (as cli.prepare imports a command's module)."""
-    if argv[0] in ("probe", "sleep"):
+    if argv[0] == "probe":
         import numpy  # noqa: F401
         import torch  # noqa: F401
     if argv[0] == "slow-import":
@@ -248,10 +248,32 @@ def test_forking_can_be_turned_off(tmp_path, probe_cli, monkeypatch):
 
 
 def test_a_forked_job_fails_as_a_plain_one_does(tmp_path, probe_cli):
+    """Its exit code and log end in JobFailed, and the forked job beside it is stopped with what it started."""
+    pids = tmp_path / "pids"
+    t = time.perf_counter()
     with pytest.raises(JobFailed, match="'bad' failed with exit code 3") as e:
-        run_jobs([Job("bad", ["exit", "3"])], 1, tmp_path, echo=lambda s: None, poll=0.02)
-    assert "leaving with 3" in str(e.value)
+        run_jobs([Job("slow", ["sleep", str(pids)], priority=1), Job("bad", ["exit", "3"], deps=("wait",)),
+                  Job("wait", _py(f"import os, time\nwhile not os.path.exists({str(pids)!r}): time.sleep(0.02)"),
+                      raw=True)], 2, tmp_path, echo=lambda s: None, poll=0.02)
+    assert "leaving with 3" in str(e.value) and time.perf_counter() - t < 60
     assert (tmp_path / "bad.log").read_text() == "$ simforcing exit 3\nleaving with 3\n"
+    for pid in map(int, pids.read_text().split()):  # the job and its child: gone (or a zombie of their reaper)
+        deadline = time.time() + 30
+        while time.time() < deadline and _alive(pid):
+            time.sleep(0.05)
+        assert not _alive(pid), pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_the_clis_jobs_forked_and_plain_write_the_same_logs(tmp_path):
