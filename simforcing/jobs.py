@@ -22,19 +22,19 @@ progress (the last ``N/M`` of its log, e.g. a tqdm bar), so jobs side by side st
 
 Start-up: a fresh ``python -m simforcing`` spends 2-5 s importing torch, diffusers and the command's module before it
 does anything, and the demo starts dozens of jobs. On Linux a one-thread job of the CLI (not ``raw``) is therefore
-forked from a *fork server*: a process of this graph started with the jobs' environment (so every variable a library
-reads when it loads — ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MUJOCO_GL`` ... — is the job's), which
-imports the command's module once (``simforcing.cli.prepare``: torch, diffusers, the package; never MuJoCo, which the job
-imports itself after it sets ``MUJOCO_GL``) and then forks a child per job. The child starts a session of its own,
-writes to its own log, draws fresh random seeds (Python's, numpy's and torch's, as a new process would) and runs
-``simforcing.cli.main(argv)``, leaving the interpreter as ``python -m simforcing`` would (atexit, threads joined); its
+forked from a *fork server*: one process per graph, started with the jobs' environment (every variable a library reads
+as it loads — ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MUJOCO_GL`` ... — is the job's), which imports what a
+job's command needs once (``simforcing.cli.prepare``: torch, diffusers, transformers' T5, the package; never MuJoCo,
+which the job imports itself once ``MUJOCO_GL`` is set) and forks a child per job. The child starts a session of its
+own, writes to its own log, draws fresh random seeds (Python's, numpy's and torch's, as a new process does) and runs
+``simforcing.cli.main(argv)``, leaving the interpreter as ``python -m simforcing`` would (threads joined, atexit); its
 exit code comes back through the server. Before every fork the server checks that it is still what a fresh process
-would be after the same imports: one thread (torch never ran an operation), its working folder as given, no MuJoCo or
-OpenGL loaded; otherwise, and for a job whose environment or folder differ from the server's, the job runs as a plain
-subprocess. So do jobs of more than one thread: numpy's OpenBLAS starts its threads as it loads when
-``OPENBLAS_NUM_THREADS`` > 1, and a process with threads is not forked (the demo has one such job, stage 1).
-``SIMFORCING_JOBS_FORK=0`` (or ``run_jobs(..., fork=False)``) runs every job as a plain subprocess; results are the
-same either way (tests/test_jobs.py).
+is after the same imports: one thread (torch has run no operation), its working folder, no MuJoCo or OpenGL loaded;
+if not, it forks no more and the jobs run as plain subprocesses — as does a job whose environment or working folder
+is not the server's, and a job of more threads (numpy's OpenBLAS starts its threads as it loads when
+``OPENBLAS_NUM_THREADS`` > 1; the demo has one such job, stage 1). ``SIMFORCING_JOBS_FORK=0`` (or ``run_jobs(...,
+fork=False)``) runs every job as a plain subprocess. Either way a job computes the same, to the bit
+(tests/test_jobs.py; the quick demo's 30 weight files and every number, docs/notebook/benchmark.md).
 """
 
 from __future__ import annotations
@@ -366,8 +366,8 @@ def serve_forks() -> None:
     sys.path[0] = os.getcwd()  # as `python -m` has it (`-c` puts "")
     cli = importlib.import_module(cli_name)
     job = _serve(req_fd, rep_fd, cli)
-    if job is None:
-        return
+    if job is None:  # the end of the requests: nothing of its own to flush or remove, and the interpreter's tear-down
+        os._exit(0)  # of torch and the rest takes seconds the graph would wait for
     fd = os.open(job["log"], os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

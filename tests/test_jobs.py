@@ -26,8 +26,12 @@ def prepare(argv):
 
 
 def main(argv):
-    """``probe OUT``: what the job's process is (one JSON line); ``sleep PIDS``: start a grandchild, record both
-    pids, wait; ``exit N``."""
+    """``probe OUT``: what the job's process is and computes (one JSON line); ``parent OUT``: its parent's pid;
+    ``sleep PIDS``: start a grandchild, record both pids, wait; ``exit N``."""
+    if argv[0] == "parent":
+        with open(argv[1], "a") as fh:
+            fh.write(f"{os.getppid()}\n")
+        return 0
     if argv[0] == "exit":
         print(f"leaving with {argv[1]}")
         return int(argv[1])
@@ -234,17 +238,16 @@ def test_forked_jobs_are_what_plain_processes_are(tmp_path, probe_cli):
 
 
 def test_forking_can_be_turned_off(tmp_path, probe_cli, monkeypatch):
-    """SIMFORCING_JOBS_FORK=0 or fork=False: every job is `python -m simforcing ...` (which has no `probe`)."""
-    out = tmp_path / "probe.jsonl"
+    """SIMFORCING_JOBS_FORK=0 or fork=False: every job is `python -m simforcing ...` (which has no `parent`)."""
+    out = tmp_path / "parent"
     monkeypatch.setenv("SIMFORCING_JOBS_FORK", "0")
     with pytest.raises(JobFailed, match="exit code 2"):
-        run_jobs([Job("a", ["probe", str(out)])], 1, tmp_path, echo=lambda s: None, poll=0.02)
+        run_jobs([Job("a", ["parent", str(out)])], 1, tmp_path, echo=lambda s: None, poll=0.02)
     monkeypatch.delenv("SIMFORCING_JOBS_FORK")
     with pytest.raises(JobFailed, match="exit code 2"):
-        run_jobs([Job("b", ["probe", str(out)])], 1, tmp_path, echo=lambda s: None, poll=0.02, fork=False)
-    run_jobs([Job("c", ["probe", str(out)])], 1, tmp_path, echo=lambda s: None, poll=0.02)
-    (c,) = _lines(out)
-    assert c["ppid"] != os.getpid()
+        run_jobs([Job("b", ["parent", str(out)])], 1, tmp_path, echo=lambda s: None, poll=0.02, fork=False)
+    run_jobs([Job("c", ["parent", str(out)])], 1, tmp_path, echo=lambda s: None, poll=0.02)
+    assert int(out.read_text()) != os.getpid()  # forked: its parent is the fork server
 
 
 def test_a_forked_job_fails_as_a_plain_one_does(tmp_path, probe_cli):
