@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 import simforcing.inductor_cache as inductor_cache
@@ -178,14 +179,16 @@ def prepare(argv: list[str]) -> str | None:
     """Import what :func:`main` imports for the command ``argv`` names (its module, after the same
     ``inductor_cache.guard``), and :data:`RUN_IMPORTS`, and run nothing: the fork server of ``simforcing.jobs`` calls it
     before it forks a job, so that the job starts with its imports done. Returns why this process should fork no job
-    (None: it may): the guard gave it a private inductor cache folder, removed when the process that made it exits.
-    An import that fails here fails again in the job, in its own log."""
+    (None: it may): the guard gave it a private inductor cache folder, removed when the process that made it exits
+    (one inherited from the process that started it is that process's). An import that fails here fails again in the
+    job, in its own log."""
     match = find_command(argv)
     if match is None:
         return None
+    given = os.environ.get(inductor_cache.ENV)
     problem = inductor_cache.guard()
-    if problem is not None:
-        return f"a private inductor cache folder ({problem})"
+    if problem is not None and os.environ.get(inductor_cache.ENV) != given:
+        return f"a private inductor cache folder of its own ({problem})"
     subcommand(match[1])
     for name in RUN_IMPORTS:
         if name not in sys.modules:

@@ -350,10 +350,8 @@ class _signals_held:
     """Ctrl-C, SIGTERM and SIGHUP wait (are delivered at the end of the block): what the block reads or writes on a
     fork server's pipes is handled whole."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
     def __enter__(self):
-        self.old = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
+        self.old = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 
     def __exit__(self, *exc):
         signal.pthread_sigmask(signal.SIG_SETMASK, self.old)

@@ -290,3 +290,16 @@ def test_the_clis_jobs_forked_and_plain_write_the_same_logs(tmp_path):
         assert "unknown command 'no-such-command'" in e.value.log.read_text()
         logs[fork] = {n: (tmp_path / str(fork) / f"{n}.log").read_text() for n in ("version", "info", "unknown")}
     assert logs[True] == logs[False] and "parameters:" in logs[True]["info"]
+
+
+def test_a_private_inductor_cache_folder_is_not_forked_from(tmp_path, monkeypatch):
+    """An unusable TORCHINDUCTOR_CACHE_DIR gives the process that meets it a private folder, removed when it exits: the
+    fork server meeting it forks nothing (its jobs would share and remove it); the jobs run as plain processes."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "file"))
+    said = []
+    with pytest.raises(JobFailed, match="exit code 1"):  # a plain `simforcing data stats` of a missing folder
+        run_jobs([Job("stats", ["data", "stats", str(tmp_path / "missing")])], 1, tmp_path, echo=said.append,
+                 poll=0.02)
+    assert [s for s in said if "private inductor cache folder of its own" in s and "plain processes" in s], said
+    assert "data error [missing_meta]" in (tmp_path / "stats.log").read_text()  # the job ran, plainly
