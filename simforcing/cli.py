@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 import simforcing.inductor_cache as inductor_cache
@@ -160,6 +161,44 @@ def command_parser(words: tuple[str, ...], sub, help_: str) -> argparse.Argument
     return parser
 
 
+def find_command(argv: list[str]) -> tuple[tuple[str, ...], str, str] | None:
+    """The entry of :data:`COMMANDS` whose words ``argv`` starts with (None: no command)."""
+    for words, module, help_ in COMMANDS:
+        if tuple(argv[: len(words)]) == words:
+            return words, module, help_
+    return None
+
+
+# What commands import only while they run (so that a fresh process that does not need it starts without it), which a
+# process forking many jobs imports once for all of them (:func:`prepare`): transformers' T5, the demo text encoder
+# (models.text: data synth, synth-policy, policy eval, ...; about 3 s a process)
+RUN_IMPORTS = ("transformers.models.t5.modeling_t5", "transformers.models.byt5.tokenization_byt5")
+
+
+def prepare(argv: list[str]) -> str | None:
+    """Import what :func:`main` imports for the command ``argv`` names (its module, after the same
+    ``inductor_cache.guard``), and :data:`RUN_IMPORTS`, and run nothing: the fork server of ``simforcing.jobs`` calls it
+    before it forks a job, so that the job starts with its imports done. Returns why this process should fork no job
+    (None: it may): the guard gave it a private inductor cache folder, removed when the process that made it exits
+    (one inherited from the process that started it is that process's). An import that fails here fails again in the
+    job, in its own log."""
+    match = find_command(argv)
+    if match is None:
+        return None
+    given = os.environ.get(inductor_cache.ENV)
+    problem = inductor_cache.guard()
+    if problem is not None and os.environ.get(inductor_cache.ENV) != given:
+        return f"a private inductor cache folder of its own ({problem})"
+    subcommand(match[1])
+    for name in RUN_IMPORTS:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # the job says so itself where it needs it
+                pass
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -168,11 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "--version":
         print(__version__)
         return 0
-    match = None
-    for words, module, help_ in COMMANDS:
-        if tuple(argv[: len(words)]) == words:
-            match = (words, module, help_)
-            break
+    match = find_command(argv)
     if match is None:
         groups = sorted({w[0] for w, _, _ in COMMANDS if len(w) > 1})
         if argv[0] in groups:

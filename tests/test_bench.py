@@ -89,7 +89,7 @@ def test_quick_bench_schema_and_minimal_forwards(tmp_path, monkeypatch):
     def one_repeat(quick: bool, tiny: bool):
         o = quick_mode(quick, tiny)
         return dataclasses.replace(o, repeats=1, max_repeats=1, min_config_s=0.0, forward_repeats=2, train_repeats=2,
-                                   scaling_repeats=1, policy_repeats=1)
+                                   scaling_repeats=1, policy_repeats=1, fewstep_repeats=1)
 
     monkeypatch.setattr(options.BenchOptions, "for_mode", staticmethod(one_repeat))
     out = tmp_path / "quick.json"

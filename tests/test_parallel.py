@@ -184,23 +184,40 @@ sys.exit(main(["pretrain", "--resume", *args]))
 
 
 @pytest.mark.slow
-def test_resume_across_world_sizes(tmp_path):
+def test_resume_across_world_sizes(tmp_path, monkeypatch):
     """A checkpoint of 1 process resumes in 2 (broadcast into the shards) and one of 2 processes in 1 (DCP read
     without a process group): steps 3-4 after the resume equal those of a 1-process run with the same global batch
-    (step 4 also checks the restored optimizer state: it depends on the AdamW update of step 3)."""
-    from test_train import TINY, make_tiny_data
+    (step 4 also checks the restored optimizer state: it depends on the AdamW update of step 3). The 1-process runs
+    are this process's (`simforcing pretrain` as the 1-process worker runs it: the same step, the same stop after step
+    2); only the 2-process ones are torchrun launches."""
+    from test_train import TINY, _raise_sigterm_at, make_tiny_data
+
+    from simforcing import methods
+    from simforcing.cli import main
 
     root, vae = make_tiny_data(tmp_path)
     worker = tmp_path / "resume_worker.py"
     worker.write_text(RESUME_WORKER.format(tests=str(TESTS)))
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     env.pop("SIMFORCING_FAULT", None)
+    monkeypatch.delenv("SIMFORCING_FAULT", raising=False)
 
     def launch(nproc: int, mode: str, out: Path) -> None:
-        cmd = [sys.executable, str(worker)] if nproc == 1 else \
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(worker)]
         args = [mode, "--out", str(out), "--no-progress", *TINY, f"--data.root={root}", f"--model.vae.path={vae}",
                 "--train.max_steps=4", "--train.ckpt_every=10", f"--train.batch_size={4 // nproc}"]  # global 4
+        if nproc == 1:  # in this process: what RESUME_WORKER does in one
+            with monkeypatch.context() as m:
+                m.setitem(methods.METHODS, "sim_pretrain", det_step)
+                if mode == "stop2":
+                    _raise_sigterm_at(m, 2)  # SIGTERM after step 2: a checkpoint at step 2, exit code 75
+                    assert main(["pretrain", *args[1:]]) == 75
+                elif out.name == "two_to_one":  # the per-rank batch of the checkpoint's config was 2
+                    with pytest.warns(UserWarning, match="changed config fields: train.batch_size"):
+                        assert main(["pretrain", "--resume", *args[1:]]) == 0
+                else:
+                    assert main(["pretrain", "--resume", *args[1:]]) == 0
+            return
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(worker)]
         proc = subprocess.run(cmd + args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
