@@ -90,6 +90,7 @@ class JobResult:
     exit_code: Optional[int] = None
     seconds: float = 0.0
     log: Optional[str] = None
+    started: Optional[float] = None  # seconds since the graph started (None: the job did not run)
 
 
 class JobFailed(RuntimeError):
@@ -582,12 +583,12 @@ class _Scheduler:
             if r.proc.returncode == 0:
                 if r.job.on_done is not None:
                     r.job.on_done()
-                self.results[name] = JobResult(name, "done", 0, secs, str(r.log))
+                self.results[name] = JobResult(name, "done", 0, secs, str(r.log), r.start - self.t0)
                 self.echo(f"{self.stamp()} {name}: done in {secs:.0f} s")
                 if self.on_done is not None:
                     self.on_done(name, self.results)
                 continue
-            self.results[name] = JobResult(name, "failed", r.proc.returncode, secs, str(r.log))
+            self.results[name] = JobResult(name, "failed", r.proc.returncode, secs, str(r.log), r.start - self.t0)
             self.stop_all()
             tail = b"\n".join(r.log.read_bytes().splitlines()[-12:]).decode(errors="replace")
             raise JobFailed(name, r.proc.returncode, r.log, tail)
@@ -679,5 +680,11 @@ def _terminate_like_ctrl_c() -> dict:
 
 def timings(results: dict[str, JobResult]) -> dict[str, float]:
     return {n: round(r.seconds, 1) for n, r in results.items() if r.state == "done"}
+
+
+def spans(results: dict[str, JobResult]) -> dict[str, tuple[float, float]]:
+    """(start, end) seconds since the graph started of every job that ran to its end in this run."""
+    return {n: (round(r.started, 1), round(r.started + r.seconds, 1)) for n, r in results.items()
+            if r.state == "done" and r.started is not None}
 
 

@@ -27,7 +27,8 @@ from simforcing.demo.plan import BASE_METHODS, QUICK, Budget, Plan, build_plan, 
 from simforcing.demo.policy_section import collect_policy
 from simforcing.demo.report import collect, write_report
 from simforcing.errors import ConfigError
-from simforcing.jobs import JobFailed, run_jobs, timings
+from simforcing.demo.schedule import schedule_summary
+from simforcing.jobs import JobFailed, run_jobs, spans, timings
 from simforcing.runs.locking import lock_folder
 from simforcing.runs.provenance import made_from
 from simforcing.utils import check_output_path
@@ -109,6 +110,8 @@ def _run_locked(out: Path, data: Optional[Path], budget: Budget, overrides, seed
     pol = collect_policy(plan.policy, {k: v for k, v in wall.items() if k.startswith("policy")}) \
         if plan.policy else None
     res = collect(plan, wall, pol, reused, budget_dict(budget))
+    res.schedule = schedule_summary(spans(results), {j.name: j.deps for j in plan.jobs}, jobs,
+                                    {j.name: j.slots for j in plan.jobs})
     write_report(plan, res, plan.commands)
     echo("\n" + res.summary.line)
     echo(f"report: {out / 'report.html'}")

@@ -24,6 +24,7 @@ from simforcing.demo.rollout_section import RolloutSection, collect_rollouts, ro
 from simforcing.demo.estimate_section import EvaluatorsSection, collect_estimate, estimate_lines
 from simforcing.demo.scene_section import SceneSection, collect_scene, scene_lines
 from simforcing.demo.fidelity_section import FidelitySection, collect_fidelity, fidelity_lines
+from simforcing.demo.schedule import ScheduleSummary
 from simforcing.demo.views_section import ViewsSection, collect_views, views_lines
 from simforcing.demo.wm_eval_section import WorldModelEvalSection, collect_wm_eval, wm_eval_lines
 from simforcing.evaluate.results import CfgSweep, StepsSweep, WindowEvaluation, WindowScores
@@ -150,6 +151,7 @@ class DemoResults:
     fidelity: Optional[FidelitySection] = None  # the evaluator's fidelity (``demo.fidelity_section``)
     scene: Optional[SceneSection] = None  # --full: the full-scene pairing (``demo.scene_section``)
     views: Optional[ViewsSection] = None  # the multi-view world model (``demo.views_section``)
+    schedule: Optional[ScheduleSummary] = None  # what bounded the wall time (``demo.schedule``; the final report)
     progress: Optional[dict] = None  # a report written while jobs run: {"done", "jobs", "last"} (None: the final one)
 
     def row(self, key: EvalKey) -> Optional[ScoreRow]:
@@ -172,6 +174,7 @@ class DemoResults:
                 "summary": self.summary.to_json(), "wall_time_reused": self.wall_time_reused,
                 "commands": self.commands, "fewstep": self.fewstep, "estimate": self.estimate,
                 "fidelity": self.fidelity, "scene": self.scene, "views": self.views,
+                "schedule": self.schedule,
                 **({"in_progress": self.progress} if self.progress else {})}
 
 
@@ -417,6 +420,13 @@ def _wall_time_and_commands(res: DemoResults, commands: dict) -> list[str]:
     if reused:
         lines += [f"{len(reused)} jobs were reused from an earlier run (marked; their seconds are that run's); the "
                   "total is this run's.", ""]
+    sched = res.schedule
+    if sched is not None and sched.chain:
+        lines += [f"The slots held jobs for {sched.busy_s:.0f} slot-seconds and stood idle {sched.idle_s:.0f} of "
+                  f"{sched.wall_s:.0f} s of jobs; the chain of jobs that bounded the wall time, each after what it "
+                  "waited for (a dependency, or a slot another job freed):", "",
+                  "| job | waited for | seconds |", "|---|---|---|"]
+        lines += [f"| {job} | {why} | {sec:.0f} |" for job, why, sec in sched.chain] + [""]
     lines += ["| job | seconds |", "|---|---|"]
     lines += [f"| {k}{' (reused)' if k in reused else ''} | {v:.0f} |" for k, v in res.wall_time_s.items()]
     lines += ["", "## Commands behind each number", "", "```bash"]
