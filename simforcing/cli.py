@@ -170,14 +170,21 @@ def find_command(argv: list[str]) -> tuple[tuple[str, ...], str, str] | None:
 
 
 # What commands import only while they run (so that a fresh process that does not need it starts without it), which a
-# process forking many jobs imports once for all of them (:func:`prepare`): transformers' T5, the demo text encoder
-# (models.text: data synth, synth-policy, policy eval, ...; about 3 s a process)
-RUN_IMPORTS = ("transformers.models.t5.modeling_t5", "transformers.models.byt5.tokenization_byt5")
+def _run_imports() -> None:
+    """What many commands import while they run, imported once by a process forking many jobs (:func:`prepare`):
+    transformers' T5, the demo text encoder (models.text: data synth, synth-policy, policy eval, ...; about 3 s a
+    process). Named in import statements (the only module a name from data may import is a command's, from
+    :data:`COMMANDS`); one that fails is the job's to say where it needs it."""
+    try:
+        import transformers.models.byt5.tokenization_byt5  # noqa: F401
+        import transformers.models.t5.modeling_t5  # noqa: F401
+    except ImportError:
+        pass
 
 
 def prepare(argv: list[str]) -> str | None:
     """Import what :func:`main` imports for the command ``argv`` names (its module, after the same
-    ``inductor_cache.guard``), and :data:`RUN_IMPORTS`, and run nothing: the fork server of ``simforcing.jobs`` calls it
+    ``inductor_cache.guard``), and :func:`_run_imports`, and run nothing: the fork server of ``simforcing.jobs`` calls it
     before it forks a job, so that the job starts with its imports done. Returns why this process should fork no job
     (None: it may): the guard gave it a private inductor cache folder, removed when the process that made it exits
     (one inherited from the process that started it is that process's). An import that fails here fails again in the
@@ -190,12 +197,7 @@ def prepare(argv: list[str]) -> str | None:
     if problem is not None and os.environ.get(inductor_cache.ENV) != given:
         return f"a private inductor cache folder of its own ({problem})"
     subcommand(match[1])
-    for name in RUN_IMPORTS:
-        if name not in sys.modules:
-            try:
-                importlib.import_module(name)
-            except ImportError:  # the job says so itself where it needs it
-                pass
+    _run_imports()
     return None
 
 

@@ -39,7 +39,6 @@ fork=False)``) runs every job as a plain subprocess. Either way a job computes t
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -252,8 +251,9 @@ class ForkServer:
         req_r, self.req = os.pipe()
         self.rep, rep_w = os.pipe()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-c", "import simforcing.jobs as j; j.serve_forks()",
-                                          str(req_r), str(rep_w), CLI], env=self.env, stdout=subprocess.DEVNULL,
+            self.proc = subprocess.Popen([sys.executable, "-c", f"import {CLI} as cli, simforcing.jobs as j; "
+                                          "j.serve_forks(cli)", str(req_r), str(rep_w)], env=self.env,
+                                         stdout=subprocess.DEVNULL,
                                          pass_fds=(req_r, rep_w), start_new_session=True)
         except BaseException:
             os.close(self.req), os.close(self.rep)
@@ -358,12 +358,12 @@ class _signals_held:
         signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
 
 
-def serve_forks() -> None:
-    """The fork server's program (``python -c "... serve_forks()" REQ_FD REP_FD CLI``): returns only in a forked job,
-    which then runs the command and leaves the interpreter as ``python -m simforcing`` would."""
-    req_fd, rep_fd, cli_name = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def serve_forks(cli) -> None:
+    """The fork server's program (``python -c "import simforcing.cli as cli, ...; serve_forks(cli)" REQ_FD
+    REP_FD``: the CLI module imported by the program's own line, so this module imports nothing above it): returns
+    only in a forked job, which then runs the command and leaves the interpreter as ``python -m simforcing`` would."""
+    req_fd, rep_fd = int(sys.argv[1]), int(sys.argv[2])
     sys.path[0] = os.getcwd()  # as `python -m` has it (`-c` puts "")
-    cli = importlib.import_module(cli_name)
     job = _serve(req_fd, rep_fd, cli)
     if job is None:  # the end of the requests: nothing of its own to flush or remove, and the interpreter's tear-down
         os._exit(0)  # of torch and the rest takes seconds the graph would wait for

@@ -163,14 +163,24 @@ def test_refusals_name_the_field(tiny, prior_run, tmp_path, capsys):
     assert "video-base run" in err and f"pretrain --init {prior_run}" in err
     assert cli_main(["pretrain", "--resume", "--out", str(prior_run), "--no-progress", *cli_args(root, vae)]) == 2
     assert "pretrain --method video_prior --resume" in capsys.readouterr().err
-    # a world model is not a video base: stage 1 starts from a video base only
+    # stage 1 starts from a video base, or continues another stage-1 run (issue 67: the multi-view stage 1 from the
+    # one-view one) — every tensor inherited, none new; a stage-2 run is no start of stage 1
     s1 = tmp_path / "s1"
     assert cli_main(["pretrain", "--init", str(prior_run), "--out", str(s1), "--no-progress",
                      *cli_args(root, vae)]) == 0
+    capsys.readouterr()
     assert cli_main(["pretrain", "--init", str(s1), "--out", str(tmp_path / "s1b"), "--no-progress",
+                     *cli_args(root, vae)]) == 0
+    init = json.loads((tmp_path / "s1b" / "init.json").read_text())
+    assert init["new"] == [] and init["inherited"]
+    s2 = tmp_path / "s2"
+    assert cli_main(["train", "--method", "sft", "--teacher", str(s1), "--data", str(root), "--out", str(s2),
+                     "--train.max_steps=1", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli_main(["pretrain", "--init", str(s2), "--out", str(tmp_path / "s1c"), "--no-progress",
                      *cli_args(root, vae)]) == 2
     err = capsys.readouterr().err
-    assert "stage-1 run" in err and "video_prior" in err and not (tmp_path / "s1b").exists()
+    assert "stage-2 run" in err and "video_prior" in err and not (tmp_path / "s1c").exists()
     # generate / evaluate refuse it by name, with what works instead
     assert cli_main(["generate", "--ckpt", str(prior_run), "--data", str(root), "--out", str(tmp_path / "g")]) == 2
     err = capsys.readouterr().err

@@ -276,6 +276,17 @@ class PoolFolders:
 
 
 @dataclass(frozen=True)
+class TwoCameraFolders:
+    """Tab. 5's two-camera policies inside the multi-view world model (``_Builder.two_camera_policies``): Tab. 5's
+    simulator evaluations (the truth), the world model's evaluation, their agreement, the policies' names."""
+
+    sim: list
+    wm: Path
+    agreement: Path
+    players: list
+
+
+@dataclass(frozen=True)
 class SceneFolders:
     """--full's full-scene pairing (``_Builder.full_scene``): its data, runs and students by method, one-window
     evaluations and rollouts by name, the pool's evaluations and estimates by name, their agreement."""
@@ -730,7 +741,7 @@ class _Builder:
         return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
                 "evals": {k: v[0] for k, v in evals.items()}, **vars(pool), "two_camera": two}
 
-    def two_camera_policies(self, out: Path, pol: dict, judge: Path) -> Optional[dict]:
+    def two_camera_policies(self, out: Path, pol: dict, judge: Path) -> Optional[TwoCameraFolders]:
         """9c. Tab. 5's policies — they read the external and the wrist camera — inside the multi-view world model
         with the twin, on the scenes Tab. 5 evaluated them on in the simulator (its evaluations are the truth: the
         same seed, scenes, step limit and layouts), scripted expert and do-nothing beside them; their success rates
@@ -756,7 +767,7 @@ class _Builder:
         self.add("wm-eval two-camera agreement", ["policy", "agreement", "--sim", *map(str, truth), "--wm",
                                                   f"{student_of(tag) + TWIN}={wm}", "--out", str(agree)], agree,
                  "agreement.json", deps, inputs=("wm-eval views two-camera policies",), priority=28)
-        return {"sim": truth, "wm": wm, "agreement": agree, "players": list(runs)}
+        return TwoCameraFolders(truth, wm, agree, list(runs))
 
     def estimate_pool(self, out: Path, wms: dict, learned: list[str], noise: list[str], policy_jobs: tuple,
                       judge: Path, full: bool) -> PoolFolders:
@@ -915,12 +926,17 @@ class _Builder:
                     "--agreement", str(wm_eval["pool_agreement"]), "--wm-name", name + TWIN]
             deps = (f"eval {evaluator_oracle().name}", f"rollout {twin_condition(name).name}", f"distill {EVALUATOR}",
                     f"estimate wm pool {name + TWIN}", "pool agreement")
-        else:
+        else:  # SimForcing's (the default demo: its student with the twin on the pool, when the pool ran)
             argv = ["fidelity", "point", "--label", "simforcing", "--oracle", str(evals[ORACLE_CONDITION]), "--twin",
                     str(rollouts["folders"][twin_condition("simforcing")]), "--runs", str(self.stage1),
                     str(runs["simforcing"])]
             deps = (f"eval {ORACLE_CONDITION.name}", f"rollout {twin_condition('simforcing').name}",
                     "train simforcing")
+            name = STUDENT + TWIN
+            if wm_eval is not None and name in wm_eval.get("pool_evals", {}):
+                argv += [str(self.student), "--wm-eval", str(wm_eval["pool_evals"][name]), "--agreement",
+                         str(wm_eval["pool_agreement"]), "--wm-name", name]
+                deps += ("distill simforcing", f"estimate wm pool {name}", "pool agreement")
         self.add("fidelity", argv + ["--out", str(folder)], folder, "fidelity.json", deps, inputs=deps, priority=25)
         return folder
 

@@ -162,12 +162,12 @@ def collect_views(plan: Plan) -> Optional[ViewsSection]:
                              min(c["ppi"] for c in study.coverage.values()) if study else None,
                              None if stats is None or stats.pearson != stats.pearson else float(stats.pearson))
     two = {}
-    tc = wm.get("two_camera") or {}
-    sims = [_evaluation(f) for f in tc.get("sim") or []]  # Tab. 5's evaluations in the simulator (one per policy)
+    tc = wm.get("two_camera")
+    sims = [_evaluation(f) for f in (tc.sim if tc else [])]  # Tab. 5's evaluations in the simulator, one a policy
     sim_rows = {k: v for ev in sims if ev is not None for k, v in ev.rows.items()}
-    inside = _evaluation(tc.get("wm"))
+    inside = _evaluation(tc.wm) if tc else None
     if sim_rows and inside is not None:
-        for player in tc.get("players") or []:
+        for player in tc.players:
             a, b = sim_rows.get(player), inside.rows.get(player)
             if a is not None and b is not None:
                 two[player] = {"sim": a.average.rate, "wm": b.average.rate}

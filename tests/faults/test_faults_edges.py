@@ -314,7 +314,8 @@ def test_a_demo_results_json_with_a_missing_or_ill_typed_section(tmp_path):
     got = figures(partial)
     assert got["sft_psnr"] == 20.5 and got["sft_cm"] == pytest.approx(3.1) and got["pearson_sft"] is None
     assert missing_sections(partial) == ["baselines", "fewstep", "rollouts", "wm_eval", "estimate"]
-    assert "| inside `sft`'s few-step student | — | — | — |" in render({"figures": got})
+    assert "| inside **SimForcing on both cameras** (external + wrist), with the twin | — | — | — |" in \
+        render({"figures": got})
     nan = {**partial, "estimate": {"rows": {"sft-fewstep": {"pearson": float("nan"), "pearson_ci95": [None, None]}}}}
     assert figures(nan)["pearson_sft"] is None
     for bad, needle in (({"summary": []}, "summary is a JSON list"),
