@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from simforcing.config import ConfigError
-from simforcing.demo.estimate_section import CLEAN, _study
+from simforcing.demo.estimate_section import CLEAN, _mark, _pct, _study
 from simforcing.demo.plan import TWIN, EvalKey, Plan, few_step, student_of, twin_condition, views_of
 from simforcing.evaluate.results import RolloutDrift, WindowEvaluation
 from simforcing.fidelity import Aim
@@ -195,14 +195,6 @@ def _values(windows: dict[str, WindowRow], pool: dict[str, PoolRow]) -> dict[str
 # ----------------------------------------------------------------------------------------------------------------------
 # The report's lines
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-def _pct(v: Optional[float]) -> str:
-    return "—" if v is None else f"{100 * v:.0f} %"
-
-
-def _mark(ok: Optional[bool]) -> str:
-    return "" if ok is None else (" ✓" if ok else " ✗")
 
 
 def views_lines(section: Optional[ViewsSection], plan: Plan) -> list[str]:
