@@ -916,7 +916,9 @@ class _Builder:
         the world model the policy evaluations use — read from results the graph already writes: the oracle
         condition on one window, the twin's rollout drift, the do-nothing frame change and the ranking inside it with
         the twin on the pool, and what its training cost in core-seconds (stage 1, stage 2, the distillation).
-        Without the policy section (no evaluator): the SimForcing world model's, its first two."""
+        Without an evaluator (the default demo, whose pool is judged inside SimForcing's few-step student): the
+        SimForcing world model's oracle condition, twin drift and training cost — a fidelity point is one world
+        model's (``fidelity.one_world_model``), and the pool's ranking is the student's, in its own tables."""
         folder = self.out / "fidelity"
         if wm_eval is not None and EVALUATOR in self.students:
             student, name = self.students[EVALUATOR], student_of(EVALUATOR)
@@ -926,17 +928,12 @@ class _Builder:
                     "--agreement", str(wm_eval["pool_agreement"]), "--wm-name", name + TWIN]
             deps = (f"eval {evaluator_oracle().name}", f"rollout {twin_condition(name).name}", f"distill {EVALUATOR}",
                     f"estimate wm pool {name + TWIN}", "pool agreement")
-        else:  # SimForcing's (the default demo: its student with the twin on the pool, when the pool ran)
+        else:  # SimForcing's (the default demo)
             argv = ["fidelity", "point", "--label", "simforcing", "--oracle", str(evals[ORACLE_CONDITION]), "--twin",
                     str(rollouts["folders"][twin_condition("simforcing")]), "--runs", str(self.stage1),
                     str(runs["simforcing"])]
             deps = (f"eval {ORACLE_CONDITION.name}", f"rollout {twin_condition('simforcing').name}",
                     "train simforcing")
-            name = STUDENT + TWIN
-            if wm_eval is not None and name in wm_eval.get("pool_evals", {}):
-                argv += [str(self.student), "--wm-eval", str(wm_eval["pool_evals"][name]), "--agreement",
-                         str(wm_eval["pool_agreement"]), "--wm-name", name]
-                deps += ("distill simforcing", f"estimate wm pool {name}", "pool agreement")
         self.add("fidelity", argv + ["--out", str(folder)], folder, "fidelity.json", deps, inputs=deps, priority=25)
         return folder
 
