@@ -104,10 +104,14 @@ def figures(results: dict) -> dict[str, Optional[float]]:
 
 
 def _ranked(f: dict, key: str, label: str) -> str:
+    """One pool row; a Pearson left undefined in a row that was estimated (its verdicts all alike: the copy-first
+    "world model" never shows a success) says so rather than "—" (a figure not recorded)."""
     lo, hi = f.get(f"pearson_{key}_lo"), f.get(f"pearson_{key}_hi")
     ci = "" if lo is None or hi is None else f" [{_f(lo)}, {_f(hi)}]"
-    return (f"| {label} | {_f(f.get(f'pearson_{key}'))}{ci} | {_f(f.get(f'rho_{key}'))} | "
-            f"{_pct(f.get(f'saved_{key}'))} |")
+    pearson = f.get(f"pearson_{key}")
+    shown = ("undefined (one verdict for every policy)" if pearson is None and f.get(f"saved_{key}") is not None
+             else _f(pearson))
+    return f"| {label} | {shown}{ci} | {_f(f.get(f'rho_{key}'))} | {_pct(f.get(f'saved_{key}'))} |"
 
 
 def render(entry: dict) -> str:
