@@ -36,6 +36,7 @@ to import, and every command that trains or loads a model imports this module, m
 from __future__ import annotations
 
 import atexit
+import datetime
 import os
 import warnings
 from dataclasses import dataclass
@@ -96,9 +97,25 @@ def init_distributed(device: str = "auto") -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), local, dev, mesh)
 
 
+EXIT_BARRIER_S = 120  # how long a rank waits at exit for the others before tearing its process group down alone
+
+
 def cleanup() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Tear the process group down at exit, after every rank has reached it: a rank that destroyed its group while
+    a peer's gloo threads still talked to it could abort that peer ("terminate called without an active exception",
+    SIGABRT, after a run that had finished and written its checkpoint). The barrier is bounded (gloo's monitored
+    barrier, ``EXIT_BARRIER_S``): a peer that died does not hold the others at exit."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        if dist.get_world_size() > 1:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=EXIT_BARRIER_S))
+            else:
+                dist.barrier()
+    except RuntimeError:  # a peer already gone (DistBackendError is one): tear down what is left
+        pass
+    dist.destroy_process_group()
 
 
 def barrier() -> None:

@@ -7,7 +7,8 @@ ROLLOUTS, RESULTS).
 
 Keeps each job's seconds (the demo's results.json), the wall time from nothing and the CPU time (/usr/bin/time's
 lines in the log), the minute the one-window table was complete (the log's "[mm:ss] eval ...: done" lines of its
-three rows), the printed headline line and the figures the README's tables quote (``simforcing.demo.readme_tables``).
+three rows), the printed headline line, the figures the README's tables quote (``simforcing.demo.readme_tables``)
+and the schedule (the chain of jobs that bounded the wall time, the slots' idle seconds: ``simforcing.demo.schedule``).
 A results.json without a section the tables read (a job that failed or did not run), or a log without
 /usr/bin/time's lines, is refused unless ``--allow-missing``; so are a damaged timing.json (named, never overwritten:
 the entry is added by writing the file whole) and a demo outside a git checkout without ``--commit``.
@@ -150,6 +151,8 @@ def main() -> None:
              "cpu_s": round(float(user.group(1)) + float(system.group(1))) if user and system else None,
              "job_seconds": round(sum(jobs.values())), "jobs": jobs,
              "headline": headline.group(0) if headline else None, "figures": figs}
+    if isinstance(results.get("schedule"), dict):  # the chain that bounded the wall time, the slots' idle seconds
+        entry["schedule"] = results["schedule"]
     out = TIMING
     runs = [r for r in runs if r["label"] != a.label] + [entry]
     tmp = out.with_name(f".{out.name}.tmp")  # whole or not at all
