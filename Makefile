@@ -29,9 +29,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/simforcing demo --out runs/demo
 
-# one worker per core, each test file on one worker (its module fixtures built once); every test runs one torch thread
+# one worker per core, each test file on one worker (its module fixtures built once); every test runs one torch thread;
+# the 15 slowest tests are listed at the end (the suite's budget: 8 minutes on a 2-core machine)
 test: $(STAMP)
-	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/python -m pytest -q -n auto --dist loadfile tests
+	MUJOCO_GL=$${MUJOCO_GL:-egl} $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15 tests
 
 $(LIBERO_STAMP): pyproject.toml
 	test -x $(LIBERO_VENV)/bin/python || $(PY) -m venv $(LIBERO_VENV)

@@ -168,12 +168,14 @@ def test_the_demo_measures_its_world_models_fidelity_from_what_it_wrote(tmp_path
     from simforcing.demo.plan import (EVALUATOR, ORACLE_CONDITION, build_plan, demo_budget, evaluator_oracle,
                                       twin_condition)
 
-    default = build_plan(tmp_path / "demo0", None, demo_budget())  # SimForcing's student with the twin on the pool
+    # the default demo: SimForcing's point alone — its pool is the few-step student's, another world model, which a
+    # fidelity point refuses (one_world_model); the student's ranking is in the pool's own tables
+    default = build_plan(tmp_path / "demo0", None, demo_budget())
     cmd = default.commands["fidelity"]
-    assert f"--oracle {default.evals[ORACLE_CONDITION]}" in cmd and "--wm-name simforcing-fewstep-twin" in cmd
-    assert f"--runs {default.out / 'stage1'} {default.runs['simforcing']} {default.student}" in cmd
-    assert {"estimate wm pool simforcing-fewstep-twin", "pool agreement"} <= \
-        set({j.name: j for j in default.jobs}["fidelity"].deps)
+    assert f"--oracle {default.evals[ORACLE_CONDITION]}" in cmd and "--wm-eval" not in cmd and "--wm-name" not in cmd
+    assert cmd.endswith(f"--runs {default.out / 'stage1'} {default.runs['simforcing']} --out {default.out / 'fidelity'}")
+    assert set({j.name: j for j in default.jobs}["fidelity"].deps) == {
+        f"eval {ORACLE_CONDITION.name}", f"rollout {twin_condition('simforcing').name}", "train simforcing"}
     plan = build_plan(tmp_path / "demo", None, demo_budget(), full=True)  # --full: the evaluator's
     jobs = {j.name: j for j in plan.jobs}
     cmd = plan.commands["fidelity"]  # the evaluator's student: the world model the policy sections use
