@@ -30,6 +30,17 @@ EPISODE_LENGTH = 13
 FAULT_ENV = "SIMFORCING_FAULT"
 
 
+def record_module():
+    """docs/demo_timing/record.py, the demo timing recorder (a script, not a package module), loaded by its path."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "demo_timing" / "record.py"
+    spec = importlib.util.spec_from_file_location("demo_timing_record", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def refused(words: list, capsys, *needles: str, code: int = 2) -> str:
     """``simforcing WORDS`` in-process exits ``code`` with one named error holding ``needles`` (no traceback);
     its stderr."""

@@ -19,7 +19,6 @@ the untouched input works).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultkit import pretrain_args, refused
+from faultkit import pretrain_args, record_module, refused
 
 from simforcing.cli import main
 from simforcing.config import ConfigError
@@ -443,13 +442,6 @@ def test_one_fidelity_point_under_two_names_is_said(tmp_path, capsys):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _record_module():
-    spec = importlib.util.spec_from_file_location("demo_timing_record", ROOT / "docs" / "demo_timing" / "record.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_record_refuses_a_demo_with_missing_sections_unless_allowed(tmp_path):
     """record.py recorded a results.json whose jobs failed as if whole (its figures "—" in the README, not a word);
     a results.json that is not JSON, without its job seconds or with a section of the wrong type ended in a
@@ -457,7 +449,7 @@ def test_record_refuses_a_demo_with_missing_sections_unless_allowed(tmp_path):
     results.json is recorded with its figures."""
     from evalgen import demo_results
 
-    rec = _record_module()
+    rec = record_module()
     whole = {"wall_time_s": {"data": 10.0, "total": 10.0}, **demo_results()}
     path = tmp_path / "results.json"
     partial = {k: v for k, v in whole.items() if k not in ("fewstep", "estimate")}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from faultkit import TINY, policy_args, pretrain_args, refused
+from faultkit import TINY, policy_args, pretrain_args, record_module, refused
 
 from simforcing.cli import main
 from simforcing.config import ConfigError
@@ -482,22 +482,13 @@ def test_docs_tables_write_is_whole_or_nothing(docs_copy):
     assert dt.write(docs_copy) == ["README.md"] and dt.stale(docs_copy) == []  # the control: rewritten whole
 
 
-def _record_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("demo_timing_record", ROOT / "docs" / "demo_timing" / "record.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_timing_recorder_refuses_a_damaged_record_a_partial_log_and_no_commit(tmp_path):
     """docs/demo_timing/record.py read timing.json raw (cut short or a run without its label: a traceback, and a
     recording into it would have been lost), recorded a log without /usr/bin/time's lines as a demo of unknown
     duration, and an empty commit for a demo outside a git checkout — each without a word. Now each is one line
     naming the file and what to do, before anything is written; the controls: a whole log, --allow-missing, a given
     commit, an absent record (the first run)."""
-    rec = _record_module()
+    rec = record_module()
     path = tmp_path / "timing.json"
     assert rec.read_timing(path) == []
     for body, needle in (('[{"label": "a"', "timing.json: Expecting"), ('[{"commit": "abc"}]', "its string 'label'"),
