@@ -717,9 +717,15 @@ class _Builder:
                 f"copy-first={out / 'wm_copy-first'}", "--out", str(agree)]
         deps = tuple(f"wm-eval {n}" for n in evals)
         self.add("wm-eval agreement", argv, agree, "agreement.json", deps, inputs=deps, priority=30)
-        # the world models on the pool: name -> (run or copy-first, its job, extra flags); the few-step students
-        # (K + 1 forwards per chunk: they rank within their teachers' noise, docs/FEWSTEP.md), each with the robot's
-        # digital twin where it has a simulation branch; --full adds the teachers
+        pool = self.estimate_pool(out, self.pool_world_models(runs, full), learned, noise, policy_jobs_, judge, full)
+        two = self.two_camera_policies(out, pol, judge)
+        return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
+                "evals": {k: v[0] for k, v in evals.items()}, **vars(pool), "two_camera": two}
+
+    def pool_world_models(self, runs: dict[str, Path], full: bool) -> dict[str, tuple]:
+        """The world models on the pool: name -> (run or copy-first, its job, extra flags); the few-step students
+        (K + 1 forwards per chunk: they rank within their teachers' noise, docs/FEWSTEP.md), each with the robot's
+        digital twin where it has a simulation branch; --full adds the teachers."""
         wms: dict[str, tuple] = {"copy-first": ("copy-first", None, [])}
         for tag in (views_of("simforcing"), EVALUATOR, "simforcing", "sft"):
             if tag in self.students:
@@ -736,10 +742,7 @@ class _Builder:
                 wms[tag] = (run, f"train {tag}", [])
                 if not tag.startswith("sft"):
                     wms[tag + TWIN] = (run, f"train {tag}", ["--wm-condition", "render"])
-        pool = self.estimate_pool(out, wms, learned, noise, policy_jobs_, judge, full)
-        two = self.two_camera_policies(out, pol, judge)
-        return {"out": out, "agreement": agree, "judge": judge, "policies": policies,
-                "evals": {k: v[0] for k, v in evals.items()}, **vars(pool), "two_camera": two}
+        return wms
 
     def two_camera_policies(self, out: Path, pol: dict, judge: Path) -> Optional[TwoCameraFolders]:
         """9c. Tab. 5's policies — they read the external and the wrist camera — inside the multi-view world model
