@@ -169,7 +169,6 @@ def find_command(argv: list[str]) -> tuple[tuple[str, ...], str, str] | None:
     return None
 
 
-# What commands import only while they run (so that a fresh process that does not need it starts without it), which a
 def _run_imports() -> None:
     """What many commands import while they run, imported once by a process forking many jobs (:func:`prepare`):
     transformers' T5, the demo text encoder (models.text: data synth, synth-policy, policy eval, ...; about 3 s a

@@ -196,3 +196,8 @@ def figure(v: object, nd: int = 2) -> str:
 def percent(v: object) -> str:
     v = table_number(v)
     return "—" if v is None else f"{100 * v:.0f} %"
+
+
+def mark(ok: Optional[bool]) -> str:
+    """An aim's cell suffix: " ✓" met, " ✗" missed, "" not measured."""
+    return "" if ok is None else (" ✓" if ok else " ✗")

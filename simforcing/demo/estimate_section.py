@@ -17,7 +17,7 @@ from simforcing.demo.plan import EVALUATOR, TWIN, Plan, student_of, views_of
 from simforcing.fidelity import Aim
 from simforcing.policy.closed_loop.results import AgreementResult
 from simforcing.policy.estimate.estimate import StudyPoint
-from simforcing.result_files import POLICY_ESTIMATE, MalformedResult, nested, read_result
+from simforcing.result_files import POLICY_ESTIMATE, MalformedResult, mark, nested, percent, read_result
 from simforcing.utils import fmt_num, relative_to
 
 CLEAN, NOISIEST = "scripted expert (ceiling)", "scripted expert, noise 4 cm/step"
@@ -143,19 +143,11 @@ def _finite(v) -> Optional[float]:
     return None if v is None or v != v else float(v)
 
 
-def _pct(v: Optional[float]) -> str:
-    return "—" if v is None else f"{100 * v:.0f} %"
-
-
 def _ci(v: Optional[float], ci: Optional[tuple]) -> str:
     if v is None:
         return "—"
     lo, hi = ci if ci else (None, None)
     return fmt_num(v, 2) + ("" if lo is None or hi is None else f" [{fmt_num(lo, 2)}, {fmt_num(hi, 2)}]")
-
-
-def _mark(ok: Optional[bool]) -> str:
-    return "" if ok is None else (" ✓" if ok else " ✗")
 
 
 def evaluators_table(section: EvaluatorsSection, columns: tuple[str, ...] = (),
@@ -180,13 +172,13 @@ def evaluators_table(section: EvaluatorsSection, columns: tuple[str, ...] = (),
         m = r.met()
         label = f"**{name}** (the demo's evaluator)" if name == section.evaluator else name
         extra = "".join(f" {c} |" for c in (cells or {}).get(name, ("",) * len(columns)))
-        lines.append(f"| {label} |{extra} {_ci(r.pearson, r.pearson_ci95)}{_mark(m['pearson'])} | "
-                     f"{_ci(r.mmrv, r.mmrv_ci95)}{_mark(m['mmrv'])} | {fmt_num(r.rho_verdict, 2)} / "
-                     f"{fmt_num(r.rho_predictor, 2)} | {_pct(r.saved)}{_mark(m['saved'])} | "
-                     f"{'—' if r.coverage is None else f'{100 * r.coverage:.1f} %'}{_mark(m['coverage'])} | "
-                     f"{fmt_num(r.trust_auroc, 2)}{_mark(m['trust_auroc'])} | "
-                     f"{_pct(r.clean_expert)}{_mark(m['clean_expert'])} | "
-                     f"{_pct(r.noisiest_expert)}{_mark(m['noisiest_expert'])} |")
+        lines.append(f"| {label} |{extra} {_ci(r.pearson, r.pearson_ci95)}{mark(m['pearson'])} | "
+                     f"{_ci(r.mmrv, r.mmrv_ci95)}{mark(m['mmrv'])} | {fmt_num(r.rho_verdict, 2)} / "
+                     f"{fmt_num(r.rho_predictor, 2)} | {percent(r.saved)}{mark(m['saved'])} | "
+                     f"{'—' if r.coverage is None else f'{100 * r.coverage:.1f} %'}{mark(m['coverage'])} | "
+                     f"{fmt_num(r.trust_auroc, 2)}{mark(m['trust_auroc'])} | "
+                     f"{percent(r.clean_expert)}{mark(m['clean_expert'])} | "
+                     f"{percent(r.noisiest_expert)}{mark(m['noisiest_expert'])} |")
     return lines
 
 

@@ -15,12 +15,13 @@ from typing import Optional
 import numpy as np
 
 from simforcing.config import ConfigError
-from simforcing.demo.estimate_section import CLEAN, _mark, _pct, _study
+from simforcing.demo.estimate_section import CLEAN, _study
 from simforcing.demo.plan import TWIN, EvalKey, Plan, few_step, student_of, twin_condition, views_of
 from simforcing.evaluate.results import RolloutDrift, WindowEvaluation
 from simforcing.fidelity import Aim
 from simforcing.policy.agreement.statistics import pearson
 from simforcing.policy.closed_loop.results import AgreementResult, PolicyEvaluation
+from simforcing.result_files import mark, percent
 from simforcing.utils import fmt_num
 
 TASKS = ("reach", "push", "grasp")
@@ -231,8 +232,8 @@ def views_lines(section: Optional[ViewsSection], plan: Plan) -> list[str]:
         for name, r in section.pool.items():
             c = r.clean
             lines.append(f"| {name} | {fmt_num(r.rho.get('reach'), 2)} | {fmt_num(r.rho.get('push'), 2)} | "
-                         f"{fmt_num(r.rho.get('grasp'), 2)} | {_pct(c.get('reach'))} / {_pct(c.get('push'))} / "
-                         f"{_pct(c.get('grasp'))} | {_pct(r.saved)} | "
+                         f"{fmt_num(r.rho.get('grasp'), 2)} | {percent(c.get('reach'))} / {percent(c.get('push'))} / "
+                         f"{percent(c.get('grasp'))} | {percent(r.saved)} | "
                          f"{'—' if r.coverage is None else f'{100 * r.coverage:.1f} %'} | {fmt_num(r.pearson, 2)} |")
     two = {k: v for k, v in section.two_camera.items() if k != "pearson"}
     if two:
@@ -240,14 +241,14 @@ def views_lines(section: Optional[ViewsSection], plan: Plan) -> list[str]:
                       "scenes: in the simulator (Tab. 5's evaluations) and inside the multi-view world model with the "
                       f"twin (Pearson of the rates {fmt_num(section.two_camera.get('pearson'), 2)}):", "",
                   "| policy | simulator | inside |", "|---|---|---|"]
-        lines += [f"| {k} | {_pct(v['sim'])} | {_pct(v['wm'])} |" for k, v in two.items()]
+        lines += [f"| {k} | {percent(v['sim'])} | {percent(v['wm'])} |" for k, v in two.items()]
     met = section.met()
     lines += ["", "Issue 67's aims for the multi-view world model with the twin:", "", "| aim | bound | measured |",
               "|---|---|---|"]
     for a in AIMS:
         v = section.values.get(a.key)
         pct = a.key not in ("rho_push", "rho_grasp", "pearson", "wrist_gain_db")
-        shown = ("—" if v is None else (f"{100 * v:.0f} %" if pct else fmt_num(v, 2))) + _mark(met[a.key])
+        shown = ("—" if v is None else (f"{100 * v:.0f} %" if pct else fmt_num(v, 2))) + mark(met[a.key])
         bound = ("≤ " if a.below else "≥ ") + (f"{100 * a.bound:.0f} %" if pct else f"{a.bound:g}")
         lines.append(f"| {a.label} | {bound} | {shown} |")
     return lines
