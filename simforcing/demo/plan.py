@@ -280,10 +280,10 @@ class TwoCameraFolders:
     """Tab. 5's two-camera policies inside the multi-view world model (``_Builder.two_camera_policies``): Tab. 5's
     simulator evaluations (the truth), the world model's evaluation, their agreement, the policies' names."""
 
-    sim: list
+    sim: list[Path]
     wm: Path
     agreement: Path
-    players: list
+    players: list[str]
 
 
 @dataclass(frozen=True)
